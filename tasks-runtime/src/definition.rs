@@ -1,0 +1,99 @@
+//! What `#[workflow]` and `#[step]` generate: static definitions of workflows and steps.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::context::WorkflowContext;
+use crate::failure::ErrorRecord;
+use crate::retry::RetryPolicy;
+
+/// The future a workflow entry point returns: the JSON output or the recorded error.
+pub type EntryFuture = Pin<Box<dyn Future<Output = Result<Value, ErrorRecord>> + Send + 'static>>;
+
+/// Where a workflow or step was defined, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceLocation {
+    /// `file!()` of the definition.
+    pub file: &'static str,
+    /// `line!()` of the definition.
+    pub line: u32,
+    /// `column!()` of the definition.
+    pub column: u32,
+    /// `module_path!()` of the definition.
+    pub module_path: &'static str,
+}
+
+impl std::fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{} ({})", self.file, self.line, self.column, self.module_path)
+    }
+}
+
+/// Everything the runtime knows about one workflow (one name at one version).
+///
+/// `#[workflow]` builds one as a `static` and registers it through `inventory`; it can also
+/// be registered by hand with [`Registry::register`](crate::Registry::register).
+#[derive(Debug)]
+pub struct WorkflowDefinition {
+    /// The workflow name (defaults to the function name).
+    pub name: &'static str,
+    /// The version, if given.
+    pub version: Option<&'static str>,
+    /// The doc comment of the workflow function.
+    pub description: Option<&'static str>,
+    /// The JSON Schema of the input type.
+    pub input_schema: fn() -> Value,
+    /// The JSON Schema of the output type.
+    pub output_schema: fn() -> Value,
+    /// The workflow-level retry policy, for errors outside steps.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Where the workflow function is.
+    pub location: SourceLocation,
+    /// Runs the workflow on JSON input.
+    pub entry: fn(WorkflowContext, Value) -> EntryFuture,
+}
+
+impl WorkflowDefinition {
+    /// `name` or `name@version`, for messages.
+    pub fn display_name(&self) -> String {
+        match self.version {
+            Some(version) => format!("{}@{}", self.name, version),
+            None => self.name.to_owned(),
+        }
+    }
+}
+
+/// Link-time registration of a workflow, collected by `inventory`.
+#[derive(Debug)]
+pub struct WorkflowRegistration(pub &'static WorkflowDefinition);
+
+inventory::collect!(WorkflowRegistration);
+
+/// A workflow known at compile time: the typed face of a [`WorkflowDefinition`].
+///
+/// `#[workflow] async fn checkout(..)` implements it for a type named `checkout` (it lives in
+/// the type namespace, next to the function), so runs start with
+/// `checkout::start(&client, input)` or `client.start::<checkout>(input)`.
+pub trait Workflow: 'static {
+    /// The input type.
+    type Input: DeserializeOwned + schemars::JsonSchema + Send + 'static;
+    /// The output type.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// The static definition registered for this workflow.
+    fn definition() -> &'static WorkflowDefinition;
+}
+
+/// Everything the runtime knows about one `#[step]` function.
+#[derive(Debug)]
+pub struct StepDefinition {
+    /// The step's base name (defaults to the function name).
+    pub name: &'static str,
+    /// The step-level retry policy; `None` uses [`RetryPolicy::DEFAULT_STEP`].
+    pub retry_policy: Option<RetryPolicy>,
+    /// Where the step function is.
+    pub location: SourceLocation,
+}

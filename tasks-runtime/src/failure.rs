@@ -1,0 +1,204 @@
+//! Errors as they are recorded on runs and steps, and the error type workflows return.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An error as stored in a run's or step's `error` column: its message and the messages of
+/// its source chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    /// The error's own message.
+    pub message: String,
+    /// The messages of `source()`, `source().source()`, ... outermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
+    /// Where the error came from: `"workflow"`, `"step"`, `"input"`, `"output"`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// `false` when retrying cannot help (invalid input, exhausted step, ...).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+impl ErrorRecord {
+    /// A record with only a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ErrorRecord {
+            message: message.into(),
+            sources: Vec::new(),
+            kind: None,
+            retryable: true,
+        }
+    }
+
+    /// Records `error` and its source chain.
+    pub fn from_error(error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut sources = Vec::new();
+        let mut next = error.source();
+        while let Some(source) = next {
+            sources.push(source.to_string());
+            next = source.source();
+        }
+        ErrorRecord {
+            message: error.to_string(),
+            sources,
+            kind: None,
+            retryable: true,
+        }
+    }
+
+    /// Sets where the error came from.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Marks the error as one that retrying cannot fix.
+    pub fn non_retryable(mut self) -> Self {
+        self.retryable = false;
+        self
+    }
+
+    /// The JSON stored in the database.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| serde_json::json!({ "message": self.message }))
+    }
+
+    /// Reads a stored error; anything without a `message` string is kept as its JSON text.
+    pub fn from_json(value: &Value) -> Self {
+        serde_json::from_value(value.clone()).unwrap_or_else(|_| ErrorRecord::new(value.to_string()))
+    }
+}
+
+impl fmt::Display for ErrorRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        for source in &self.sources {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The error type most workflows return.
+///
+/// Any `std::error::Error + Send + Sync + 'static` converts into it with `?`, keeping its
+/// source chain, so steps that return their own error types compose without boilerplate:
+///
+/// ```
+/// use tasks_runtime::WorkflowError;
+///
+/// fn parse(text: &str) -> Result<u32, WorkflowError> {
+///     let n: u32 = text.parse()?; // ParseIntError -> WorkflowError
+///     if n == 0 {
+///         return Err(WorkflowError::msg("zero is not allowed").non_retryable());
+///     }
+///     Ok(n)
+/// }
+/// assert_eq!(parse("7").unwrap(), 7);
+/// assert_eq!(parse("x").unwrap_err().to_string(), "invalid digit found in string");
+/// assert!(!parse("0").unwrap_err().is_retryable());
+/// ```
+///
+/// Like `anyhow::Error`, it does not implement `std::error::Error` itself (that would clash
+/// with the blanket `From`); use [`WorkflowError::record`] or its `Display`.
+pub struct WorkflowError {
+    record: ErrorRecord,
+    inner: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl WorkflowError {
+    /// An error with only a message.
+    pub fn msg(message: impl fmt::Display) -> Self {
+        WorkflowError {
+            record: ErrorRecord::new(message.to_string()).with_kind("workflow"),
+            inner: None,
+        }
+    }
+
+    /// Marks the error as permanent: the run fails without using its retry policy.
+    pub fn non_retryable(mut self) -> Self {
+        self.record.retryable = false;
+        self
+    }
+
+    /// Whether the workflow retry policy applies to this error.
+    pub fn is_retryable(&self) -> bool {
+        self.record.retryable
+    }
+
+    /// The error as it will be recorded.
+    pub fn record(&self) -> &ErrorRecord {
+        &self.record
+    }
+
+    /// The original error, when this one was converted from a typed error.
+    pub fn source_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.inner.as_deref()
+    }
+
+    /// Tries to get the original error back as `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.inner.as_deref().and_then(|inner| inner.downcast_ref::<E>())
+    }
+}
+
+impl<E> From<E> for WorkflowError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        WorkflowError {
+            record: ErrorRecord::from_error(&error).with_kind("workflow"),
+            inner: Some(Box::new(error)),
+        }
+    }
+}
+
+impl fmt::Display for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.record.message)
+    }
+}
+
+impl fmt::Debug for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkflowError")
+            .field("message", &self.record.message)
+            .field("sources", &self.record.sources)
+            .field("retryable", &self.record.retryable)
+            .finish()
+    }
+}
+
+/// Errors that a workflow or step may return: anything that can be turned into an
+/// [`ErrorRecord`]. Implemented for every `std::error::Error` and for [`WorkflowError`].
+pub trait RecordError {
+    /// The error as it will be stored.
+    fn to_record(&self) -> ErrorRecord;
+}
+
+impl<E> RecordError for E
+where
+    E: std::error::Error + 'static,
+{
+    fn to_record(&self) -> ErrorRecord {
+        ErrorRecord::from_error(self)
+    }
+}
+
+impl RecordError for WorkflowError {
+    fn to_record(&self) -> ErrorRecord {
+        self.record.clone()
+    }
+}

@@ -1,0 +1,262 @@
+//! The records the store keeps: workflow runs and step attempts.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The lifecycle state of a workflow run.
+///
+/// `Pending`, `Running`, `Sleeping` and `Paused` are live; `Completed`, `Failed` and `Canceled`
+/// are terminal and never change again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting to be claimed once `available_at` has passed.
+    Pending,
+    /// Claimed by a worker that holds a lease until `available_at`.
+    Running,
+    /// Parked by a durable sleep (or a step retry backoff) until `available_at`.
+    Sleeping,
+    /// Paused by an operator; not claimable until resumed.
+    Paused,
+    /// Finished successfully; `output` holds the result.
+    Completed,
+    /// Finished unsuccessfully; `error` holds the reason.
+    Failed,
+    /// Canceled by an operator.
+    Canceled,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Sleeping,
+        RunStatus::Paused,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Canceled,
+    ];
+
+    /// The name stored in the database and shown to users.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Sleeping => "sleeping",
+            RunStatus::Paused => "paused",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Canceled => "canceled",
+        }
+    }
+
+    /// `true` for `Completed`, `Failed` and `Canceled`.
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Canceled
+        )
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A status name that is not one of [`RunStatus`] or [`StepStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for RunStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// The state of one step attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Started and not finished yet.
+    Running,
+    /// Finished successfully; `output` holds the memoized result.
+    Completed,
+    /// Finished unsuccessfully; `error` holds the reason.
+    Failed,
+    /// Its run was paused while the attempt was in flight.
+    Paused,
+    /// Its run was canceled while the attempt was in flight.
+    Canceled,
+}
+
+impl StepStatus {
+    /// The name stored in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Running => "running",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Paused => "paused",
+            StepStatus::Canceled => "canceled",
+        }
+    }
+}
+
+impl fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            StepStatus::Running,
+            StepStatus::Completed,
+            StepStatus::Failed,
+            StepStatus::Paused,
+            StepStatus::Canceled,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == s)
+        .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// What a step attempt represents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// A `#[step]` function call.
+    Function,
+    /// A durable timer started by `WorkflowContext::sleep`.
+    Sleep,
+}
+
+impl StepKind {
+    /// The name stored in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Function => "function",
+            StepKind::Sleep => "sleep",
+        }
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepKind {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "function" => Ok(StepKind::Function),
+            "sleep" => Ok(StepKind::Sleep),
+            other => Err(UnknownStatus(other.to_owned())),
+        }
+    }
+}
+
+/// One execution of a workflow, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowRun {
+    /// The namespace the run belongs to.
+    pub namespace: String,
+    /// The run's id.
+    pub id: Uuid,
+    /// The registered workflow name.
+    pub workflow_name: String,
+    /// The workflow version the run is pinned to, if the workflow is versioned.
+    pub version: Option<String>,
+    /// Where the run is in its lifecycle.
+    pub status: RunStatus,
+    /// The caller-supplied deduplication key.
+    pub idempotency_key: Option<String>,
+    /// Run configuration, including the workflow retry policy under `retryPolicy`.
+    pub config: Value,
+    /// Free-form caller context (tracing ids, tenant, ...).
+    pub context: Option<Value>,
+    /// The workflow input.
+    pub input: Option<Value>,
+    /// The workflow output once completed.
+    pub output: Option<Value>,
+    /// The last error recorded on the run.
+    pub error: Option<Value>,
+    /// How many times the run has been claimed.
+    pub attempts: i32,
+    /// Namespace of the step attempt that started this run, for child runs.
+    pub parent_step_attempt_namespace: Option<String>,
+    /// The step attempt that started this run, for child runs.
+    pub parent_step_attempt_id: Option<Uuid>,
+    /// The worker holding the lease while running.
+    pub worker_id: Option<String>,
+    /// When the run becomes claimable (or, while running, when its lease expires).
+    pub available_at: Option<DateTime<Utc>>,
+    /// After this instant the run is failed instead of executed.
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// When the current execution started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the run reached a terminal state.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Creation time, from the database clock.
+    pub created_at: DateTime<Utc>,
+    /// Last change, from the database clock.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One attempt at one step of a run, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepAttempt {
+    /// The namespace the attempt belongs to.
+    pub namespace: String,
+    /// The attempt's id.
+    pub id: Uuid,
+    /// The run this attempt belongs to.
+    pub workflow_run_id: Uuid,
+    /// The resolved step name (`name`, `name:1`, ...).
+    pub step_name: String,
+    /// What the step is.
+    pub kind: StepKind,
+    /// Where the attempt is in its lifecycle.
+    pub status: StepStatus,
+    /// Step configuration (retry policy, sleep deadline, ...).
+    pub config: Value,
+    /// Free-form context.
+    pub context: Option<Value>,
+    /// The memoized output once completed.
+    pub output: Option<Value>,
+    /// The error once failed.
+    pub error: Option<Value>,
+    /// Namespace of a child run started by this step.
+    pub child_workflow_run_namespace: Option<String>,
+    /// A child run started by this step.
+    pub child_workflow_run_id: Option<Uuid>,
+    /// When the attempt started, from the database clock.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the attempt finished.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Creation time, from the database clock.
+    pub created_at: DateTime<Utc>,
+    /// Last change, from the database clock.
+    pub updated_at: DateTime<Utc>,
+}

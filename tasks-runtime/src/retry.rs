@@ -1,0 +1,114 @@
+//! Retry policies for runs and steps: exponential backoff with a cap.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a failed run or step is retried.
+///
+/// Attempt `n` (1-based) that fails is retried after
+/// `min(initial_interval * backoff_coefficient^(n-1), max_interval)`, until `max_attempts`
+/// attempts have been made.
+///
+/// ```
+/// use std::time::Duration;
+/// use tasks_runtime::RetryPolicy;
+///
+/// let policy = RetryPolicy::new(4)
+///     .with_initial_interval(Duration::from_millis(100))
+///     .with_backoff_coefficient(3.0);
+/// assert_eq!(policy.delay_after(1), Some(Duration::from_millis(100)));
+/// assert_eq!(policy.delay_after(3), Some(Duration::from_millis(900)));
+/// assert_eq!(policy.delay_after(4), None); // attempts exhausted
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Total attempts, the first one included. `1` means "never retry".
+    pub max_attempts: u32,
+    /// Delay before the first retry.
+    #[serde(rename = "initialIntervalMs", with = "millis")]
+    pub initial_interval: Duration,
+    /// Factor applied to the delay after every failed attempt.
+    pub backoff_coefficient: f64,
+    /// Upper bound for any single delay.
+    #[serde(rename = "maximumIntervalMs", with = "millis")]
+    pub max_interval: Duration,
+}
+
+impl RetryPolicy {
+    /// The policy runs use when their workflow sets none: 3 attempts, 1 s, ×2, capped at 100 s.
+    pub const DEFAULT_RUN: RetryPolicy = RetryPolicy {
+        max_attempts: 3,
+        initial_interval: Duration::from_secs(1),
+        backoff_coefficient: 2.0,
+        max_interval: Duration::from_secs(100),
+    };
+
+    /// The policy steps use when they set none: 3 attempts, 1 s, ×2, capped at 100 s.
+    pub const DEFAULT_STEP: RetryPolicy = RetryPolicy::DEFAULT_RUN;
+
+    /// A policy that never retries.
+    pub const NONE: RetryPolicy = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::DEFAULT_RUN
+    };
+
+    /// A policy with `max_attempts` and the default intervals.
+    pub const fn new(max_attempts: u32) -> Self {
+        RetryPolicy {
+            max_attempts,
+            ..RetryPolicy::DEFAULT_RUN
+        }
+    }
+
+    /// Sets the delay before the first retry.
+    pub const fn with_initial_interval(mut self, interval: Duration) -> Self {
+        self.initial_interval = interval;
+        self
+    }
+
+    /// Sets the growth factor between retries.
+    pub const fn with_backoff_coefficient(mut self, coefficient: f64) -> Self {
+        self.backoff_coefficient = coefficient;
+        self
+    }
+
+    /// Sets the cap on any single delay.
+    pub const fn with_max_interval(mut self, interval: Duration) -> Self {
+        self.max_interval = interval;
+        self
+    }
+
+    /// The delay before retrying after attempt `attempt` (1-based) failed, or `None` when
+    /// no attempts are left.
+    pub fn delay_after(&self, attempt: u32) -> Option<Duration> {
+        if attempt >= self.max_attempts {
+            return None;
+        }
+        let exponent = attempt.saturating_sub(1).min(i32::MAX as u32) as i32;
+        let millis = self.initial_interval.as_millis() as f64 * self.backoff_coefficient.powi(exponent);
+        let capped = millis.min(self.max_interval.as_millis() as f64).max(0.0);
+        Some(Duration::from_millis(capped as u64))
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy::DEFAULT_RUN
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(value.as_millis().min(u64::MAX as u128) as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}

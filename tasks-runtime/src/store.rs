@@ -1,0 +1,365 @@
+//! The store contract: every durable transition of runs and step attempts.
+//!
+//! A [`Store`] is opened on one namespace and never reads or changes rows of another. Every
+//! transition is a single statement that is fenced on the state it expects, so concurrent
+//! workers, operators and stale workers cannot overwrite each other.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+use crate::retry::RetryPolicy;
+
+/// The namespace stores use when none is chosen.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The page size used when a listing sets no limit.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+
+/// Parameters of [`Store::create_run`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateRun {
+    /// The registered workflow name.
+    pub workflow_name: String,
+    /// The workflow version, if versioned.
+    pub version: Option<String>,
+    /// The workflow input.
+    pub input: Option<Value>,
+    /// Extra configuration stored with the run.
+    pub config: Value,
+    /// Free-form context.
+    pub context: Option<Value>,
+    /// When the run may start; `None` means now (database clock).
+    pub available_at: Option<DateTime<Utc>>,
+    /// After this instant the run fails instead of executing.
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// The workflow-level retry policy, stored in `config.retryPolicy`.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Deduplication key: a second create with the same workflow name and key returns the
+    /// first run.
+    pub idempotency_key: Option<String>,
+}
+
+impl CreateRun {
+    /// A run of `workflow_name` with everything else defaulted.
+    pub fn new(workflow_name: impl Into<String>) -> Self {
+        CreateRun {
+            workflow_name: workflow_name.into(),
+            config: Value::Object(Default::default()),
+            ..CreateRun::default()
+        }
+    }
+}
+
+/// Sort order of a listing, by `(created_at, id)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Oldest first.
+    #[default]
+    Asc,
+    /// Newest first.
+    Desc,
+}
+
+/// Parameters of [`Store::list_runs`].
+#[derive(Debug, Clone, Default)]
+pub struct ListRuns {
+    /// Keep runs in any of these statuses (empty: all).
+    pub statuses: Vec<RunStatus>,
+    /// Keep runs of this workflow.
+    pub workflow_name: Option<String>,
+    /// Keep runs created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Keep runs created at or before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Page order.
+    pub order: Order,
+    /// Page size (default [`DEFAULT_PAGE_SIZE`]).
+    pub limit: Option<u32>,
+    /// Return the page after this cursor.
+    pub after: Option<Cursor>,
+    /// Return the page before this cursor.
+    pub before: Option<Cursor>,
+}
+
+/// Parameters of [`Store::list_step_attempts`].
+#[derive(Debug, Clone)]
+pub struct ListStepAttempts {
+    /// The run whose attempts are listed.
+    pub workflow_run_id: Uuid,
+    /// Page order.
+    pub order: Order,
+    /// Page size (default [`DEFAULT_PAGE_SIZE`]).
+    pub limit: Option<u32>,
+    /// Return the page after this cursor.
+    pub after: Option<Cursor>,
+    /// Return the page before this cursor.
+    pub before: Option<Cursor>,
+}
+
+impl ListStepAttempts {
+    /// The first page of attempts of `workflow_run_id`, oldest first.
+    pub fn new(workflow_run_id: Uuid) -> Self {
+        ListStepAttempts {
+            workflow_run_id,
+            order: Order::Asc,
+            limit: None,
+            after: None,
+            before: None,
+        }
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items, in the requested order.
+    pub data: Vec<T>,
+    /// Pass as `after` to get the next page; `None` on the last page.
+    pub next: Option<Cursor>,
+    /// Pass as `before` to get the previous page; `None` on the first page.
+    pub prev: Option<Cursor>,
+}
+
+/// An opaque position in a listing: a `(created_at, id)` pair, exact to the microsecond.
+///
+/// Cursors print as URL-safe strings and parse back with [`str::parse`]; a string that is
+/// not a cursor is a [`StoreError::InvalidCursor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) id: Uuid,
+}
+
+impl Cursor {
+    /// The cursor pointing at an item created at `created_at` with `id`.
+    pub fn new(created_at: DateTime<Utc>, id: Uuid) -> Self {
+        Cursor { created_at, id }
+    }
+
+    /// The creation time the cursor points at.
+    pub fn created_at(&self) -> DateTime<Utc> {
+        self.created_at
+    }
+
+    /// The id the cursor points at.
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let raw = format!("{}|{}", self.created_at.timestamp_micros(), self.id);
+        f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+    }
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let invalid = |reason: &str| StoreError::InvalidCursor {
+            reason: format!("{reason} in {s:?}"),
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| invalid("not base64"))?;
+        let raw = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8"))?;
+        let (micros, id) = raw.split_once('|').ok_or_else(|| invalid("no separator"))?;
+        let micros: i64 = micros.parse().map_err(|_| invalid("bad timestamp"))?;
+        let created_at =
+            DateTime::from_timestamp_micros(micros).ok_or_else(|| invalid("timestamp out of range"))?;
+        let id = Uuid::parse_str(id).map_err(|_| invalid("bad id"))?;
+        Ok(Cursor { created_at, id })
+    }
+}
+
+/// Parameters of [`Store::fail_run`].
+#[derive(Debug, Clone)]
+pub struct FailRun {
+    /// The run.
+    pub run_id: Uuid,
+    /// The worker that must hold the lease.
+    pub worker_id: String,
+    /// The error to record.
+    pub error: Value,
+    /// Fail for good, whatever the retry policy says.
+    pub force: bool,
+    /// Retry after this delay instead of the policy's backoff.
+    pub custom_delay: Option<Duration>,
+}
+
+/// Parameters of [`Store::create_step_attempt`].
+#[derive(Debug, Clone)]
+pub struct CreateStepAttempt {
+    /// The run, which must be running under `worker_id`.
+    pub run_id: Uuid,
+    /// The worker that must hold the lease.
+    pub worker_id: String,
+    /// The resolved step name.
+    pub step_name: String,
+    /// What the step is.
+    pub kind: StepKind,
+    /// Step configuration.
+    pub config: Value,
+    /// Free-form context.
+    pub context: Option<Value>,
+}
+
+/// The result of finishing a step attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepUpdate {
+    /// The attempt was finished as asked.
+    Recorded(StepAttempt),
+    /// The run was paused or canceled while the step ran: the attempt now carries that
+    /// status, and its result was not recorded. Not an error: the worker just stops.
+    Interrupted {
+        /// The status the run was moved to.
+        run_status: RunStatus,
+    },
+}
+
+/// A wake-up that tells workers of a namespace that a run may be claimable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notification {
+    /// A run became available (created, resumed, rescheduled).
+    RunAvailable {
+        /// The namespace it is in.
+        namespace: String,
+    },
+    /// A run reached a terminal state.
+    RunFinished {
+        /// The namespace it is in.
+        namespace: String,
+        /// The run.
+        run_id: Uuid,
+    },
+}
+
+/// A stream of notifications for the subscriber's namespace. Dropped connections are
+/// reconnected behind the stream; the stream ends only when the store is closed.
+pub type NotificationStream = BoxStream<'static, Notification>;
+
+/// The durable store behind workers and clients.
+///
+/// All operations are scoped to [`Store::namespace`]. The behaviour of each operation is
+/// specified by the conformance suite in `tests/`, which every implementation passes.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The namespace this store reads and writes.
+    fn namespace(&self) -> &str;
+
+    /// Creates a pending run, or returns the existing run with the same workflow name and
+    /// idempotency key.
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun>;
+
+    /// Fetches a run.
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>>;
+
+    /// Lists runs with filters and cursor pagination.
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>>;
+
+    /// Fails runs whose deadline passed, then claims up to `limit` available runs for
+    /// `worker_id` with a lease of `lease`: pending runs first, then expired leases and
+    /// elapsed sleeps, each by `available_at` then `created_at`.
+    async fn claim_runs(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowRun>>;
+
+    /// Claims at most one run; see [`Store::claim_runs`].
+    async fn claim_run(&self, worker_id: &str, lease: Duration) -> StoreResult<Option<WorkflowRun>> {
+        Ok(self.claim_runs(worker_id, lease, 1).await?.into_iter().next())
+    }
+
+    /// Extends the lease of a run that `worker_id` is running. Fails with
+    /// [`StoreError::WrongState`] when the run was paused, canceled or finished, and with
+    /// [`StoreError::LeaseLost`] when another worker took it over.
+    async fn extend_lease(&self, run_id: Uuid, worker_id: &str, lease: Duration) -> StoreResult<WorkflowRun>;
+
+    /// Parks a run owned by `worker_id` until `until`.
+    async fn sleep_run(&self, run_id: Uuid, worker_id: &str, until: DateTime<Utc>) -> StoreResult<WorkflowRun>;
+
+    /// Completes a run owned by `worker_id` with `output`.
+    async fn complete_run(&self, run_id: Uuid, worker_id: &str, output: Value) -> StoreResult<WorkflowRun>;
+
+    /// Records a failure of a run owned by the worker: reschedules it with the run's retry
+    /// policy, or fails it for good when attempts are exhausted, when forced, or when the
+    /// next retry would start after the deadline.
+    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun>;
+
+    /// Gives a claimed run back without counting the attempt: pending again after `delay`,
+    /// with `reason` recorded as its error. Used when a worker cannot execute the run.
+    async fn release_run(&self, run_id: Uuid, worker_id: &str, delay: Duration, reason: Value) -> StoreResult<WorkflowRun>;
+
+    /// Cancels a live run. Idempotent on canceled runs; refuses completed and failed runs.
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
+
+    /// Pauses a pending, running or sleeping run. Idempotent on paused runs; refuses
+    /// terminal runs.
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
+
+    /// Makes a paused run pending again. Idempotent on pending and running runs; refuses
+    /// terminal runs.
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
+
+    /// Starts a step attempt, only while the run is running under `worker_id`.
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt>;
+
+    /// Fetches a step attempt.
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>>;
+
+    /// Lists the attempts of a run with cursor pagination.
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>>;
+
+    /// Every attempt of a run, oldest first: the history a replay starts from.
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
+
+    /// Completes a running step attempt, only while its run is running under `worker_id`.
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate>;
+
+    /// Fails a running step attempt, only while its run is running under `worker_id`.
+    async fn fail_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        error: Value,
+    ) -> StoreResult<StepUpdate>;
+
+    /// Sends a notification to every subscriber of this store's namespace.
+    async fn publish(&self, notification: Notification) -> StoreResult<()>;
+
+    /// Subscribes to notifications of this store's namespace.
+    async fn subscribe(&self) -> StoreResult<NotificationStream>;
+}
+
+pub(crate) fn status_of(status: &str, operation: &'static str) -> StoreResult<RunStatus> {
+    status.parse().map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
+        operation,
+        reason: e.to_string(),
+    })
+}
+
+pub(crate) fn step_status_of(status: &str, operation: &'static str) -> StoreResult<StepStatus> {
+    status.parse().map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
+        operation,
+        reason: e.to_string(),
+    })
+}
