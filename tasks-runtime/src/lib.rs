@@ -7,6 +7,7 @@ pub mod definition;
 pub mod error;
 pub mod failure;
 pub mod model;
+pub mod postgres;
 pub mod retry;
 pub mod store;
 

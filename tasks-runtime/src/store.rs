@@ -242,6 +242,12 @@ pub enum Notification {
         /// The run.
         run_id: Uuid,
     },
+    /// Notifications may have been lost (the listener reconnected or fell behind): anything
+    /// waiting for one should look at the store again.
+    Missed {
+        /// The namespace of the subscriber.
+        namespace: String,
+    },
 }
 
 /// A stream of notifications for the subscriber's namespace. Dropped connections are
@@ -362,4 +368,81 @@ pub(crate) fn step_status_of(status: &str, operation: &'static str) -> StoreResu
         operation,
         reason: e.to_string(),
     })
+}
+
+/// Resolved paging parameters shared by every store's listings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PageQuery {
+    /// Items per page.
+    pub limit: u32,
+    /// The cursor to start from, if any.
+    pub cursor: Option<Cursor>,
+    /// The cursor came from `before` (walking backwards).
+    pub backwards: bool,
+    /// The order the caller asked for.
+    pub order: Order,
+}
+
+impl PageQuery {
+    pub(crate) fn new(
+        limit: Option<u32>,
+        after: Option<Cursor>,
+        before: Option<Cursor>,
+        order: Order,
+    ) -> StoreResult<Self> {
+        let limit = limit.unwrap_or(DEFAULT_PAGE_SIZE);
+        if limit == 0 {
+            return Err(StoreError::InvalidArgument("limit must be at least 1".into()));
+        }
+        if after.is_some() && before.is_some() {
+            return Err(StoreError::InvalidArgument(
+                "pass either `after` or `before`, not both".into(),
+            ));
+        }
+        Ok(PageQuery {
+            limit,
+            cursor: after.or(before),
+            backwards: before.is_some(),
+            order,
+        })
+    }
+
+    /// Whether rows are fetched in ascending `(created_at, id)` order.
+    pub(crate) fn scan_ascending(&self) -> bool {
+        (self.order == Order::Asc) != self.backwards
+    }
+
+    /// The comparison against the cursor: rows strictly after it in scan order.
+    pub(crate) fn cursor_operator(&self) -> &'static str {
+        if self.scan_ascending() {
+            ">"
+        } else {
+            "<"
+        }
+    }
+
+    /// `ASC` or `DESC` for the scan.
+    pub(crate) fn sql_direction(&self) -> &'static str {
+        if self.scan_ascending() {
+            "ASC"
+        } else {
+            "DESC"
+        }
+    }
+
+    /// Turns the `limit + 1` rows fetched in scan order into a page.
+    pub(crate) fn finish<T>(&self, mut rows: Vec<T>, key: impl Fn(&T) -> Cursor) -> Page<T> {
+        let limit = self.limit as usize;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let (has_next, has_prev) = if self.backwards {
+            rows.reverse();
+            (true, more)
+        } else {
+            (more, self.cursor.is_some())
+        };
+        let next = if has_next { rows.last().map(&key) } else { None };
+        let prev = if has_prev { rows.first().map(&key) } else { None };
+        Page { data: rows, next, prev }
+    }
 }

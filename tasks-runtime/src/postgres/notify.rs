@@ -1,0 +1,152 @@
+//! Wake-ups over LISTEN/NOTIFY.
+//!
+//! One listener connection per pool feeds a broadcast channel; every subscriber filters it by
+//! namespace. When the listener connection drops, it reconnects and sends every subscriber a
+//! synthetic "run available" so that nothing waits on a notification that was lost.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::{broadcast, Mutex};
+use uuid::Uuid;
+
+use crate::error::{db, StoreResult};
+use crate::store::{Notification, NotificationStream};
+
+/// The channel every notification of ours travels on.
+pub(crate) const CHANNEL: &str = "tasks_events";
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Payload {
+    Available { ns: String },
+    Finished { ns: String, run: Uuid },
+}
+
+/// What the hub broadcasts: a notification, or "the connection dropped, re-check everything".
+#[derive(Debug, Clone)]
+enum Event {
+    Notification(Notification),
+    Reconnected,
+}
+
+pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> StoreResult<()> {
+    let payload = match notification {
+        Notification::RunAvailable { namespace } => Payload::Available { ns: namespace.clone() },
+        Notification::RunFinished { namespace, run_id } => Payload::Finished {
+            ns: namespace.clone(),
+            run: *run_id,
+        },
+        // Only listeners produce this one; sending it means "everyone, look again".
+        Notification::Missed { namespace } => Payload::Available { ns: namespace.clone() },
+    };
+    let payload = serde_json::to_string(&payload).unwrap_or_default();
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(payload)
+        .execute(pool)
+        .await
+        .map_err(db("publishing a notification"))?;
+    Ok(())
+}
+
+pub(crate) struct Hub {
+    pool: PgPool,
+    sender: Mutex<Option<Arc<broadcast::Sender<Event>>>>,
+}
+
+impl Hub {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        Hub {
+            pool,
+            sender: Mutex::new(None),
+        }
+    }
+
+    pub(crate) async fn subscribe(&self, namespace: String) -> StoreResult<NotificationStream> {
+        let mut sender = self.sender.lock().await;
+        let tx = match sender.as_ref() {
+            Some(tx) => tx.clone(),
+            None => {
+                let mut listener = PgListener::connect_with(&self.pool)
+                    .await
+                    .map_err(db("connecting the notification listener"))?;
+                listener.listen(CHANNEL).await.map_err(db("listening for notifications"))?;
+                let (tx, _) = broadcast::channel(1024);
+                let tx = Arc::new(tx);
+                tokio::spawn(pump(listener, Arc::downgrade(&tx)));
+                *sender = Some(tx.clone());
+                tx
+            }
+        };
+        Ok(stream(tx.subscribe(), namespace))
+    }
+}
+
+
+/// Forwards notifications from the listener connection to the broadcast channel until the
+/// store (which owns the only strong reference to the sender) is dropped.
+async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) {
+    loop {
+        let received = tokio::time::timeout(Duration::from_secs(1), listener.try_recv()).await;
+        let Some(tx) = sender.upgrade() else { return };
+        match received {
+            Err(_elapsed) => continue,
+            Ok(Ok(Some(message))) => {
+                if let Ok(payload) = serde_json::from_str::<Payload>(message.payload()) {
+                    let notification = match payload {
+                        Payload::Available { ns } => Notification::RunAvailable { namespace: ns },
+                        Payload::Finished { ns, run } => Notification::RunFinished {
+                            namespace: ns,
+                            run_id: run,
+                        },
+                    };
+                    let _ = tx.send(Event::Notification(notification));
+                }
+            }
+            Ok(Ok(None)) => {
+                // The connection dropped; try_recv reconnects on the next call. Anything sent
+                // meanwhile is lost, so tell everyone to look again.
+                tracing::warn!("notification listener lost its connection; reconnecting");
+                let _ = tx.send(Event::Reconnected);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "notification listener failed; retrying in 1s");
+                let _ = tx.send(Event::Reconnected);
+                drop(tx);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+fn stream(receiver: broadcast::Receiver<Event>, namespace: String) -> NotificationStream {
+    futures::stream::unfold(receiver, move |mut receiver| {
+        let namespace = namespace.clone();
+        async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(Event::Notification(notification)) => {
+                        let ours = match &notification {
+                            Notification::RunAvailable { namespace: ns }
+                            | Notification::RunFinished { namespace: ns, .. }
+                            | Notification::Missed { namespace: ns } => *ns == namespace,
+                        };
+                        if ours {
+                            return Some((notification, receiver));
+                        }
+                    }
+                    Ok(Event::Reconnected) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Some((Notification::Missed { namespace }, receiver));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    })
+    .boxed()
+}

@@ -1,0 +1,135 @@
+//! Row types and their conversion into the model.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{StepAttempt, WorkflowRun};
+use crate::store::{status_of, step_status_of};
+
+/// Columns of `workflow_runs`, in the order of [`RunRow`].
+pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
+    idempotency_key, config, context, input, output, error, attempts, \
+    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
+    deadline_at, started_at, finished_at, created_at, updated_at";
+
+/// Columns of `step_attempts`, in the order of [`StepRow`].
+pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
+    config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
+    started_at, finished_at, created_at, updated_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct RunRow {
+    namespace: String,
+    id: Uuid,
+    workflow_name: String,
+    version: Option<String>,
+    status: String,
+    idempotency_key: Option<String>,
+    config: Value,
+    context: Option<Value>,
+    input: Option<Value>,
+    output: Option<Value>,
+    error: Option<Value>,
+    attempts: i32,
+    parent_step_attempt_namespace: Option<String>,
+    parent_step_attempt_id: Option<Uuid>,
+    worker_id: Option<String>,
+    available_at: Option<DateTime<Utc>>,
+    deadline_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl RunRow {
+    pub(crate) fn into_run(self, operation: &'static str) -> StoreResult<WorkflowRun> {
+        Ok(WorkflowRun {
+            status: status_of(&self.status, operation)?,
+            namespace: self.namespace,
+            id: self.id,
+            workflow_name: self.workflow_name,
+            version: self.version,
+            idempotency_key: self.idempotency_key,
+            config: self.config,
+            context: json_null_to_none(self.context),
+            input: json_null_to_none(self.input),
+            output: self.output,
+            error: self.error,
+            attempts: self.attempts,
+            parent_step_attempt_namespace: self.parent_step_attempt_namespace,
+            parent_step_attempt_id: self.parent_step_attempt_id,
+            worker_id: self.worker_id,
+            available_at: self.available_at,
+            deadline_at: self.deadline_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct StepRow {
+    namespace: String,
+    id: Uuid,
+    workflow_run_id: Uuid,
+    step_name: String,
+    kind: String,
+    status: String,
+    config: Value,
+    context: Option<Value>,
+    output: Option<Value>,
+    error: Option<Value>,
+    child_workflow_run_namespace: Option<String>,
+    child_workflow_run_id: Option<Uuid>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl StepRow {
+    pub(crate) fn into_step(self, operation: &'static str) -> StoreResult<StepAttempt> {
+        Ok(StepAttempt {
+            status: step_status_of(&self.status, operation)?,
+            kind: self.kind.parse().map_err(|e: crate::model::UnknownStatus| {
+                StoreError::Corrupt {
+                    operation,
+                    reason: format!("step kind: {e}"),
+                }
+            })?,
+            namespace: self.namespace,
+            id: self.id,
+            workflow_run_id: self.workflow_run_id,
+            step_name: self.step_name,
+            config: self.config,
+            context: json_null_to_none(self.context),
+            output: self.output,
+            error: self.error,
+            child_workflow_run_namespace: self.child_workflow_run_namespace,
+            child_workflow_run_id: self.child_workflow_run_id,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// Inputs and contexts are stored as SQL NULL when absent; a JSON `null` written by an older
+/// client reads back the same way.
+fn json_null_to_none(value: Option<Value>) -> Option<Value> {
+    value.filter(|v| !v.is_null())
+}
+
+pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
+    rows.into_iter().map(|row| row.into_run(operation)).collect()
+}
+
+pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
+    rows.into_iter().map(|row| row.into_step(operation)).collect()
+}
