@@ -2,25 +2,33 @@
 //! `tasks` facade crate, which re-exports everything here.
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod context;
 pub mod definition;
 pub mod error;
+mod executor;
 pub mod failure;
 pub mod model;
 pub mod postgres;
+pub mod registry;
 pub mod retry;
 pub mod store;
+pub mod worker;
 
 #[doc(hidden)]
 pub mod private;
 
+pub use client::{Client, ClientError, RunError, RunHandle, StartOptions};
 pub use context::WorkflowContext;
 pub use definition::{SourceLocation, StepDefinition, Workflow, WorkflowDefinition};
 pub use error::{StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+pub use registry::{DuplicateWorkflow, InvalidInput, Registry, Violation};
 pub use retry::RetryPolicy;
 pub use store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Order, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
+pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
+pub use tokio_util::sync::CancellationToken;

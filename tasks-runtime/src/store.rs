@@ -4,6 +4,7 @@
 //! transition is a single statement that is fenced on the state it expects, so concurrent
 //! workers, operators and stale workers cannot overwrite each other.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -262,6 +263,9 @@ pub type NotificationStream = BoxStream<'static, Notification>;
 pub trait Store: Send + Sync + 'static {
     /// The namespace this store reads and writes.
     fn namespace(&self) -> &str;
+
+    /// The same store (same connections) scoped to another namespace.
+    fn scoped(&self, namespace: &str) -> Arc<dyn Store>;
 
     /// Creates a pending run, or returns the existing run with the same workflow name and
     /// idempotency key.

@@ -267,6 +267,10 @@ impl Store for PgStore {
         &self.namespace
     }
 
+    fn scoped(&self, namespace: &str) -> Arc<dyn Store> {
+        Arc::new(self.with_namespace(namespace))
+    }
+
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "creating a workflow run";
         let mut config = match params.config {

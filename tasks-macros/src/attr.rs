@@ -1,0 +1,329 @@
+//! Parsing the macro arguments: `name = "..."`, `version = "..."` and `retry(...)`.
+//!
+//! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
+//! does), and every problem is collected rather than returned on the first one.
+
+use std::time::Duration;
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::ToTokens;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{Expr, Lit, LitStr, Meta, Path, Token, UnOp};
+
+use crate::check::MacroKind;
+use crate::duration::parse_duration;
+use crate::errors::Errors;
+
+/// The options given in `#[workflow(...)]` or `#[step(...)]`, each validated.
+#[derive(Default)]
+pub(crate) struct Options {
+    /// `name = "..."`: a non-empty string literal.
+    pub name: Option<LitStr>,
+    /// `version = "..."` (workflows only): a non-empty string literal.
+    pub version: Option<LitStr>,
+    /// `retry(...)`.
+    pub retry: Option<RetryOptions>,
+}
+
+/// The keys given in `retry(...)`; missing keys fall back to the runtime's default policy.
+#[derive(Default)]
+pub(crate) struct RetryOptions {
+    /// `max_attempts = 5`: a `u32` of at least 1, or any `u32` expression.
+    pub max_attempts: Option<TokenStream>,
+    /// `initial_interval = "1s"`.
+    pub initial_interval: Option<DurationValue>,
+    /// `backoff = 2.0`: a number of at least 1, or any `f64` expression.
+    pub backoff: Option<TokenStream>,
+    /// `max_interval = "5m"`.
+    pub max_interval: Option<DurationValue>,
+}
+
+/// A duration option: a string parsed at compile time, or a `Duration` expression kept as is.
+pub(crate) enum DurationValue {
+    /// A string literal such as `"1m30s"`, already parsed.
+    Parsed { value: Duration, span: Span },
+    /// Any other expression; the compiler checks that it is a `const` `Duration`.
+    Expr(Expr),
+}
+
+/// The keys `retry(...)` accepts, for messages.
+const RETRY_KEYS: &str = "`max_attempts`, `initial_interval`, `backoff` or `max_interval`";
+
+/// Parses the attribute arguments of `kind`, recording every problem in `errors`.
+pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Errors) -> Options {
+    let mut options = Options::default();
+    let Some(metas) = parse_metas(args, errors) else {
+        return options;
+    };
+    let mut seen = Seen::default();
+    for meta in metas {
+        let Some(key) = key_of(meta.path()) else {
+            errors.spanned(meta.path(), unknown_option(kind, &meta.path().to_token_stream().to_string()));
+            continue;
+        };
+        match key.as_str() {
+            "name" => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(lit) = non_empty_string(&meta, "name", "checkout", errors) {
+                    if fresh {
+                        options.name = Some(lit);
+                    }
+                }
+            }
+            "version" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(lit) = non_empty_string(&meta, "version", "2", errors) {
+                    if fresh {
+                        options.version = Some(lit);
+                    }
+                }
+            }
+            "retry" => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(retry) = parse_retry(&meta, errors) {
+                    if fresh {
+                        options.retry = Some(retry);
+                    }
+                }
+            }
+            other => errors.spanned(meta.path(), unknown_option(kind, other)),
+        }
+    }
+    options
+}
+
+fn unknown_option(kind: MacroKind, key: &str) -> String {
+    match kind {
+        MacroKind::Workflow => format!(
+            "unknown #[workflow] option `{key}`; expected `name`, `version` or `retry`"
+        ),
+        MacroKind::Step if key == "version" => {
+            "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
+        }
+        MacroKind::Step => format!("unknown #[step] option `{key}`; expected `name` or `retry`"),
+    }
+}
+
+/// Parses `key = value, key(...), ...`; a syntax error is recorded and yields `None`.
+fn parse_metas(args: TokenStream, errors: &mut Errors) -> Option<Punctuated<Meta, Token![,]>> {
+    match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
+        Ok(metas) => Some(metas),
+        Err(error) => {
+            errors.push(error);
+            None
+        }
+    }
+}
+
+/// The keys already given, so that a repeated key is reported on its second use.
+#[derive(Default)]
+struct Seen(Vec<String>);
+
+impl Seen {
+    /// `true` the first time `key` is seen; later times record a "duplicate" error.
+    fn first(&mut self, key: &Path, errors: &mut Errors) -> bool {
+        let name = key.to_token_stream().to_string();
+        if self.0.contains(&name) {
+            errors.spanned(key, format_args!("duplicate option `{name}`"));
+            false
+        } else {
+            self.0.push(name);
+            true
+        }
+    }
+}
+
+fn key_of(path: &Path) -> Option<String> {
+    path.get_ident().map(|ident| ident.to_string())
+}
+
+/// The expression of `key = expr`, or an error showing the expected form.
+fn name_value<'a>(meta: &'a Meta, example: &str, errors: &mut Errors) -> Option<&'a Expr> {
+    match meta {
+        Meta::NameValue(name_value) => Some(strip_groups(&name_value.value)),
+        _ => {
+            let key = meta.path().to_token_stream();
+            errors.spanned(meta, format_args!("expected `{key} = {example}`"));
+            None
+        }
+    }
+}
+
+/// Looks through the invisible groups that `macro_rules!` puts around `$x:expr`.
+fn strip_groups(mut expr: &Expr) -> &Expr {
+    while let Expr::Group(group) = expr {
+        expr = &group.expr;
+    }
+    expr
+}
+
+/// `key = "..."` with a non-empty string literal.
+fn non_empty_string(meta: &Meta, key: &str, example: &str, errors: &mut Errors) -> Option<LitStr> {
+    let expr = name_value(meta, &format!("\"{example}\""), errors)?;
+    match expr {
+        Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => {
+            if lit.value().trim().is_empty() {
+                errors.spanned(lit, format_args!("`{key}` must not be empty"));
+                None
+            } else {
+                Some(lit.clone())
+            }
+        }
+        _ => {
+            errors.spanned(
+                expr,
+                format_args!("`{key}` must be a string literal, as in `{key} = \"{example}\"`"),
+            );
+            None
+        }
+    }
+}
+
+/// `retry(max_attempts = .., initial_interval = .., backoff = .., max_interval = ..)`.
+fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
+    let Meta::List(list) = meta else {
+        errors.spanned(meta, "expected `retry(...)`, as in `retry(max_attempts = 5, initial_interval = \"1s\")`");
+        return None;
+    };
+    let metas = parse_metas(list.tokens.clone(), errors)?;
+    let mut retry = RetryOptions::default();
+    let mut seen = Seen::default();
+    for meta in metas {
+        let key = key_of(meta.path()).unwrap_or_default();
+        let fresh = match key.as_str() {
+            "max_attempts" | "initial_interval" | "backoff" | "max_interval" => {
+                seen.first(meta.path(), errors)
+            }
+            "backoff_coefficient" => {
+                errors.spanned(meta.path(), "unknown `retry` key `backoff_coefficient`; it is spelled `backoff`");
+                continue;
+            }
+            _ => {
+                let key = meta.path().to_token_stream().to_string();
+                errors.spanned(meta.path(), format_args!("unknown `retry` key `{key}`; expected {RETRY_KEYS}"));
+                continue;
+            }
+        };
+        let Some(expr) = name_value(&meta, "...", errors) else {
+            continue;
+        };
+        let keep = |slot: &mut Option<_>, value| {
+            if fresh {
+                *slot = value;
+            }
+        };
+        match key.as_str() {
+            "max_attempts" => keep(&mut retry.max_attempts, max_attempts(expr, errors)),
+            "backoff" => keep(&mut retry.backoff, backoff(expr, errors)),
+            "initial_interval" => {
+                keep(&mut retry.initial_interval, duration(&key, expr, errors))
+            }
+            _ => keep(&mut retry.max_interval, duration(&key, expr, errors)),
+        }
+    }
+    if let (
+        Some(DurationValue::Parsed { value: initial, .. }),
+        Some(DurationValue::Parsed { value: max, span }),
+    ) = (&retry.initial_interval, &retry.max_interval)
+    {
+        if initial > max {
+            errors.at(
+                *span,
+                format_args!(
+                    "`max_interval` ({max:?}) is shorter than `initial_interval` ({initial:?})"
+                ),
+            );
+        }
+    }
+    Some(retry)
+}
+
+/// `max_attempts`: an integer literal of at least 1 (re-emitted unsuffixed), or an expression.
+fn max_attempts(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
+    const AT_LEAST_ONE: &str = "`max_attempts` counts the first attempt too: it must be at least 1";
+    match expr {
+        Expr::Lit(syn::ExprLit { lit: Lit::Int(lit), .. }) => match lit.base10_parse::<u32>() {
+            Ok(0) => {
+                errors.spanned(lit, AT_LEAST_ONE);
+                None
+            }
+            Ok(value) => Some(Literal::u32_unsuffixed(value).into_token_stream()),
+            Err(_) => {
+                errors.spanned(lit, "`max_attempts` must fit in a `u32`");
+                None
+            }
+        },
+        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => {
+            errors.spanned(expr, AT_LEAST_ONE);
+            None
+        }
+        Expr::Lit(_) => {
+            errors.spanned(expr, "`max_attempts` must be a whole number, as in `max_attempts = 5`");
+            None
+        }
+        _ => Some(expr.to_token_stream()),
+    }
+}
+
+/// `backoff`: a number of at least 1 (ints are accepted and re-emitted as `f64`), or an
+/// expression.
+fn backoff(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
+    let value = match expr {
+        Expr::Lit(syn::ExprLit { lit: Lit::Float(lit), .. }) => lit.base10_parse::<f64>(),
+        Expr::Lit(syn::ExprLit { lit: Lit::Int(lit), .. }) => lit.base10_parse::<f64>(),
+        Expr::Lit(_) => {
+            errors.spanned(expr, "`backoff` must be a number, as in `backoff = 2.0`");
+            return None;
+        }
+        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => Ok(-1.0),
+        _ => return Some(expr.to_token_stream()),
+    };
+    match value {
+        Ok(value) if value.is_finite() && value >= 1.0 => {
+            let mut literal = Literal::f64_unsuffixed(value);
+            literal.set_span(expr_span(expr));
+            Some(literal.into_token_stream())
+        }
+        _ => {
+            errors.spanned(
+                expr,
+                "`backoff` multiplies the delay after each failed attempt: it must be at least 1.0",
+            );
+            None
+        }
+    }
+}
+
+/// A duration: a string literal parsed now, or any other expression kept as is.
+fn duration(key: &str, expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
+    match expr {
+        Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => match parse_duration(&lit.value()) {
+            Ok(value) => Some(DurationValue::Parsed {
+                value,
+                span: lit.span(),
+            }),
+            Err(reason) => {
+                errors.spanned(lit, format_args!("invalid duration {:?}: {reason}", lit.value()));
+                None
+            }
+        },
+        Expr::Lit(_) => {
+            errors.spanned(
+                expr,
+                format_args!(
+                    "`{key}` must be a duration string such as \"250ms\", \"1s\" or \"1m30s\", or a `std::time::Duration` expression"
+                ),
+            );
+            None
+        }
+        _ => Some(DurationValue::Expr(expr.clone())),
+    }
+}
+
+fn expr_span(expr: &Expr) -> Span {
+    expr.to_token_stream()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |token| token.span())
+}

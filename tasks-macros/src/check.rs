@@ -1,0 +1,198 @@
+//! Signature checks shared by `#[workflow]` and `#[step]`.
+
+use syn::{FnArg, GenericArgument, GenericParam, PathArguments, ReturnType, Type, WherePredicate};
+
+use crate::errors::Errors;
+use crate::item::ItemFn;
+
+/// Which attribute is being expanded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MacroKind {
+    /// `#[workflow]`.
+    Workflow,
+    /// `#[step]`.
+    Step,
+}
+
+impl MacroKind {
+    /// The attribute as users write it, for messages.
+    pub(crate) fn attribute(self) -> &'static str {
+        match self {
+            MacroKind::Workflow => "#[workflow]",
+            MacroKind::Step => "#[step]",
+        }
+    }
+
+    /// The last path segment of the attribute (`tasks::step` ends in `step`).
+    fn segment(self) -> &'static str {
+        match self {
+            MacroKind::Workflow => "workflow",
+            MacroKind::Step => "step",
+        }
+    }
+}
+
+/// The two halves of a `Result<Ok, Err>` return type.
+#[derive(Clone, Copy)]
+pub(crate) struct ResultTypes<'a> {
+    /// The success type.
+    pub ok: &'a Type,
+    /// The error type.
+    pub err: &'a Type,
+}
+
+/// Checks what both attributes require of a function: `async`, not `unsafe`/`const`/`extern`,
+/// no `self`, no `impl Trait` parameters, no second `#[workflow]`/`#[step]`, and generics only
+/// where `kind` supports them (steps accept lifetime parameters, workflows nothing).
+pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
+    let attribute = kind.attribute();
+    for attr in &item.attrs {
+        let Some(last) = attr.path().segments.last() else {
+            continue;
+        };
+        if last.ident == kind.segment() {
+            errors.spanned(attr, format_args!("{attribute} is applied twice"));
+        } else if last.ident == "step" || last.ident == "workflow" {
+            errors.spanned(
+                attr,
+                "a function cannot be both a #[workflow] and a #[step]: a workflow calls steps; keep one attribute",
+            );
+        }
+    }
+
+    let sig = &item.sig;
+    if sig.asyncness.is_none() {
+        errors.spanned(sig.fn_token, format_args!("{attribute} functions must be `async fn`"));
+    }
+    if let Some(constness) = &sig.constness {
+        errors.spanned(constness, format_args!("{attribute} functions cannot be `const`"));
+    }
+    if let Some(unsafety) = &sig.unsafety {
+        errors.spanned(unsafety, format_args!("{attribute} functions cannot be `unsafe`"));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.spanned(abi, format_args!("{attribute} functions cannot be `extern`"));
+    }
+    if let Some(variadic) = &sig.variadic {
+        errors.spanned(variadic, format_args!("{attribute} functions cannot be variadic"));
+    }
+    check_generics(kind, item, errors);
+
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => errors.spanned(
+                receiver,
+                format_args!(
+                    "{attribute} functions cannot take `self`: the runtime calls them without a value; make it a free function"
+                ),
+            ),
+            FnArg::Typed(arg) => {
+                if let Type::ImplTrait(_) = &*arg.ty {
+                    errors.spanned(
+                        &arg.ty,
+                        format_args!("{attribute} parameters cannot be `impl Trait`; name a concrete type"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn check_generics(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
+    let generics = &item.sig.generics;
+    match kind {
+        MacroKind::Workflow => {
+            if !generics.params.is_empty() {
+                errors.spanned(
+                    generics,
+                    "#[workflow] functions cannot be generic: the runtime must know the input and output types",
+                );
+            }
+            if let Some(where_clause) = &generics.where_clause {
+                errors.spanned(where_clause, "#[workflow] functions cannot have a `where` clause");
+            }
+        }
+        MacroKind::Step => {
+            for param in &generics.params {
+                if !matches!(param, GenericParam::Lifetime(_)) {
+                    errors.spanned(
+                        param,
+                        "#[step] functions cannot have type or const parameters (lifetimes are fine)",
+                    );
+                }
+            }
+            let predicates = generics.where_clause.iter().flat_map(|w| &w.predicates);
+            for predicate in predicates {
+                if !matches!(predicate, WherePredicate::Lifetime(_)) {
+                    errors.spanned(predicate, "#[step] `where` clauses may only bound lifetimes");
+                }
+            }
+        }
+    }
+}
+
+/// The `Ok` and `Err` types of the return type, which must be `Result<Ok, Err>` with both
+/// written out (any path ending in `Result`, so `std::result::Result` works too).
+pub(crate) fn result_types<'a>(
+    kind: MacroKind,
+    item: &'a ItemFn,
+    errors: &mut Errors,
+) -> Option<ResultTypes<'a>> {
+    let attribute = kind.attribute();
+    let ty = match &item.sig.output {
+        ReturnType::Type(_, ty) => &**ty,
+        ReturnType::Default => {
+            errors.spanned(
+                &item.sig.ident,
+                format_args!("{attribute} functions must return `Result<Output, Error>`; add a return type"),
+            );
+            return None;
+        }
+    };
+    let not_result = format_args!(
+        "{attribute} functions must return `Result<Output, Error>`, with both types written out"
+    );
+    let Type::Path(path) = strip_parens(ty) else {
+        errors.spanned(ty, not_result);
+        return None;
+    };
+    let last = path.path.segments.last().filter(|_| path.qself.is_none());
+    let Some(last) = last.filter(|last| last.ident == "Result") else {
+        errors.spanned(ty, not_result);
+        return None;
+    };
+    let args: Vec<&Type> = match &last.arguments {
+        PathArguments::AngleBracketed(args) => args
+            .args
+            .iter()
+            .filter_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    match args.as_slice() {
+        [ok, err] => Some(ResultTypes { ok, err }),
+        _ => {
+            errors.spanned(
+                ty,
+                format_args!(
+                    "{attribute} functions must return `Result<Output, Error>` with both types written out; an alias such as `io::Result<T>` hides the error type from the macro"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Looks through parentheses and invisible groups around a type.
+pub(crate) fn strip_parens(mut ty: &Type) -> &Type {
+    loop {
+        match ty {
+            Type::Paren(inner) => ty = &inner.elem,
+            Type::Group(inner) => ty = &inner.elem,
+            _ => return ty,
+        }
+    }
+}

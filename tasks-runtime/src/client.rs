@@ -1,0 +1,450 @@
+//! The client: start runs, await their results, and operate on them.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::definition::{Workflow, WorkflowDefinition};
+use crate::error::StoreError;
+use crate::failure::ErrorRecord;
+use crate::model::{RunStatus, StepAttempt, WorkflowRun};
+use crate::registry::{DuplicateWorkflow, InvalidInput, Registry};
+use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, Store};
+
+/// Why a run could not be started or looked at.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No workflow with this name (and version) is registered in this binary.
+    #[error("workflow {name:?}{} is not registered", version.as_ref().map(|v| format!(" version {v:?}")).unwrap_or_default())]
+    UnknownWorkflow {
+        /// The name asked for.
+        name: String,
+        /// The version asked for, if any.
+        version: Option<String>,
+    },
+    /// The input does not match the workflow's input schema; nothing was stored.
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    /// The input could not be serialized or parsed.
+    #[error("the input is not valid JSON for this workflow: {0}")]
+    Json(#[source] serde_json::Error),
+    /// The registry of linked workflows has duplicates.
+    #[error(transparent)]
+    Registry(#[from] DuplicateWorkflow),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a run ended, when it did not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The run failed; the error is what the workflow (or a step) recorded.
+    #[error("workflow run {run_id} failed: {error}")]
+    Failed {
+        /// The run.
+        run_id: Uuid,
+        /// The recorded error.
+        error: ErrorRecord,
+    },
+    /// The run was canceled.
+    #[error("workflow run {run_id} was canceled")]
+    Canceled {
+        /// The run.
+        run_id: Uuid,
+    },
+    /// The run completed but its output does not decode as the expected type.
+    #[error("the output of workflow run {run_id} does not match its type: {source}")]
+    Output {
+        /// The run.
+        run_id: Uuid,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The run does not exist.
+    #[error("workflow run {run_id} does not exist")]
+    NotFound {
+        /// The run.
+        run_id: Uuid,
+    },
+    /// [`RunHandle::result_within`] gave up waiting.
+    #[error("workflow run {run_id} did not finish within {waited:?}")]
+    Timeout {
+        /// The run.
+        run_id: Uuid,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The store failed while waiting.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Options of a new run.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    idempotency_key: Option<String>,
+    available_at: Option<DateTime<Utc>>,
+    delay: Option<Duration>,
+    deadline_at: Option<DateTime<Utc>>,
+    version: Option<String>,
+    context: Option<Value>,
+}
+
+impl StartOptions {
+    /// Default options: start now, no deadline, no idempotency key.
+    pub fn new() -> Self {
+        StartOptions::default()
+    }
+
+    /// A second start with the same workflow name and key returns the first run.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Start no earlier than `at`.
+    pub fn start_at(mut self, at: DateTime<Utc>) -> Self {
+        self.available_at = Some(at);
+        self
+    }
+
+    /// Start after `delay` from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Fail the run if it has not finished by `at`.
+    pub fn deadline(mut self, at: DateTime<Utc>) -> Self {
+        self.deadline_at = Some(at);
+        self
+    }
+
+    /// For untyped starts: the version to run (default: the latest registered).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// Free-form context stored with the run and readable from the workflow.
+    pub fn context(mut self, context: Value) -> Self {
+        self.context = Some(context);
+        self
+    }
+}
+
+/// Starts and operates on runs.
+///
+/// ```no_run
+/// # async fn demo(store: tasks_runtime::postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+/// use tasks_runtime::{Client, StartOptions};
+///
+/// let client = Client::new(store)?;
+/// let handle = client
+///     .start_json("checkout", serde_json::json!({ "order_id": 7 }), StartOptions::new())
+///     .await?;
+/// let output = handle.result().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("namespace", &self.store.namespace())
+            .field("registry", &self.registry)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client on `store` that knows every workflow linked into this binary.
+    pub fn new(store: impl Store) -> Result<Self, DuplicateWorkflow> {
+        Ok(Client::with_registry(Arc::new(store), Arc::new(Registry::from_inventory()?)))
+    }
+
+    /// A client on a shared store with an explicit registry.
+    pub fn with_registry(store: Arc<dyn Store>, registry: Arc<Registry>) -> Self {
+        Client { store, registry }
+    }
+
+    /// The store behind the client.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The workflows this client knows.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Starts a run of `W`; the compiler checks the input type.
+    pub async fn start<W: Workflow>(&self, input: W::Input) -> Result<RunHandle<W::Output>, ClientError>
+    where
+        W::Input: Serialize,
+    {
+        self.start_with::<W>(input, StartOptions::new()).await
+    }
+
+    /// Starts a run of `W` with options.
+    pub async fn start_with<W: Workflow>(
+        &self,
+        input: W::Input,
+        options: StartOptions,
+    ) -> Result<RunHandle<W::Output>, ClientError>
+    where
+        W::Input: Serialize,
+    {
+        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
+        let run = self.create(W::definition(), input, options).await?;
+        Ok(self.handle(run.id))
+    }
+
+    /// Starts a run by workflow name with JSON input, as another service or the command
+    /// line would. The input is validated against the workflow's JSON Schema first; on any
+    /// violation nothing is stored and every violation is reported with its path.
+    pub async fn start_json(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<RunHandle<Value>, ClientError> {
+        let definition = match options.version.as_deref() {
+            Some(version) => self.registry.get(name, Some(version)),
+            None => self.registry.latest(name),
+        }
+        .ok_or_else(|| ClientError::UnknownWorkflow {
+            name: name.to_owned(),
+            version: options.version.clone(),
+        })?;
+        self.registry.validate_input(definition.name, definition.version, &input)?;
+        let run = self.create(definition, input, options).await?;
+        Ok(self.handle(run.id))
+    }
+
+    /// Like [`Client::start_json`], from JSON text. Malformed JSON is
+    /// [`ClientError::Json`].
+    pub async fn start_json_str(
+        &self,
+        name: &str,
+        input: &str,
+        options: StartOptions,
+    ) -> Result<RunHandle<Value>, ClientError> {
+        let input: Value = serde_json::from_str(input).map_err(ClientError::Json)?;
+        self.start_json(name, input, options).await
+    }
+
+    async fn create(
+        &self,
+        definition: &'static WorkflowDefinition,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<WorkflowRun, ClientError> {
+        let available_at = match (options.available_at, options.delay) {
+            (Some(at), _) => Some(at),
+            (None, Some(delay)) => Some(Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)),
+            (None, None) => None,
+        };
+        let run = self
+            .store
+            .create_run(CreateRun {
+                workflow_name: definition.name.to_owned(),
+                version: definition.version.map(str::to_owned),
+                input: Some(input),
+                config: Value::Object(Default::default()),
+                context: options.context,
+                available_at,
+                deadline_at: options.deadline_at,
+                retry_policy: definition.retry_policy,
+                idempotency_key: options.idempotency_key,
+            })
+            .await?;
+        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
+        Ok(run)
+    }
+
+    /// A handle on an existing run whose output decodes as `T` (use `Value` when unsure).
+    pub fn handle<T>(&self, run_id: Uuid) -> RunHandle<T> {
+        RunHandle {
+            run_id,
+            store: self.store.clone(),
+            output: PhantomData,
+        }
+    }
+
+    /// Fetches a run.
+    pub async fn get_run(&self, run_id: Uuid) -> Result<Option<WorkflowRun>, StoreError> {
+        self.store.get_run(run_id).await
+    }
+
+    /// Lists runs with filters and cursor pagination.
+    pub async fn list_runs(&self, query: ListRuns) -> Result<Page<WorkflowRun>, StoreError> {
+        self.store.list_runs(query).await
+    }
+
+    /// Lists the step attempts of a run with cursor pagination.
+    pub async fn list_steps(&self, query: ListStepAttempts) -> Result<Page<StepAttempt>, StoreError> {
+        self.store.list_step_attempts(query).await
+    }
+
+    /// Cancels a run.
+    pub async fn cancel(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
+        self.store.cancel_run(run_id).await
+    }
+
+    /// Pauses a run; a running run stops at its next step boundary.
+    pub async fn pause(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
+        self.store.pause_run(run_id).await
+    }
+
+    /// Resumes a paused run.
+    pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
+        self.store.resume_run(run_id).await
+    }
+}
+
+/// A started run whose output is a `T`.
+pub struct RunHandle<T> {
+    run_id: Uuid,
+    store: Arc<dyn Store>,
+    output: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for RunHandle<T> {
+    fn clone(&self) -> Self {
+        RunHandle {
+            run_id: self.run_id,
+            store: self.store.clone(),
+            output: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for RunHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle").field("run_id", &self.run_id).finish()
+    }
+}
+
+/// How often a waiting handle re-checks the run even without a notification, in case one
+/// was lost on the way.
+const RESULT_SAFETY_POLL: Duration = Duration::from_secs(2);
+
+impl<T: DeserializeOwned> RunHandle<T> {
+    /// The run's id.
+    pub fn id(&self) -> Uuid {
+        self.run_id
+    }
+
+    /// The run as stored now.
+    pub async fn run(&self) -> Result<WorkflowRun, RunError> {
+        self.store
+            .get_run(self.run_id)
+            .await?
+            .ok_or(RunError::NotFound { run_id: self.run_id })
+    }
+
+    /// The run's current status.
+    pub async fn status(&self) -> Result<RunStatus, RunError> {
+        Ok(self.run().await?.status)
+    }
+
+    /// Waits for the run to finish and returns its output. It wakes on the store's
+    /// completion notification, not by polling.
+    pub async fn result(&self) -> Result<T, RunError> {
+        let mut notifications = match self.store.subscribe().await {
+            Ok(stream) => Some(stream),
+            Err(error) => {
+                tracing::warn!(%error, "cannot subscribe to notifications; polling for the result");
+                None
+            }
+        };
+        loop {
+            if let Some(result) = self.finished().await? {
+                return result;
+            }
+            let wake = async {
+                match notifications.as_mut() {
+                    Some(stream) => loop {
+                        match stream.next().await {
+                            Some(Notification::RunFinished { run_id, .. }) if run_id == self.run_id => return,
+                            Some(Notification::Missed { .. }) => return,
+                            Some(_) => continue,
+                            None => return std::future::pending().await,
+                        }
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            let _ = tokio::time::timeout(RESULT_SAFETY_POLL, wake).await;
+        }
+    }
+
+    /// Like [`RunHandle::result`], giving up after `timeout`.
+    pub async fn result_within(&self, timeout: Duration) -> Result<T, RunError> {
+        match tokio::time::timeout(timeout, self.result()).await {
+            Ok(result) => result,
+            Err(_) => Err(RunError::Timeout {
+                run_id: self.run_id,
+                waited: timeout,
+            }),
+        }
+    }
+
+    async fn finished(&self) -> Result<Option<Result<T, RunError>>, RunError> {
+        let run = self.run().await?;
+        Ok(match run.status {
+            RunStatus::Completed => Some(
+                serde_json::from_value(run.output.unwrap_or(Value::Null)).map_err(|source| RunError::Output {
+                    run_id: self.run_id,
+                    source,
+                }),
+            ),
+            RunStatus::Failed => Some(Err(RunError::Failed {
+                run_id: self.run_id,
+                error: run
+                    .error
+                    .as_ref()
+                    .map(ErrorRecord::from_json)
+                    .unwrap_or_else(|| ErrorRecord::new("unknown error")),
+            })),
+            RunStatus::Canceled => Some(Err(RunError::Canceled { run_id: self.run_id })),
+            _ => None,
+        })
+    }
+
+    /// Cancels the run.
+    pub async fn cancel(&self) -> Result<WorkflowRun, StoreError> {
+        self.store.cancel_run(self.run_id).await
+    }
+
+    /// Pauses the run.
+    pub async fn pause(&self) -> Result<WorkflowRun, StoreError> {
+        self.store.pause_run(self.run_id).await
+    }
+
+    /// Resumes the run.
+    pub async fn resume(&self) -> Result<WorkflowRun, StoreError> {
+        self.store.resume_run(self.run_id).await
+    }
+
+    /// Every step attempt of the run so far, oldest first.
+    pub async fn steps(&self) -> Result<Vec<StepAttempt>, StoreError> {
+        self.store.step_history(self.run_id).await
+    }
+}

@@ -1,0 +1,227 @@
+//! Executes one claimed run: replay its history, run the workflow function, and record the
+//! outcome — unless the run was paused, canceled or taken over meanwhile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
+
+use crate::context::{ExecutionLimits, Halt, WorkflowContext};
+use crate::definition::WorkflowDefinition;
+use crate::error::StoreError;
+use crate::failure::ErrorRecord;
+use crate::model::{RunStatus, WorkflowRun};
+use crate::store::{FailRun, Store};
+
+/// Everything an execution needs besides the run itself.
+#[derive(Clone)]
+pub(crate) struct Executor {
+    pub store: Arc<dyn Store>,
+    pub worker_id: String,
+    pub lease: Duration,
+    pub limits: ExecutionLimits,
+}
+
+/// How an execution ended, for logs and tests.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Completed,
+    Failed,
+    Retrying,
+    Sleeping,
+    Interrupted,
+    LeaseLost,
+    Abandoned,
+}
+
+enum Finished {
+    Returned(Result<Value, ErrorRecord>),
+    Halted(Halt),
+    DeadlineExceeded,
+    ShutDown,
+}
+
+impl Executor {
+    /// Executes `run` with `definition` until it finishes, parks or is stopped. `shutdown`
+    /// abandons the run without writing anything (its lease expires and another worker
+    /// replays it).
+    pub(crate) async fn execute(
+        &self,
+        run: WorkflowRun,
+        definition: &'static WorkflowDefinition,
+        shutdown: CancellationToken,
+    ) -> Outcome {
+        let span = tracing::info_span!(
+            "run",
+            run.id = %run.id,
+            workflow.name = %run.workflow_name,
+            workflow.version = run.version.as_deref().unwrap_or(""),
+            attempt = run.attempts,
+        );
+        self.execute_inner(run, definition, shutdown).instrument(span).await
+    }
+
+    async fn execute_inner(
+        &self,
+        run: WorkflowRun,
+        definition: &'static WorkflowDefinition,
+        shutdown: CancellationToken,
+    ) -> Outcome {
+        let run_id = run.id;
+        let history = match self.store.step_history(run_id).await {
+            Ok(history) => history,
+            Err(error) => {
+                tracing::warn!(%error, "could not load step history; the run will be retried after its lease");
+                return Outcome::Abandoned;
+            }
+        };
+        let deadline = run.deadline_at.map(|deadline| {
+            let remaining = (deadline - run.updated_at).to_std().unwrap_or(Duration::ZERO);
+            tokio::time::Instant::now() + remaining
+        });
+        let input = run.input.clone().unwrap_or(Value::Null);
+        let ctx = WorkflowContext::new(self.store.clone(), run, self.worker_id.clone(), history, self.limits.clone());
+        let _heartbeat = self.heartbeat(ctx.clone());
+
+        let workflow = ctx.scope((definition.entry)(ctx.clone(), input));
+        let finished = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Finished::ShutDown,
+            halt = ctx.halted() => Finished::Halted(halt),
+            result = workflow => match ctx.take_halt() {
+                Some(halt) => Finished::Halted(halt),
+                None => Finished::Returned(result),
+            },
+            _ = sleep_until(deadline) => Finished::DeadlineExceeded,
+        };
+        self.record(&ctx, finished).await
+    }
+
+    async fn record(&self, ctx: &WorkflowContext, finished: Finished) -> Outcome {
+        let run_id = ctx.run_id();
+        let written = match finished {
+            Finished::ShutDown => {
+                tracing::info!("worker shutting down; run left for another worker");
+                return Outcome::Abandoned;
+            }
+            Finished::Returned(Ok(output)) => self
+                .store
+                .complete_run(run_id, &self.worker_id, output)
+                .await
+                .map(|_| Outcome::Completed),
+            Finished::Returned(Err(error)) => {
+                // Errors that come from a step whose retries ran out are final: the
+                // workflow-level policy only covers errors outside steps.
+                let exhausted = ctx.exhausted_step();
+                let force = !error.retryable || exhausted.is_some();
+                let record = match exhausted {
+                    Some(step_error) if error.message == step_error.message => step_error,
+                    _ => error,
+                };
+                self.fail(run_id, record, force).await
+            }
+            Finished::DeadlineExceeded => {
+                let record = ErrorRecord::new("Workflow run deadline exceeded")
+                    .with_kind("deadline")
+                    .non_retryable();
+                self.fail(run_id, record, true).await
+            }
+            Finished::Halted(Halt::Sleep(until)) => self
+                .store
+                .sleep_run(run_id, &self.worker_id, until)
+                .await
+                .map(|_| Outcome::Sleeping),
+            Finished::Halted(Halt::Fail(record)) => self.fail(run_id, record, true).await,
+            Finished::Halted(Halt::Interrupted(status)) => {
+                tracing::info!(%status, "run interrupted at a step boundary");
+                return Outcome::Interrupted;
+            }
+            Finished::Halted(Halt::LeaseLost) => {
+                tracing::warn!("lease lost; another worker owns the run now");
+                return Outcome::LeaseLost;
+            }
+            Finished::Halted(Halt::Store(error)) => {
+                tracing::warn!(%error, "store failed during the run; it will be retried after its lease");
+                return Outcome::Abandoned;
+            }
+        };
+        match written {
+            Ok(outcome) => outcome,
+            Err(StoreError::WrongState { status, .. }) if matches!(status, RunStatus::Paused | RunStatus::Canceled) => {
+                tracing::info!(%status, "run interrupted before its result was written; result discarded");
+                Outcome::Interrupted
+            }
+            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) => {
+                tracing::warn!("run changed hands before its result was written; result discarded");
+                Outcome::LeaseLost
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not record the run's outcome; it will be retried after its lease");
+                Outcome::Abandoned
+            }
+        }
+    }
+
+    async fn fail(&self, run_id: uuid::Uuid, record: ErrorRecord, force: bool) -> Result<Outcome, StoreError> {
+        tracing::warn!(error = %record, final_failure = force, "workflow failed");
+        let run = self
+            .store
+            .fail_run(FailRun {
+                run_id,
+                worker_id: self.worker_id.clone(),
+                error: record.to_json(),
+                force,
+                custom_delay: None,
+            })
+            .await?;
+        Ok(if run.status == RunStatus::Failed {
+            Outcome::Failed
+        } else {
+            Outcome::Retrying
+        })
+    }
+
+    /// Extends the lease every half lease while the run executes. The task is aborted when
+    /// the returned handle drops, so no heartbeat outlives its execution, whatever way the
+    /// execution ends.
+    fn heartbeat(&self, ctx: WorkflowContext) -> AbortOnDropHandle<()> {
+        let store = self.store.clone();
+        let worker_id = self.worker_id.clone();
+        let lease = self.lease;
+        let span = tracing::Span::current();
+        AbortOnDropHandle::new(tokio::spawn(
+            async move {
+                let mut ticks = tokio::time::interval(lease / 2);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    match store.extend_lease(ctx.run_id(), &worker_id, lease).await {
+                        Ok(_) => {}
+                        Err(StoreError::WrongState { status, .. })
+                            if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
+                        {
+                            ctx.interrupt(Halt::Interrupted(status));
+                            return;
+                        }
+                        Err(StoreError::WrongState { .. } | StoreError::LeaseLost { .. } | StoreError::RunNotFound { .. }) => {
+                            ctx.interrupt(Halt::LeaseLost);
+                            return;
+                        }
+                        Err(error) => tracing::warn!(%error, "heartbeat failed; retrying"),
+                    }
+                }
+            }
+            .instrument(span),
+        ))
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

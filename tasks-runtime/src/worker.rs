@@ -1,0 +1,493 @@
+//! The worker: claims runs in batches, executes them concurrently under a lease, wakes on
+//! notifications with polling as the fallback, and shuts down gracefully.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rand::Rng;
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::context::ExecutionLimits;
+use crate::error::StoreError;
+use crate::executor::{Executor, Outcome};
+use crate::failure::ErrorRecord;
+use crate::model::WorkflowRun;
+use crate::registry::{DuplicateWorkflow, Registry};
+use crate::store::{FailRun, NotificationStream, Store};
+
+/// What a worker does with a claimed run whose `(name, version)` is not registered in its
+/// binary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnknownWorkflowPolicy {
+    /// Give the run back, available again after a backoff that doubles on every deferral
+    /// (from `initial` up to `max`), and record why on the run. This is what rolling
+    /// deploys need: a newer worker picks the run up. The default.
+    Reschedule {
+        /// First delay.
+        initial: Duration,
+        /// Largest delay.
+        max: Duration,
+    },
+    /// Fail the run for good.
+    Fail,
+}
+
+impl Default for UnknownWorkflowPolicy {
+    fn default() -> Self {
+        UnknownWorkflowPolicy::Reschedule {
+            initial: Duration::from_secs(5),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why a worker could not start or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Two workflows share a name and version.
+    #[error(transparent)]
+    Registry(#[from] DuplicateWorkflow),
+    /// A setting is out of range.
+    #[error("invalid worker setting: {0}")]
+    InvalidSetting(String),
+    /// Waiting for Ctrl-C failed.
+    #[error("could not listen for Ctrl-C: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Configures a [`Worker`].
+///
+/// ```no_run
+/// # async fn demo(store: tasks_runtime::postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tasks_runtime::Worker;
+///
+/// let worker = Worker::builder(store)
+///     .concurrency(32)
+///     .lease(Duration::from_secs(30))
+///     .build()?;
+/// worker.run_until_ctrl_c().await?;
+/// # Ok(()) }
+/// ```
+pub struct WorkerBuilder {
+    store: Arc<dyn Store>,
+    namespace: Option<String>,
+    registry: Option<Registry>,
+    concurrency: usize,
+    lease: Duration,
+    poll_min: Duration,
+    poll_max: Duration,
+    shutdown_grace: Duration,
+    max_steps: u32,
+    park_threshold: Duration,
+    unknown_workflow: UnknownWorkflowPolicy,
+    worker_id: Option<String>,
+}
+
+impl WorkerBuilder {
+    /// How many runs execute at once (default 10).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// How long a claim lasts without a heartbeat (default 30 s). Heartbeats run every half
+    /// lease.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Bounds of the idle polling interval (default 50 ms to 1 s): it starts at `min` after
+    /// any work or wake-up and doubles, with jitter, up to `max` while idle.
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// The namespace to work in (default: the store's).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Use this registry instead of the link-time one.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// How long shutdown waits for in-flight runs before abandoning them to their leases
+    /// (default 30 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Fail runs that resolve more than this many steps and sleeps (default 10 000).
+    pub fn max_steps_per_run(mut self, max_steps: u32) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Step retries whose backoff is at most this long wait in the worker; longer ones park
+    /// the run so its slot is freed (default 5 s).
+    pub fn step_retry_park_threshold(mut self, threshold: Duration) -> Self {
+        self.park_threshold = threshold;
+        self
+    }
+
+    /// What to do with runs of workflows this binary does not know.
+    pub fn unknown_workflow(mut self, policy: UnknownWorkflowPolicy) -> Self {
+        self.unknown_workflow = policy;
+        self
+    }
+
+    /// The id the worker writes on the runs it claims (default: a fresh UUID).
+    pub fn worker_id(mut self, worker_id: impl Into<String>) -> Self {
+        self.worker_id = Some(worker_id.into());
+        self
+    }
+
+    /// Builds the worker, collecting link-time registrations unless a registry was given.
+    pub fn build(self) -> Result<Worker, WorkerError> {
+        if self.concurrency == 0 {
+            return Err(WorkerError::InvalidSetting("concurrency must be at least 1".into()));
+        }
+        if self.lease < Duration::from_millis(100) {
+            return Err(WorkerError::InvalidSetting("lease must be at least 100 ms".into()));
+        }
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(WorkerError::InvalidSetting(
+                "poll interval bounds must satisfy 0 < min <= max".into(),
+            ));
+        }
+        let registry = match self.registry {
+            Some(registry) => registry,
+            None => Registry::from_inventory()?,
+        };
+        let store = match &self.namespace {
+            Some(namespace) => self.store.scoped(namespace),
+            None => self.store,
+        };
+        let worker_id = self.worker_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+        Ok(Worker {
+            inner: Arc::new(WorkerInner {
+                executor: Executor {
+                    store: store.clone(),
+                    worker_id,
+                    lease: self.lease,
+                    limits: ExecutionLimits {
+                        max_steps: self.max_steps,
+                        park_threshold: self.park_threshold,
+                    },
+                },
+                store,
+                registry,
+                concurrency: self.concurrency,
+                poll_min: self.poll_min,
+                poll_max: self.poll_max,
+                shutdown_grace: self.shutdown_grace,
+                unknown_workflow: self.unknown_workflow,
+            }),
+        })
+    }
+}
+
+/// Executes runs. Build one with [`Worker::builder`], then [`Worker::run`] it until a
+/// cancellation token fires (or use [`Worker::run_until_ctrl_c`] / [`Worker::spawn`]).
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<WorkerInner>,
+}
+
+struct WorkerInner {
+    store: Arc<dyn Store>,
+    executor: Executor,
+    registry: Registry,
+    concurrency: usize,
+    poll_min: Duration,
+    poll_max: Duration,
+    shutdown_grace: Duration,
+    unknown_workflow: UnknownWorkflowPolicy,
+}
+
+/// A worker running in the background; see [`Worker::spawn`].
+#[derive(Debug)]
+pub struct WorkerHandle {
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// Stops claiming, waits for in-flight runs (up to the grace period) and returns once
+    /// the worker has stopped.
+    pub async fn shutdown(self) {
+        self.token.cancel();
+        if let Err(error) = self.task.await {
+            tracing::error!(%error, "worker task failed");
+        }
+    }
+
+    /// The token that stops the worker.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("worker_id", &self.inner.executor.worker_id)
+            .field("namespace", &self.inner.store.namespace())
+            .field("concurrency", &self.inner.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A builder with the defaults: concurrency 10, lease 30 s, polling 50 ms–1 s, grace 30 s.
+    pub fn builder(store: impl Store) -> WorkerBuilder {
+        Worker::builder_shared(Arc::new(store))
+    }
+
+    /// Like [`Worker::builder`], for a store that is already shared.
+    pub fn builder_shared(store: Arc<dyn Store>) -> WorkerBuilder {
+        WorkerBuilder {
+            store,
+            namespace: None,
+            registry: None,
+            concurrency: 10,
+            lease: Duration::from_secs(30),
+            poll_min: Duration::from_millis(50),
+            poll_max: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+            max_steps: 10_000,
+            park_threshold: Duration::from_secs(5),
+            unknown_workflow: UnknownWorkflowPolicy::default(),
+            worker_id: None,
+        }
+    }
+
+    /// The id written on the runs this worker claims.
+    pub fn id(&self) -> &str {
+        &self.inner.executor.worker_id
+    }
+
+    /// The workflows this worker can execute.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Runs in the background until the handle is shut down.
+    pub fn spawn(&self) -> WorkerHandle {
+        let token = CancellationToken::new();
+        let worker = self.clone();
+        let task = tokio::spawn({
+            let token = token.clone();
+            async move { worker.run(token).await }
+        });
+        WorkerHandle { token, task }
+    }
+
+    /// Runs until Ctrl-C, then shuts down gracefully.
+    pub async fn run_until_ctrl_c(&self) -> Result<(), WorkerError> {
+        let token = CancellationToken::new();
+        let run = self.run(token.clone());
+        tokio::pin!(run);
+        tokio::select! {
+            () = &mut run => return Ok(()),
+            signal = tokio::signal::ctrl_c() => {
+                signal.map_err(WorkerError::Signal)?;
+                tracing::info!("Ctrl-C received; shutting down");
+                token.cancel();
+            }
+        }
+        run.await;
+        Ok(())
+    }
+
+    /// Claims and executes runs until `shutdown` is cancelled. Then it stops claiming,
+    /// waits up to the grace period for in-flight runs, and abandons the rest without
+    /// writing anything: their leases expire and other workers replay them.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let inner = &self.inner;
+        tracing::info!(
+            worker.id = %inner.executor.worker_id,
+            namespace = inner.store.namespace(),
+            workflows = inner.registry.len(),
+            concurrency = inner.concurrency,
+            "worker started"
+        );
+        let slots = Arc::new(Semaphore::new(inner.concurrency));
+        let slot_freed = Arc::new(Notify::new());
+        let tracker = TaskTracker::new();
+        let abandon = CancellationToken::new();
+        let mut notifications = self.subscribe().await;
+        let mut idle = inner.poll_min;
+
+        while !shutdown.is_cancelled() {
+            let free = slots.available_permits();
+            let mut claimed_all = false;
+            if free > 0 {
+                match inner.store.claim_runs(&inner.executor.worker_id, inner.executor.lease, free as u32).await {
+                    Ok(runs) => {
+                        claimed_all = runs.len() == free;
+                        if !runs.is_empty() {
+                            idle = inner.poll_min;
+                        }
+                        for run in runs {
+                            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                                // Cannot happen: we claimed no more than the free slots.
+                                tracing::error!(run.id = %run.id, "no free slot for a claimed run");
+                                break;
+                            };
+                            let worker = self.clone();
+                            let abandon = abandon.clone();
+                            let slot_freed = slot_freed.clone();
+                            tracker.spawn(async move {
+                                worker.process(run, abandon).await;
+                                drop(permit);
+                                slot_freed.notify_one();
+                            });
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "claiming runs failed; retrying"),
+                }
+            }
+            if claimed_all {
+                continue;
+            }
+            let wait = jitter(idle);
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = slot_freed.notified(), if free == 0 || slots.available_permits() == 0 => {}
+                woke = next_wakeup(&mut notifications) => {
+                    if woke.is_none() {
+                        notifications = self.subscribe().await;
+                    }
+                    idle = inner.poll_min;
+                }
+                () = tokio::time::sleep(wait) => {
+                    idle = (idle * 2).min(inner.poll_max);
+                }
+            }
+        }
+
+        tracker.close();
+        tracing::info!(in_flight = tracker.len(), "worker stopping; waiting for in-flight runs");
+        if tokio::time::timeout(inner.shutdown_grace, tracker.wait()).await.is_err() {
+            tracing::warn!(
+                abandoned = tracker.len(),
+                "grace period over; abandoning in-flight runs to their leases"
+            );
+            abandon.cancel();
+            tracker.wait().await;
+        }
+        tracing::info!("worker stopped");
+    }
+
+    async fn subscribe(&self) -> Option<NotificationStream> {
+        match self.inner.store.subscribe().await {
+            Ok(stream) => Some(stream),
+            Err(error) => {
+                tracing::warn!(%error, "cannot subscribe to wake-ups; relying on polling");
+                None
+            }
+        }
+    }
+
+    async fn process(&self, run: WorkflowRun, abandon: CancellationToken) {
+        let inner = &self.inner;
+        let Some(definition) = inner.registry.get(&run.workflow_name, run.version.as_deref()) else {
+            self.unknown(run).await;
+            return;
+        };
+        let outcome = inner.executor.execute(run, definition, abandon).await;
+        tracing::debug!(?outcome, "execution ended");
+        if matches!(outcome, Outcome::Abandoned) {
+            // Give other work a chance before this worker tries again.
+            tokio::time::sleep(inner.poll_min).await;
+        }
+    }
+
+    async fn unknown(&self, run: WorkflowRun) {
+        let inner = &self.inner;
+        let label = match &run.version {
+            Some(version) => format!("{}@{}", run.workflow_name, version),
+            None => run.workflow_name.clone(),
+        };
+        let message = format!("workflow {label} is not registered in worker {}", inner.executor.worker_id);
+        let result = match inner.unknown_workflow {
+            UnknownWorkflowPolicy::Reschedule { initial, max } => {
+                let deferrals = run
+                    .error
+                    .as_ref()
+                    .filter(|e| e.get("kind").and_then(|k| k.as_str()) == Some("unregistered"))
+                    .and_then(|e| e.get("deferrals"))
+                    .and_then(|d| d.as_u64())
+                    .unwrap_or(0);
+                let factor = 2u32.saturating_pow(deferrals.min(16) as u32);
+                let delay = initial.saturating_mul(factor).min(max);
+                tracing::warn!(run.id = %run.id, %message, ?delay, "rescheduling a run this worker cannot execute");
+                let reason = json!({
+                    "message": message,
+                    "kind": "unregistered",
+                    "deferrals": deferrals + 1,
+                });
+                inner
+                    .store
+                    .release_run(run.id, &inner.executor.worker_id, delay, reason)
+                    .await
+                    .map(|_| ())
+            }
+            UnknownWorkflowPolicy::Fail => {
+                tracing::error!(run.id = %run.id, %message, "failing a run this worker cannot execute");
+                inner
+                    .store
+                    .fail_run(FailRun {
+                        run_id: run.id,
+                        worker_id: inner.executor.worker_id.clone(),
+                        error: ErrorRecord::new(message).with_kind("unregistered").non_retryable().to_json(),
+                        force: true,
+                        custom_delay: None,
+                    })
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(error) = result {
+            match error {
+                StoreError::LeaseLost { .. } | StoreError::WrongState { .. } => {}
+                error => tracing::warn!(%error, "could not hand back an unknown workflow's run"),
+            }
+        }
+    }
+}
+
+/// Waits for a wake-up; `None` when the stream ended and must be re-subscribed.
+async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<()> {
+    match notifications {
+        Some(stream) => loop {
+            match stream.next().await {
+                Some(crate::store::Notification::RunFinished { .. }) => continue,
+                Some(_) => return Some(()),
+                None => return None,
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// `base` ± 20 %, so that idle workers do not poll in lockstep.
+fn jitter(base: Duration) -> Duration {
+    let factor = rand::rng().random_range(0.8..1.2);
+    base.mul_f64(factor)
+}
