@@ -1,9 +1,11 @@
 //! Executes one claimed run: replay its history, run the workflow function, and record the
 //! outcome — unless the run was paused, canceled or taken over meanwhile.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -86,14 +88,16 @@ impl Executor {
         let ctx = WorkflowContext::new(self.store.clone(), run, self.worker_id.clone(), history, self.limits.clone());
         let _heartbeat = self.heartbeat(ctx.clone());
 
-        let workflow = ctx.scope((definition.entry)(ctx.clone(), input));
+        // A panicking workflow fails its attempt (and is retried by the workflow policy)
+        // instead of taking the worker's task down with the lease still held.
+        let workflow = ctx.scope(AssertUnwindSafe((definition.entry)(ctx.clone(), input)).catch_unwind());
         let finished = tokio::select! {
             biased;
             _ = shutdown.cancelled() => Finished::ShutDown,
             halt = ctx.halted() => Finished::Halted(halt),
             result = workflow => match ctx.take_halt() {
                 Some(halt) => Finished::Halted(halt),
-                None => Finished::Returned(result),
+                None => Finished::Returned(result.unwrap_or_else(|panic| Err(panicked(panic)))),
             },
             _ = sleep_until(deadline) => Finished::DeadlineExceeded,
         };
@@ -217,6 +221,15 @@ impl Executor {
             .instrument(span),
         ))
     }
+}
+
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> ErrorRecord {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_owned());
+    ErrorRecord::new(format!("workflow panicked: {message}")).with_kind("panic")
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

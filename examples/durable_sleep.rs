@@ -1,0 +1,59 @@
+//! A durable timer: the run is parked in the database while it sleeps, its worker slot is
+//! freed, and any worker resumes it when the time has come — even after a restart.
+//!
+//! ```sh
+//! cargo run --example durable_sleep
+//! ```
+
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tasks::postgres::PgStore;
+use tasks::{step, workflow, Client, RunStatus, Worker, WorkflowContext, WorkflowError};
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Reminder {
+    to: String,
+    after_seconds: u64,
+}
+
+#[step]
+async fn send(to: &str, text: &str) -> Result<String, std::io::Error> {
+    println!("  -> {to}: {text}");
+    Ok(format!("sent to {to}"))
+}
+
+#[workflow(name = "reminder")]
+async fn reminder(ctx: WorkflowContext, input: Reminder) -> Result<String, WorkflowError> {
+    send(&input.to, "your trial started").await?;
+    ctx.sleep("wait-for-reminder", Duration::from_secs(input.after_seconds)).await?;
+    let sent = send(&input.to, "your trial ends soon").await?;
+    Ok(sent)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let store = PgStore::connect(&url).await?.with_namespace("example-sleep");
+    store.migrate().await?;
+    let worker = Worker::builder(store.clone()).build()?.spawn();
+    let client = Client::new(store)?;
+
+    let started = Instant::now();
+    let run = reminder::start(
+        &client,
+        Reminder {
+            to: "grace".into(),
+            after_seconds: 2,
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = run.status().await?;
+    println!("while sleeping the run is {status} (no worker holds it)");
+    assert_eq!(status, RunStatus::Sleeping);
+    println!("result: {} after {:?}", run.result().await?, started.elapsed());
+    worker.shutdown().await;
+    Ok(())
+}

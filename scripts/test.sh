@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against a real Postgres.
+#
+# Uses $DATABASE_URL when set; otherwise the local server at 127.0.0.1:5432 (user postgres,
+# database test), starting the local cluster first if it is installed but down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+
+pg_up() {
+  if command -v pg_isready >/dev/null 2>&1; then
+    pg_isready -d "$DATABASE_URL" -q
+  else
+    # No client tools: try the TCP port.
+    (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null
+  fi
+}
+
+if ! pg_up; then
+  echo "Postgres is not answering at $DATABASE_URL; trying to start the local cluster..." >&2
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    for version in $(ls /etc/postgresql); do
+      pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    done
+  fi
+  for _ in $(seq 1 30); do
+    pg_up && break
+    sleep 1
+  done
+fi
+if ! pg_up; then
+  cat >&2 <<MSG
+error: no Postgres at $DATABASE_URL.
+Start one (for example: pg_ctlcluster --skip-systemctl-redirect <version> main start)
+or point DATABASE_URL at a database this user may create schemas and databases in.
+MSG
+  exit 1
+fi
+echo "Using Postgres at $DATABASE_URL" >&2
+
+exec cargo test --workspace --locked "$@"
