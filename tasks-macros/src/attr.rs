@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
-use syn::{Expr, Lit, LitStr, Meta, Path, Token, UnOp};
+use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
 
 use crate::check::MacroKind;
 use crate::duration::parse_duration;
@@ -24,6 +25,15 @@ pub(crate) struct Options {
     pub version: Option<LitStr>,
     /// `retry(...)`.
     pub retry: Option<RetryOptions>,
+}
+
+impl Options {
+    /// `name = "..."`, or else the function's name (without `r#`).
+    pub(crate) fn name_or(&self, ident: &Ident) -> LitStr {
+        self.name
+            .clone()
+            .unwrap_or_else(|| LitStr::new(&ident.unraw().to_string(), ident.span()))
+    }
 }
 
 /// The keys given in `retry(...)`; missing keys fall back to the runtime's default policy.
@@ -42,7 +52,14 @@ pub(crate) struct RetryOptions {
 /// A duration option: a string parsed at compile time, or a `Duration` expression kept as is.
 pub(crate) enum DurationValue {
     /// A string literal such as `"1m30s"`, already parsed.
-    Parsed { value: Duration, span: Span },
+    Parsed {
+        /// The parsed value.
+        value: Duration,
+        /// The string as written, for messages.
+        text: String,
+        /// The literal's span.
+        span: Span,
+    },
     /// Any other expression; the compiler checks that it is a `const` `Duration`.
     Expr(Expr),
 }
@@ -59,13 +76,16 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
     let mut seen = Seen::default();
     for meta in metas {
         let Some(key) = key_of(meta.path()) else {
-            errors.spanned(meta.path(), unknown_option(kind, &meta.path().to_token_stream().to_string()));
+            errors.spanned(
+                meta.path(),
+                unknown_option(kind, &meta.path().to_token_stream().to_string()),
+            );
             continue;
         };
         match key.as_str() {
             "name" => {
                 let fresh = seen.first(meta.path(), errors);
-                if let Some(lit) = non_empty_string(&meta, "name", "checkout", errors) {
+                if let Some(lit) = non_empty_string(&meta, "name", kind.example_name(), errors) {
                     if fresh {
                         options.name = Some(lit);
                     }
@@ -95,9 +115,9 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
 
 fn unknown_option(kind: MacroKind, key: &str) -> String {
     match kind {
-        MacroKind::Workflow => format!(
-            "unknown #[workflow] option `{key}`; expected `name`, `version` or `retry`"
-        ),
+        MacroKind::Workflow => {
+            format!("unknown #[workflow] option `{key}`; expected `name`, `version` or `retry`")
+        }
         MacroKind::Step if key == "version" => {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
         }
@@ -162,7 +182,9 @@ fn strip_groups(mut expr: &Expr) -> &Expr {
 fn non_empty_string(meta: &Meta, key: &str, example: &str, errors: &mut Errors) -> Option<LitStr> {
     let expr = name_value(meta, &format!("\"{example}\""), errors)?;
     match expr {
-        Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => {
             if lit.value().trim().is_empty() {
                 errors.spanned(lit, format_args!("`{key}` must not be empty"));
                 None
@@ -183,7 +205,10 @@ fn non_empty_string(meta: &Meta, key: &str, example: &str, errors: &mut Errors) 
 /// `retry(max_attempts = .., initial_interval = .., backoff = .., max_interval = ..)`.
 fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
     let Meta::List(list) = meta else {
-        errors.spanned(meta, "expected `retry(...)`, as in `retry(max_attempts = 5, initial_interval = \"1s\")`");
+        errors.spanned(
+            meta,
+            "expected `retry(...)`, as in `retry(max_attempts = 5, initial_interval = \"1s\")`",
+        );
         return None;
     };
     let metas = parse_metas(list.tokens.clone(), errors)?;
@@ -196,42 +221,55 @@ fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
                 seen.first(meta.path(), errors)
             }
             "backoff_coefficient" => {
-                errors.spanned(meta.path(), "unknown `retry` key `backoff_coefficient`; it is spelled `backoff`");
+                errors.spanned(
+                    meta.path(),
+                    "unknown `retry` key `backoff_coefficient`; it is spelled `backoff`",
+                );
                 continue;
             }
             _ => {
                 let key = meta.path().to_token_stream().to_string();
-                errors.spanned(meta.path(), format_args!("unknown `retry` key `{key}`; expected {RETRY_KEYS}"));
+                errors.spanned(
+                    meta.path(),
+                    format_args!("unknown `retry` key `{key}`; expected {RETRY_KEYS}"),
+                );
                 continue;
             }
         };
         let Some(expr) = name_value(&meta, "...", errors) else {
             continue;
         };
-        let keep = |slot: &mut Option<_>, value| {
-            if fresh {
-                *slot = value;
-            }
-        };
         match key.as_str() {
-            "max_attempts" => keep(&mut retry.max_attempts, max_attempts(expr, errors)),
-            "backoff" => keep(&mut retry.backoff, backoff(expr, errors)),
-            "initial_interval" => {
-                keep(&mut retry.initial_interval, duration(&key, expr, errors))
+            "max_attempts" => {
+                keep_first(fresh, &mut retry.max_attempts, max_attempts(expr, errors))
             }
-            _ => keep(&mut retry.max_interval, duration(&key, expr, errors)),
+            "backoff" => keep_first(fresh, &mut retry.backoff, backoff(expr, errors)),
+            "initial_interval" => keep_first(
+                fresh,
+                &mut retry.initial_interval,
+                duration(&key, expr, errors),
+            ),
+            _ => keep_first(fresh, &mut retry.max_interval, duration(&key, expr, errors)),
         }
     }
     if let (
-        Some(DurationValue::Parsed { value: initial, .. }),
-        Some(DurationValue::Parsed { value: max, span }),
+        Some(DurationValue::Parsed {
+            value: initial,
+            text: initial_text,
+            ..
+        }),
+        Some(DurationValue::Parsed {
+            value: max,
+            text: max_text,
+            span,
+        }),
     ) = (&retry.initial_interval, &retry.max_interval)
     {
         if initial > max {
             errors.at(
                 *span,
                 format_args!(
-                    "`max_interval` ({max:?}) is shorter than `initial_interval` ({initial:?})"
+                    "`max_interval` ({max_text}) is shorter than `initial_interval` ({initial_text})"
                 ),
             );
         }
@@ -239,16 +277,29 @@ fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
     Some(retry)
 }
 
+/// Stores `value` unless the key was a duplicate (the first value given wins).
+fn keep_first<T>(fresh: bool, slot: &mut Option<T>, value: Option<T>) {
+    if fresh {
+        *slot = value;
+    }
+}
+
 /// `max_attempts`: an integer literal of at least 1 (re-emitted unsuffixed), or an expression.
 fn max_attempts(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
     const AT_LEAST_ONE: &str = "`max_attempts` counts the first attempt too: it must be at least 1";
     match expr {
-        Expr::Lit(syn::ExprLit { lit: Lit::Int(lit), .. }) => match lit.base10_parse::<u32>() {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => match lit.base10_parse::<u32>() {
             Ok(0) => {
                 errors.spanned(lit, AT_LEAST_ONE);
                 None
             }
-            Ok(value) => Some(Literal::u32_unsuffixed(value).into_token_stream()),
+            Ok(value) => {
+                let mut literal = Literal::u32_unsuffixed(value);
+                literal.set_span(lit.span());
+                Some(literal.into_token_stream())
+            }
             Err(_) => {
                 errors.spanned(lit, "`max_attempts` must fit in a `u32`");
                 None
@@ -259,7 +310,10 @@ fn max_attempts(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
             None
         }
         Expr::Lit(_) => {
-            errors.spanned(expr, "`max_attempts` must be a whole number, as in `max_attempts = 5`");
+            errors.spanned(
+                expr,
+                "`max_attempts` must be a whole number, as in `max_attempts = 5`",
+            );
             None
         }
         _ => Some(expr.to_token_stream()),
@@ -269,14 +323,24 @@ fn max_attempts(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
 /// `backoff`: a number of at least 1 (ints are accepted and re-emitted as `f64`), or an
 /// expression.
 fn backoff(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
+    const BACKOFF_AT_LEAST_ONE: &str =
+        "`backoff` multiplies the delay after each failed attempt: it must be at least 1.0";
     let value = match expr {
-        Expr::Lit(syn::ExprLit { lit: Lit::Float(lit), .. }) => lit.base10_parse::<f64>(),
-        Expr::Lit(syn::ExprLit { lit: Lit::Int(lit), .. }) => lit.base10_parse::<f64>(),
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Float(lit),
+            ..
+        }) => lit.base10_parse::<f64>(),
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit.base10_parse::<f64>(),
         Expr::Lit(_) => {
             errors.spanned(expr, "`backoff` must be a number, as in `backoff = 2.0`");
             return None;
         }
-        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => Ok(-1.0),
+        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => {
+            errors.spanned(expr, BACKOFF_AT_LEAST_ONE);
+            return None;
+        }
         _ => return Some(expr.to_token_stream()),
     };
     match value {
@@ -286,10 +350,7 @@ fn backoff(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
             Some(literal.into_token_stream())
         }
         _ => {
-            errors.spanned(
-                expr,
-                "`backoff` multiplies the delay after each failed attempt: it must be at least 1.0",
-            );
+            errors.spanned(expr, BACKOFF_AT_LEAST_ONE);
             None
         }
     }
@@ -298,13 +359,19 @@ fn backoff(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
 /// A duration: a string literal parsed now, or any other expression kept as is.
 fn duration(key: &str, expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
     match expr {
-        Expr::Lit(syn::ExprLit { lit: Lit::Str(lit), .. }) => match parse_duration(&lit.value()) {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => match parse_duration(&lit.value()) {
             Ok(value) => Some(DurationValue::Parsed {
                 value,
+                text: lit.value(),
                 span: lit.span(),
             }),
             Err(reason) => {
-                errors.spanned(lit, format_args!("invalid duration {:?}: {reason}", lit.value()));
+                errors.spanned(
+                    lit,
+                    format_args!("invalid duration {:?}: {reason}", lit.value()),
+                );
                 None
             }
         },

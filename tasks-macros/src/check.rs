@@ -23,6 +23,14 @@ impl MacroKind {
         }
     }
 
+    /// A plausible name for messages: `name = "checkout"`.
+    pub(crate) fn example_name(self) -> &'static str {
+        match self {
+            MacroKind::Workflow => "checkout",
+            MacroKind::Step => "charge-card",
+        }
+    }
+
     /// The last path segment of the attribute (`tasks::step` ends in `step`).
     fn segment(self) -> &'static str {
         match self {
@@ -39,6 +47,16 @@ pub(crate) struct ResultTypes<'a> {
     pub ok: &'a Type,
     /// The error type.
     pub err: &'a Type,
+}
+
+/// Whether `item` carries another `kind` attribute besides the one being expanded.
+pub(crate) fn repeats_attribute(kind: MacroKind, item: &ItemFn) -> bool {
+    item.attrs.iter().any(|attr| {
+        attr.path()
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == kind.segment())
+    })
 }
 
 /// Checks what both attributes require of a function: `async`, not `unsafe`/`const`/`extern`,
@@ -62,19 +80,34 @@ pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) 
 
     let sig = &item.sig;
     if sig.asyncness.is_none() {
-        errors.spanned(sig.fn_token, format_args!("{attribute} functions must be `async fn`"));
+        errors.spanned(
+            sig.fn_token,
+            format_args!("{attribute} functions must be `async fn`"),
+        );
     }
     if let Some(constness) = &sig.constness {
-        errors.spanned(constness, format_args!("{attribute} functions cannot be `const`"));
+        errors.spanned(
+            constness,
+            format_args!("{attribute} functions cannot be `const`"),
+        );
     }
     if let Some(unsafety) = &sig.unsafety {
-        errors.spanned(unsafety, format_args!("{attribute} functions cannot be `unsafe`"));
+        errors.spanned(
+            unsafety,
+            format_args!("{attribute} functions cannot be `unsafe`"),
+        );
     }
     if let Some(abi) = &sig.abi {
-        errors.spanned(abi, format_args!("{attribute} functions cannot be `extern`"));
+        errors.spanned(
+            abi,
+            format_args!("{attribute} functions cannot be `extern`"),
+        );
     }
     if let Some(variadic) = &sig.variadic {
-        errors.spanned(variadic, format_args!("{attribute} functions cannot be variadic"));
+        errors.spanned(
+            variadic,
+            format_args!("{attribute} functions cannot be variadic"),
+        );
     }
     check_generics(kind, item, errors);
 
@@ -82,12 +115,13 @@ pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) 
         match input {
             FnArg::Receiver(receiver) => errors.spanned(
                 receiver,
-                format_args!(
-                    "{attribute} functions cannot take `self`: the runtime calls them without a value; make it a free function"
-                ),
+                match kind {
+                    MacroKind::Workflow => "#[workflow] functions cannot take `self`: the runtime calls them with only a context and an input; make it a free function",
+                    MacroKind::Step => "#[step] functions cannot take `self`; make it a free function and pass what it needs as arguments",
+                },
             ),
             FnArg::Typed(arg) => {
-                if let Type::ImplTrait(_) = &*arg.ty {
+                if let Type::ImplTrait(_) = strip_parens(&arg.ty) {
                     errors.spanned(
                         &arg.ty,
                         format_args!("{attribute} parameters cannot be `impl Trait`; name a concrete type"),
@@ -109,7 +143,10 @@ fn check_generics(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
                 );
             }
             if let Some(where_clause) = &generics.where_clause {
-                errors.spanned(where_clause, "#[workflow] functions cannot have a `where` clause");
+                errors.spanned(
+                    where_clause,
+                    "#[workflow] functions cannot have a `where` clause",
+                );
             }
         }
         MacroKind::Step => {
@@ -124,7 +161,10 @@ fn check_generics(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
             let predicates = generics.where_clause.iter().flat_map(|w| &w.predicates);
             for predicate in predicates {
                 if !matches!(predicate, WherePredicate::Lifetime(_)) {
-                    errors.spanned(predicate, "#[step] `where` clauses may only bound lifetimes");
+                    errors.spanned(
+                        predicate,
+                        "#[step] `where` clauses may only bound lifetimes",
+                    );
                 }
             }
         }
@@ -144,7 +184,9 @@ pub(crate) fn result_types<'a>(
         ReturnType::Default => {
             errors.spanned(
                 &item.sig.ident,
-                format_args!("{attribute} functions must return `Result<Output, Error>`; add a return type"),
+                format_args!(
+                    "{attribute} functions must return `Result<Output, Error>`; add a return type"
+                ),
             );
             return None;
         }
@@ -173,7 +215,21 @@ pub(crate) fn result_types<'a>(
         _ => Vec::new(),
     };
     match args.as_slice() {
-        [ok, err] => Some(ResultTypes { ok, err }),
+        [ok, err] => {
+            let impl_trait: Vec<&&Type> = [ok, err]
+                .into_iter()
+                .filter(|ty| matches!(strip_parens(ty), Type::ImplTrait(_)))
+                .collect();
+            for ty in &impl_trait {
+                errors.spanned(
+                    ty,
+                    format_args!(
+                        "{attribute} functions cannot return `impl Trait`; name a concrete type"
+                    ),
+                );
+            }
+            impl_trait.is_empty().then_some(ResultTypes { ok, err })
+        }
         _ => {
             errors.spanned(
                 ty,

@@ -79,10 +79,15 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     // Index into UNITS of the last unit used; the next one must be strictly smaller.
     let mut last_unit: Option<usize> = None;
     while !rest.is_empty() {
-        let digits_len = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits_len = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let (number, after_number) = rest.split_at(digits_len);
         if number.is_empty() {
-            let found: String = after_number.chars().take_while(|c| !c.is_ascii_digit()).collect();
+            let found: String = after_number
+                .chars()
+                .take_while(|c| !c.is_ascii_digit())
+                .collect();
             return Err(DurationError::ExpectedNumber { found });
         }
         if after_number.starts_with('.') {
@@ -94,7 +99,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         let (unit, after_unit) = after_number.split_at(unit_len);
         if unit.is_empty() {
             if after_number.is_empty() {
-                return Err(DurationError::MissingUnit { number: number.to_owned() });
+                return Err(DurationError::MissingUnit {
+                    number: number.to_owned(),
+                });
             }
             let found: String = after_number.chars().take(1).collect();
             return Err(DurationError::UnknownUnit { unit: found });
@@ -102,16 +109,22 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         let unit_index = UNITS
             .iter()
             .position(|(name, _)| *name == unit)
-            .ok_or_else(|| DurationError::UnknownUnit { unit: unit.to_owned() })?;
+            .ok_or_else(|| DurationError::UnknownUnit {
+                unit: unit.to_owned(),
+            })?;
         if last_unit.is_some_and(|last| unit_index <= last) {
-            return Err(DurationError::Order { unit: unit.to_owned() });
+            return Err(DurationError::Order {
+                unit: unit.to_owned(),
+            });
         }
         last_unit = Some(unit_index);
         let value: u64 = number.parse().map_err(|_| DurationError::Overflow)?;
         let part = value
             .checked_mul(UNITS[unit_index].1)
             .ok_or(DurationError::Overflow)?;
-        total_millis = total_millis.checked_add(part).ok_or(DurationError::Overflow)?;
+        total_millis = total_millis
+            .checked_add(part)
+            .ok_or(DurationError::Overflow)?;
         rest = after_unit;
     }
     Ok(Duration::from_millis(total_millis))
@@ -150,7 +163,9 @@ mod tests {
         assert_eq!(parse_duration(""), Err(DurationError::Empty));
         assert_eq!(
             parse_duration("10"),
-            Err(DurationError::MissingUnit { number: "10".into() })
+            Err(DurationError::MissingUnit {
+                number: "10".into()
+            })
         );
         assert_eq!(
             parse_duration("s"),

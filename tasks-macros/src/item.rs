@@ -22,6 +22,14 @@ pub(crate) struct ItemFn {
     pub body: Group,
 }
 
+impl ItemFn {
+    /// The function's `#[cfg(...)]` attributes, repeated on every item generated next to it
+    /// so that they come and go together.
+    pub(crate) fn cfg_attrs(&self) -> impl Iterator<Item = &Attribute> {
+        self.attrs.iter().filter(|attr| attr.path().is_ident("cfg"))
+    }
+}
+
 /// Parses `item` as a function, or explains that `kind` applies only to functions.
 pub(crate) fn parse_item_fn(kind: MacroKind, item: TokenStream) -> syn::Result<ItemFn> {
     let parser = |input: ParseStream| {

@@ -2,7 +2,6 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::ext::IdentExt;
 use syn::{FnArg, LitStr, PatType};
 
 use crate::attr::{parse_options, RetryOptions};
@@ -41,12 +40,9 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     let result = result_types(kind, &item_fn, &mut errors);
     match (errors.finish(), result) {
         (Ok(()), Some(result)) => {
-            let ident = &item_fn.sig.ident;
             let step = StepFn {
                 item: &item_fn,
-                name: options
-                    .name
-                    .unwrap_or_else(|| LitStr::new(&ident.unraw().to_string(), ident.span())),
+                name: options.name_or(&item_fn.sig.ident),
                 retry: options.retry,
                 args: item_fn
                     .sig
@@ -61,8 +57,11 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
             };
             expand::step::expand(&step)
         }
-        // The untouched function still compiles and can be called, so nothing cascades.
-        (Err(errors), _) => quote!(#item #errors),
-        (Ok(()), None) => unreachable!("a missing return type always records an error"),
+        // The untouched function still compiles and can be called, so nothing cascades. A
+        // missing result always records an error, so `errors` is never empty.
+        (errors, _) => {
+            let errors = errors.err().unwrap_or_default();
+            quote!(#item #errors)
+        }
     }
 }

@@ -5,8 +5,10 @@ use quote::{quote, ToTokens};
 use syn::punctuated::Punctuated;
 use syn::{Expr, FnArg, Lit, LitStr, Meta, PatType, Token, Type};
 
-use crate::attr::{parse_options, Options, RetryOptions};
-use crate::check::{check_common, result_types, strip_parens, MacroKind, ResultTypes};
+use crate::attr::{parse_options, RetryOptions};
+use crate::check::{
+    check_common, repeats_attribute, result_types, strip_parens, MacroKind, ResultTypes,
+};
 use crate::errors::Errors;
 use crate::expand;
 use crate::item::{parse_item_fn, ItemFn};
@@ -23,7 +25,7 @@ pub(crate) struct WorkflowFn<'a> {
     pub description: Option<String>,
     /// `retry(...)`.
     pub retry: Option<RetryOptions>,
-    /// The input parameter's type; `None` for a workflow that takes only the context.
+    /// What the workflow takes after its context.
     pub input: WorkflowInput<'a>,
     /// The return type's halves.
     pub result: ResultTypes<'a>,
@@ -53,14 +55,11 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     check_common(kind, &item_fn, &mut errors);
     let input = workflow_input(&item_fn, &mut errors);
     let result = result_types(kind, &item_fn, &mut errors);
-    match errors.finish() {
-        Ok(()) => {
-            let (Some(input), Some(result)) = (input, result) else {
-                unreachable!("a missing part always records an error")
-            };
+    match (errors.finish(), input, result) {
+        (Ok(()), Some(input), Some(result)) => {
             let workflow = WorkflowFn {
                 item: &item_fn,
-                name: options_name(&options, &item_fn),
+                name: options.name_or(&item_fn.sig.ident),
                 version: options.version,
                 description: description(&item_fn),
                 retry: options.retry,
@@ -69,19 +68,29 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
             };
             expand::workflow::expand(item, &workflow)
         }
-        Err(errors) => {
-            let fallback = expand::fallback::workflow(&item_fn, input, result);
+        (errors, input, result) => {
+            // A missing input or result always records an error, so `errors` is never empty.
+            let errors = errors.err().unwrap_or_default();
+            let fallback = if needs_fallback(&item_fn) {
+                expand::fallback::workflow(&item_fn, input, result)
+            } else {
+                TokenStream::new()
+            };
             quote!(#item #fallback #errors)
         }
     }
 }
 
-fn options_name(options: &Options, item: &ItemFn) -> LitStr {
-    options.name.clone().unwrap_or_else(|| {
-        use syn::ext::IdentExt;
-        let ident = &item.sig.ident;
-        LitStr::new(&ident.unraw().to_string(), ident.span())
-    })
+/// Whether the failed function still needs a stand-in type. Not inside an `impl` (a
+/// receiver says we are in one, and a struct would not be allowed there), and not when a
+/// second `#[workflow]` on the same function will define the type itself.
+fn needs_fallback(item: &ItemFn) -> bool {
+    let in_impl = item
+        .sig
+        .inputs
+        .iter()
+        .any(|arg| matches!(arg, FnArg::Receiver(_)));
+    !in_impl && !repeats_attribute(MacroKind::Workflow, item)
 }
 
 /// Checks `(ctx: WorkflowContext)` or `(ctx: WorkflowContext, input: In)` and returns the
@@ -100,7 +109,9 @@ fn workflow_input<'a>(item: &'a ItemFn, errors: &mut Errors) -> Option<WorkflowI
     let Some((first, inputs)) = params.split_first() else {
         errors.at(
             item.sig.paren_token.span.join(),
-            format_args!("a workflow takes the context first, then its input: {SHAPE}"),
+            format_args!(
+                "a workflow takes `ctx: WorkflowContext` first, then its input if it has one: {SHAPE}"
+            ),
         );
         return None;
     };
@@ -124,7 +135,9 @@ fn workflow_input<'a>(item: &'a ItemFn, errors: &mut Errors) -> Option<WorkflowI
                 ),
                 None => errors.spanned(
                     first,
-                    format_args!("the first parameter of a workflow must be `ctx: WorkflowContext`: {SHAPE}"),
+                    format_args!(
+                        "the first parameter of a workflow must be `ctx: WorkflowContext`: {SHAPE}"
+                    ),
                 ),
             }
             return None;
@@ -133,6 +146,9 @@ fn workflow_input<'a>(item: &'a ItemFn, errors: &mut Errors) -> Option<WorkflowI
     match inputs {
         [] => Some(WorkflowInput::Unit),
         [input] => {
+            if let Type::ImplTrait(_) = strip_parens(&input.ty) {
+                return None; // reported by `check_common`
+            }
             if let Type::Reference(reference) = strip_parens(&input.ty) {
                 errors.spanned(
                     reference,
@@ -194,13 +210,21 @@ fn description(item: &ItemFn) -> Option<String> {
         .filter(|attr| attr.path().is_ident("doc"))
         .filter_map(|attr| match &attr.meta {
             Meta::NameValue(doc) => match &doc.value {
-                Expr::Lit(syn::ExprLit { lit: Lit::Str(text), .. }) => Some(text.value()),
+                Expr::Lit(syn::ExprLit {
+                    lit: Lit::Str(text),
+                    ..
+                }) => Some(text.value()),
                 _ => None,
             },
             _ => None,
         })
-        .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
-        .map(|line| line.strip_prefix(' ').unwrap_or(&line).trim_end().to_owned())
+        .flat_map(|text| text.split('\n').map(str::to_owned).collect::<Vec<_>>())
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_owned()
+        })
         .collect();
     let text = lines.join("\n");
     let text = text.trim_matches('\n');

@@ -79,10 +79,10 @@ inventory::collect!(WorkflowRegistration);
 /// the type namespace, next to the function), so runs start with
 /// `checkout::start(&client, input)` or `client.start::<checkout>(input)`.
 pub trait Workflow: 'static {
-    /// The input type.
-    type Input: DeserializeOwned + schemars::JsonSchema + Send + 'static;
-    /// The output type.
-    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// The input type: it round-trips through JSON and has a JSON Schema.
+    type Input: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static;
+    /// The output type: it round-trips through JSON and has a JSON Schema.
+    type Output: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static;
     /// The static definition registered for this workflow.
     fn definition() -> &'static WorkflowDefinition;
 }

@@ -1,10 +1,14 @@
 //! Support for the code `#[workflow]` and `#[step]` generate. Not a public API: reached only
 //! through `::tasks::__private`, and free to change in any release.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::client::{Client, ClientError, RunHandle};
 pub use crate::context::{run_step, WorkflowContext};
 pub use crate::definition::{
     EntryFuture, SourceLocation, StepDefinition, Workflow, WorkflowDefinition,
@@ -45,9 +49,6 @@ pub fn record_error<E: RecordError + ?Sized>(error: &E) -> ErrorRecord {
     error.to_record()
 }
 
-/// Compile-time check: a workflow input must be `Deserialize + JsonSchema`.
-pub const fn assert_input<T: DeserializeOwned + schemars::JsonSchema + Send + 'static>() {}
-
 /// Compile-time check: a workflow or step output must round-trip through JSON.
 pub const fn assert_output<T: Serialize + DeserializeOwned + Send + 'static>() {}
 
@@ -56,3 +57,20 @@ pub const fn assert_error<E: RecordError>() {}
 
 /// Compile-time check: a step argument is cloned for every retry.
 pub const fn assert_step_arg<T: Clone>() {}
+
+/// The future of a step call, boxed: `#[step]` awaits this rather than [`run_step`].
+///
+/// Through a plain function, a type that misses a bound is reported once, at the generic
+/// argument `#[step]` spans on the user's type, instead of at the call and the `.await` too.
+pub fn run_step_boxed<'a, T, E, F, Fut>(
+    definition: &'static StepDefinition,
+    f: F,
+) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>
+where
+    F: FnMut() -> Fut + Send + 'a,
+    Fut: Future<Output = Result<T, E>> + Send + 'a,
+    T: Serialize + DeserializeOwned + Send + 'a,
+    E: RecordError + Send + 'a,
+{
+    Box::pin(run_step(definition, f))
+}

@@ -54,7 +54,7 @@ pub(crate) fn retry_policy(retry: Option<&RetryOptions>, default: RetryDefault) 
 impl ToTokens for DurationValue {
     fn to_tokens(&self, tokens: &mut TokenStream) {
         match self {
-            DurationValue::Parsed { value, span } => {
+            DurationValue::Parsed { value, span, .. } => {
                 let millis = value.as_millis() as u64;
                 tokens.extend(quote_spanned!(*span=> ::core::time::Duration::from_millis(#millis)));
             }

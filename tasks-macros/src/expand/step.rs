@@ -1,0 +1,106 @@
+//! The code `#[step]` generates: the same signature, with a body that runs the original body
+//! through `run_step`, which memoizes its output and calls it again on retries.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, Pat, PatIdent, Signature};
+
+use super::{retry_policy, source_location, RetryDefault};
+use crate::item::ItemFn;
+use crate::step::StepFn;
+
+/// Rewrites the step function:
+///
+/// ```text
+/// #[attrs] vis async fn charge(__tasks_arg0: &Order, __tasks_arg1: u32) -> Result<T, E> {
+///     <assertions>
+///     async fn __tasks_step_impl(order: &Order, mut count: u32) -> Result<T, E> { <body> }
+///     static __TASKS_STEP_DEFINITION: StepDefinition = ...;
+///     run_step_boxed::<T, E, _, _>(&__TASKS_STEP_DEFINITION, move || __tasks_step_impl(
+///         <&Order as Clone>::clone(&__tasks_arg0), <u32 as Clone>::clone(&__tasks_arg1),
+///     ))
+///     .await
+/// }
+/// ```
+///
+/// The original parameters, patterns included, move to the inner function, whose body is the
+/// user's block with its own spans. The outer parameters get plain generated names, so every
+/// attempt can clone them.
+pub(crate) fn expand(step: &StepFn) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        body,
+    } = step.item;
+    let arg_idents: Vec<_> = (0..step.args.len())
+        .map(|index| format_ident!("__tasks_arg{}", index))
+        .collect();
+
+    let outer_sig = outer_signature(sig, &arg_idents);
+    let mut inner_sig = sig.clone();
+    inner_sig.ident = format_ident!("__tasks_step_impl", span = sig.ident.span());
+
+    let arg_assertions = step.args.iter().map(|arg| {
+        let ty = &arg.ty;
+        quote_spanned!(ty.span()=> ::tasks::__private::assert_step_arg::<#ty>();)
+    });
+    let ok = step.result.ok;
+    let err = step.result.err;
+    let ok_assertion = quote_spanned!(ok.span()=> ::tasks::__private::assert_output::<#ok>(););
+    let err_assertion = quote_spanned!(err.span()=> ::tasks::__private::assert_error::<#err>(););
+    let clones = step.args.iter().zip(&arg_idents).map(|(arg, ident)| {
+        let ty = &arg.ty;
+        quote_spanned!(ty.span()=> <#ty as ::core::clone::Clone>::clone(&#ident))
+    });
+
+    let name = &step.name;
+    let retry_policy = retry_policy(step.retry.as_ref(), RetryDefault::Step);
+    let location = source_location(sig.ident.span());
+
+    quote! {
+        #(#attrs)*
+        #vis #outer_sig {
+            #(#arg_assertions)*
+            #ok_assertion
+            #err_assertion
+
+            #inner_sig #body
+
+            static __TASKS_STEP_DEFINITION: ::tasks::__private::StepDefinition =
+                ::tasks::__private::StepDefinition {
+                    name: #name,
+                    retry_policy: #retry_policy,
+                    location: #location,
+                };
+
+            ::tasks::__private::run_step_boxed::<#ok, #err, _, _>(
+                &__TASKS_STEP_DEFINITION,
+                move || __tasks_step_impl(#(#clones),*),
+            )
+            .await
+        }
+    }
+}
+
+/// The signature with every parameter renamed to its generated identifier, and without
+/// parameter attributes (those stay on the inner function, with the patterns).
+fn outer_signature(sig: &Signature, arg_idents: &[syn::Ident]) -> Signature {
+    let mut outer = sig.clone();
+    let typed = outer.inputs.iter_mut().filter_map(|arg| match arg {
+        FnArg::Typed(arg) => Some(arg),
+        FnArg::Receiver(_) => None,
+    });
+    for (arg, ident) in typed.zip(arg_idents) {
+        arg.attrs.clear();
+        *arg.pat = Pat::Ident(PatIdent {
+            attrs: Vec::new(),
+            by_ref: None,
+            mutability: None,
+            ident: ident.clone(),
+            subpat: None,
+        });
+    }
+    outer
+}

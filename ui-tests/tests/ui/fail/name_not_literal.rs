@@ -1,0 +1,15 @@
+use tasks::{step, workflow, WorkflowContext, WorkflowError};
+
+const NAME: &str = "checkout";
+
+#[workflow(name = NAME, version = 2)]
+async fn checkout(_ctx: WorkflowContext, order: u64) -> Result<u64, WorkflowError> {
+    Ok(order)
+}
+
+#[step(name)]
+async fn charge(amount: u64) -> Result<u64, WorkflowError> {
+    Ok(amount)
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+use tasks::{step, workflow, WorkflowContext, WorkflowError};
+
+#[workflow]
+fn checkout(_ctx: WorkflowContext, order: u64) -> Result<u64, WorkflowError> {
+    Ok(order)
+}
+
+#[step]
+fn charge(amount: u64) -> Result<u64, WorkflowError> {
+    Ok(amount)
+}
+
+fn main() {}

@@ -1,0 +1,35 @@
+//! `retry(...)` values given as `const` expressions instead of literals.
+
+use std::time::Duration;
+
+use tasks::{step, workflow, Workflow, WorkflowContext, WorkflowError};
+
+const ATTEMPTS: u32 = 4;
+const BACKOFF: f64 = 1.5;
+
+mod intervals {
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(60);
+}
+
+#[workflow(retry(
+    max_attempts = ATTEMPTS + 1,
+    initial_interval = Duration::from_secs(1),
+    backoff = BACKOFF,
+    max_interval = intervals::MAX,
+))]
+async fn report(_ctx: WorkflowContext, day: String) -> Result<String, WorkflowError> {
+    fetch(&day).await
+}
+
+#[step(retry(initial_interval = Duration::from_millis(250), max_interval = "2s"))]
+async fn fetch(day: &str) -> Result<String, WorkflowError> {
+    Ok(day.to_uppercase())
+}
+
+fn main() {
+    let retry = report::definition().retry_policy.expect("retry was given");
+    assert_eq!(retry.max_attempts, 5);
+    assert_eq!(retry.initial_interval, Duration::from_secs(1));
+    assert_eq!(retry.backoff_coefficient, 1.5);
+    assert_eq!(retry.max_interval, Duration::from_secs(60));
+}

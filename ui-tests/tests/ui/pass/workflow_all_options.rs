@@ -1,0 +1,89 @@
+//! A workflow with every option, a zero-input workflow, and what they register.
+
+use std::time::Duration;
+
+use tasks::__private::{inventory, Workflow, WorkflowRegistration};
+use tasks::{step, workflow, WorkflowContext, WorkflowError};
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Order {
+    pub id: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Receipt {
+    pub total: u64,
+}
+
+#[step]
+async fn total(order: &Order) -> Result<u64, WorkflowError> {
+    Ok(order.id * 100)
+}
+
+/// Charges an order.
+///
+///   Indented second paragraph.
+#[workflow(
+    name = "checkout",
+    version = "2",
+    retry(
+        max_attempts = 5,
+        initial_interval = "1s",
+        backoff = 2,
+        max_interval = "5m"
+    )
+)]
+pub async fn checkout_v2(_ctx: WorkflowContext, order: Order) -> Result<Receipt, WorkflowError> {
+    let total = total(&order).await?;
+    Ok(Receipt { total })
+}
+
+/// Runs every night; it needs no input.
+#[workflow(retry(max_attempts = 1))]
+async fn nightly(ctx: WorkflowContext) -> std::result::Result<(), WorkflowError> {
+    ctx.sleep("pause", Duration::from_secs(1)).await?;
+    Ok(())
+}
+
+fn main() {
+    let definition = <checkout_v2 as Workflow>::definition();
+    assert_eq!(definition.name, "checkout");
+    assert_eq!(definition.version, Some("2"));
+    assert_eq!(
+        definition.description,
+        Some("Charges an order.\n\n  Indented second paragraph.")
+    );
+    let retry = definition.retry_policy.expect("retry was given");
+    assert_eq!(retry.max_attempts, 5);
+    assert_eq!(retry.initial_interval, Duration::from_secs(1));
+    assert_eq!(retry.backoff_coefficient, 2.0);
+    assert_eq!(retry.max_interval, Duration::from_secs(300));
+    assert_eq!(definition.location.file, file!());
+    assert_eq!(definition.location.module_path, module_path!());
+    let schema = (definition.input_schema)();
+    assert_eq!(schema["title"], "Order");
+    assert_eq!((definition.output_schema)()["title"], "Receipt");
+
+    let nightly = <nightly as Workflow>::definition();
+    assert_eq!(nightly.name, "nightly");
+    assert_eq!(nightly.version, None);
+    assert_eq!(
+        nightly.description,
+        Some("Runs every night; it needs no input.")
+    );
+    let retry = nightly.retry_policy.expect("retry was given");
+    assert_eq!(retry.max_attempts, 1);
+    assert_eq!(
+        retry.max_interval,
+        tasks::RetryPolicy::DEFAULT_RUN.max_interval
+    );
+    let _: <nightly as Workflow>::Input = ();
+
+    let registered: Vec<String> = inventory::iter::<WorkflowRegistration>
+        .into_iter()
+        .map(|registration| registration.0.display_name())
+        .collect();
+    assert_eq!(registered.len(), 2, "{registered:?}");
+    assert!(registered.contains(&"checkout@2".to_owned()));
+    assert!(registered.contains(&"nightly".to_owned()));
+}
