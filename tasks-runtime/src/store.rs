@@ -217,6 +217,7 @@ pub struct CreateStepAttempt {
 
 /// The result of finishing a step attempt.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // One per finished step; boxing would buy nothing.
 pub enum StepUpdate {
     /// The attempt was finished as asked.
     Recorded(StepAttempt),
@@ -353,7 +354,9 @@ pub trait Store: Send + Sync + 'static {
         error: Value,
     ) -> StoreResult<StepUpdate>;
 
-    /// Sends a notification to every subscriber of this store's namespace.
+    /// Sends a notification to every subscriber of this store's namespace. The namespace
+    /// carried by `notification` is replaced by the store's own: a store never wakes another
+    /// namespace.
     async fn publish(&self, notification: Notification) -> StoreResult<()>;
 
     /// Subscribes to notifications of this store's namespace.

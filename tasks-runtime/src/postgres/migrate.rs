@@ -3,7 +3,7 @@
 //! We do not use `sqlx::migrate!`: its bookkeeping table lives in the application's search
 //! path and would collide with the application's own `_sqlx_migrations`.
 
-use sqlx::{PgPool, Row};
+use sqlx::{Executor as _, PgPool, Row};
 
 /// One embedded migration.
 #[derive(Debug, Clone, Copy)]
@@ -90,18 +90,20 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         .execute(&mut *tx)
         .await
         .map_err(database("taking the migration lock"))?;
-    sqlx::raw_sql(
-        "CREATE SCHEMA IF NOT EXISTS tasks;
+    // `tx.execute(raw_sql(..))`, not `raw_sql(..).execute(&mut *tx)`: the latter makes the
+    // future of `migrate` not `Send` (a higher-ranked lifetime limitation), so it could not be
+    // spawned.
+    const BOOKKEEPING: &str = "CREATE SCHEMA IF NOT EXISTS tasks;
          CREATE TABLE IF NOT EXISTS tasks.schema_migrations (
              version     BIGINT      PRIMARY KEY,
              name        TEXT        NOT NULL,
              checksum    TEXT        NOT NULL,
              applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
-         );",
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(database("creating the migrations table"))?;
+         );";
+    (&mut *tx)
+        .execute(sqlx::raw_sql(BOOKKEEPING))
+        .await
+        .map_err(database("creating the migrations table"))?;
 
     let applied = sqlx::query("SELECT version, checksum FROM tasks.schema_migrations ORDER BY version")
         .fetch_all(&mut *tx)
@@ -132,8 +134,8 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
             }
             continue;
         }
-        sqlx::raw_sql(migration.sql)
-            .execute(&mut *tx)
+        (&mut *tx)
+            .execute(sqlx::raw_sql(migration.sql))
             .await
             .map_err(database(format!("applying migration {} ({})", migration.version, migration.name)))?;
         sqlx::query("INSERT INTO tasks.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")

@@ -141,11 +141,10 @@ impl PgStore {
             .map_err(db(operation))?
             .map(|row| row.into_run(operation))
             .transpose()
-            .map(|run| {
+            .inspect(|run| {
                 if run.is_none() {
                     tracing::debug!(%run_id, worker_id, operation, "fenced update matched no run");
                 }
-                run
             })
     }
 
@@ -155,6 +154,7 @@ impl PgStore {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn finish_step(
         &self,
         run_id: Uuid,
@@ -769,6 +769,13 @@ impl Store for PgStore {
     }
 
     async fn publish(&self, notification: Notification) -> StoreResult<()> {
+        // A store only ever speaks for its own namespace, whatever the notification says.
+        let namespace = self.namespace.to_string();
+        let notification = match notification {
+            Notification::RunAvailable { .. } => Notification::RunAvailable { namespace },
+            Notification::RunFinished { run_id, .. } => Notification::RunFinished { namespace, run_id },
+            Notification::Missed { .. } => Notification::Missed { namespace },
+        };
         notify::publish(&self.pool, &notification).await
     }
 

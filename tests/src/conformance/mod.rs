@@ -1,0 +1,282 @@
+//! The store conformance suite: the behaviour every [`Store`] must have.
+//!
+//! Each case is an `async fn` generic over a [`Setup`], a factory that yields a fresh store on
+//! a fresh namespace every time it is called. Cases never share a namespace, never depend on
+//! one another or on their order, and create every run they look at. A store implementation
+//! runs the whole suite with [`conformance_suite!`](crate::conformance_suite):
+//!
+//! ```ignore
+//! tasks_tests::conformance_suite!(tasks_tests::pg_store);
+//! ```
+//!
+//! Stores that come out of the setup must be able to reach each other's rows through
+//! [`Store::scoped`] (same database), which the isolation cases rely on.
+//!
+//! Timing bounds are generous: the suite must pass on a loaded two-core machine.
+
+use std::future::Future;
+
+use tasks::Store;
+
+/// Asserts that a store call failed with an error matching a pattern (matched against
+/// `&StoreError`).
+macro_rules! assert_err {
+    ($result:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
+        match $result {
+            Ok(value) => panic!(
+                "expected an error matching `{}`, got Ok({:?})",
+                stringify!($pattern),
+                value
+            ),
+            Err(error) => assert!(
+                matches!(&error, $pattern $(if $guard)?),
+                "expected an error matching `{}`, got {:?}",
+                stringify!($pattern),
+                error
+            ),
+        }
+    };
+}
+
+pub mod claims;
+pub mod isolation;
+pub mod lifecycle;
+pub mod listing;
+pub mod outcomes;
+pub mod runs;
+pub mod step_outcomes;
+pub mod steps;
+mod support;
+
+/// A factory of fresh stores: every call yields a store on a new, empty namespace.
+///
+/// Implemented by every `Fn() -> impl Future<Output = impl Store>`, such as
+/// [`pg_store`](crate::pg_store). The future need not be `Send`: cases run it on the test's
+/// own runtime.
+pub trait Setup {
+    /// The store under test.
+    type Store: Store;
+
+    /// A store on a fresh namespace.
+    fn store(&self) -> impl Future<Output = Self::Store>;
+}
+
+impl<F, Fut> Setup for F
+where
+    F: Fn() -> Fut,
+    Fut: Future,
+    Fut::Output: Store,
+{
+    type Store = Fut::Output;
+
+    fn store(&self) -> impl Future<Output = Self::Store> {
+        self()
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case, each running the case with
+/// `$setup`, a path to an `async fn() -> impl Store` (or any [`Setup`]) that returns a store
+/// on a fresh namespace.
+///
+/// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `isolation`); cases that exercise
+/// concurrency run on a multi-threaded runtime.
+///
+/// ```ignore
+/// tasks_tests::conformance_suite!(tasks_tests::pg_store);
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($setup:path) => {
+        $crate::__conformance_module! { $setup, runs {
+            create_run_with_all_fields,
+            create_run_with_minimal_fields,
+            create_run_keeps_deadline,
+            create_run_stores_retry_policy_in_config,
+            get_run_of_unknown_id_is_none,
+            idempotency_key_returns_existing_run,
+            idempotency_key_is_scoped_to_workflow_name,
+        } multi_thread {
+            idempotency_race_creates_one_run,
+        } }
+        $crate::__conformance_module! { $setup, listing {
+            list_runs_ordered_by_creation_time,
+            list_runs_paginates_forward_and_back,
+            list_runs_paginates_runs_created_back_to_back,
+            list_runs_cursor_breaks_timestamp_ties_by_id,
+            list_runs_empty,
+            list_runs_exact_limit,
+            list_runs_descending_with_cursors,
+            list_runs_filters_by_status,
+            list_runs_filters_by_workflow_name,
+            list_runs_filters_by_creation_time,
+            cursors_round_trip_through_strings,
+            invalid_cursor_is_rejected,
+            invalid_page_arguments_are_rejected,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, claims {
+            claim_respects_lease_and_reclaims_after_expiry,
+            claim_prefers_pending_over_expired_leases,
+            claim_returns_none_when_nothing_is_available,
+            claim_skips_runs_not_yet_available,
+            claim_runs_takes_up_to_limit,
+            extend_lease_pushes_expiry,
+            extend_lease_of_paused_or_canceled_run_is_wrong_state,
+            extend_lease_after_takeover_is_lease_lost,
+            sleep_parks_run_until_time,
+            sleeping_run_is_claimable_after_wake_time,
+            sleep_is_refused_unless_running,
+        } multi_thread {
+            concurrent_batch_claimers_never_share_a_run,
+        } }
+        $crate::__conformance_module! { $setup, outcomes {
+            complete_run_marks_completed,
+            complete_run_is_fenced_on_owner_and_status,
+            fail_run_reschedules_with_backoff,
+            fail_run_backoff_grows_between_attempts,
+            fail_run_fails_for_good_when_attempts_are_exhausted,
+            fail_run_fails_for_good_when_forced,
+            fail_run_uses_custom_delay_and_policy_interval,
+            release_run_returns_run_to_pending,
+            deadline_passed_run_is_not_claimed,
+            claim_fails_pending_runs_past_deadline,
+            claim_fails_running_runs_past_deadline,
+            fail_run_fails_for_good_when_retry_would_pass_deadline,
+            fail_run_reschedules_when_retry_fits_before_deadline,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, lifecycle {
+            cancel_pending_run,
+            cancel_running_run,
+            cancel_sleeping_run,
+            cancel_paused_run,
+            cancel_completed_run_is_wrong_state,
+            cancel_failed_run_is_wrong_state,
+            cancel_is_idempotent,
+            cancel_unknown_run_is_not_found,
+            canceled_run_is_not_claimed,
+            pause_pending_run,
+            pause_running_run,
+            pause_sleeping_run,
+            pause_is_idempotent,
+            pause_refuses_terminal_runs,
+            paused_run_is_not_claimed,
+            resume_makes_paused_run_pending_now,
+            resume_is_idempotent_on_pending_and_running,
+            resume_refuses_terminal_runs,
+            unknown_run_is_not_found_for_every_operation,
+            finished_run_is_wrong_state_for_every_worker_operation,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, steps {
+            create_step_attempt_returns_running_attempt,
+            get_step_attempt_returns_persisted_attempt,
+            list_step_attempts_ordered_by_creation_time,
+            list_step_attempts_paginates_forward_and_back,
+            list_step_attempts_empty,
+            list_step_attempts_exact_limit,
+            list_step_attempts_descending_with_cursors,
+            list_step_attempts_only_lists_the_run,
+            step_history_lists_attempts_oldest_first,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, step_outcomes {
+            complete_step_attempt_records_output,
+            complete_step_attempt_when_run_not_running_is_wrong_state,
+            complete_unknown_step_attempt_is_not_found,
+            fail_step_attempt_records_error,
+            fail_step_attempt_when_run_not_running_is_wrong_state,
+            fail_unknown_step_attempt_is_not_found,
+            step_attempt_of_another_run_is_not_found,
+            finished_step_attempt_cannot_be_finished_again,
+            step_finished_after_pause_is_interrupted,
+            step_finished_after_cancel_is_interrupted,
+            create_step_attempt_is_fenced,
+            stale_worker_cannot_write_after_takeover,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, isolation {
+            namespaces_are_isolated,
+            idempotency_keys_are_scoped_to_namespace,
+            subscribers_get_their_namespace_notifications,
+        } multi_thread {} }
+    };
+}
+
+/// Implementation detail of [`conformance_suite!`](crate::conformance_suite).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_module {
+    (
+        $setup:path, $module:ident { $($case:ident),* $(,)? }
+        multi_thread { $($concurrent:ident),* $(,)? }
+    ) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[$crate::__private::tokio::test(crate = "tasks_tests::__private::tokio")]
+                async fn $case() {
+                    $crate::conformance::$module::$case($setup).await;
+                }
+            )*
+
+            $(
+                #[$crate::__private::tokio::test(
+                    crate = "tasks_tests::__private::tokio",
+                    flavor = "multi_thread",
+                    worker_threads = 4
+                )]
+                async fn $concurrent() {
+                    $crate::conformance::$module::$concurrent($setup).await;
+                }
+            )*
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every case of every file is listed under its module in `conformance_suite!`, so no
+    /// case is silently left out of a store's run.
+    #[test]
+    fn every_case_is_in_the_suite() {
+        let suite = include_str!("mod.rs");
+        let files = [
+            ("runs", include_str!("runs.rs")),
+            ("listing", include_str!("listing.rs")),
+            ("claims", include_str!("claims.rs")),
+            ("outcomes", include_str!("outcomes.rs")),
+            ("lifecycle", include_str!("lifecycle.rs")),
+            ("steps", include_str!("steps.rs")),
+            ("step_outcomes", include_str!("step_outcomes.rs")),
+            ("isolation", include_str!("isolation.rs")),
+        ];
+        let mut total = 0;
+        for (module, source) in files {
+            let opening = format!("$setup, {module} {{\n");
+            let start = suite
+                .find(&opening)
+                .unwrap_or_else(|| panic!("module {module} is missing from the suite"));
+            let block = &suite[start..start + suite[start..].find("} }").unwrap()];
+            for line in source.lines() {
+                if let Some(rest) = line.strip_prefix("pub async fn ") {
+                    let name = rest.split(['(', '<']).next().unwrap();
+                    assert!(
+                        block.contains(&format!("            {name},\n")),
+                        "case {module}::{name} is not listed in conformance_suite!"
+                    );
+                    total += 1;
+                }
+            }
+        }
+        let macro_start = suite.find("macro_rules! conformance_suite").unwrap();
+        let macro_end = suite.find("macro_rules! __conformance_module").unwrap();
+        let listed = suite[macro_start..macro_end]
+            .lines()
+            .filter_map(|line| line.strip_prefix("            ")?.strip_suffix(','))
+            .filter(|name| {
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            })
+            .count();
+        assert_eq!(listed, total, "the suite lists cases that do not exist");
+    }
+}
