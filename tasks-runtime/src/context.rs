@@ -152,8 +152,8 @@ impl WorkflowContext {
         self.inner.run.version.as_deref()
     }
 
-    /// Which claim of the run this is (1 for the first execution, 2 after one retry or
-    /// takeover, ...).
+    /// Which attempt of the run this is: 1 for the first execution, 2 after one retry or
+    /// takeover, ... Waking from a durable sleep continues the same attempt.
     pub fn attempt(&self) -> u32 {
         u32::try_from(self.inner.run.attempts).unwrap_or(0)
     }

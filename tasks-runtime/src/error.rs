@@ -65,7 +65,7 @@ pub enum StoreError {
         operation: &'static str,
         /// The driver's error.
         #[source]
-        source: sqlx::Error,
+        source: Box<sqlx::Error>,
     },
     /// A row in the database could not be decoded (a status unknown to this version, ...).
     #[error("corrupt row while {operation}: {reason}")]
@@ -92,5 +92,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Builds a closure that wraps an `sqlx::Error` with the operation that failed.
 pub(crate) fn db(operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::Database { operation, source }
+    move |source| StoreError::Database {
+        operation,
+        source: Box::new(source),
+    }
 }

@@ -232,7 +232,7 @@ pub enum StepUpdate {
 /// A wake-up that tells workers of a namespace that a run may be claimable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notification {
-    /// A run became available (created, resumed, rescheduled).
+    /// A run became available now (created, resumed, parked by a sleep).
     RunAvailable {
         /// The namespace it is in.
         namespace: String,

@@ -399,7 +399,9 @@ impl Store for PgStore {
                  FOR UPDATE SKIP LOCKED
              )
              UPDATE tasks.workflow_runs wr
-                SET status = 'running', attempts = wr.attempts + 1, worker_id = $2,
+                SET status = 'running', worker_id = $2,
+                    -- Waking from a durable sleep continues the same attempt.
+                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
                     available_at = now() + $3 * INTERVAL '1 millisecond',
                     started_at = COALESCE(wr.started_at, now()), updated_at = now()
                FROM candidates c
