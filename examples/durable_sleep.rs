@@ -27,15 +27,22 @@ async fn send(to: &str, text: &str) -> Result<String, std::io::Error> {
 #[workflow(name = "reminder")]
 async fn reminder(ctx: WorkflowContext, input: Reminder) -> Result<String, WorkflowError> {
     send(&input.to, "your trial started").await?;
-    ctx.sleep("wait-for-reminder", Duration::from_secs(input.after_seconds)).await?;
+    ctx.sleep(
+        "wait-for-reminder",
+        Duration::from_secs(input.after_seconds),
+    )
+    .await?;
     let sent = send(&input.to, "your trial ends soon").await?;
     Ok(sent)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url).await?.with_namespace("example-sleep");
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let store = PgStore::connect(&url)
+        .await?
+        .with_namespace("example-sleep");
     store.migrate().await?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
@@ -53,7 +60,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let status = run.status().await?;
     println!("while sleeping the run is {status} (no worker holds it)");
     assert_eq!(status, RunStatus::Sleeping);
-    println!("result: {} after {:?}", run.result().await?, started.elapsed());
+    println!(
+        "result: {} after {:?}",
+        run.result().await?,
+        started.elapsed()
+    );
     worker.shutdown().await;
     Ok(())
 }

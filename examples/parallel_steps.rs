@@ -29,7 +29,10 @@ async fn fetch_temperature(city: String) -> Result<f64, std::io::Error> {
 /// Fetches three cities at once; each call is its own memoized step
 /// (`fetch_temperature`, `fetch_temperature:1`, `fetch_temperature:2`).
 #[workflow(name = "weather-report")]
-async fn weather_report(_ctx: WorkflowContext, input: Cities) -> Result<Vec<(String, f64)>, WorkflowError> {
+async fn weather_report(
+    _ctx: WorkflowContext,
+    input: Cities,
+) -> Result<Vec<(String, f64)>, WorkflowError> {
     let [a, b, c] = match input.names.as_slice() {
         [a, b, c] => [a.clone(), b.clone(), c.clone()],
         _ => return Err(WorkflowError::msg("expected exactly three cities").non_retryable()),
@@ -44,8 +47,11 @@ async fn weather_report(_ctx: WorkflowContext, input: Cities) -> Result<Vec<(Str
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url).await?.with_namespace("example-parallel");
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let store = PgStore::connect(&url)
+        .await?
+        .with_namespace("example-parallel");
     store.migrate().await?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
@@ -56,9 +62,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let run = weather_report::start(&client, input).await?;
     let report = run.result().await?;
-    println!("report: {report:?} in {:?} (three 300 ms steps, run concurrently)", started.elapsed());
+    println!(
+        "report: {report:?} in {:?} (three 300 ms steps, run concurrently)",
+        started.elapsed()
+    );
     for step in run.steps().await? {
-        println!("  {} -> {}", step.step_name, step.output.unwrap_or_default());
+        println!(
+            "  {} -> {}",
+            step.step_name,
+            step.output.unwrap_or_default()
+        );
     }
     worker.shutdown().await;
     Ok(())

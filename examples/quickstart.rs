@@ -84,12 +84,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
 
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let store = PgStore::connect(&url).await?.with_namespace("quickstart");
     store.migrate().await?;
 
     // The worker knows every #[workflow] linked into this binary; no registration code.
-    let worker = Worker::builder(store.clone()).concurrency(4).build()?.spawn();
+    let worker = Worker::builder(store.clone())
+        .concurrency(4)
+        .build()?
+        .spawn();
 
     let client = Client::new(store)?;
     let order = Order {
@@ -105,7 +109,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("step log:");
     for step in run.steps().await? {
-        println!("  {:<16} {:<9} {}", step.step_name, step.status, step.output.unwrap_or_default());
+        println!(
+            "  {:<16} {:<9} {}",
+            step.step_name,
+            step.status,
+            step.output.unwrap_or_default()
+        );
     }
 
     worker.shutdown().await;

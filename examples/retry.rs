@@ -26,12 +26,20 @@ async fn checksum(file: &str) -> Result<u64, std::io::Error> {
 }
 
 /// Flaky network: the first two calls fail.
-#[step(retry(max_attempts = 5, initial_interval = "100ms", backoff = 2.0, max_interval = "1s"))]
+#[step(retry(
+    max_attempts = 5,
+    initial_interval = "100ms",
+    backoff = 2.0,
+    max_interval = "1s"
+))]
 async fn upload(file: &str, checksum: u64) -> Result<String, std::io::Error> {
     let call = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
     if call <= 2 {
         println!("  upload attempt {call}: connection reset");
-        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset",
+        ));
     }
     println!("  upload attempt {call}: ok");
     Ok(format!("s3://bucket/{file}#{checksum}"))
@@ -45,16 +53,28 @@ async fn upload_file(_ctx: WorkflowContext, input: Upload) -> Result<String, Wor
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url).await?.with_namespace("example-retry");
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let store = PgStore::connect(&url)
+        .await?
+        .with_namespace("example-retry");
     store.migrate().await?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 
-    let run = upload_file::start(&client, Upload { file: "report.pdf".into() }).await?;
+    let run = upload_file::start(
+        &client,
+        Upload {
+            file: "report.pdf".into(),
+        },
+    )
+    .await?;
     println!("result: {}", run.result().await?);
     for step in run.steps().await? {
-        let error = step.error.map(|e| e["message"].to_string()).unwrap_or_default();
+        let error = step
+            .error
+            .map(|e| e["message"].to_string())
+            .unwrap_or_default();
         println!("  {:<10} {:<9} {}", step.step_name, step.status, error);
         if step.step_name == "checksum" {
             assert_eq!(step.status, StepStatus::Completed);

@@ -175,7 +175,10 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client on `store` that knows every workflow linked into this binary.
     pub fn new(store: impl Store) -> Result<Self, DuplicateWorkflow> {
-        Ok(Client::with_registry(Arc::new(store), Arc::new(Registry::from_inventory()?)))
+        Ok(Client::with_registry(
+            Arc::new(store),
+            Arc::new(Registry::from_inventory()?),
+        ))
     }
 
     /// A client on a shared store with an explicit registry.
@@ -194,7 +197,10 @@ impl Client {
     }
 
     /// Starts a run of `W`; the compiler checks the input type.
-    pub async fn start<W: Workflow>(&self, input: W::Input) -> Result<RunHandle<W::Output>, ClientError>
+    pub async fn start<W: Workflow>(
+        &self,
+        input: W::Input,
+    ) -> Result<RunHandle<W::Output>, ClientError>
     where
         W::Input: Serialize,
     {
@@ -232,7 +238,8 @@ impl Client {
             name: name.to_owned(),
             version: options.version.clone(),
         })?;
-        self.registry.validate_input(definition.name, definition.version, &input)?;
+        self.registry
+            .validate_input(definition.name, definition.version, &input)?;
         let run = self.create(definition, input, options).await?;
         Ok(self.handle(run.id))
     }
@@ -257,7 +264,9 @@ impl Client {
     ) -> Result<WorkflowRun, ClientError> {
         let available_at = match (options.available_at, options.delay) {
             (Some(at), _) => Some(at),
-            (None, Some(delay)) => Some(Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)),
+            (None, Some(delay)) => Some(
+                Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX),
+            ),
             (None, None) => None,
         };
         let run = self
@@ -298,7 +307,10 @@ impl Client {
     }
 
     /// Lists the step attempts of a run with cursor pagination.
-    pub async fn list_steps(&self, query: ListStepAttempts) -> Result<Page<StepAttempt>, StoreError> {
+    pub async fn list_steps(
+        &self,
+        query: ListStepAttempts,
+    ) -> Result<Page<StepAttempt>, StoreError> {
         self.store.list_step_attempts(query).await
     }
 
@@ -337,7 +349,9 @@ impl<T> Clone for RunHandle<T> {
 
 impl<T> std::fmt::Debug for RunHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunHandle").field("run_id", &self.run_id).finish()
+        f.debug_struct("RunHandle")
+            .field("run_id", &self.run_id)
+            .finish()
     }
 }
 
@@ -356,7 +370,9 @@ impl<T: DeserializeOwned> RunHandle<T> {
         self.store
             .get_run(self.run_id)
             .await?
-            .ok_or(RunError::NotFound { run_id: self.run_id })
+            .ok_or(RunError::NotFound {
+                run_id: self.run_id,
+            })
     }
 
     /// The run's current status.
@@ -382,7 +398,11 @@ impl<T: DeserializeOwned> RunHandle<T> {
                 match notifications.as_mut() {
                     Some(stream) => loop {
                         match stream.next().await {
-                            Some(Notification::RunFinished { run_id, .. }) if run_id == self.run_id => return,
+                            Some(Notification::RunFinished { run_id, .. })
+                                if run_id == self.run_id =>
+                            {
+                                return
+                            }
                             Some(Notification::Missed { .. }) => return,
                             Some(_) => continue,
                             None => return std::future::pending().await,
@@ -410,9 +430,11 @@ impl<T: DeserializeOwned> RunHandle<T> {
         let run = self.run().await?;
         Ok(match run.status {
             RunStatus::Completed => Some(
-                serde_json::from_value(run.output.unwrap_or(Value::Null)).map_err(|source| RunError::Output {
-                    run_id: self.run_id,
-                    source,
+                serde_json::from_value(run.output.unwrap_or(Value::Null)).map_err(|source| {
+                    RunError::Output {
+                        run_id: self.run_id,
+                        source,
+                    }
                 }),
             ),
             RunStatus::Failed => Some(Err(RunError::Failed {
@@ -423,7 +445,9 @@ impl<T: DeserializeOwned> RunHandle<T> {
                     .map(ErrorRecord::from_json)
                     .unwrap_or_else(|| ErrorRecord::new("unknown error")),
             })),
-            RunStatus::Canceled => Some(Err(RunError::Canceled { run_id: self.run_id })),
+            RunStatus::Canceled => Some(Err(RunError::Canceled {
+                run_id: self.run_id,
+            })),
             _ => None,
         })
     }

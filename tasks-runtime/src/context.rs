@@ -95,7 +95,9 @@ struct RunState {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind; keep going.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl WorkflowContext {
@@ -108,7 +110,10 @@ impl WorkflowContext {
     ) -> Self {
         let mut by_name: HashMap<String, Vec<StepAttempt>> = HashMap::new();
         for attempt in history {
-            by_name.entry(attempt.step_name.clone()).or_default().push(attempt);
+            by_name
+                .entry(attempt.step_name.clone())
+                .or_default()
+                .push(attempt);
         }
         WorkflowContext {
             inner: Arc::new(RunState {
@@ -175,10 +180,16 @@ impl WorkflowContext {
         let previous = self.last_attempt(&step_name);
         let attempt = match previous {
             Some(attempt) if attempt.status == StepStatus::Completed => return Ok(()),
-            Some(attempt) if attempt.kind == StepKind::Sleep && attempt.status == StepStatus::Running => attempt,
+            Some(attempt)
+                if attempt.kind == StepKind::Sleep && attempt.status == StepStatus::Running =>
+            {
+                attempt
+            }
             _ => {
                 let config = json!({ "durationMs": u64::try_from(duration.as_millis()).unwrap_or(u64::MAX) });
-                let attempt = self.start_attempt(&step_name, StepKind::Sleep, config).await;
+                let attempt = self
+                    .start_attempt(&step_name, StepKind::Sleep, config)
+                    .await;
                 if duration.is_zero() {
                     self.finish(&attempt, Ok(Value::Null)).await;
                     return Ok(());
@@ -186,8 +197,13 @@ impl WorkflowContext {
                 attempt
             }
         };
-        let wait_ms = attempt.config.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
-        let until = attempt.created_at + chrono::Duration::milliseconds(i64::try_from(wait_ms).unwrap_or(i64::MAX));
+        let wait_ms = attempt
+            .config
+            .get("durationMs")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let until = attempt.created_at
+            + chrono::Duration::milliseconds(i64::try_from(wait_ms).unwrap_or(i64::MAX));
         // `updated_at` of the claimed run is the database's clock at claim time.
         if until <= self.inner.run.updated_at {
             self.finish(&attempt, Ok(Value::Null)).await;
@@ -222,13 +238,20 @@ impl WorkflowContext {
     }
 
     fn last_attempt(&self, step_name: &str) -> Option<StepAttempt> {
-        lock(&self.inner.history).get(step_name).and_then(|attempts| attempts.last().cloned())
+        lock(&self.inner.history)
+            .get(step_name)
+            .and_then(|attempts| attempts.last().cloned())
     }
 
     fn failed_attempts(&self, step_name: &str) -> u32 {
-        lock(&self.inner.history).get(step_name).map_or(0, |attempts| {
-            attempts.iter().filter(|a| a.status == StepStatus::Failed).count() as u32
-        })
+        lock(&self.inner.history)
+            .get(step_name)
+            .map_or(0, |attempts| {
+                attempts
+                    .iter()
+                    .filter(|a| a.status == StepStatus::Failed)
+                    .count() as u32
+            })
     }
 
     fn remember(&self, attempt: StepAttempt) {
@@ -293,7 +316,9 @@ impl WorkflowContext {
 
     async fn halt_on_store_error<T>(&self, error: StoreError) -> T {
         let halt = match error {
-            StoreError::WrongState { status, .. } if matches!(status, RunStatus::Paused | RunStatus::Canceled) => {
+            StoreError::WrongState { status, .. }
+                if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
+            {
                 Halt::Interrupted(status)
             }
             StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
@@ -330,7 +355,12 @@ impl WorkflowContext {
         let update = match result {
             Ok(output) => {
                 store
-                    .complete_step_attempt(self.inner.run.id, attempt.id, &self.inner.worker_id, output)
+                    .complete_step_attempt(
+                        self.inner.run.id,
+                        attempt.id,
+                        &self.inner.worker_id,
+                        output,
+                    )
                     .await
             }
             Err(error) => {
@@ -344,7 +374,9 @@ impl WorkflowContext {
                 self.remember(attempt.clone());
                 attempt
             }
-            Ok(StepUpdate::Interrupted { run_status }) => self.halt(Halt::Interrupted(run_status)).await,
+            Ok(StepUpdate::Interrupted { run_status }) => {
+                self.halt(Halt::Interrupted(run_status)).await
+            }
             Err(error) => self.halt_on_store_error(error).await,
         }
     }
@@ -369,11 +401,18 @@ where
     };
     let step_name = match ctx.resolve_name(definition.name) {
         Ok(name) => name,
-        Err(_) => return ctx.halt(Halt::Fail(ErrorRecord::new("step limit exceeded"))).await,
+        Err(_) => {
+            return ctx
+                .halt(Halt::Fail(ErrorRecord::new("step limit exceeded")))
+                .await
+        }
     };
     ctx.check_interrupted().await;
 
-    if let Some(done) = ctx.last_attempt(&step_name).filter(|a| a.status == StepStatus::Completed) {
+    if let Some(done) = ctx
+        .last_attempt(&step_name)
+        .filter(|a| a.status == StepStatus::Completed)
+    {
         let output = done.output.unwrap_or(Value::Null);
         return match serde_json::from_value(output) {
             Ok(value) => Ok(value),
@@ -396,7 +435,9 @@ where
             "attempt": attempt_number,
             "retryPolicy": policy,
         });
-        let attempt = ctx.start_attempt(&step_name, StepKind::Function, config).await;
+        let attempt = ctx
+            .start_attempt(&step_name, StepKind::Function, config)
+            .await;
         let span = tracing::info_span!(
             "step",
             run.id = %ctx.run_id(),
@@ -410,9 +451,11 @@ where
                 let output = match serde_json::to_value(&value) {
                     Ok(output) => output,
                     Err(error) => {
-                        let record = ErrorRecord::new(format!("the output of step {step_name} could not be serialized: {error}"))
-                            .with_kind("output")
-                            .non_retryable();
+                        let record = ErrorRecord::new(format!(
+                            "the output of step {step_name} could not be serialized: {error}"
+                        ))
+                        .with_kind("output")
+                        .non_retryable();
                         ctx.finish(&attempt, Err(record.to_json())).await;
                         return ctx.halt(Halt::Fail(record)).await;
                     }
@@ -432,7 +475,8 @@ where
                     }
                     Some(delay) => {
                         let since = failed.finished_at.unwrap_or(failed.updated_at);
-                        let until = since + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+                        let until = since
+                            + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
                         return ctx.halt(Halt::Sleep(until)).await;
                     }
                     None => {

@@ -29,7 +29,11 @@ pub struct SourceLocation {
 
 impl std::fmt::Display for SourceLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{} ({})", self.file, self.line, self.column, self.module_path)
+        write!(
+            f,
+            "{}:{}:{} ({})",
+            self.file, self.line, self.column, self.module_path
+        )
     }
 }
 

@@ -63,7 +63,9 @@ impl Executor {
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
         );
-        self.execute_inner(run, definition, shutdown).instrument(span).await
+        self.execute_inner(run, definition, shutdown)
+            .instrument(span)
+            .await
     }
 
     async fn execute_inner(
@@ -81,16 +83,25 @@ impl Executor {
             }
         };
         let deadline = run.deadline_at.map(|deadline| {
-            let remaining = (deadline - run.updated_at).to_std().unwrap_or(Duration::ZERO);
+            let remaining = (deadline - run.updated_at)
+                .to_std()
+                .unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + remaining
         });
         let input = run.input.clone().unwrap_or(Value::Null);
-        let ctx = WorkflowContext::new(self.store.clone(), run, self.worker_id.clone(), history, self.limits.clone());
+        let ctx = WorkflowContext::new(
+            self.store.clone(),
+            run,
+            self.worker_id.clone(),
+            history,
+            self.limits.clone(),
+        );
         let _heartbeat = self.heartbeat(ctx.clone());
 
         // A panicking workflow fails its attempt (and is retried by the workflow policy)
         // instead of taking the worker's task down with the lease still held.
-        let workflow = ctx.scope(AssertUnwindSafe((definition.entry)(ctx.clone(), input)).catch_unwind());
+        let workflow =
+            ctx.scope(AssertUnwindSafe((definition.entry)(ctx.clone(), input)).catch_unwind());
         let finished = tokio::select! {
             biased;
             _ = shutdown.cancelled() => Finished::ShutDown,
@@ -154,7 +165,9 @@ impl Executor {
         };
         match written {
             Ok(outcome) => outcome,
-            Err(StoreError::WrongState { status, .. }) if matches!(status, RunStatus::Paused | RunStatus::Canceled) => {
+            Err(StoreError::WrongState { status, .. })
+                if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
+            {
                 tracing::info!(%status, "run interrupted before its result was written; result discarded");
                 Outcome::Interrupted
             }
@@ -169,7 +182,12 @@ impl Executor {
         }
     }
 
-    async fn fail(&self, run_id: uuid::Uuid, record: ErrorRecord, force: bool) -> Result<Outcome, StoreError> {
+    async fn fail(
+        &self,
+        run_id: uuid::Uuid,
+        record: ErrorRecord,
+        force: bool,
+    ) -> Result<Outcome, StoreError> {
         tracing::warn!(error = %record, final_failure = force, "workflow failed");
         let run = self
             .store
@@ -210,7 +228,11 @@ impl Executor {
                             ctx.interrupt(Halt::Interrupted(status));
                             return;
                         }
-                        Err(StoreError::WrongState { .. } | StoreError::LeaseLost { .. } | StoreError::RunNotFound { .. }) => {
+                        Err(
+                            StoreError::WrongState { .. }
+                            | StoreError::LeaseLost { .. }
+                            | StoreError::RunNotFound { .. },
+                        ) => {
                             ctx.interrupt(Halt::LeaseLost);
                             return;
                         }

@@ -71,12 +71,14 @@ impl ErrorRecord {
 
     /// The JSON stored in the database.
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_else(|_| serde_json::json!({ "message": self.message }))
+        serde_json::to_value(self)
+            .unwrap_or_else(|_| serde_json::json!({ "message": self.message }))
     }
 
     /// Reads a stored error; anything without a `message` string is kept as its JSON text.
     pub fn from_json(value: &Value) -> Self {
-        serde_json::from_value(value.clone()).unwrap_or_else(|_| ErrorRecord::new(value.to_string()))
+        serde_json::from_value(value.clone())
+            .unwrap_or_else(|_| ErrorRecord::new(value.to_string()))
     }
 }
 
@@ -149,7 +151,9 @@ impl WorkflowError {
 
     /// Tries to get the original error back as `E`.
     pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
-        self.inner.as_deref().and_then(|inner| inner.downcast_ref::<E>())
+        self.inner
+            .as_deref()
+            .and_then(|inner| inner.downcast_ref::<E>())
     }
 }
 

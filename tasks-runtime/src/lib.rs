@@ -30,5 +30,5 @@ pub use store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Order, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
-pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
 pub use tokio_util::sync::CancellationToken;
+pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};

@@ -11,8 +11,7 @@ use serde_json::Value;
 pub use crate::client::{Client, ClientError, RunHandle};
 pub use crate::context::{run_step, WorkflowContext};
 pub use crate::definition::{
-    EntryFuture, SourceLocation, StepDefinition, Workflow, WorkflowDefinition,
-    WorkflowRegistration,
+    EntryFuture, SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowRegistration,
 };
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;

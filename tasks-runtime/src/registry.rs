@@ -12,17 +12,17 @@ use crate::definition::{SourceLocation, Workflow, WorkflowDefinition, WorkflowRe
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
     "workflow {name:?} version {version:?} is defined twice: at {first} and at {second}",
-    version = version.as_deref().unwrap_or("(none)")
+    version = version.unwrap_or("(none)")
 )]
 pub struct DuplicateWorkflow {
     /// The workflow name.
-    pub name: String,
+    pub name: &'static str,
     /// The version.
-    pub version: Option<String>,
+    pub version: Option<&'static str>,
     /// Where the first definition is.
-    pub first: SourceLocation,
+    pub first: &'static SourceLocation,
     /// Where the second definition is.
-    pub second: SourceLocation,
+    pub second: &'static SourceLocation,
 }
 
 /// One JSON Schema violation in a workflow input.
@@ -36,7 +36,11 @@ pub struct Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
         write!(f, "at {path}: {}", self.message)
     }
 }
@@ -88,7 +92,10 @@ impl Registry {
         for registration in inventory::iter::<WorkflowRegistration> {
             registry.add(registration.0)?;
         }
-        tracing::info!(workflows = registry.len(), "workflow registry built from link-time registrations");
+        tracing::info!(
+            workflows = registry.len(),
+            "workflow registry built from link-time registrations"
+        );
         Ok(registry)
     }
 
@@ -99,17 +106,23 @@ impl Registry {
     }
 
     /// Registers a definition by hand. Re-adding the very same definition is a no-op.
-    pub fn add(&mut self, definition: &'static WorkflowDefinition) -> Result<&mut Self, DuplicateWorkflow> {
-        let key = (definition.name.to_owned(), definition.version.map(str::to_owned));
+    pub fn add(
+        &mut self,
+        definition: &'static WorkflowDefinition,
+    ) -> Result<&mut Self, DuplicateWorkflow> {
+        let key = (
+            definition.name.to_owned(),
+            definition.version.map(str::to_owned),
+        );
         if let Some(existing) = self.entries.get(&key) {
             if std::ptr::eq(existing.definition, definition) {
                 return Ok(self);
             }
             return Err(DuplicateWorkflow {
-                name: key.0,
-                version: key.1,
-                first: existing.definition.location,
-                second: definition.location,
+                name: definition.name,
+                version: definition.version,
+                first: &existing.definition.location,
+                second: &definition.location,
             });
         }
         self.entries.insert(
@@ -153,7 +166,8 @@ impl Registry {
     }
 
     fn entry(&self, name: &str, version: Option<&str>) -> Option<&Entry> {
-        self.entries.get(&(name.to_owned(), version.map(str::to_owned)))
+        self.entries
+            .get(&(name.to_owned(), version.map(str::to_owned)))
     }
 
     /// Checks `input` against the input schema of `name` at `version`. Every violation is
@@ -162,7 +176,12 @@ impl Registry {
     /// # Panics
     ///
     /// Never; an unknown workflow reports a single violation.
-    pub fn validate_input(&self, name: &str, version: Option<&str>, input: &Value) -> Result<(), InvalidInput> {
+    pub fn validate_input(
+        &self,
+        name: &str,
+        version: Option<&str>,
+        input: &Value,
+    ) -> Result<(), InvalidInput> {
         let Some(entry) = self.entry(name, version) else {
             return Err(InvalidInput {
                 workflow: name.to_owned(),
@@ -205,7 +224,10 @@ fn validate(entry: &Entry, input: &Value) -> Result<(), InvalidInput> {
     if violations.is_empty() {
         Ok(())
     } else {
-        Err(InvalidInput { workflow, violations })
+        Err(InvalidInput {
+            workflow,
+            violations,
+        })
     }
 }
 
@@ -233,7 +255,10 @@ mod tests {
     #[test]
     fn versions_compare_numerically() {
         assert_eq!(compare_versions(Some("10"), Some("9")), Ordering::Greater);
-        assert_eq!(compare_versions(Some("1.10"), Some("1.9")), Ordering::Greater);
+        assert_eq!(
+            compare_versions(Some("1.10"), Some("1.9")),
+            Ordering::Greater
+        );
         assert_eq!(compare_versions(None, Some("1")), Ordering::Less);
         assert_eq!(compare_versions(Some("2"), Some("2")), Ordering::Equal);
     }

@@ -87,7 +87,8 @@ impl RetryPolicy {
             return None;
         }
         let exponent = attempt.saturating_sub(1).min(i32::MAX as u32) as i32;
-        let millis = self.initial_interval.as_millis() as f64 * self.backoff_coefficient.powi(exponent);
+        let millis =
+            self.initial_interval.as_millis() as f64 * self.backoff_coefficient.powi(exponent);
         let capped = millis.min(self.max_interval.as_millis() as f64).max(0.0);
         Some(Duration::from_millis(capped as u64))
     }

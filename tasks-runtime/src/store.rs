@@ -176,8 +176,8 @@ impl std::str::FromStr for Cursor {
         let raw = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8"))?;
         let (micros, id) = raw.split_once('|').ok_or_else(|| invalid("no separator"))?;
         let micros: i64 = micros.parse().map_err(|_| invalid("bad timestamp"))?;
-        let created_at =
-            DateTime::from_timestamp_micros(micros).ok_or_else(|| invalid("timestamp out of range"))?;
+        let created_at = DateTime::from_timestamp_micros(micros)
+            .ok_or_else(|| invalid("timestamp out of range"))?;
         let id = Uuid::parse_str(id).map_err(|_| invalid("bad id"))?;
         Ok(Cursor { created_at, id })
     }
@@ -289,20 +289,43 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<WorkflowRun>>;
 
     /// Claims at most one run; see [`Store::claim_runs`].
-    async fn claim_run(&self, worker_id: &str, lease: Duration) -> StoreResult<Option<WorkflowRun>> {
-        Ok(self.claim_runs(worker_id, lease, 1).await?.into_iter().next())
+    async fn claim_run(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        Ok(self
+            .claim_runs(worker_id, lease, 1)
+            .await?
+            .into_iter()
+            .next())
     }
 
     /// Extends the lease of a run that `worker_id` is running. Fails with
     /// [`StoreError::WrongState`] when the run was paused, canceled or finished, and with
     /// [`StoreError::LeaseLost`] when another worker took it over.
-    async fn extend_lease(&self, run_id: Uuid, worker_id: &str, lease: Duration) -> StoreResult<WorkflowRun>;
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun>;
 
     /// Parks a run owned by `worker_id` until `until`.
-    async fn sleep_run(&self, run_id: Uuid, worker_id: &str, until: DateTime<Utc>) -> StoreResult<WorkflowRun>;
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun>;
 
     /// Completes a run owned by `worker_id` with `output`.
-    async fn complete_run(&self, run_id: Uuid, worker_id: &str, output: Value) -> StoreResult<WorkflowRun>;
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun>;
 
     /// Records a failure of a run owned by the worker: reschedules it with the run's retry
     /// policy, or fails it for good when attempts are exhausted, when forced, or when the
@@ -311,7 +334,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Gives a claimed run back without counting the attempt: pending again after `delay`,
     /// with `reason` recorded as its error. Used when a worker cannot execute the run.
-    async fn release_run(&self, run_id: Uuid, worker_id: &str, delay: Duration, reason: Value) -> StoreResult<WorkflowRun>;
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun>;
 
     /// Cancels a live run. Idempotent on canceled runs; refuses completed and failed runs.
     async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
@@ -364,17 +393,21 @@ pub trait Store: Send + Sync + 'static {
 }
 
 pub(crate) fn status_of(status: &str, operation: &'static str) -> StoreResult<RunStatus> {
-    status.parse().map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
-        operation,
-        reason: e.to_string(),
-    })
+    status
+        .parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
+            operation,
+            reason: e.to_string(),
+        })
 }
 
 pub(crate) fn step_status_of(status: &str, operation: &'static str) -> StoreResult<StepStatus> {
-    status.parse().map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
-        operation,
-        reason: e.to_string(),
-    })
+    status
+        .parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
+            operation,
+            reason: e.to_string(),
+        })
 }
 
 /// Resolved paging parameters shared by every store's listings.
@@ -399,7 +432,9 @@ impl PageQuery {
     ) -> StoreResult<Self> {
         let limit = limit.unwrap_or(DEFAULT_PAGE_SIZE);
         if limit == 0 {
-            return Err(StoreError::InvalidArgument("limit must be at least 1".into()));
+            return Err(StoreError::InvalidArgument(
+                "limit must be at least 1".into(),
+            ));
         }
         if after.is_some() && before.is_some() {
             return Err(StoreError::InvalidArgument(
@@ -448,8 +483,20 @@ impl PageQuery {
         } else {
             (more, self.cursor.is_some())
         };
-        let next = if has_next { rows.last().map(&key) } else { None };
-        let prev = if has_prev { rows.first().map(&key) } else { None };
-        Page { data: rows, next, prev }
+        let next = if has_next {
+            rows.last().map(&key)
+        } else {
+            None
+        };
+        let prev = if has_prev {
+            rows.first().map(&key)
+        } else {
+            None
+        };
+        Page {
+            data: rows,
+            next,
+            prev,
+        }
     }
 }

@@ -159,10 +159,14 @@ impl WorkerBuilder {
     /// Builds the worker, collecting link-time registrations unless a registry was given.
     pub fn build(self) -> Result<Worker, WorkerError> {
         if self.concurrency == 0 {
-            return Err(WorkerError::InvalidSetting("concurrency must be at least 1".into()));
+            return Err(WorkerError::InvalidSetting(
+                "concurrency must be at least 1".into(),
+            ));
         }
         if self.lease < Duration::from_millis(100) {
-            return Err(WorkerError::InvalidSetting("lease must be at least 100 ms".into()));
+            return Err(WorkerError::InvalidSetting(
+                "lease must be at least 100 ms".into(),
+            ));
         }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return Err(WorkerError::InvalidSetting(
@@ -337,7 +341,11 @@ impl Worker {
             let free = slots.available_permits();
             let mut claimed_all = false;
             if free > 0 {
-                match inner.store.claim_runs(&inner.executor.worker_id, inner.executor.lease, free as u32).await {
+                match inner
+                    .store
+                    .claim_runs(&inner.executor.worker_id, inner.executor.lease, free as u32)
+                    .await
+                {
                     Ok(runs) => {
                         claimed_all = runs.len() == free;
                         if !runs.is_empty() {
@@ -382,8 +390,14 @@ impl Worker {
         }
 
         tracker.close();
-        tracing::info!(in_flight = tracker.len(), "worker stopping; waiting for in-flight runs");
-        if tokio::time::timeout(inner.shutdown_grace, tracker.wait()).await.is_err() {
+        tracing::info!(
+            in_flight = tracker.len(),
+            "worker stopping; waiting for in-flight runs"
+        );
+        if tokio::time::timeout(inner.shutdown_grace, tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 abandoned = tracker.len(),
                 "grace period over; abandoning in-flight runs to their leases"
@@ -406,7 +420,10 @@ impl Worker {
 
     async fn process(&self, run: WorkflowRun, abandon: CancellationToken) {
         let inner = &self.inner;
-        let Some(definition) = inner.registry.get(&run.workflow_name, run.version.as_deref()) else {
+        let Some(definition) = inner
+            .registry
+            .get(&run.workflow_name, run.version.as_deref())
+        else {
             self.unknown(run).await;
             return;
         };
@@ -424,7 +441,10 @@ impl Worker {
             Some(version) => format!("{}@{}", run.workflow_name, version),
             None => run.workflow_name.clone(),
         };
-        let message = format!("workflow {label} is not registered in worker {}", inner.executor.worker_id);
+        let message = format!(
+            "workflow {label} is not registered in worker {}",
+            inner.executor.worker_id
+        );
         let result = match inner.unknown_workflow {
             UnknownWorkflowPolicy::Reschedule { initial, max } => {
                 let deferrals = run
@@ -455,7 +475,10 @@ impl Worker {
                     .fail_run(FailRun {
                         run_id: run.id,
                         worker_id: inner.executor.worker_id.clone(),
-                        error: ErrorRecord::new(message).with_kind("unregistered").non_retryable().to_json(),
+                        error: ErrorRecord::new(message)
+                            .with_kind("unregistered")
+                            .non_retryable()
+                            .to_json(),
                         force: true,
                         custom_delay: None,
                     })

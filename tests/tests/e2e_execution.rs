@@ -8,15 +8,17 @@ use std::time::{Duration, Instant};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tasks::{
-    step, workflow, CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus, Store,
-    WorkflowContext, WorkflowError,
-};
 use support::{bump, calls, client, store, worker};
+use tasks::{
+    step, workflow, CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind,
+    StepStatus, Store, WorkflowContext, WorkflowError,
+};
 use uuid::Uuid;
 
 fn run_id() -> Uuid {
-    WorkflowContext::current().map(|ctx| ctx.run_id()).unwrap_or_default()
+    WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -33,7 +35,11 @@ async fn shout(text: &str) -> Result<String, std::io::Error> {
 /// Calls the same step three times, sleeps (which forces a replay), then once more.
 #[workflow(name = "e2e-repeat")]
 async fn repeat(ctx: WorkflowContext, input: Text) -> Result<Vec<String>, WorkflowError> {
-    let mut out = vec![shout("a").await?, shout("b").await?, shout(&input.text).await?];
+    let mut out = vec![
+        shout("a").await?,
+        shout("b").await?,
+        shout(&input.text).await?,
+    ];
     ctx.sleep("pause", Duration::from_millis(200)).await?;
     out.push(shout("d").await?);
     Ok(out)
@@ -44,12 +50,17 @@ async fn repeated_step_names_resolve_in_call_order_and_replay_memoized() {
     let store = store().await;
     let worker = worker(&store).build().unwrap().spawn();
     let client = client(&store);
-    let run = repeat::start(&client, Text { text: "c".into() }).await.unwrap();
+    let run = repeat::start(&client, Text { text: "c".into() })
+        .await
+        .unwrap();
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, vec!["A", "B", "C", "D"]);
 
     let steps = run.steps().await.unwrap();
-    let names: Vec<(&str, StepKind)> = steps.iter().map(|s| (s.step_name.as_str(), s.kind)).collect();
+    let names: Vec<(&str, StepKind)> = steps
+        .iter()
+        .map(|s| (s.step_name.as_str(), s.kind))
+        .collect();
     assert_eq!(
         names,
         vec![
@@ -60,14 +71,29 @@ async fn repeated_step_names_resolve_in_call_order_and_replay_memoized() {
             ("shout:3", StepKind::Function),
         ]
     );
-    let outputs: Vec<_> = steps.iter().filter(|s| s.kind == StepKind::Function).map(|s| s.output.clone().unwrap()).collect();
-    assert_eq!(outputs, vec![json!("A"), json!("B"), json!("C"), json!("D")]);
+    let outputs: Vec<_> = steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Function)
+        .map(|s| s.output.clone().unwrap())
+        .collect();
+    assert_eq!(
+        outputs,
+        vec![json!("A"), json!("B"), json!("C"), json!("D")]
+    );
     assert!(steps.iter().all(|s| s.status == StepStatus::Completed));
     // The sleep made the run replay from the top; nothing before it ran twice.
     for label in ["a", "b", "c", "d"] {
-        assert_eq!(calls(run.id(), &format!("shout:{label}")), 1, "step {label}");
+        assert_eq!(
+            calls(run.id(), &format!("shout:{label}")),
+            1,
+            "step {label}"
+        );
     }
-    assert_eq!(run.run().await.unwrap().attempts, 1, "waking from a sleep is not a new attempt");
+    assert_eq!(
+        run.run().await.unwrap().attempts,
+        1,
+        "waking from a sleep is not a new attempt"
+    );
     worker.shutdown().await;
 }
 
@@ -94,9 +120,17 @@ async fn concurrent_steps_get_deterministic_names() {
     let worker = worker(&store).build().unwrap().spawn();
     let client = client(&store);
     let run = joined::start(&client, ()).await.unwrap();
-    assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), (10, 20, 30));
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        (10, 20, 30)
+    );
     let steps = run.steps().await.unwrap();
-    let by_name = |name: &str| steps.iter().find(|s| s.step_name == name).and_then(|s| s.output.clone());
+    let by_name = |name: &str| {
+        steps
+            .iter()
+            .find(|s| s.step_name == name)
+            .and_then(|s| s.output.clone())
+    };
     assert_eq!(by_name("tagged"), Some(json!(10)));
     assert_eq!(by_name("tagged:1"), Some(json!(20)));
     assert_eq!(by_name("tagged:2"), Some(json!(30)));
@@ -147,8 +181,13 @@ async fn flaky_flow(_ctx: WorkflowContext, input: Flaky) -> Result<u32, Workflow
 async fn a_failing_step_is_retried_without_rerunning_completed_steps() {
     let store = store().await;
     let worker = worker(&store).build().unwrap().spawn();
-    let run = flaky_flow::start(&client(&store), Flaky { fail_times: 2 }).await.unwrap();
-    assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), 7 + 3);
+    let run = flaky_flow::start(&client(&store), Flaky { fail_times: 2 })
+        .await
+        .unwrap();
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        7 + 3
+    );
     assert_eq!(calls(run.id(), "prepare"), 1);
     assert_eq!(calls(run.id(), "flaky"), 3);
     let statuses: Vec<_> = run
@@ -159,8 +198,19 @@ async fn a_failing_step_is_retried_without_rerunning_completed_steps() {
         .filter(|s| s.step_name == "flaky")
         .map(|s| s.status)
         .collect();
-    assert_eq!(statuses, vec![StepStatus::Failed, StepStatus::Failed, StepStatus::Completed]);
-    assert_eq!(run.run().await.unwrap().attempts, 1, "step retries do not retry the run");
+    assert_eq!(
+        statuses,
+        vec![
+            StepStatus::Failed,
+            StepStatus::Failed,
+            StepStatus::Completed
+        ]
+    );
+    assert_eq!(
+        run.run().await.unwrap().attempts,
+        1,
+        "step retries do not retry the run"
+    );
     worker.shutdown().await;
 }
 
@@ -168,7 +218,9 @@ async fn a_failing_step_is_retried_without_rerunning_completed_steps() {
 async fn a_step_that_exhausts_its_retries_fails_the_run_without_workflow_retries() {
     let store = store().await;
     let worker = worker(&store).build().unwrap().spawn();
-    let run = flaky_flow::start(&client(&store), Flaky { fail_times: 100 }).await.unwrap();
+    let run = flaky_flow::start(&client(&store), Flaky { fail_times: 100 })
+        .await
+        .unwrap();
     match run.result_within(Duration::from_secs(20)).await {
         Err(RunError::Failed { error, .. }) => {
             assert_eq!(error.message, "flaky failure 4");
@@ -180,11 +232,17 @@ async fn a_step_that_exhausts_its_retries_fails_the_run_without_workflow_retries
     assert_eq!(calls(run.id(), "prepare"), 1);
     let stored = run.run().await.unwrap();
     assert_eq!(stored.status, RunStatus::Failed);
-    assert_eq!(stored.attempts, 1, "the workflow retry policy does not apply to step errors");
+    assert_eq!(
+        stored.attempts, 1,
+        "the workflow retry policy does not apply to step errors"
+    );
     worker.shutdown().await;
 }
 
-#[workflow(name = "e2e-workflow-retry", retry(max_attempts = 3, initial_interval = "50ms", backoff = 1.0))]
+#[workflow(
+    name = "e2e-workflow-retry",
+    retry(max_attempts = 3, initial_interval = "50ms", backoff = 1.0)
+)]
 async fn workflow_retry(ctx: WorkflowContext, _input: ()) -> Result<u32, WorkflowError> {
     prepare().await?;
     if ctx.attempt() < 2 {
@@ -199,7 +257,11 @@ async fn errors_outside_steps_use_the_workflow_retry_policy() {
     let worker = worker(&store).build().unwrap().spawn();
     let run = workflow_retry::start(&client(&store), ()).await.unwrap();
     assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), 2);
-    assert_eq!(calls(run.id(), "prepare"), 1, "the completed step was replayed, not re-run");
+    assert_eq!(
+        calls(run.id(), "prepare"),
+        1,
+        "the completed step was replayed, not re-run"
+    );
     worker.shutdown().await;
 }
 
@@ -222,10 +284,22 @@ async fn a_durable_sleep_parks_the_run_and_wakes_it() {
     });
     assert_eq!(parked.worker_id, None, "a sleeping run holds no worker");
     assert!(parked.available_at.is_some());
-    assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), "rested");
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        "rested"
+    );
     assert!(started.elapsed() >= Duration::from_millis(1500));
-    let nap = run.steps().await.unwrap().into_iter().find(|s| s.step_name == "nap").unwrap();
-    assert_eq!((nap.kind, nap.status), (StepKind::Sleep, StepStatus::Completed));
+    let nap = run
+        .steps()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.step_name == "nap")
+        .unwrap();
+    assert_eq!(
+        (nap.kind, nap.status),
+        (StepKind::Sleep, StepStatus::Completed)
+    );
     assert_eq!(calls(run.id(), "prepare"), 1);
     worker.shutdown().await;
 }
@@ -247,7 +321,9 @@ async fn three_phases(_ctx: WorkflowContext, millis: u64) -> Result<Vec<String>,
 }
 
 async fn wait_for_calls(run_id: Uuid, label: &str, count: u32) {
-    eventually!(Duration::from_secs(10), { (calls(run_id, label) >= count).then_some(()) });
+    eventually!(Duration::from_secs(10), {
+        (calls(run_id, label) >= count).then_some(())
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +339,9 @@ async fn pausing_a_running_run_stops_it_at_the_next_step_and_resume_finishes_it(
     // Step two finishes, finds the run paused, and the run stops there.
     let two = eventually!(Duration::from_secs(10), {
         let steps = run.steps().await.unwrap();
-        steps.into_iter().find(|s| s.step_name == "slow_step:1" && s.status != StepStatus::Running)
+        steps
+            .into_iter()
+            .find(|s| s.step_name == "slow_step:1" && s.status != StepStatus::Running)
     });
     assert_eq!(two.status, StepStatus::Paused);
     assert_eq!(two.output, None, "an interrupted step writes no result");
@@ -272,9 +350,16 @@ async fn pausing_a_running_run_stops_it_at_the_next_step_and_resume_finishes_it(
     assert_eq!(run.status().await.unwrap(), RunStatus::Paused);
 
     run.resume().await.unwrap();
-    assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), vec!["one", "two", "three"]);
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        vec!["one", "two", "three"]
+    );
     assert_eq!(calls(run.id(), "one"), 1);
-    assert_eq!(calls(run.id(), "two"), 2, "the interrupted step ran again after resume");
+    assert_eq!(
+        calls(run.id(), "two"),
+        2,
+        "the interrupted step ran again after resume"
+    );
     assert_eq!(calls(run.id(), "three"), 1);
     worker.shutdown().await;
 }
@@ -292,7 +377,9 @@ async fn canceling_a_running_run_stops_it_and_writes_nothing_stale() {
     }
     let two = eventually!(Duration::from_secs(10), {
         let steps = run.steps().await.unwrap();
-        steps.into_iter().find(|s| s.step_name == "slow_step:1" && s.status != StepStatus::Running)
+        steps
+            .into_iter()
+            .find(|s| s.step_name == "slow_step:1" && s.status != StepStatus::Running)
     });
     assert_eq!(two.status, StepStatus::Canceled);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -313,7 +400,9 @@ async fn a_run_past_its_deadline_fails() {
         .await
         .unwrap();
     match run.result_within(Duration::from_secs(20)).await {
-        Err(RunError::Failed { error, .. }) => assert_eq!(error.message, "Workflow run deadline exceeded"),
+        Err(RunError::Failed { error, .. }) => {
+            assert_eq!(error.message, "Workflow run deadline exceeded")
+        }
         other => panic!("expected a deadline failure, got {other:?}"),
     }
     assert_eq!(calls(run.id(), "three"), 0);
@@ -342,8 +431,18 @@ async fn a_worker_that_lost_its_lease_writes_nothing() {
     assert_eq!(stored.status, RunStatus::Running);
     assert_eq!(stored.worker_id.as_deref(), Some("usurper"));
     assert_eq!(stored.output, None);
-    let two = run.steps().await.unwrap().into_iter().find(|s| s.step_name == "slow_step:1").unwrap();
-    assert_eq!(two.status, StepStatus::Running, "the stale worker's step result was fenced out");
+    let two = run
+        .steps()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.step_name == "slow_step:1")
+        .unwrap();
+    assert_eq!(
+        two.status,
+        StepStatus::Running,
+        "the stale worker's step result was fenced out"
+    );
     assert_eq!(two.output, None);
     assert_eq!(calls(run.id(), "three"), 0);
     worker.shutdown().await;
@@ -359,7 +458,11 @@ async fn runaway(_ctx: WorkflowContext, _input: ()) -> Result<(), WorkflowError>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runaway_loop_hits_the_step_limit() {
     let store = store().await;
-    let worker = worker(&store).max_steps_per_run(25).build().unwrap().spawn();
+    let worker = worker(&store)
+        .max_steps_per_run(25)
+        .build()
+        .unwrap()
+        .spawn();
     let run = runaway::start(&client(&store), ()).await.unwrap();
     match run.result_within(Duration::from_secs(20)).await {
         Err(RunError::Failed { error, .. }) => {
@@ -383,7 +486,10 @@ async fn unregistered_workflows_are_rescheduled_not_failed() {
         .build()
         .unwrap()
         .spawn();
-    let run = store.create_run(CreateRun::new("not-in-this-binary")).await.unwrap();
+    let run = store
+        .create_run(CreateRun::new("not-in-this-binary"))
+        .await
+        .unwrap();
     let released = eventually!(Duration::from_secs(10), {
         let stored = store.get_run(run.id).await.unwrap().unwrap();
         stored.error.is_some().then_some(stored)
@@ -394,17 +500,30 @@ async fn unregistered_workflows_are_rescheduled_not_failed() {
     let error = released.error.unwrap();
     assert_eq!(error["kind"], "unregistered");
     assert_eq!(error["deferrals"], 1);
-    assert!(error["message"].as_str().unwrap().contains("not-in-this-binary"));
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("not-in-this-binary"));
     let wait = released.available_at.unwrap() - released.updated_at;
-    assert!(wait >= chrono::Duration::seconds(59), "rescheduled with backoff, got {wait}");
+    assert!(
+        wait >= chrono::Duration::seconds(59),
+        "rescheduled with backoff, got {wait}"
+    );
     worker.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unregistered_workflows_can_be_failed_instead() {
     let store = store().await;
-    let worker = worker(&store).unknown_workflow(tasks::UnknownWorkflowPolicy::Fail).build().unwrap().spawn();
-    let run = store.create_run(CreateRun::new("not-in-this-binary")).await.unwrap();
+    let worker = worker(&store)
+        .unknown_workflow(tasks::UnknownWorkflowPolicy::Fail)
+        .build()
+        .unwrap()
+        .spawn();
+    let run = store
+        .create_run(CreateRun::new("not-in-this-binary"))
+        .await
+        .unwrap();
     let failed = eventually!(Duration::from_secs(10), {
         let stored = store.get_run(run.id).await.unwrap().unwrap();
         (stored.status == RunStatus::Failed).then_some(stored)
@@ -421,7 +540,11 @@ async fn graceful_shutdown_lets_in_flight_runs_finish() {
     wait_for_calls(run.id(), "two", 1).await;
     worker.shutdown().await;
     let stored = run.run().await.unwrap();
-    assert_eq!(stored.status, RunStatus::Completed, "the in-flight run finished during the grace period");
+    assert_eq!(
+        stored.status,
+        RunStatus::Completed,
+        "the in-flight run finished during the grace period"
+    );
     assert_eq!(stored.output, Some(json!(["one", "two", "three"])));
 }
 
@@ -463,12 +586,19 @@ async fn the_idempotency_key_returns_the_same_run() {
     let store = store().await;
     let client = client(&store);
     let options = StartOptions::new().idempotency_key("order-17");
-    let first = client.start_with::<three_phases>(1, options.clone()).await.unwrap();
+    let first = client
+        .start_with::<three_phases>(1, options.clone())
+        .await
+        .unwrap();
     let second = client.start_with::<three_phases>(2, options).await.unwrap();
     assert_eq!(first.id(), second.id());
     let page = client.list_runs(Default::default()).await.unwrap();
     assert_eq!(page.data.len(), 1);
-    assert_eq!(page.data[0].input, Some(json!(1)), "the first input is kept");
+    assert_eq!(
+        page.data[0].input,
+        Some(json!(1)),
+        "the first input is kept"
+    );
 }
 
 #[test]

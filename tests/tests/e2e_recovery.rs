@@ -8,11 +8,15 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::Row;
-use tasks::{step, workflow, CreateRun, ListRuns, RunStatus, StepStatus, Store, WorkflowContext, WorkflowError};
 use support::{bump, calls, client, store, worker};
+use tasks::{
+    step, workflow, CreateRun, ListRuns, RunStatus, StepStatus, Store, WorkflowContext,
+    WorkflowError,
+};
 
 fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 struct KillOnDrop(Child);
@@ -33,7 +37,10 @@ fn spawn_worker(namespace: &str, lease_ms: u64) -> KillOnDrop {
     KillOnDrop(child)
 }
 
-async fn effect_counts(store: &tasks::postgres::PgStore, run_id: uuid::Uuid) -> HashMap<String, i32> {
+async fn effect_counts(
+    store: &tasks::postgres::PgStore,
+    run_id: uuid::Uuid,
+) -> HashMap<String, i32> {
     sqlx::query("SELECT step, count FROM tasks_test.effects WHERE run_id = $1")
         .bind(run_id)
         .fetch_all(store.pool())
@@ -56,7 +63,9 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
     .execute(store.pool())
     .await
     .or_else(|error| match &error {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => Ok(Default::default()),
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => {
+            Ok(Default::default())
+        }
         _ => Err(error),
     })
     .unwrap();
@@ -64,7 +73,9 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
     const STEPS: usize = 12;
     let run = store
         .create_run(CreateRun {
-            input: Some(json!({ "database_url": database_url(), "steps": STEPS, "step_millis": 150 })),
+            input: Some(
+                json!({ "database_url": database_url(), "steps": STEPS, "step_millis": 150 }),
+            ),
             ..CreateRun::new("test-effects")
         })
         .await
@@ -96,7 +107,11 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
     assert!(completed_at_kill.is_superset(&completed_before_kill));
     assert!(completed_at_kill.len() < STEPS, "the kill landed mid-run");
     let stranded = store.get_run(run.id).await.unwrap().unwrap();
-    assert_eq!(stranded.status, RunStatus::Running, "the dead worker still holds the lease");
+    assert_eq!(
+        stranded.status,
+        RunStatus::Running,
+        "the dead worker still holds the lease"
+    );
 
     // Second worker: another process; it claims the run once the lease expires.
     let _second = spawn_worker(store.namespace(), 1_000);
@@ -104,31 +119,54 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
         let run = store.get_run(run.id).await.unwrap().unwrap();
         run.status.is_terminal().then_some(run)
     });
-    assert_eq!(finished.status, RunStatus::Completed, "{:?}", finished.error);
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
     assert_eq!(finished.output, Some(json!(STEPS)));
     assert_eq!(finished.attempts, 2, "claimed once by each worker");
-    assert_ne!(finished.worker_id, stranded.worker_id, "the second worker finished it");
+    assert_ne!(
+        finished.worker_id, stranded.worker_id,
+        "the second worker finished it"
+    );
 
     let counts = effect_counts(&store, run.id).await;
     assert_eq!(counts.len(), STEPS, "every step ran: {counts:?}");
     for (i, name) in ["record_effect"].iter().cycle().take(STEPS).enumerate() {
-        let step_name = if i == 0 { name.to_string() } else { format!("{name}:{i}") };
+        let step_name = if i == 0 {
+            name.to_string()
+        } else {
+            format!("{name}:{i}")
+        };
         let label = format!("step-{i:03}");
         let count = counts[&label];
         if completed_at_kill.contains(&step_name) {
-            assert_eq!(count, 1, "completed step {step_name} ran again after the takeover");
+            assert_eq!(
+                count, 1,
+                "completed step {step_name} ran again after the takeover"
+            );
         } else {
             // At most the one step in flight at the kill ran twice.
-            assert!((1..=2).contains(&count), "step {step_name} ran {count} times");
+            assert!(
+                (1..=2).contains(&count),
+                "step {step_name} ran {count} times"
+            );
         }
     }
     let rerun = counts.values().filter(|&&c| c == 2).count();
-    assert!(rerun <= 1, "only the step in flight may run twice: {counts:?}");
+    assert!(
+        rerun <= 1,
+        "only the step in flight may run twice: {counts:?}"
+    );
 }
 
 #[step]
 async fn unit_of_work(n: u32) -> Result<u32, std::io::Error> {
-    let run_id = WorkflowContext::current().map(|ctx| ctx.run_id()).unwrap_or_default();
+    let run_id = WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default();
     bump(run_id, &format!("work:{n}"));
     Ok(n)
 }
@@ -151,18 +189,37 @@ async fn runs_shared_by_several_workers_complete_exactly_once() {
         handles.push(many::start(&client, n).await.unwrap());
     }
     let workers: Vec<_> = (0..3)
-        .map(|i| worker(&store).concurrency(16).worker_id(format!("w{i}")).build().unwrap().spawn())
+        .map(|i| {
+            worker(&store)
+                .concurrency(16)
+                .worker_id(format!("w{i}"))
+                .build()
+                .unwrap()
+                .spawn()
+        })
         .collect();
     for (n, handle) in handles.iter().enumerate() {
         let n = n as u32;
-        assert_eq!(handle.result_within(Duration::from_secs(120)).await.unwrap(), 3 * n + 3);
+        assert_eq!(
+            handle
+                .result_within(Duration::from_secs(120))
+                .await
+                .unwrap(),
+            3 * n + 3
+        );
     }
     for worker in workers {
         worker.shutdown().await;
     }
 
     let mut finishers = HashMap::new();
-    let mut page = store.list_runs(ListRuns { limit: Some(1000), ..Default::default() }).await.unwrap();
+    let mut page = store
+        .list_runs(ListRuns {
+            limit: Some(1000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     assert!(page.next.is_none());
     assert_eq!(page.data.len(), RUNS as usize);
     for run in page.data.drain(..) {
@@ -180,5 +237,8 @@ async fn runs_shared_by_several_workers_complete_exactly_once() {
             assert_eq!(calls(handle.id(), &format!("work:{}", n as u32 + k)), 1);
         }
     }
-    assert!(finishers.len() >= 2, "work was shared between workers: {finishers:?}");
+    assert!(
+        finishers.len() >= 2,
+        "work was shared between workers: {finishers:?}"
+    );
 }

@@ -84,7 +84,10 @@ const MIGRATION_LOCK: i64 = 0x7461_736b_735f_6d69;
 /// number of times: an advisory lock serializes migrators, and applied migrations are
 /// skipped. Touches nothing outside the `tasks` schema.
 pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
-    let mut tx = pool.begin().await.map_err(database("starting the migration transaction"))?;
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(database("starting the migration transaction"))?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -105,10 +108,11 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         .await
         .map_err(database("creating the migrations table"))?;
 
-    let applied = sqlx::query("SELECT version, checksum FROM tasks.schema_migrations ORDER BY version")
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(database("reading applied migrations"))?;
+    let applied =
+        sqlx::query("SELECT version, checksum FROM tasks.schema_migrations ORDER BY version")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(database("reading applied migrations"))?;
     let applied: Vec<(i64, String)> = applied
         .iter()
         .map(|row| (row.get::<i64, _>(0), row.get::<String, _>(1)))
@@ -117,7 +121,10 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
     let known = MIGRATIONS.last().map_or(0, |m| m.version);
     if let Some(&(newest, _)) = applied.last() {
         if newest > known {
-            return Err(MigrateError::TooNew { applied: newest, known });
+            return Err(MigrateError::TooNew {
+                applied: newest,
+                known,
+            });
         }
     }
 
@@ -137,17 +144,28 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         (&mut *tx)
             .execute(sqlx::raw_sql(migration.sql))
             .await
-            .map_err(database(format!("applying migration {} ({})", migration.version, migration.name)))?;
-        sqlx::query("INSERT INTO tasks.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)")
-            .bind(migration.version)
-            .bind(migration.name)
-            .bind(&expected)
-            .execute(&mut *tx)
-            .await
-            .map_err(database("recording a migration"))?;
-        tracing::info!(version = migration.version, name = migration.name, "applied migration");
+            .map_err(database(format!(
+                "applying migration {} ({})",
+                migration.version, migration.name
+            )))?;
+        sqlx::query(
+            "INSERT INTO tasks.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+        )
+        .bind(migration.version)
+        .bind(migration.name)
+        .bind(&expected)
+        .execute(&mut *tx)
+        .await
+        .map_err(database("recording a migration"))?;
+        tracing::info!(
+            version = migration.version,
+            name = migration.name,
+            "applied migration"
+        );
     }
-    tx.commit().await.map_err(database("committing migrations"))?;
+    tx.commit()
+        .await
+        .map_err(database("committing migrations"))?;
     Ok(())
 }
 

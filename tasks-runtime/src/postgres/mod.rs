@@ -49,7 +49,9 @@ pub struct PgStore {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("namespace", &self.namespace).finish_non_exhaustive()
+        f.debug_struct("PgStore")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
     }
 }
 
@@ -93,8 +95,14 @@ impl PgStore {
         migrate(&self.pool).await
     }
 
-    async fn fetch_run(&self, run_id: Uuid, operation: &'static str) -> StoreResult<Option<WorkflowRun>> {
-        let sql = format!("SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2");
+    async fn fetch_run(
+        &self,
+        run_id: Uuid,
+        operation: &'static str,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2"
+        );
         sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
@@ -106,12 +114,20 @@ impl PgStore {
     }
 
     /// Explains why a fenced update of `run_id` matched no row.
-    async fn miss(&self, run_id: Uuid, worker_id: Option<&str>, operation: &'static str) -> StoreError {
+    async fn miss(
+        &self,
+        run_id: Uuid,
+        worker_id: Option<&str>,
+        operation: &'static str,
+    ) -> StoreError {
         match self.fetch_run(run_id, operation).await {
             Err(error) => error,
             Ok(None) => StoreError::RunNotFound { id: run_id },
             Ok(Some(run)) => match worker_id {
-                Some(worker) if run.status == RunStatus::Running && run.worker_id.as_deref() != Some(worker) => {
+                Some(worker)
+                    if run.status == RunStatus::Running
+                        && run.worker_id.as_deref() != Some(worker) =>
+                {
                     StoreError::LeaseLost {
                         id: run_id,
                         worker_id: worker.to_owned(),
@@ -134,7 +150,9 @@ impl PgStore {
         operation: &'static str,
         bind: impl FnOnce(RunQuery<'q>) -> RunQuery<'q>,
     ) -> StoreResult<Option<WorkflowRun>> {
-        let query = sqlx::query_as::<_, RunRow>(sql).bind(&*self.namespace).bind(run_id);
+        let query = sqlx::query_as::<_, RunRow>(sql)
+            .bind(&*self.namespace)
+            .bind(run_id);
         bind(query)
             .fetch_optional(&self.pool)
             .await
@@ -211,7 +229,9 @@ impl PgStore {
             .await
             .map_err(db(operation))?;
             if mark.rows_affected() > 0 {
-                return Ok(StepUpdate::Interrupted { run_status: run.status });
+                return Ok(StepUpdate::Interrupted {
+                    run_status: run.status,
+                });
             }
         }
         let step = self.get_step_attempt(step_attempt_id).await?;
@@ -222,8 +242,12 @@ impl PgStore {
                     status: step.status,
                 })
             }
-            Some(step) if step.workflow_run_id == run_id => Err(self.miss(run_id, Some(worker_id), operation).await),
-            _ => Err(StoreError::StepNotFound { id: step_attempt_id }),
+            Some(step) if step.workflow_run_id == run_id => {
+                Err(self.miss(run_id, Some(worker_id), operation).await)
+            }
+            _ => Err(StoreError::StepNotFound {
+                id: step_attempt_id,
+            }),
         }
     }
 }
@@ -285,7 +309,8 @@ impl Store for PgStore {
         if let Some(policy) = params.retry_policy {
             config.insert(
                 "retryPolicy".into(),
-                serde_json::to_value(policy).map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
+                serde_json::to_value(policy)
+                    .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
             );
         }
         let sql = format!(
@@ -345,15 +370,27 @@ impl Store for PgStore {
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         const OPERATION: &str = "listing workflow runs";
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Postgres>::new(format!("SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "));
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
+        ));
         query.push_bind(&*self.namespace);
         if let Some(cursor) = page.cursor {
-            query.push(format_args!(" AND (created_at, id) {} (", page.cursor_operator()));
-            query.push_bind(cursor.created_at).push(", ").push_bind(cursor.id).push(")");
+            query.push(format_args!(
+                " AND (created_at, id) {} (",
+                page.cursor_operator()
+            ));
+            query
+                .push_bind(cursor.created_at)
+                .push(", ")
+                .push_bind(cursor.id)
+                .push(")");
         }
         if !params.statuses.is_empty() {
             let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-            query.push(" AND status = ANY(").push_bind(statuses).push(")");
+            query
+                .push(" AND status = ANY(")
+                .push_bind(statuses)
+                .push(")");
         }
         if let Some(name) = &params.workflow_name {
             query.push(" AND workflow_name = ").push_bind(name);
@@ -365,7 +402,9 @@ impl Store for PgStore {
             query.push(" AND created_at <= ").push_bind(before);
         }
         let direction = page.sql_direction();
-        query.push(format_args!(" ORDER BY created_at {direction}, id {direction} LIMIT "));
+        query.push(format_args!(
+            " ORDER BY created_at {direction}, id {direction} LIMIT "
+        ));
         query.push_bind(i64::from(page.limit) + 1);
         let rows = query
             .build_query_as::<RunRow>()
@@ -376,7 +415,12 @@ impl Store for PgStore {
         Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
-    async fn claim_runs(&self, worker_id: &str, lease: Duration, limit: u32) -> StoreResult<Vec<WorkflowRun>> {
+    async fn claim_runs(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowRun>> {
         const OPERATION: &str = "claiming workflow runs";
         if limit == 0 {
             return Ok(Vec::new());
@@ -424,7 +468,12 @@ impl Store for PgStore {
         Ok(runs)
     }
 
-    async fn extend_lease(&self, run_id: Uuid, worker_id: &str, lease: Duration) -> StoreResult<WorkflowRun> {
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "extending a lease";
         let sql = format!(
             "UPDATE tasks.workflow_runs
@@ -433,7 +482,9 @@ impl Store for PgStore {
           RETURNING {RUN_COLUMNS}"
         );
         match self
-            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| q.bind(worker_id).bind(millis(lease)))
+            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| {
+                q.bind(worker_id).bind(millis(lease))
+            })
             .await?
         {
             Some(run) => Ok(run),
@@ -441,7 +492,12 @@ impl Store for PgStore {
         }
     }
 
-    async fn sleep_run(&self, run_id: Uuid, worker_id: &str, until: DateTime<Utc>) -> StoreResult<WorkflowRun> {
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "sleeping a workflow run";
         let sql = format!(
             "UPDATE tasks.workflow_runs
@@ -450,7 +506,9 @@ impl Store for PgStore {
           RETURNING {RUN_COLUMNS}"
         );
         match self
-            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| q.bind(worker_id).bind(until))
+            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| {
+                q.bind(worker_id).bind(until)
+            })
             .await?
         {
             Some(run) => {
@@ -464,7 +522,12 @@ impl Store for PgStore {
         }
     }
 
-    async fn complete_run(&self, run_id: Uuid, worker_id: &str, output: Value) -> StoreResult<WorkflowRun> {
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "completing a workflow run";
         let sql = format!(
             "UPDATE tasks.workflow_runs
@@ -474,7 +537,9 @@ impl Store for PgStore {
           RETURNING {RUN_COLUMNS}"
         );
         match self
-            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| q.bind(worker_id).bind(output))
+            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| {
+                q.bind(worker_id).bind(output)
+            })
             .await?
         {
             Some(run) => {
@@ -552,7 +617,13 @@ impl Store for PgStore {
         }
     }
 
-    async fn release_run(&self, run_id: Uuid, worker_id: &str, delay: Duration, reason: Value) -> StoreResult<WorkflowRun> {
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "releasing a workflow run";
         let sql = format!(
             "UPDATE tasks.workflow_runs
@@ -583,7 +654,10 @@ impl Store for PgStore {
                 AND status IN ('pending', 'running', 'sleeping', 'paused')
           RETURNING {RUN_COLUMNS}"
         );
-        if let Some(run) = self.update_run(&sql, run_id, None, OPERATION, |q| q).await? {
+        if let Some(run) = self
+            .update_run(&sql, run_id, None, OPERATION, |q| q)
+            .await?
+        {
             self.notify(Notification::RunFinished {
                 namespace: self.namespace.to_string(),
                 run_id,
@@ -610,7 +684,10 @@ impl Store for PgStore {
               WHERE namespace = $1 AND id = $2 AND status IN ('pending', 'running', 'sleeping')
           RETURNING {RUN_COLUMNS}"
         );
-        if let Some(run) = self.update_run(&sql, run_id, None, OPERATION, |q| q).await? {
+        if let Some(run) = self
+            .update_run(&sql, run_id, None, OPERATION, |q| q)
+            .await?
+        {
             return Ok(run);
         }
         match self.fetch_run(run_id, OPERATION).await? {
@@ -632,7 +709,10 @@ impl Store for PgStore {
               WHERE namespace = $1 AND id = $2 AND status = 'paused'
           RETURNING {RUN_COLUMNS}"
         );
-        if let Some(run) = self.update_run(&sql, run_id, None, OPERATION, |q| q).await? {
+        if let Some(run) = self
+            .update_run(&sql, run_id, None, OPERATION, |q| q)
+            .await?
+        {
             self.notify(Notification::RunAvailable {
                 namespace: self.namespace.to_string(),
             })
@@ -677,13 +757,17 @@ impl Store for PgStore {
             .map_err(db(OPERATION))?;
         match inserted {
             Some(row) => row.into_step(OPERATION),
-            None => Err(self.miss(params.run_id, Some(&params.worker_id), OPERATION).await),
+            None => Err(self
+                .miss(params.run_id, Some(&params.worker_id), OPERATION)
+                .await),
         }
     }
 
     async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
         const OPERATION: &str = "getting a step attempt";
-        let sql = format!("SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = $1 AND id = $2");
+        let sql = format!(
+            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = $1 AND id = $2"
+        );
         sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(step_attempt_id)
@@ -697,15 +781,28 @@ impl Store for PgStore {
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
         const OPERATION: &str = "listing step attempts";
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Postgres>::new(format!("SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = "));
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = "
+        ));
         query.push_bind(&*self.namespace);
-        query.push(" AND workflow_run_id = ").push_bind(params.workflow_run_id);
+        query
+            .push(" AND workflow_run_id = ")
+            .push_bind(params.workflow_run_id);
         if let Some(cursor) = page.cursor {
-            query.push(format_args!(" AND (created_at, id) {} (", page.cursor_operator()));
-            query.push_bind(cursor.created_at).push(", ").push_bind(cursor.id).push(")");
+            query.push(format_args!(
+                " AND (created_at, id) {} (",
+                page.cursor_operator()
+            ));
+            query
+                .push_bind(cursor.created_at)
+                .push(", ")
+                .push_bind(cursor.id)
+                .push(")");
         }
         let direction = page.sql_direction();
-        query.push(format_args!(" ORDER BY created_at {direction}, id {direction} LIMIT "));
+        query.push(format_args!(
+            " ORDER BY created_at {direction}, id {direction} LIMIT "
+        ));
         query.push_bind(i64::from(page.limit) + 1);
         let rows = query
             .build_query_as::<StepRow>()
@@ -775,7 +872,9 @@ impl Store for PgStore {
         let namespace = self.namespace.to_string();
         let notification = match notification {
             Notification::RunAvailable { .. } => Notification::RunAvailable { namespace },
-            Notification::RunFinished { run_id, .. } => Notification::RunFinished { namespace, run_id },
+            Notification::RunFinished { run_id, .. } => {
+                Notification::RunFinished { namespace, run_id }
+            }
             Notification::Missed { .. } => Notification::Missed { namespace },
         };
         notify::publish(&self.pool, &notification).await

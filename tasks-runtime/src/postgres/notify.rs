@@ -36,13 +36,17 @@ enum Event {
 
 pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> StoreResult<()> {
     let payload = match notification {
-        Notification::RunAvailable { namespace } => Payload::Available { ns: namespace.clone() },
+        Notification::RunAvailable { namespace } => Payload::Available {
+            ns: namespace.clone(),
+        },
         Notification::RunFinished { namespace, run_id } => Payload::Finished {
             ns: namespace.clone(),
             run: *run_id,
         },
         // Only listeners produce this one; sending it means "everyone, look again".
-        Notification::Missed { namespace } => Payload::Available { ns: namespace.clone() },
+        Notification::Missed { namespace } => Payload::Available {
+            ns: namespace.clone(),
+        },
     };
     let payload = serde_json::to_string(&payload).unwrap_or_default();
     sqlx::query("SELECT pg_notify($1, $2)")
@@ -75,7 +79,10 @@ impl Hub {
                 let mut listener = PgListener::connect_with(&self.pool)
                     .await
                     .map_err(db("connecting the notification listener"))?;
-                listener.listen(CHANNEL).await.map_err(db("listening for notifications"))?;
+                listener
+                    .listen(CHANNEL)
+                    .await
+                    .map_err(db("listening for notifications"))?;
                 let (tx, _) = broadcast::channel(1024);
                 let tx = Arc::new(tx);
                 tokio::spawn(pump(listener, Arc::downgrade(&tx)));
@@ -86,7 +93,6 @@ impl Hub {
         Ok(stream(tx.subscribe(), namespace))
     }
 }
-
 
 /// Forwards notifications from the listener connection to the broadcast channel until the
 /// store (which owns the only strong reference to the sender) is dropped.

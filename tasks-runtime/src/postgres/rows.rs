@@ -96,12 +96,13 @@ impl StepRow {
     pub(crate) fn into_step(self, operation: &'static str) -> StoreResult<StepAttempt> {
         Ok(StepAttempt {
             status: step_status_of(&self.status, operation)?,
-            kind: self.kind.parse().map_err(|e: crate::model::UnknownStatus| {
-                StoreError::Corrupt {
+            kind: self
+                .kind
+                .parse()
+                .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
                     operation,
                     reason: format!("step kind: {e}"),
-                }
-            })?,
+                })?,
             namespace: self.namespace,
             id: self.id,
             workflow_run_id: self.workflow_run_id,
@@ -127,9 +128,13 @@ fn json_null_to_none(value: Option<Value>) -> Option<Value> {
 }
 
 pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
-    rows.into_iter().map(|row| row.into_run(operation)).collect()
+    rows.into_iter()
+        .map(|row| row.into_run(operation))
+        .collect()
 }
 
 pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
-    rows.into_iter().map(|row| row.into_step(operation)).collect()
+    rows.into_iter()
+        .map(|row| row.into_step(operation))
+        .collect()
 }

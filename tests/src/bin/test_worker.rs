@@ -22,7 +22,12 @@ struct EffectsInput {
 
 /// Records one side effect, then takes `millis` to finish.
 #[step(retry(max_attempts = 1))]
-async fn record_effect(database_url: &str, run_id: Uuid, label: String, millis: u64) -> Result<i32, sqlx::Error> {
+async fn record_effect(
+    database_url: &str,
+    run_id: Uuid,
+    label: String,
+    millis: u64,
+) -> Result<i32, sqlx::Error> {
     let mut conn = PgConnection::connect(database_url).await?;
     let (count,): (i32,) = sqlx::query_as(
         "INSERT INTO tasks_test.effects (run_id, step, count) VALUES ($1, $2, 1)
@@ -41,7 +46,13 @@ async fn record_effect(database_url: &str, run_id: Uuid, label: String, millis: 
 #[workflow(name = "test-effects")]
 async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, WorkflowError> {
     for i in 0..input.steps {
-        record_effect(&input.database_url, ctx.run_id(), format!("step-{i:03}"), input.step_millis).await?;
+        record_effect(
+            &input.database_url,
+            ctx.run_id(),
+            format!("step-{i:03}"),
+            input.step_millis,
+        )
+        .await?;
     }
     Ok(input.steps)
 }

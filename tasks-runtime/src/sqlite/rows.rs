@@ -1,0 +1,286 @@
+//! How values are stored in SQLite, and row types with their conversion into the model.
+//!
+//! SQLite has no UUID, timestamp or JSON types, so this module owns the text encodings:
+//!
+//! * ids are the canonical lowercase hyphenated UUID text, whose text order is the byte
+//!   order Postgres sorts UUIDs in;
+//! * timestamps are UTC text of fixed width, `YYYY-MM-DDTHH:MM:SS.ffffffZ`, exact to the
+//!   microsecond like Postgres, so that text comparison is time order and cursors are exact;
+//! * JSON documents are their serialized text; an absent value is SQL NULL, a JSON `null` is
+//!   the text `null` (as in Postgres, where `Some(Value::Null)` is stored as JSON `null`).
+//!
+//! Never bind a `Uuid` or a `DateTime` directly: sqlx would encode them differently (a UUID
+//! as a blob, a timestamp in a variable-width format), and comparisons would silently fail.
+//! Always go through [`id`], [`ts`] and [`json`].
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SubsecRound, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{StepAttempt, WorkflowRun};
+use crate::store::{status_of, step_status_of};
+
+/// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
+pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
+    idempotency_key, config, context, input, output, error, attempts, \
+    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
+    deadline_at, started_at, finished_at, created_at, updated_at";
+
+/// Columns of `tasks_step_attempts`, in the order of [`StepRow`].
+pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
+    config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
+    started_at, finished_at, created_at, updated_at";
+
+/// The stored timestamp format: fixed width, so text order is time order.
+const TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
+
+/// The earliest instant the format holds with a fixed width (year 0000).
+fn earliest() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(0, 1, 1)
+        .and_then(|d| d.and_hms_micro_opt(0, 0, 0, 0))
+        .expect("a valid date")
+        .and_utc()
+}
+
+/// The latest instant the format holds with a fixed width (the end of year 9999).
+fn latest() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_micro_opt(23, 59, 59, 999_999))
+        .expect("a valid date")
+        .and_utc()
+}
+
+/// The text of an id.
+pub(crate) fn id(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+/// The text of an instant that is stored, truncated to the microsecond like Postgres does.
+/// Instants outside the years 0000–9999 cannot be stored with a fixed width and are refused.
+pub(crate) fn ts(t: DateTime<Utc>) -> StoreResult<String> {
+    if t < earliest() || t > latest() {
+        return Err(StoreError::InvalidArgument(format!(
+            "timestamp {t} is outside the years 0000-9999 that the SQLite store can hold"
+        )));
+    }
+    Ok(t.trunc_subsecs(6).format(TIMESTAMP_FORMAT).to_string())
+}
+
+/// The text of an instant that is only compared against (a filter or a cursor): instants
+/// outside the storable range are clamped to it, which keeps every comparison right.
+pub(crate) fn ts_bound(t: DateTime<Utc>) -> String {
+    let clamped = t.clamp(earliest(), latest());
+    clamped
+        .trunc_subsecs(6)
+        .format(TIMESTAMP_FORMAT)
+        .to_string()
+}
+
+/// `Some(text)` of an optional stored instant.
+pub(crate) fn ts_opt(t: Option<DateTime<Utc>>) -> StoreResult<Option<String>> {
+    t.map(ts).transpose()
+}
+
+/// The text of a JSON document.
+pub(crate) fn json(value: &Value) -> String {
+    // Serializing a `Value` cannot fail: its map keys are strings.
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// The text of an optional JSON document (`None` is SQL NULL).
+pub(crate) fn json_opt(value: Option<&Value>) -> Option<String> {
+    value.map(json)
+}
+
+fn corrupt(operation: &'static str, what: &str, value: &str, error: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        operation,
+        reason: format!("{what} {value:?}: {error}"),
+    }
+}
+
+pub(crate) fn parse_id(value: &str, operation: &'static str) -> StoreResult<Uuid> {
+    Uuid::parse_str(value).map_err(|e| corrupt(operation, "id", value, e))
+}
+
+fn parse_id_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<Uuid>> {
+    value.as_deref().map(|v| parse_id(v, operation)).transpose()
+}
+
+pub(crate) fn parse_ts(value: &str, operation: &'static str) -> StoreResult<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(value, TIMESTAMP_FORMAT)
+        .map(|t| t.and_utc())
+        .map_err(|e| corrupt(operation, "timestamp", value, e))
+}
+
+fn parse_ts_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<DateTime<Utc>>> {
+    value.as_deref().map(|v| parse_ts(v, operation)).transpose()
+}
+
+pub(crate) fn parse_json(value: &str, operation: &'static str) -> StoreResult<Value> {
+    serde_json::from_str(value).map_err(|e| corrupt(operation, "JSON document", value, e))
+}
+
+fn parse_json_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<Value>> {
+    value.as_deref().map(|v| parse_json(v, operation)).transpose()
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct RunRow {
+    namespace: String,
+    id: String,
+    workflow_name: String,
+    version: Option<String>,
+    status: String,
+    idempotency_key: Option<String>,
+    config: String,
+    context: Option<String>,
+    input: Option<String>,
+    output: Option<String>,
+    error: Option<String>,
+    attempts: i32,
+    parent_step_attempt_namespace: Option<String>,
+    parent_step_attempt_id: Option<String>,
+    worker_id: Option<String>,
+    available_at: Option<String>,
+    deadline_at: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl RunRow {
+    pub(crate) fn into_run(self, operation: &'static str) -> StoreResult<WorkflowRun> {
+        let op = operation;
+        Ok(WorkflowRun {
+            status: status_of(&self.status, op)?,
+            namespace: self.namespace,
+            id: parse_id(&self.id, op)?,
+            workflow_name: self.workflow_name,
+            version: self.version,
+            idempotency_key: self.idempotency_key,
+            config: parse_json(&self.config, op)?,
+            context: json_null_to_none(parse_json_opt(self.context, op)?),
+            input: json_null_to_none(parse_json_opt(self.input, op)?),
+            output: parse_json_opt(self.output, op)?,
+            error: parse_json_opt(self.error, op)?,
+            attempts: self.attempts,
+            parent_step_attempt_namespace: self.parent_step_attempt_namespace,
+            parent_step_attempt_id: parse_id_opt(self.parent_step_attempt_id, op)?,
+            worker_id: self.worker_id,
+            available_at: parse_ts_opt(self.available_at, op)?,
+            deadline_at: parse_ts_opt(self.deadline_at, op)?,
+            started_at: parse_ts_opt(self.started_at, op)?,
+            finished_at: parse_ts_opt(self.finished_at, op)?,
+            created_at: parse_ts(&self.created_at, op)?,
+            updated_at: parse_ts(&self.updated_at, op)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct StepRow {
+    namespace: String,
+    id: String,
+    workflow_run_id: String,
+    step_name: String,
+    kind: String,
+    status: String,
+    config: String,
+    context: Option<String>,
+    output: Option<String>,
+    error: Option<String>,
+    child_workflow_run_namespace: Option<String>,
+    child_workflow_run_id: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl StepRow {
+    pub(crate) fn into_step(self, operation: &'static str) -> StoreResult<StepAttempt> {
+        let op = operation;
+        Ok(StepAttempt {
+            status: step_status_of(&self.status, op)?,
+            kind: self
+                .kind
+                .parse()
+                .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
+                    operation,
+                    reason: format!("step kind: {e}"),
+                })?,
+            namespace: self.namespace,
+            id: parse_id(&self.id, op)?,
+            workflow_run_id: parse_id(&self.workflow_run_id, op)?,
+            step_name: self.step_name,
+            config: parse_json(&self.config, op)?,
+            context: json_null_to_none(parse_json_opt(self.context, op)?),
+            output: parse_json_opt(self.output, op)?,
+            error: parse_json_opt(self.error, op)?,
+            child_workflow_run_namespace: self.child_workflow_run_namespace,
+            child_workflow_run_id: parse_id_opt(self.child_workflow_run_id, op)?,
+            started_at: parse_ts_opt(self.started_at, op)?,
+            finished_at: parse_ts_opt(self.finished_at, op)?,
+            created_at: parse_ts(&self.created_at, op)?,
+            updated_at: parse_ts(&self.updated_at, op)?,
+        })
+    }
+}
+
+/// Inputs and contexts are stored as SQL NULL when absent; a JSON `null` reads back the same
+/// way, as in the Postgres store.
+fn json_null_to_none(value: Option<Value>) -> Option<Value> {
+    value.filter(|v| !v.is_null())
+}
+
+pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
+    rows.into_iter().map(|row| row.into_run(operation)).collect()
+}
+
+pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
+    rows.into_iter().map(|row| row.into_step(operation)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_fixed_width_exact_and_ordered() {
+        let t = DateTime::parse_from_rfc3339("2024-03-05T07:08:09.123456789Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let text = ts(t).unwrap();
+        assert_eq!(text, "2024-03-05T07:08:09.123456Z");
+        assert_eq!(parse_ts(&text, "test").unwrap(), t.trunc_subsecs(6));
+        let whole = DateTime::parse_from_rfc3339("2024-03-05T07:08:09Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(ts(whole).unwrap(), "2024-03-05T07:08:09.000000Z");
+        assert_eq!(ts(earliest()).unwrap().len(), text.len());
+        assert_eq!(ts(latest()).unwrap().len(), text.len());
+        assert!(ts(whole).unwrap() < text);
+    }
+
+    #[test]
+    fn out_of_range_timestamps_are_refused_or_clamped() {
+        let far = DateTime::from_timestamp(400_000_000_000, 0).unwrap();
+        assert!(matches!(ts(far), Err(StoreError::InvalidArgument(_))));
+        assert_eq!(ts_bound(far), "9999-12-31T23:59:59.999999Z");
+        let ancient = DateTime::from_timestamp(-100_000_000_000, 0).unwrap();
+        assert_eq!(ts_bound(ancient), "0000-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn id_text_order_is_byte_order() {
+        let low = Uuid::from_u128(0x0fff_ffff_ffff_ffff_ffff_ffff_ffff_ffff);
+        let high = Uuid::from_u128(0xa000_0000_0000_0000_0000_0000_0000_0000);
+        assert!(id(low) < id(high));
+        assert!(id(Uuid::nil()) < id(low));
+        assert!(id(high) < id(Uuid::max()));
+        assert_eq!(parse_id(&id(high), "test").unwrap(), high);
+    }
+}
