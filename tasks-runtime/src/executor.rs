@@ -33,7 +33,8 @@ pub(crate) enum Outcome {
     Completed,
     Failed,
     Retrying,
-    Sleeping,
+    /// Parked; claimable again after this long.
+    Sleeping(Duration),
     Interrupted,
     LeaseLost,
     Abandoned,
@@ -148,7 +149,11 @@ impl Executor {
                 .store
                 .sleep_run(run_id, &self.worker_id, until)
                 .await
-                .map(|_| Outcome::Sleeping),
+                .map(|parked| {
+                    // Both instants come from the database clock.
+                    let wait = (until - parked.updated_at).to_std().unwrap_or(Duration::ZERO);
+                    Outcome::Sleeping(wait)
+                }),
             Finished::Halted(Halt::Fail(record)) => self.fail(run_id, record, true).await,
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");

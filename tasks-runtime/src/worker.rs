@@ -332,6 +332,7 @@ impl Worker {
         );
         let slots = Arc::new(Semaphore::new(inner.concurrency));
         let slot_freed = Arc::new(Notify::new());
+        let wake = Arc::new(Notify::new());
         let tracker = TaskTracker::new();
         let abandon = CancellationToken::new();
         let mut notifications = self.subscribe().await;
@@ -360,10 +361,23 @@ impl Worker {
                             let worker = self.clone();
                             let abandon = abandon.clone();
                             let slot_freed = slot_freed.clone();
+                            let wake = wake.clone();
+                            let shutdown = shutdown.clone();
                             tracker.spawn(async move {
-                                worker.process(run, abandon).await;
+                                let outcome = worker.process(run, abandon).await;
                                 drop(permit);
                                 slot_freed.notify_one();
+                                if let Some(Outcome::Sleeping(wait)) = outcome {
+                                    // Come back for the run when its sleep ends rather than
+                                    // at the next idle poll. Not tracked: shutdown does not
+                                    // wait for timers.
+                                    tokio::spawn(async move {
+                                        tokio::select! {
+                                            () = tokio::time::sleep(wait) => wake.notify_one(),
+                                            () = shutdown.cancelled() => {}
+                                        }
+                                    });
+                                }
                             });
                         }
                     }
@@ -377,6 +391,7 @@ impl Worker {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = slot_freed.notified(), if free == 0 || slots.available_permits() == 0 => {}
+                () = wake.notified() => idle = inner.poll_min,
                 woke = next_wakeup(&mut notifications) => {
                     if woke.is_none() {
                         notifications = self.subscribe().await;
@@ -418,14 +433,14 @@ impl Worker {
         }
     }
 
-    async fn process(&self, run: WorkflowRun, abandon: CancellationToken) {
+    async fn process(&self, run: WorkflowRun, abandon: CancellationToken) -> Option<Outcome> {
         let inner = &self.inner;
         let Some(definition) = inner
             .registry
             .get(&run.workflow_name, run.version.as_deref())
         else {
             self.unknown(run).await;
-            return;
+            return None;
         };
         let outcome = inner.executor.execute(run, definition, abandon).await;
         tracing::debug!(?outcome, "execution ended");
@@ -433,6 +448,7 @@ impl Worker {
             // Give other work a chance before this worker tries again.
             tokio::time::sleep(inner.poll_min).await;
         }
+        Some(outcome)
     }
 
     async fn unknown(&self, run: WorkflowRun) {

@@ -511,13 +511,8 @@ impl Store for PgStore {
             })
             .await?
         {
-            Some(run) => {
-                self.notify(Notification::RunAvailable {
-                    namespace: self.namespace.to_string(),
-                })
-                .await;
-                Ok(run)
-            }
+            // No wake-up: the run is not available before `until`.
+            Some(run) => Ok(run),
             None => Err(self.miss(run_id, Some(worker_id), OPERATION).await),
         }
     }

@@ -1,0 +1,462 @@
+//! The SQLite store: an embedded backend for development, tests and single-machine
+//! deployments, with the same behaviour as the [Postgres store](crate::postgres).
+//!
+//! # How it keeps the contract
+//!
+//! * **Transactions.** Every write runs in a `BEGIN IMMEDIATE` transaction, which takes
+//!   SQLite's single write lock up front, so a fenced transition (check the status and the
+//!   lease holder, then change the row) cannot interleave with another writer, in this
+//!   process or another one. Writers of this process first queue on an in-process gate;
+//!   across processes they wait on the lock for up to the [busy timeout](BUSY_TIMEOUT).
+//!   Reads run without a transaction and, in WAL mode, never wait for writers.
+//! * **Clock.** SQLite's own clock has only millisecond precision, so timestamps are taken
+//!   from the process clock (`Utc::now()`, truncated to the microsecond) *after* the write
+//!   lock is held. All writers of a database file run on one machine and share its clock, and
+//!   because the time is read under the lock, `created_at` follows commit order (as long as
+//!   the system clock does not step back).
+//! * **Storage.** Ids, timestamps and JSON are stored as text; see the migration
+//!   `migrations/sqlite/0001_initial.sql` for the exact encodings. Tables carry a `tasks_`
+//!   prefix, since SQLite has no schemas.
+//! * **Wake-ups.** Notifications travel over an in-process channel shared by every store on
+//!   the same database file in this process. Other processes do not hear them: their workers
+//!   find runs by polling.
+
+mod migrate;
+mod notify;
+mod rows;
+mod runs;
+mod steps;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
+use uuid::Uuid;
+
+pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS};
+
+use crate::error::{db, StoreError, StoreResult};
+use crate::model::{RunStatus, StepAttempt, WorkflowRun};
+use crate::store::{
+    CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
+    NotificationStream, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
+};
+use notify::Shared;
+use rows::{RunRow, RUN_COLUMNS};
+
+/// How long a write waits for another process to release SQLite's write lock before it
+/// fails with a "database is locked" [`StoreError::Database`].
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections of a pool on a database file. Writes are serialized anyway; more connections
+/// let reads proceed next to a write.
+pub const MAX_CONNECTIONS: u32 = 8;
+
+/// The store on SQLite.
+///
+/// Cloning is cheap and shares the pool. [`SqliteStore::with_namespace`] gives a store on the
+/// same pool that sees another namespace.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tasks_runtime::sqlite::SqliteStore;
+///
+/// // Creates `app.sqlite` in the current directory if it does not exist.
+/// let store = SqliteStore::connect("sqlite://app.sqlite").await?;
+/// store.migrate().await?;
+/// let tenant = store.with_namespace("tenant-a");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    namespace: Arc<str>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("database", &self.pool.connect_options().get_filename())
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `options` open an in-memory database (`sqlite::memory:` or `mode=memory`).
+fn is_in_memory(options: &SqliteConnectOptions) -> bool {
+    let name = options.get_filename().to_string_lossy();
+    name == ":memory:" || name.starts_with("file:sqlx-in-memory-")
+}
+
+impl SqliteStore {
+    /// A store on an existing pool, in the [default namespace](DEFAULT_NAMESPACE).
+    ///
+    /// The pool's options are used as they are; [`SqliteStore::options`] lists the settings
+    /// the store relies on (WAL, a busy timeout, foreign keys).
+    pub fn new(pool: SqlitePool) -> Self {
+        let options = pool.connect_options();
+        let shared = notify::shared(database_key(options.get_filename(), is_in_memory(&options)));
+        SqliteStore {
+            pool,
+            namespace: Arc::from(DEFAULT_NAMESPACE),
+            shared,
+        }
+    }
+
+    /// The connection options the store recommends for `url`: the database file is created
+    /// if missing, and opened in WAL mode (readers never wait for the writer) with
+    /// synchronous `FULL` (a committed transition survives a power loss), foreign keys on and
+    /// a [busy timeout](BUSY_TIMEOUT).
+    ///
+    /// `url` is `sqlite://relative/path.sqlite`, `sqlite:///absolute/path.sqlite` or
+    /// `sqlite::memory:` (an in-memory database, private to one store and its clones).
+    pub fn options(url: &str) -> StoreResult<SqliteConnectOptions> {
+        let options: SqliteConnectOptions = url.parse().map_err(db("parsing the database URL"))?;
+        let options = options
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        Ok(if is_in_memory(&options) {
+            options
+        } else {
+            options
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+        })
+    }
+
+    /// Opens a pool on `url` with [the recommended options](SqliteStore::options) and
+    /// returns a store on it. Does not migrate: call [`SqliteStore::migrate`].
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        SqliteStore::connect_with(SqliteStore::options(url)?).await
+    }
+
+    /// Opens a pool with `options` and returns a store on it.
+    ///
+    /// An in-memory database lives in a pool of exactly one connection that is never
+    /// closed, since the database disappears with its last connection.
+    pub async fn connect_with(options: SqliteConnectOptions) -> StoreResult<Self> {
+        let pool = if is_in_memory(&options) {
+            SqlitePoolOptions::new()
+                .min_connections(1)
+                .max_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
+        };
+        // Connect one connection right away: it creates the file (and switches it to WAL)
+        // before the store derives the file's identity from its canonical path.
+        let pool = pool
+            .connect_with(options)
+            .await
+            .map_err(db("connecting to the database"))?;
+        Ok(SqliteStore::new(pool))
+    }
+
+    /// The same store, seeing only `namespace`.
+    pub fn with_namespace(&self, namespace: impl Into<String>) -> Self {
+        SqliteStore {
+            pool: self.pool.clone(),
+            namespace: Arc::from(namespace.into()),
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The underlying pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Applies the schema migrations; see [`migrate`].
+    pub async fn migrate(&self) -> Result<(), MigrateError> {
+        let _gate = self.shared.write_gate.lock().await;
+        migrate(&self.pool).await
+    }
+
+    /// Starts a write: queues on this process's gate, then takes SQLite's write lock with
+    /// `BEGIN IMMEDIATE`, then reads the clock.
+    pub(crate) async fn begin_write(&self, operation: &'static str) -> StoreResult<Write<'_>> {
+        let gate = self.shared.write_gate.lock().await;
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db(operation))?;
+        Ok(Write {
+            tx,
+            now: Utc::now().trunc_subsecs(6),
+            operation,
+            _gate: gate,
+        })
+    }
+
+    /// Sends a notification of this store's namespace to the subscribers in this process.
+    fn notify(&self, notification: Notification) {
+        let namespace = self.namespace.to_string();
+        self.shared.publish(match notification {
+            Notification::RunAvailable { .. } => Notification::RunAvailable { namespace },
+            Notification::RunFinished { run_id, .. } => {
+                Notification::RunFinished { namespace, run_id }
+            }
+            Notification::Missed { .. } => Notification::Missed { namespace },
+        });
+    }
+}
+
+/// The identity of a database in the process-global registry: the canonical path of its file
+/// (so that `./a.sqlite` and `/abs/a.sqlite` meet), or the name of an in-memory database.
+fn database_key(filename: &Path, in_memory: bool) -> PathBuf {
+    if in_memory {
+        return Path::new("memory:").join(filename);
+    }
+    std::fs::canonicalize(filename)
+        .or_else(|_| std::path::absolute(filename))
+        .unwrap_or_else(|_| filename.to_path_buf())
+}
+
+/// A write transaction, holding the in-process gate and SQLite's write lock.
+pub(crate) struct Write<'a> {
+    pub(crate) tx: Transaction<'static, Sqlite>,
+    /// The time of this transaction, read after the write lock was taken.
+    pub(crate) now: DateTime<Utc>,
+    operation: &'static str,
+    _gate: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl Write<'_> {
+    /// The transaction time as stored text.
+    pub(crate) fn now(&self) -> String {
+        rows::ts_bound(self.now)
+    }
+
+    /// The transaction time plus `delay` (at millisecond precision, like the Postgres
+    /// store's intervals), as stored text.
+    pub(crate) fn now_plus(&self, delay: Duration) -> StoreResult<String> {
+        let later = chrono::TimeDelta::try_milliseconds(millis(delay))
+            .and_then(|delta| self.now.checked_add_signed(delta))
+            .ok_or_else(|| {
+                StoreError::InvalidArgument(format!("a delay of {delay:?} is out of range"))
+            })?;
+        rows::ts(later)
+    }
+
+    /// The connection of the transaction.
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
+    /// Commits.
+    pub(crate) async fn commit(self) -> StoreResult<()> {
+        self.tx.commit().await.map_err(db(self.operation))
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Reads a run on `conn` (a pooled connection or a write transaction).
+pub(crate) async fn fetch_run(
+    conn: &mut SqliteConnection,
+    namespace: &str,
+    run_id: Uuid,
+    operation: &'static str,
+) -> StoreResult<Option<WorkflowRun>> {
+    let sql = format!("SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2");
+    sqlx::query_as::<_, RunRow>(&sql)
+        .bind(namespace)
+        .bind(rows::id(run_id))
+        .fetch_optional(conn)
+        .await
+        .map_err(db(operation))?
+        .map(|row| row.into_run(operation))
+        .transpose()
+}
+
+/// Explains why a fenced transition of `run_id` did not apply, given the run as it is.
+pub(crate) fn miss(
+    run_id: Uuid,
+    current: Option<WorkflowRun>,
+    worker_id: Option<&str>,
+    operation: &'static str,
+) -> StoreError {
+    match current {
+        None => StoreError::RunNotFound { id: run_id },
+        Some(run) => match worker_id {
+            Some(worker)
+                if run.status == RunStatus::Running && run.worker_id.as_deref() != Some(worker) =>
+            {
+                StoreError::LeaseLost {
+                    id: run_id,
+                    worker_id: worker.to_owned(),
+                }
+            }
+            _ => StoreError::WrongState {
+                id: run_id,
+                operation: operation_verb(operation),
+                status: run.status,
+            },
+        },
+    }
+}
+
+/// The verb shown in a [`StoreError::WrongState`] for a store operation (the same as the
+/// Postgres store's).
+fn operation_verb(operation: &'static str) -> &'static str {
+    match operation {
+        "canceling a workflow run" => "cancel",
+        "pausing a workflow run" => "pause",
+        "resuming a workflow run" => "resume",
+        "sleeping a workflow run" => "sleep",
+        "completing a workflow run" => "complete",
+        "failing a workflow run" => "fail",
+        "releasing a workflow run" => "release",
+        "extending a lease" => "extend the lease of",
+        "creating a step attempt" => "add a step to",
+        "completing a step attempt" => "complete a step of",
+        "failing a step attempt" => "fail a step of",
+        _ => "change",
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn scoped(&self, namespace: &str) -> Arc<dyn Store> {
+        Arc::new(self.with_namespace(namespace))
+    }
+
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        self.create_run_impl(params).await
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        const OPERATION: &str = "getting a workflow run";
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        fetch_run(&mut conn, &self.namespace, run_id, OPERATION).await
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        self.list_runs_impl(params).await
+    }
+
+    async fn claim_runs(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<WorkflowRun>> {
+        self.claim_runs_impl(worker_id, lease, limit).await
+    }
+
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun> {
+        self.extend_lease_impl(run_id, worker_id, lease).await
+    }
+
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        self.sleep_run_impl(run_id, worker_id, until).await
+    }
+
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun> {
+        self.complete_run_impl(run_id, worker_id, output).await
+    }
+
+    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        self.fail_run_impl(params).await
+    }
+
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun> {
+        self.release_run_impl(run_id, worker_id, delay, reason).await
+    }
+
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.cancel_run_impl(run_id).await
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.pause_run_impl(run_id).await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.resume_run_impl(run_id).await
+    }
+
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        self.create_step_attempt_impl(params).await
+    }
+
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        self.get_step_attempt_impl(step_attempt_id).await
+    }
+
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        self.list_step_attempts_impl(params).await
+    }
+
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        self.step_history_impl(run_id).await
+    }
+
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate> {
+        self.finish_step(run_id, step_attempt_id, worker_id, Ok(output))
+            .await
+    }
+
+    async fn fail_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        error: Value,
+    ) -> StoreResult<StepUpdate> {
+        self.finish_step(run_id, step_attempt_id, worker_id, Err(error))
+            .await
+    }
+
+    async fn publish(&self, notification: Notification) -> StoreResult<()> {
+        // A store only ever speaks for its own namespace, whatever the notification says.
+        self.notify(notification);
+        Ok(())
+    }
+
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        Ok(self.shared.subscribe(self.namespace.to_string()))
+    }
+}
