@@ -151,7 +151,9 @@ impl Executor {
                 .await
                 .map(|parked| {
                     // Both instants come from the database clock.
-                    let wait = (until - parked.updated_at).to_std().unwrap_or(Duration::ZERO);
+                    let wait = (until - parked.updated_at)
+                        .to_std()
+                        .unwrap_or(Duration::ZERO);
                     Outcome::Sleeping(wait)
                 }),
             Finished::Halted(Halt::Fail(record)) => self.fail(run_id, record, true).await,

@@ -32,3 +32,11 @@ pub use store::{
 };
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
+
+// The embedded SQLite store, and choosing a store from `DATABASE_URL`.
+mod connect;
+pub mod sqlite;
+pub use connect::{
+    connect, connect_from_env, database_url_from_env, ConnectError, DATABASE_URL_VAR,
+    DEFAULT_DATABASE_URL,
+};

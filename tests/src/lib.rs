@@ -15,6 +15,7 @@ use tokio::sync::OnceCell;
 use uuid::Uuid;
 
 pub mod conformance;
+pub mod sqlite;
 
 /// The database the tests use when `DATABASE_URL` is not set.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

@@ -21,7 +21,10 @@ async fn a_dropped_listener_connection_reconnects() {
     assert!(!killed.is_empty(), "found the listener connection");
 
     // Subscribers are told that notifications may have been missed...
-    let first = tokio::time::timeout(Duration::from_secs(10), wakeups.next()).await.unwrap().unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), wakeups.next())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         first,
         Notification::Missed {
@@ -32,14 +35,20 @@ async fn a_dropped_listener_connection_reconnects() {
     // ...and notifications flow again over the new connection.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        store.create_run(CreateRun::new("after-reconnect")).await.unwrap();
+        store
+            .create_run(CreateRun::new("after-reconnect"))
+            .await
+            .unwrap();
         match tokio::time::timeout(Duration::from_millis(500), wakeups.next()).await {
             Ok(Some(Notification::RunAvailable { namespace })) => {
                 assert_eq!(namespace, store.namespace());
                 break;
             }
             Ok(Some(Notification::Missed { .. })) | Err(_) => {
-                assert!(tokio::time::Instant::now() < deadline, "no notification after reconnecting");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no notification after reconnecting"
+                );
             }
             Ok(other) => panic!("unexpected {other:?}"),
         }

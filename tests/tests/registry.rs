@@ -7,11 +7,11 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tasks::{
-    workflow, ClientError, ListRuns, Registry, SourceLocation, StartOptions, Store, Workflow, WorkflowContext,
-    WorkflowDefinition, WorkflowError,
-};
 use support::{client, store, worker};
+use tasks::{
+    workflow, ClientError, ListRuns, Registry, SourceLocation, StartOptions, Store, Workflow,
+    WorkflowContext, WorkflowDefinition, WorkflowError,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Address {
@@ -45,9 +45,17 @@ async fn ship_v1(_ctx: WorkflowContext, input: Shipment) -> Result<String, Workf
 /// Ships an order (second version).
 ///
 /// Now with more words.
-#[workflow(name = "reg-ship", version = "2", retry(max_attempts = 7, initial_interval = "2s"))]
+#[workflow(
+    name = "reg-ship",
+    version = "2",
+    retry(max_attempts = 7, initial_interval = "2s")
+)]
 async fn ship_v2(ctx: WorkflowContext, input: Shipment) -> Result<String, WorkflowError> {
-    Ok(format!("v2 shipped {} (version {:?})", input.quantity, ctx.version()))
+    Ok(format!(
+        "v2 shipped {} (version {:?})",
+        input.quantity,
+        ctx.version()
+    ))
 }
 
 #[workflow]
@@ -75,7 +83,10 @@ fn workflows_register_themselves_at_link_time() {
     assert_eq!(plain.description, None);
 
     assert_eq!(v1.description, Some("Ships an order (first version)."));
-    assert_eq!(v2.description, Some("Ships an order (second version).\n\nNow with more words."));
+    assert_eq!(
+        v2.description,
+        Some("Ships an order (second version).\n\nNow with more words.")
+    );
     let policy = v2.retry_policy.unwrap();
     assert_eq!(policy.max_attempts, 7);
     assert_eq!(policy.initial_interval, Duration::from_secs(2));
@@ -90,7 +101,12 @@ fn schemas_come_from_schemars() {
     let properties = input["properties"].as_object().unwrap();
     assert_eq!(properties.len(), 3);
     assert_eq!(properties["quantity"]["maximum"], 100);
-    let required: Vec<&str> = input["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let required: Vec<&str> = input["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert_eq!(required, vec!["quantity", "speed", "address"]);
     let output = (ship_v1::definition().output_schema)();
     assert_eq!(output["type"], "string");
@@ -99,21 +115,44 @@ fn schemas_come_from_schemars() {
 #[test]
 fn validation_reports_every_violation_with_its_path() {
     let registry = Registry::from_inventory().unwrap();
-    assert_eq!(registry.validate_input("reg-ship", Some("1"), &valid_shipment()), Ok(()));
+    assert_eq!(
+        registry.validate_input("reg-ship", Some("1"), &valid_shipment()),
+        Ok(())
+    );
 
-    let bad = json!({ "quantity": 0, "speed": "teleport", "address": { "street": 5, "zip": "12" } });
-    let error = registry.validate_input("reg-ship", Some("1"), &bad).unwrap_err();
+    let bad =
+        json!({ "quantity": 0, "speed": "teleport", "address": { "street": 5, "zip": "12" } });
+    let error = registry
+        .validate_input("reg-ship", Some("1"), &bad)
+        .unwrap_err();
     let mut paths: Vec<&str> = error.violations.iter().map(|v| v.path.as_str()).collect();
     paths.sort();
-    assert_eq!(paths, vec!["/address/street", "/address/zip", "/quantity", "/speed"], "{error}");
+    assert_eq!(
+        paths,
+        vec!["/address/street", "/address/zip", "/quantity", "/speed"],
+        "{error}"
+    );
     let message = error.to_string();
-    assert!(message.starts_with("invalid input for workflow reg-ship@1: "), "{message}");
-    assert!(message.contains("at /quantity: 0 is less than the minimum of 1"), "{message}");
+    assert!(
+        message.starts_with("invalid input for workflow reg-ship@1: "),
+        "{message}"
+    );
+    assert!(
+        message.contains("at /quantity: 0 is less than the minimum of 1"),
+        "{message}"
+    );
 
-    let missing = registry.validate_input("reg-ship", Some("1"), &json!({ "quantity": 2 })).unwrap_err();
+    let missing = registry
+        .validate_input("reg-ship", Some("1"), &json!({ "quantity": 2 }))
+        .unwrap_err();
     assert_eq!(missing.violations.len(), 2, "{missing}");
     assert!(missing.violations.iter().all(|v| v.path.is_empty()));
-    assert!(missing.to_string().contains("\"speed\" is a required property"), "{missing}");
+    assert!(
+        missing
+            .to_string()
+            .contains("\"speed\" is a required property"),
+        "{missing}"
+    );
 }
 
 #[test]
@@ -130,7 +169,9 @@ fn duplicate_name_and_version_are_rejected_with_both_locations() {
     }));
     let mut registry = Registry::new();
     registry.register::<ship_v1>().unwrap();
-    registry.register::<ship_v1>().expect("registering the same definition twice is a no-op");
+    registry
+        .register::<ship_v1>()
+        .expect("registering the same definition twice is a no-op");
     let error = registry.add(copy).unwrap_err();
     assert_eq!((error.name, error.version), ("reg-ship", Some("1")));
     let message = error.to_string();
@@ -143,29 +184,58 @@ async fn invalid_input_is_rejected_before_anything_is_stored() {
     let store = store().await;
     let client = client(&store);
 
-    match client.start_json("reg-ship", json!({ "quantity": "many" }), StartOptions::new()).await {
+    match client
+        .start_json(
+            "reg-ship",
+            json!({ "quantity": "many" }),
+            StartOptions::new(),
+        )
+        .await
+    {
         Err(ClientError::InvalidInput(error)) => {
             assert_eq!(error.workflow, "reg-ship@2", "the latest version validates");
-            assert!(error.violations.iter().any(|v| v.path == "/quantity"), "{error}");
+            assert!(
+                error.violations.iter().any(|v| v.path == "/quantity"),
+                "{error}"
+            );
         }
         other => panic!("expected invalid input, got {other:?}"),
     }
-    match client.start_json_str("reg-ship", "{\"quantity\": 3,", StartOptions::new()).await {
+    match client
+        .start_json_str("reg-ship", "{\"quantity\": 3,", StartOptions::new())
+        .await
+    {
         Err(ClientError::Json(_)) => {}
         other => panic!("expected malformed JSON, got {other:?}"),
     }
-    match client.start_json("no-such-workflow", json!({}), StartOptions::new()).await {
+    match client
+        .start_json("no-such-workflow", json!({}), StartOptions::new())
+        .await
+    {
         Err(ClientError::UnknownWorkflow { name, version }) => {
             assert_eq!((name.as_str(), version), ("no-such-workflow", None));
         }
         other => panic!("expected an unknown workflow, got {other:?}"),
     }
-    match client.start_json("reg-ship", valid_shipment(), StartOptions::new().version("9")).await {
-        Err(ClientError::UnknownWorkflow { version, .. }) => assert_eq!(version.as_deref(), Some("9")),
+    match client
+        .start_json(
+            "reg-ship",
+            valid_shipment(),
+            StartOptions::new().version("9"),
+        )
+        .await
+    {
+        Err(ClientError::UnknownWorkflow { version, .. }) => {
+            assert_eq!(version.as_deref(), Some("9"))
+        }
         other => panic!("expected an unknown version, got {other:?}"),
     }
     let stored = store.list_runs(ListRuns::default()).await.unwrap();
-    assert!(stored.data.is_empty(), "nothing was stored: {:?}", stored.data);
+    assert!(
+        stored.data.is_empty(),
+        "nothing was stored: {:?}",
+        stored.data
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,20 +244,41 @@ async fn each_run_executes_with_the_version_it_was_started_with() {
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
 
-    let latest = client.start_json("reg-ship", valid_shipment(), StartOptions::new()).await.unwrap();
-    let pinned = client
-        .start_json("reg-ship", valid_shipment(), StartOptions::new().version("1"))
+    let latest = client
+        .start_json("reg-ship", valid_shipment(), StartOptions::new())
         .await
         .unwrap();
-    let typed = ship_v1::start(&client, serde_json::from_value(valid_shipment()).unwrap()).await.unwrap();
+    let pinned = client
+        .start_json(
+            "reg-ship",
+            valid_shipment(),
+            StartOptions::new().version("1"),
+        )
+        .await
+        .unwrap();
+    let typed = ship_v1::start(&client, serde_json::from_value(valid_shipment()).unwrap())
+        .await
+        .unwrap();
 
-    assert_eq!(latest.result_within(Duration::from_secs(20)).await.unwrap(), json!("v2 shipped 3 (version Some(\"2\"))"));
-    assert_eq!(pinned.result_within(Duration::from_secs(20)).await.unwrap(), json!("v1 shipped 3"));
-    assert_eq!(typed.result_within(Duration::from_secs(20)).await.unwrap(), "v1 shipped 3");
+    assert_eq!(
+        latest.result_within(Duration::from_secs(20)).await.unwrap(),
+        json!("v2 shipped 3 (version Some(\"2\"))")
+    );
+    assert_eq!(
+        pinned.result_within(Duration::from_secs(20)).await.unwrap(),
+        json!("v1 shipped 3")
+    );
+    assert_eq!(
+        typed.result_within(Duration::from_secs(20)).await.unwrap(),
+        "v1 shipped 3"
+    );
     assert_eq!(latest.run().await.unwrap().version.as_deref(), Some("2"));
     assert_eq!(pinned.run().await.unwrap().version.as_deref(), Some("1"));
     // The workflow's retry policy travels with the run.
-    assert_eq!(latest.run().await.unwrap().config["retryPolicy"]["maxAttempts"], 7);
+    assert_eq!(
+        latest.run().await.unwrap().config["retryPolicy"]["maxAttempts"],
+        7
+    );
     worker.shutdown().await;
 }
 
@@ -201,8 +292,13 @@ async fn an_explicit_registry_is_the_fallback_to_link_time_registration() {
     assert!(worker.registry().get("reg-ship", Some("2")).is_none());
     let handle = worker.spawn();
     let client = client(&store);
-    let run = ship_v1::start(&client, serde_json::from_value(valid_shipment()).unwrap()).await.unwrap();
-    assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), "v1 shipped 3");
+    let run = ship_v1::start(&client, serde_json::from_value(valid_shipment()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        "v1 shipped 3"
+    );
     assert_eq!(store.namespace(), run.run().await.unwrap().namespace);
     handle.shutdown().await;
 }

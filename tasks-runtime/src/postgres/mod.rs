@@ -23,7 +23,7 @@ use crate::store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Page, PageQuery, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
-use notify::Hub;
+use notify::{Batcher, Hub};
 use rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 
 /// The store on Postgres.
@@ -45,6 +45,7 @@ pub struct PgStore {
     pool: PgPool,
     namespace: Arc<str>,
     hub: Arc<Hub>,
+    batcher: Arc<Batcher>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -60,6 +61,7 @@ impl PgStore {
     pub fn new(pool: PgPool) -> Self {
         PgStore {
             hub: Arc::new(Hub::new(pool.clone())),
+            batcher: Arc::new(Batcher::new(pool.clone())),
             pool,
             namespace: Arc::from(DEFAULT_NAMESPACE),
         }
@@ -82,6 +84,7 @@ impl PgStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace.into()),
             hub: self.hub.clone(),
+            batcher: self.batcher.clone(),
         }
     }
 
@@ -166,10 +169,10 @@ impl PgStore {
             })
     }
 
+    /// Queues a wake-up for this namespace; it is sent after the caller's statement
+    /// committed, batched with others (see [`notify::Batcher`]).
     async fn notify(&self, notification: Notification) {
-        if let Err(error) = self.publish(notification).await {
-            tracing::warn!(%error, "could not publish a wake-up; workers will find the run by polling");
-        }
+        self.batcher.send(&notification);
     }
 
     #[allow(clippy::too_many_arguments)]

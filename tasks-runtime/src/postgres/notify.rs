@@ -34,7 +34,7 @@ enum Event {
     Reconnected,
 }
 
-pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> StoreResult<()> {
+fn payload(notification: &Notification) -> String {
     let payload = match notification {
         Notification::RunAvailable { namespace } => Payload::Available {
             ns: namespace.clone(),
@@ -48,14 +48,67 @@ pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> Store
             ns: namespace.clone(),
         },
     };
-    let payload = serde_json::to_string(&payload).unwrap_or_default();
+    serde_json::to_string(&payload).unwrap_or_default()
+}
+
+pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> StoreResult<()> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(CHANNEL)
-        .bind(payload)
+        .bind(payload(notification))
         .execute(pool)
         .await
         .map_err(db("publishing a notification"))?;
     Ok(())
+}
+
+/// Sends the wake-ups that store operations emit, outside their transactions and coalesced:
+/// whatever queues up while one `pg_notify` round trip is in flight goes out in the next
+/// single statement. An idle store sends at once, so latency does not suffer; a busy one
+/// pays one commit for many notifications instead of one each.
+pub(crate) struct Batcher {
+    pool: PgPool,
+    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+/// Most notifications sent in one statement.
+const BATCH: usize = 256;
+
+impl Batcher {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        Batcher {
+            pool,
+            queue: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Queues `notification`; never waits for the database.
+    pub(crate) fn send(&self, notification: &Notification) {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(drain(self.pool.clone(), rx));
+            tx
+        });
+        // The drain task only stops when every sender is gone, so this cannot fail while
+        // `self` is alive.
+        let _ = queue.send(payload(notification));
+    }
+}
+
+async fn drain(pool: PgPool, mut queue: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while queue.recv_many(&mut batch, BATCH).await > 0 {
+        batch.sort_unstable();
+        batch.dedup();
+        let sent = sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
+            .bind(CHANNEL)
+            .bind(&batch)
+            .execute(&pool)
+            .await;
+        if let Err(error) = sent {
+            tracing::warn!(%error, count = batch.len(), "could not publish wake-ups; workers will find the runs by polling");
+        }
+        batch.clear();
+    }
 }
 
 pub(crate) struct Hub {

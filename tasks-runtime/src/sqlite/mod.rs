@@ -23,6 +23,7 @@
 
 mod migrate;
 mod notify;
+mod retry;
 mod rows;
 mod runs;
 mod steps;
@@ -118,17 +119,15 @@ impl SqliteStore {
     /// `sqlite::memory:` (an in-memory database, private to one store and its clones).
     pub fn options(url: &str) -> StoreResult<SqliteConnectOptions> {
         let options: SqliteConnectOptions = url.parse().map_err(db("parsing the database URL"))?;
-        let options = options
-            .create_if_missing(true)
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
-        Ok(if is_in_memory(&options) {
-            options
-        } else {
-            options
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-        })
+        Ok(recommended(options))
+    }
+
+    /// Opens the database file at `path` (created if missing) with
+    /// [the recommended options](SqliteStore::options). Unlike a URL, the path is taken
+    /// literally: no percent-decoding, no query parameters. Does not migrate.
+    pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::new().filename(path);
+        SqliteStore::connect_with(recommended(options)).await
     }
 
     /// Opens a pool on `url` with [the recommended options](SqliteStore::options) and
@@ -210,6 +209,21 @@ impl SqliteStore {
     }
 }
 
+/// `options` with the settings the store relies on; see [`SqliteStore::options`].
+fn recommended(options: SqliteConnectOptions) -> SqliteConnectOptions {
+    let options = options
+        .create_if_missing(true)
+        .foreign_keys(true)
+        .busy_timeout(BUSY_TIMEOUT);
+    if is_in_memory(&options) {
+        options
+    } else {
+        options
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+    }
+}
+
 /// The identity of a database in the process-global registry: the canonical path of its file
 /// (so that `./a.sqlite` and `/abs/a.sqlite` meet), or the name of an in-memory database.
 fn database_key(filename: &Path, in_memory: bool) -> PathBuf {
@@ -269,7 +283,8 @@ pub(crate) async fn fetch_run(
     run_id: Uuid,
     operation: &'static str,
 ) -> StoreResult<Option<WorkflowRun>> {
-    let sql = format!("SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2");
+    let sql =
+        format!("SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2");
     sqlx::query_as::<_, RunRow>(&sql)
         .bind(namespace)
         .bind(rows::id(run_id))
@@ -397,7 +412,8 @@ impl Store for SqliteStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        self.release_run_impl(run_id, worker_id, delay, reason).await
+        self.release_run_impl(run_id, worker_id, delay, reason)
+            .await
     }
 
     async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {

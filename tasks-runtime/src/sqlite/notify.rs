@@ -53,7 +53,9 @@ fn registry() -> &'static Registry {
 /// The shared state of the database identified by `key`, created on first use. It lives as
 /// long as some store of this process uses the database; then its entry is pruned.
 pub(crate) fn shared(key: PathBuf) -> Arc<Shared> {
-    let mut map = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut map = registry()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
         return shared;
     }
@@ -123,8 +125,16 @@ mod tests {
             })
         );
         drop((a, b));
-        assert_eq!(mine.next().await, None, "the stream ends with the last store");
+        assert_eq!(
+            mine.next().await,
+            None,
+            "the stream ends with the last store"
+        );
         let again = shared(key);
-        assert_eq!(Arc::strong_count(&again), 1, "a fresh state after the last store");
+        assert_eq!(
+            Arc::strong_count(&again),
+            1,
+            "a fresh state after the last store"
+        );
     }
 }

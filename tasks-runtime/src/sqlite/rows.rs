@@ -93,7 +93,12 @@ pub(crate) fn json_opt(value: Option<&Value>) -> Option<String> {
     value.map(json)
 }
 
-fn corrupt(operation: &'static str, what: &str, value: &str, error: impl std::fmt::Display) -> StoreError {
+fn corrupt(
+    operation: &'static str,
+    what: &str,
+    value: &str,
+    error: impl std::fmt::Display,
+) -> StoreError {
     StoreError::Corrupt {
         operation,
         reason: format!("{what} {value:?}: {error}"),
@@ -114,7 +119,10 @@ pub(crate) fn parse_ts(value: &str, operation: &'static str) -> StoreResult<Date
         .map_err(|e| corrupt(operation, "timestamp", value, e))
 }
 
-fn parse_ts_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<DateTime<Utc>>> {
+fn parse_ts_opt(
+    value: Option<String>,
+    operation: &'static str,
+) -> StoreResult<Option<DateTime<Utc>>> {
     value.as_deref().map(|v| parse_ts(v, operation)).transpose()
 }
 
@@ -123,7 +131,10 @@ pub(crate) fn parse_json(value: &str, operation: &'static str) -> StoreResult<Va
 }
 
 fn parse_json_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<Value>> {
-    value.as_deref().map(|v| parse_json(v, operation)).transpose()
+    value
+        .as_deref()
+        .map(|v| parse_json(v, operation))
+        .transpose()
 }
 
 #[derive(sqlx::FromRow)]
@@ -237,11 +248,15 @@ fn json_null_to_none(value: Option<Value>) -> Option<Value> {
 }
 
 pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
-    rows.into_iter().map(|row| row.into_run(operation)).collect()
+    rows.into_iter()
+        .map(|row| row.into_run(operation))
+        .collect()
 }
 
 pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
-    rows.into_iter().map(|row| row.into_step(operation)).collect()
+    rows.into_iter()
+        .map(|row| row.into_step(operation))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,91 @@
+//! A claimer process for the multi-process SQLite test: it claims runs from one database
+//! file as fast as it can, printing what it claimed.
+//!
+//! Usage: `sqlite_claimer <database-path> <namespace> <worker-id>`
+//!
+//! It prints `ready` once connected and waits for a line on stdin (so that several claimers
+//! start together). Then, for every run it claims, it prints `claimed <run-id> <attempt>`,
+//! and fails a first attempt (to be retried at once, by whichever process claims it next) or
+//! completes a later one with a step. It prints `done <count>` and exits when no run is
+//! pending or running any more.
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use serde_json::json;
+use tasks::sqlite::SqliteStore;
+use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind, Store};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (Some(path), Some(namespace), Some(worker)) = (args.next(), args.next(), args.next())
+    else {
+        return Err("usage: sqlite_claimer <database-path> <namespace> <worker-id>".into());
+    };
+    let store = SqliteStore::open(&path).await?.with_namespace(namespace);
+
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "ready")?;
+    stdout.flush()?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go)?;
+
+    let mut count = 0usize;
+    for batch in (1..=4).cycle() {
+        let claimed = store
+            .claim_runs(&worker, Duration::from_secs(300), batch)
+            .await?;
+        if claimed.is_empty() {
+            let live = store
+                .list_runs(ListRuns {
+                    statuses: vec![RunStatus::Pending, RunStatus::Running],
+                    limit: Some(1),
+                    ..ListRuns::default()
+                })
+                .await?;
+            if live.data.is_empty() {
+                break;
+            }
+            // Another process holds a run it may still give back for a retry.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        for run in claimed {
+            writeln!(stdout, "claimed {} {}", run.id, run.attempts)?;
+            if run.attempts == 1 {
+                store
+                    .fail_run(FailRun {
+                        run_id: run.id,
+                        worker_id: worker.clone(),
+                        error: json!({ "message": "first attempt fails", "by": worker }),
+                        force: false,
+                        custom_delay: Some(Duration::ZERO),
+                    })
+                    .await?;
+            } else {
+                let step = store
+                    .create_step_attempt(CreateStepAttempt {
+                        run_id: run.id,
+                        worker_id: worker.clone(),
+                        step_name: "work".into(),
+                        kind: StepKind::Function,
+                        config: json!({}),
+                        context: None,
+                    })
+                    .await?;
+                store
+                    .complete_step_attempt(run.id, step.id, &worker, json!(run.attempts))
+                    .await?;
+                store
+                    .complete_run(run.id, &worker, json!({ "by": worker }))
+                    .await?;
+            }
+            count += 1;
+        }
+        stdout.flush()?;
+    }
+    writeln!(stdout, "done {count}")?;
+    stdout.flush()?;
+    Ok(())
+}
