@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::postgres::PgStore;
 use tasks::{step, workflow, Client, RunStatus, Worker, WorkflowContext, WorkflowError};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -38,12 +37,8 @@ async fn reminder(ctx: WorkflowContext, input: Reminder) -> Result<String, Workf
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url)
-        .await?
-        .with_namespace("example-sleep");
-    store.migrate().await?;
+    // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
+    let store = tasks::connect_from_env().await?.scoped("example-sleep");
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

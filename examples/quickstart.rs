@@ -4,14 +4,14 @@
 //! cargo run --example quickstart
 //! ```
 //!
-//! It uses `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and creates
-//! its tables in the `tasks` schema on first run.
+//! With no `DATABASE_URL` it keeps everything in a SQLite file, `tasks.sqlite`, in the
+//! current directory: no database server needed. Set `DATABASE_URL=postgres://...` to use
+//! Postgres (tables go in the `tasks` schema, created on first run).
 
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::postgres::PgStore;
 use tasks::{step, workflow, Client, Worker, WorkflowContext, WorkflowError};
 
 /// The workflow input. `JsonSchema` lets the client reject bad input before a run is stored.
@@ -84,10 +84,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
 
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url).await?.with_namespace("quickstart");
-    store.migrate().await?;
+    // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
+    let store = tasks::connect_from_env().await?.scoped("quickstart");
 
     // The worker knows every #[workflow] linked into this binary; no registration code.
     let worker = Worker::builder(store.clone())

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::postgres::PgStore;
 use tasks::{step, workflow, Client, StepStatus, Worker, WorkflowContext, WorkflowError};
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
@@ -53,12 +52,8 @@ async fn upload_file(_ctx: WorkflowContext, input: Upload) -> Result<String, Wor
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = PgStore::connect(&url)
-        .await?
-        .with_namespace("example-retry");
-    store.migrate().await?;
+    // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
+    let store = tasks::connect_from_env().await?.scoped("example-retry");
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

@@ -500,3 +500,21 @@ impl PageQuery {
         }
     }
 }
+
+/// The verb shown in a [`StoreError::WrongState`] for a store operation.
+pub(crate) fn operation_verb(operation: &'static str) -> &'static str {
+    match operation {
+        "canceling a workflow run" => "cancel",
+        "pausing a workflow run" => "pause",
+        "resuming a workflow run" => "resume",
+        "sleeping a workflow run" => "sleep",
+        "completing a workflow run" => "complete",
+        "failing a workflow run" => "fail",
+        "releasing a workflow run" => "release",
+        "extending a lease" => "extend the lease of",
+        "creating a step attempt" => "add a step to",
+        "completing a step attempt" => "complete a step of",
+        "failing a step attempt" => "fail a step of",
+        _ => "change",
+    }
+}

@@ -19,6 +19,7 @@ pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS, SCHEMA};
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
+use crate::store::operation_verb;
 use crate::store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Page, PageQuery, StepUpdate, Store, DEFAULT_NAMESPACE,
@@ -256,24 +257,6 @@ impl PgStore {
 }
 
 type RunQuery<'q> = sqlx::query::QueryAs<'q, Postgres, RunRow, sqlx::postgres::PgArguments>;
-
-/// The verb shown in a [`StoreError::WrongState`] for a store operation.
-fn operation_verb(operation: &'static str) -> &'static str {
-    match operation {
-        "canceling a workflow run" => "cancel",
-        "pausing a workflow run" => "pause",
-        "resuming a workflow run" => "resume",
-        "sleeping a workflow run" => "sleep",
-        "completing a workflow run" => "complete",
-        "failing a workflow run" => "fail",
-        "releasing a workflow run" => "release",
-        "extending a lease" => "extend the lease of",
-        "creating a step attempt" => "add a step to",
-        "completing a step attempt" => "complete a step of",
-        "failing a step attempt" => "fail a step of",
-        _ => "change",
-    }
-}
 
 /// `a.x, a.y, ...` for a column list.
 fn prefixed(alias: &str, columns: &str) -> String {

@@ -43,6 +43,7 @@ pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS};
 
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
+use crate::store::operation_verb;
 use crate::store::{
     CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
@@ -323,23 +324,6 @@ pub(crate) fn miss(
 }
 
 /// The verb shown in a [`StoreError::WrongState`] for a store operation (the same as the
-/// Postgres store's).
-fn operation_verb(operation: &'static str) -> &'static str {
-    match operation {
-        "canceling a workflow run" => "cancel",
-        "pausing a workflow run" => "pause",
-        "resuming a workflow run" => "resume",
-        "sleeping a workflow run" => "sleep",
-        "completing a workflow run" => "complete",
-        "failing a workflow run" => "fail",
-        "releasing a workflow run" => "release",
-        "extending a lease" => "extend the lease of",
-        "creating a step attempt" => "add a step to",
-        "completing a step attempt" => "complete a step of",
-        "failing a step attempt" => "fail a step of",
-        _ => "change",
-    }
-}
 
 #[async_trait]
 impl Store for SqliteStore {
