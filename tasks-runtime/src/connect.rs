@@ -23,7 +23,7 @@ use crate::postgres::PgStore;
 use crate::sqlite::SqliteStore;
 use crate::store::{
     CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, StepUpdate, Store,
+    NotificationStream, Page, RecordStepAttempt, StepUpdate, Store,
 };
 
 /// The environment variable [`connect_from_env`] reads.
@@ -275,6 +275,10 @@ impl Store for Arc<dyn Store> {
         (**self)
             .fail_step_attempt(run_id, step_attempt_id, worker_id, error)
             .await
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        (**self).record_step_attempt(params).await
     }
 
     async fn publish(&self, notification: Notification) -> StoreResult<()> {

@@ -26,7 +26,7 @@ use crate::error::StoreError;
 use crate::failure::{ErrorRecord, RecordError, WorkflowError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
-use crate::store::{CreateStepAttempt, StepUpdate, Store};
+use crate::store::{CreateStepAttempt, RecordStepAttempt, StepUpdate, Store};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -349,6 +349,46 @@ impl WorkflowContext {
         }
     }
 
+    /// Writes a finished function-step attempt in one statement; halts when the run was
+    /// interrupted or taken over meanwhile.
+    async fn record(
+        &self,
+        step_name: &str,
+        config: Value,
+        result: Result<Value, Value>,
+        elapsed: Duration,
+    ) -> StepAttempt {
+        let (status, output, error) = match result {
+            Ok(output) => (StepStatus::Completed, Some(output), None),
+            Err(error) => (StepStatus::Failed, None, Some(error)),
+        };
+        let update = self
+            .inner
+            .store
+            .record_step_attempt(RecordStepAttempt {
+                run_id: self.inner.run.id,
+                worker_id: self.inner.worker_id.clone(),
+                step_name: step_name.to_owned(),
+                kind: StepKind::Function,
+                config,
+                status,
+                output,
+                error,
+                elapsed,
+            })
+            .await;
+        match update {
+            Ok(StepUpdate::Recorded(attempt)) => {
+                self.remember(attempt.clone());
+                attempt
+            }
+            Ok(StepUpdate::Interrupted { run_status }) => {
+                self.halt(Halt::Interrupted(run_status)).await
+            }
+            Err(error) => self.halt_on_store_error(error).await,
+        }
+    }
+
     /// Records the end of an attempt; halts when the run was interrupted meanwhile.
     async fn finish(&self, attempt: &StepAttempt, result: Result<Value, Value>) -> StepAttempt {
         let store = &self.inner.store;
@@ -435,9 +475,6 @@ where
             "attempt": attempt_number,
             "retryPolicy": policy,
         });
-        let attempt = ctx
-            .start_attempt(&step_name, StepKind::Function, config)
-            .await;
         let span = tracing::info_span!(
             "step",
             run.id = %ctx.run_id(),
@@ -445,7 +482,10 @@ where
             step.name = %step_name,
             attempt = attempt_number,
         );
+        let started = std::time::Instant::now();
         let result = f().instrument(span).await;
+        let elapsed = started.elapsed();
+        // The attempt is written once, when it has finished: one commit per step.
         match result {
             Ok(value) => {
                 let output = match serde_json::to_value(&value) {
@@ -456,17 +496,20 @@ where
                         ))
                         .with_kind("output")
                         .non_retryable();
-                        ctx.finish(&attempt, Err(record.to_json())).await;
+                        ctx.record(&step_name, config, Err(record.to_json()), elapsed)
+                            .await;
                         return ctx.halt(Halt::Fail(record)).await;
                     }
                 };
-                ctx.finish(&attempt, Ok(output)).await;
+                ctx.record(&step_name, config, Ok(output), elapsed).await;
                 return Ok(value);
             }
             Err(error) => {
                 let record = error.to_record().with_kind("step");
                 tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
-                let failed = ctx.finish(&attempt, Err(record.to_json())).await;
+                let failed = ctx
+                    .record(&step_name, config, Err(record.to_json()), elapsed)
+                    .await;
                 match policy.delay_after(attempt_number) {
                     Some(delay) if delay <= ctx.inner.limits.park_threshold => {
                         tokio::time::sleep(delay).await;

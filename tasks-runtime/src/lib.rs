@@ -30,7 +30,7 @@ pub use registry::{DuplicateWorkflow, InvalidInput, Registry, Violation};
 pub use retry::RetryPolicy;
 pub use store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Order, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
+    NotificationStream, Order, Page, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};

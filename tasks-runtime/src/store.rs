@@ -215,6 +215,30 @@ pub struct CreateStepAttempt {
     pub context: Option<Value>,
 }
 
+/// Parameters of [`Store::record_step_attempt`]: an attempt that already finished.
+#[derive(Debug, Clone)]
+pub struct RecordStepAttempt {
+    /// The run, which must be running under `worker_id`.
+    pub run_id: Uuid,
+    /// The worker that must hold the lease.
+    pub worker_id: String,
+    /// The resolved step name.
+    pub step_name: String,
+    /// What the step is.
+    pub kind: StepKind,
+    /// Step configuration.
+    pub config: Value,
+    /// How it ended: [`StepStatus::Completed`] with `output`, or [`StepStatus::Failed`] with
+    /// `error`.
+    pub status: StepStatus,
+    /// The output of a completed attempt.
+    pub output: Option<Value>,
+    /// The error of a failed attempt.
+    pub error: Option<Value>,
+    /// How long the attempt ran; its `started_at` is the store's clock minus this.
+    pub elapsed: Duration,
+}
+
 /// The result of finishing a step attempt.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // One per finished step; boxing would buy nothing.
@@ -383,6 +407,12 @@ pub trait Store: Send + Sync + 'static {
         error: Value,
     ) -> StoreResult<StepUpdate>;
 
+    /// Records a step attempt that already finished, in one statement: the write path of a
+    /// step is one commit. Fenced like [`Store::complete_step_attempt`]: when the run was
+    /// paused or canceled meanwhile, the attempt is stored with that status and no result,
+    /// and the outcome is [`StepUpdate::Interrupted`]; any other miss is an error.
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate>;
+
     /// Sends a notification to every subscriber of this store's namespace. The namespace
     /// carried by `notification` is replaced by the store's own: a store never wakes another
     /// namespace.
@@ -515,6 +545,7 @@ pub(crate) fn operation_verb(operation: &'static str) -> &'static str {
         "creating a step attempt" => "add a step to",
         "completing a step attempt" => "complete a step of",
         "failing a step attempt" => "fail a step of",
+        "recording a step attempt" => "record a step of",
         _ => "change",
     }
 }

@@ -22,7 +22,7 @@ use crate::retry::RetryPolicy;
 use crate::store::operation_verb;
 use crate::store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, PageQuery, StepUpdate, Store, DEFAULT_NAMESPACE,
+    NotificationStream, Page, PageQuery, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use notify::{Batcher, Hub};
 use rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
@@ -846,6 +846,80 @@ impl Store for PgStore {
             "failing a step attempt",
         )
         .await
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        const OPERATION: &str = "recording a step attempt";
+        if !matches!(params.status, StepStatus::Completed | StepStatus::Failed) {
+            return Err(StoreError::InvalidArgument(format!(
+                "a recorded attempt is completed or failed, not {}",
+                params.status
+            )));
+        }
+        // One statement: insert the finished attempt only while the run is ours. Its times
+        // come from the database clock; `started_at` goes back by the measured duration.
+        let sql = format!(
+            "INSERT INTO tasks.step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
+                  started_at, finished_at, created_at, updated_at)
+             SELECT $1, $3, wr.id, $5, $6, $7, $8, $9, $10,
+                    clock_timestamp() - $11 * INTERVAL '1 microsecond',
+                    clock_timestamp(), clock_timestamp(), clock_timestamp()
+               FROM tasks.workflow_runs wr
+              WHERE wr.namespace = $1 AND wr.id = $2 AND wr.status = 'running' AND wr.worker_id = $4
+          RETURNING {STEP_COLUMNS}"
+        );
+        let elapsed = i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX);
+        let inserted = sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(params.run_id)
+            .bind(Uuid::now_v7())
+            .bind(&params.worker_id)
+            .bind(&params.step_name)
+            .bind(params.kind.as_str())
+            .bind(params.status.as_str())
+            .bind(&params.config)
+            .bind(&params.output)
+            .bind(&params.error)
+            .bind(elapsed)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        if let Some(row) = inserted {
+            return Ok(StepUpdate::Recorded(row.into_step(OPERATION)?));
+        }
+        let run = self
+            .fetch_run(params.run_id, OPERATION)
+            .await?
+            .ok_or(StoreError::RunNotFound { id: params.run_id })?;
+        if !matches!(run.status, RunStatus::Paused | RunStatus::Canceled) {
+            return Err(self
+                .miss(params.run_id, Some(&params.worker_id), OPERATION)
+                .await);
+        }
+        // Interrupted: keep a trace of the attempt, marked like its run, without its result.
+        sqlx::query(
+            "INSERT INTO tasks.step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config,
+                  started_at, created_at, updated_at)
+             VALUES ($1, $3, $2, $4, $5, $6, $7,
+                     clock_timestamp() - $8 * INTERVAL '1 microsecond',
+                     clock_timestamp(), clock_timestamp())",
+        )
+        .bind(&*self.namespace)
+        .bind(params.run_id)
+        .bind(Uuid::now_v7())
+        .bind(&params.step_name)
+        .bind(params.kind.as_str())
+        .bind(run.status.as_str())
+        .bind(&params.config)
+        .bind(elapsed)
+        .execute(&self.pool)
+        .await
+        .map_err(db(OPERATION))?;
+        Ok(StepUpdate::Interrupted {
+            run_status: run.status,
+        })
     }
 
     async fn publish(&self, notification: Notification) -> StoreResult<()> {

@@ -46,7 +46,7 @@ use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::store::operation_verb;
 use crate::store::{
     CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, StepUpdate, Store, DEFAULT_NAMESPACE,
+    NotificationStream, Page, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use notify::Shared;
 use rows::{RunRow, RUN_COLUMNS};
@@ -251,6 +251,18 @@ impl Write<'_> {
         rows::ts_bound(self.now)
     }
 
+    /// The transaction time minus `elapsed`, as stored text: when a step that took
+    /// `elapsed` started.
+    pub(crate) fn now_minus(&self, elapsed: Duration) -> StoreResult<String> {
+        let earlier = chrono::TimeDelta::from_std(elapsed)
+            .ok()
+            .and_then(|delta| self.now.checked_sub_signed(delta))
+            .ok_or_else(|| {
+                StoreError::InvalidArgument(format!("a duration of {elapsed:?} is out of range"))
+            })?;
+        rows::ts(earlier)
+    }
+
     /// The transaction time plus `delay` (at millisecond precision, like the Postgres
     /// store's intervals), as stored text.
     pub(crate) fn now_plus(&self, delay: Duration) -> StoreResult<String> {
@@ -448,6 +460,10 @@ impl Store for SqliteStore {
     ) -> StoreResult<StepUpdate> {
         self.finish_step(run_id, step_attempt_id, worker_id, Err(error))
             .await
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        self.record_step_attempt_impl(params).await
     }
 
     async fn publish(&self, notification: Notification) -> StoreResult<()> {

@@ -9,7 +9,9 @@ use super::rows::{self, StepRow, STEP_COLUMNS};
 use super::{fetch_run, miss, SqliteStore};
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus};
-use crate::store::{CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, StepUpdate};
+use crate::store::{
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
+};
 
 impl SqliteStore {
     pub(super) async fn create_step_attempt_impl(
@@ -127,6 +129,85 @@ impl SqliteStore {
 
     /// Completes (`Ok(output)`) or fails (`Err(error)`) a running attempt, fenced on its run
     /// running under `worker_id`, all in one write transaction.
+    pub(super) async fn record_step_attempt_impl(
+        &self,
+        params: RecordStepAttempt,
+    ) -> StoreResult<StepUpdate> {
+        const OPERATION: &str = "recording a step attempt";
+        if !matches!(params.status, StepStatus::Completed | StepStatus::Failed) {
+            return Err(StoreError::InvalidArgument(format!(
+                "a recorded attempt is completed or failed, not {}",
+                params.status
+            )));
+        }
+        let mut write = self.begin_write(OPERATION).await?;
+        let now = write.now();
+        let started = write.now_minus(params.elapsed)?;
+        let Some(run) = fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await?
+        else {
+            return Err(StoreError::RunNotFound { id: params.run_id });
+        };
+        let owned = run.status == RunStatus::Running
+            && run.worker_id.as_deref() == Some(params.worker_id.as_str());
+        let interrupted = matches!(run.status, RunStatus::Paused | RunStatus::Canceled);
+        if !owned && !interrupted {
+            return Err(miss(
+                params.run_id,
+                Some(run),
+                Some(&params.worker_id),
+                OPERATION,
+            ));
+        }
+        // The run is read and the attempt written under one write lock, so the fence holds.
+        // An interrupted attempt is kept, marked like its run, without its result.
+        let (status, output, error) = if owned {
+            (
+                params.status,
+                params.output.as_ref().map(rows::json),
+                params.error.as_ref().map(rows::json),
+            )
+        } else {
+            let status = if run.status == RunStatus::Paused {
+                StepStatus::Paused
+            } else {
+                StepStatus::Canceled
+            };
+            (status, None, None)
+        };
+        let sql = format!(
+            "INSERT INTO tasks_step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
+                  started_at, finished_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11)
+          RETURNING {STEP_COLUMNS}"
+        );
+        let finished_at = if owned { Some(now.clone()) } else { None };
+        let row = sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(params.run_id))
+            .bind(&params.step_name)
+            .bind(params.kind.as_str())
+            .bind(status.as_str())
+            .bind(rows::json(&params.config))
+            .bind(output)
+            .bind(error)
+            .bind(&started)
+            .bind(&now)
+            .bind(&finished_at)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        write.commit().await?;
+        if owned {
+            Ok(StepUpdate::Recorded(row.into_step(OPERATION)?))
+        } else {
+            Ok(StepUpdate::Interrupted {
+                run_status: run.status,
+            })
+        }
+    }
+
     pub(super) async fn finish_step(
         &self,
         run_id: Uuid,

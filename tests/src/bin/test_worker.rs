@@ -2,20 +2,24 @@
 //! killed. Every step records a side effect in `tasks_test.effects`, so the test can prove
 //! that no completed step ran again after a takeover.
 //!
-//! Usage: `test_worker <database-url> <namespace> <lease-ms>`
+//! Usage: `test_worker <store-url> <namespace> <lease-ms>`
+//!
+//! `<store-url>` is any URL [`tasks::connect`] takes (`postgres://…`, `sqlite:///path`): the
+//! store under test. The effects table is always in Postgres, at the URL each run carries in
+//! its input (`effects_database_url`), independent of the store.
 
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
-use tasks::postgres::PgStore;
-use tasks::{step, workflow, Worker, WorkflowContext, WorkflowError};
+use tasks::{step, workflow, Store, Worker, WorkflowContext, WorkflowError};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct EffectsInput {
-    database_url: String,
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
     steps: u32,
     step_millis: u64,
 }
@@ -23,12 +27,12 @@ struct EffectsInput {
 /// Records one side effect, then takes `millis` to finish.
 #[step(retry(max_attempts = 1))]
 async fn record_effect(
-    database_url: &str,
+    effects_database_url: &str,
     run_id: Uuid,
     label: String,
     millis: u64,
 ) -> Result<i32, sqlx::Error> {
-    let mut conn = PgConnection::connect(database_url).await?;
+    let mut conn = PgConnection::connect(effects_database_url).await?;
     let (count,): (i32,) = sqlx::query_as(
         "INSERT INTO tasks_test.effects (run_id, step, count) VALUES ($1, $2, 1)
          ON CONFLICT (run_id, step) DO UPDATE SET count = tasks_test.effects.count + 1
@@ -47,7 +51,7 @@ async fn record_effect(
 async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, WorkflowError> {
     for i in 0..input.steps {
         record_effect(
-            &input.database_url,
+            &input.effects_database_url,
             ctx.run_id(),
             format!("step-{i:03}"),
             input.step_millis,
@@ -61,10 +65,10 @@ async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, Workf
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(url), Some(namespace), Some(lease)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: test_worker <database-url> <namespace> <lease-ms>".into());
+        return Err("usage: test_worker <store-url> <namespace> <lease-ms>".into());
     };
-    let store = PgStore::connect(&url).await?.with_namespace(namespace);
-    let worker = Worker::builder(store)
+    let store = tasks::connect(&url).await?.scoped(&namespace);
+    let worker = Worker::builder_shared(store)
         .lease(Duration::from_millis(lease.parse()?))
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
         .build()?;

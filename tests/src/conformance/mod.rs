@@ -43,6 +43,7 @@ pub mod isolation;
 pub mod lifecycle;
 pub mod listing;
 pub mod outcomes;
+pub mod record;
 pub mod runs;
 pub mod step_outcomes;
 pub mod steps;
@@ -191,6 +192,14 @@ macro_rules! conformance_suite {
             create_step_attempt_is_fenced,
             stale_worker_cannot_write_after_takeover,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, record {
+            record_step_attempt_stores_a_completed_attempt,
+            record_step_attempt_stores_a_failed_attempt,
+            record_step_attempt_rejects_unfinished_statuses,
+            record_step_attempt_is_fenced,
+            record_step_attempt_after_pause_or_cancel_is_interrupted,
+            first_claim_is_recognisable,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,
@@ -247,6 +256,7 @@ mod tests {
             ("lifecycle", include_str!("lifecycle.rs")),
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
+            ("record", include_str!("record.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

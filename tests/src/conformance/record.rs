@@ -1,0 +1,183 @@
+//! Recording finished step attempts in one write (the worker's step path), and the marker
+//! that tells a run's first execution from later ones.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tasks::{RecordStepAttempt, RunStatus, StepKind, StepStatus, StepUpdate, Store, StoreError};
+use uuid::Uuid;
+
+use super::support::*;
+use super::Setup;
+
+fn record_params(run: &tasks::WorkflowRun, worker: &str, status: StepStatus) -> RecordStepAttempt {
+    RecordStepAttempt {
+        run_id: run.id,
+        worker_id: worker.to_owned(),
+        step_name: "charge".into(),
+        kind: StepKind::Function,
+        config: json!({ "attempt": 1 }),
+        status,
+        output: (status == StepStatus::Completed).then(|| json!({ "ok": true })),
+        error: (status == StepStatus::Failed).then(|| error_value("declined")),
+        elapsed: Duration::from_millis(250),
+    }
+}
+
+/// A completed attempt is stored in one call, with its output and database times.
+pub async fn record_step_attempt_stores_a_completed_attempt(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let attempt = recorded(
+        store
+            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Completed))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(attempt.workflow_run_id, run.id);
+    assert_eq!(attempt.step_name, "charge");
+    assert_eq!(attempt.status, StepStatus::Completed);
+    assert_eq!(attempt.output, Some(json!({ "ok": true })));
+    assert_eq!(attempt.error, None);
+    assert_eq!(attempt.config, json!({ "attempt": 1 }));
+    assert_near_now(attempt.finished_at, "finished_at");
+    let took = ms_between(attempt.started_at.unwrap(), attempt.finished_at.unwrap());
+    assert!(
+        (240..=1_000).contains(&took),
+        "started 250 ms before finishing, got {took} ms"
+    );
+    assert_eq!(store.step_history(run.id).await.unwrap(), vec![attempt]);
+}
+
+/// A failed attempt is stored with its error.
+pub async fn record_step_attempt_stores_a_failed_attempt(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let attempt = recorded(
+        store
+            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Failed))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(attempt.status, StepStatus::Failed);
+    assert_eq!(attempt.error, Some(error_value("declined")));
+    assert_eq!(attempt.output, None);
+}
+
+/// Only finished statuses can be recorded.
+pub async fn record_step_attempt_rejects_unfinished_statuses(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    assert_err!(
+        store
+            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Running))
+            .await,
+        StoreError::InvalidArgument(_)
+    );
+    assert!(store.step_history(run.id).await.unwrap().is_empty());
+}
+
+/// Recording is fenced: another worker loses, a finished run refuses, a missing run is not
+/// found, and nothing is written in any of these cases.
+pub async fn record_step_attempt_is_fenced(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    assert_err!(
+        store
+            .record_step_attempt(record_params(&run, "someone-else", StepStatus::Completed))
+            .await,
+        StoreError::LeaseLost { id, .. } if *id == run.id
+    );
+    let completed = create_completed(&store).await;
+    assert_err!(
+        store
+            .record_step_attempt(record_params(
+                &completed,
+                owner(&completed),
+                StepStatus::Completed
+            ))
+            .await,
+        StoreError::WrongState {
+            status: RunStatus::Completed,
+            ..
+        }
+    );
+    let mut ghost = run.clone();
+    ghost.id = Uuid::now_v7();
+    assert_err!(
+        store
+            .record_step_attempt(record_params(&ghost, owner(&run), StepStatus::Completed))
+            .await,
+        StoreError::RunNotFound { .. }
+    );
+    assert!(store.step_history(run.id).await.unwrap().is_empty());
+    assert!(store.step_history(completed.id).await.unwrap().is_empty());
+}
+
+/// A step that finishes after its run was paused or canceled is kept, marked like the run,
+/// without its result; the outcome is `Interrupted`, not an error.
+pub async fn record_step_attempt_after_pause_or_cancel_is_interrupted(setup: impl Setup) {
+    let store = setup.store().await;
+    for (status, step_status) in [
+        (RunStatus::Paused, StepStatus::Paused),
+        (RunStatus::Canceled, StepStatus::Canceled),
+    ] {
+        let run = create_claimed(&store).await;
+        if status == RunStatus::Paused {
+            store.pause_run(run.id).await.unwrap();
+        } else {
+            store.cancel_run(run.id).await.unwrap();
+        }
+        let update = store
+            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Completed))
+            .await
+            .unwrap();
+        assert_eq!(update, StepUpdate::Interrupted { run_status: status });
+        let history = store.step_history(run.id).await.unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].status, step_status);
+        assert_eq!(history[0].output, None);
+        assert_eq!(history[0].step_name, "charge");
+    }
+}
+
+/// The first claim of a run stamps `started_at` and `updated_at` with the same time and has
+/// `attempts == 1`; no later claim looks like that. Workers rely on it to skip loading the
+/// history of a run that cannot have one.
+pub async fn first_claim_is_recognisable(setup: impl Setup) {
+    let store = setup.store().await;
+    let first =
+        |run: &tasks::WorkflowRun| run.attempts == 1 && run.started_at == Some(run.updated_at);
+
+    let run = create_claimed(&store).await;
+    assert!(first(&run), "first claim: {run:?}");
+
+    // Woken from a sleep: same attempt, but an older start.
+    let claimed = create_claimed(&store).await;
+    let until = chrono::Utc::now() + chrono::Duration::milliseconds(300);
+    let slept = store
+        .sleep_run(claimed.id, owner(&claimed), until)
+        .await
+        .unwrap();
+    sleep_past(until).await;
+    let woken = claim_one(&store, LONG_LEASE).await;
+    assert_eq!(woken.id, slept.id);
+    assert!(!first(&woken), "woken from a sleep: {woken:?}");
+
+    // Retried after a failure.
+    let run = create_claimed(&store).await;
+    let mut params = fail_params(&run, "boom");
+    params.custom_delay = Some(Duration::ZERO);
+    store.fail_run(params).await.unwrap();
+    let retried = claim_one(&store, LONG_LEASE).await;
+    assert_eq!(retried.id, run.id);
+    assert!(!first(&retried), "retried: {retried:?}");
+
+    // Resumed after a pause.
+    let run = create_claimed(&store).await;
+    store.pause_run(run.id).await.unwrap();
+    store.resume_run(run.id).await.unwrap();
+    let resumed = claim_one(&store, LONG_LEASE).await;
+    assert_eq!(resumed.id, run.id);
+    assert!(!first(&resumed), "resumed: {resumed:?}");
+}
