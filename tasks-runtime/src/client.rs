@@ -262,13 +262,6 @@ impl Client {
         input: Value,
         options: StartOptions,
     ) -> Result<WorkflowRun, ClientError> {
-        let available_at = match (options.available_at, options.delay) {
-            (Some(at), _) => Some(at),
-            (None, Some(delay)) => Some(
-                Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX),
-            ),
-            (None, None) => None,
-        };
         let run = self
             .store
             .create_run(CreateRun {
@@ -277,7 +270,8 @@ impl Client {
                 input: Some(input),
                 config: Value::Object(Default::default()),
                 context: options.context,
-                available_at,
+                available_at: options.available_at,
+                delay: options.delay,
                 deadline_at: options.deadline_at,
                 retry_policy: definition.retry_policy,
                 idempotency_key: options.idempotency_key,

@@ -37,8 +37,11 @@ pub struct CreateRun {
     pub config: Value,
     /// Free-form context.
     pub context: Option<Value>,
-    /// When the run may start; `None` means now (database clock).
+    /// When the run may start; `None` means now, or `delay` from now.
     pub available_at: Option<DateTime<Utc>>,
+    /// When `available_at` is unset: start this long after now, by the store's clock (so a
+    /// client with a skewed clock still delays by exactly this much).
+    pub delay: Option<Duration>,
     /// After this instant the run fails instead of executing.
     pub deadline_at: Option<DateTime<Utc>>,
     /// The workflow-level retry policy, stored in `config.retryPolicy`.

@@ -303,7 +303,8 @@ impl Store for PgStore {
             "INSERT INTO tasks.workflow_runs
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
                   input, attempts, available_at, deadline_at, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0, COALESCE($9, now()), $10, now(), now())
+             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now())
              ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
              DO NOTHING
              RETURNING {RUN_COLUMNS}"
@@ -319,6 +320,7 @@ impl Store for PgStore {
             .bind(&params.input)
             .bind(params.available_at)
             .bind(params.deadline_at)
+            .bind(params.delay.map(millis))
             .fetch_optional(&self.pool)
             .await
             .map_err(db(OPERATION))?;

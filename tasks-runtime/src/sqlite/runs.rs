@@ -88,6 +88,10 @@ impl SqliteStore {
              RETURNING {RUN_COLUMNS}"
         );
         let now = write.now();
+        let available_at = match (available_at, params.delay) {
+            (None, Some(delay)) => Some(write.now_plus(delay)?),
+            (available_at, _) => available_at,
+        };
         let inserted = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(Uuid::now_v7()))

@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             create_run_with_all_fields,
             create_run_with_minimal_fields,
             create_run_keeps_deadline,
+            create_run_with_delay_starts_later,
             create_run_stores_retry_policy_in_config,
             get_run_of_unknown_id_is_none,
             idempotency_key_returns_existing_run,

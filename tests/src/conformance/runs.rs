@@ -23,6 +23,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         config: json!({ "key": "val" }),
         context: Some(json!({ "key": "val" })),
         available_at: Some(in_a_year),
+        delay: None,
         deadline_at: Some(in_a_year),
         retry_policy: None,
         idempotency_key: Some(Uuid::new_v4().to_string()),
@@ -227,4 +228,28 @@ pub async fn idempotency_race_creates_one_run(setup: impl Setup) {
     );
     let listed = store.list_runs(ListRuns::default()).await.unwrap();
     assert_eq!(ids(&listed.data), vec![first]);
+}
+
+/// A delayed start is measured from the store's clock: `available_at` is `created_at` plus
+/// the delay, and the run is not claimable before then.
+pub async fn create_run_with_delay_starts_later(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = store
+        .create_run(CreateRun {
+            delay: Some(std::time::Duration::from_secs(30)),
+            ..CreateRun::new(unique_name())
+        })
+        .await
+        .unwrap();
+    let available_at = run.available_at.expect("available_at is set");
+    let offset = ms_between(run.created_at, available_at);
+    assert!(
+        (29_990..=30_010).contains(&offset),
+        "available {offset} ms after creation"
+    );
+    assert!(store
+        .claim_run(&new_worker(), LONG_LEASE)
+        .await
+        .unwrap()
+        .is_none());
 }
