@@ -1,4 +1,5 @@
-//! Crash recovery and exactly-once completion across workers.
+//! Crash recovery and exactly-once completion across workers, against each store (Postgres
+//! and SQLite).
 
 mod support;
 
@@ -7,17 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use sqlx::Row;
-use support::{bump, calls, client, store, worker};
+use sqlx::{PgPool, Row};
+use support::{bump, calls, client, worker, Backend};
 use tasks::{
-    step, workflow, CreateRun, ListRuns, RunStatus, StepStatus, Store, WorkflowContext,
-    WorkflowError,
+    step, workflow, CreateRun, ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError,
 };
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
 
 struct KillOnDrop(Child);
 
@@ -28,22 +23,44 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn spawn_worker(namespace: &str, lease_ms: u64) -> KillOnDrop {
+/// Starts a `test_worker` process on the store at `store_url`, scoped to `namespace`.
+fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_test_worker"))
-        .args([database_url(), namespace.to_owned(), lease_ms.to_string()])
+        .args([store_url, namespace, &lease_ms.to_string()])
         .stdout(Stdio::null())
         .spawn()
         .expect("start the test worker process");
     KillOnDrop(child)
 }
 
-async fn effect_counts(
-    store: &tasks::postgres::PgStore,
-    run_id: uuid::Uuid,
-) -> HashMap<String, i32> {
+/// A pool on the Postgres test database holding `tasks_test.effects`, the side-effect
+/// counters of `test_worker`. They live in Postgres whichever store is under test: the
+/// counters are independent of the store, and a separate process must reach them.
+async fn effects_pool() -> PgPool {
+    let pool = tasks_tests::connect_pool(tasks_tests::connect_options(), 2).await;
+    sqlx::raw_sql(
+        "CREATE SCHEMA IF NOT EXISTS tasks_test;
+         CREATE TABLE IF NOT EXISTS tasks_test.effects (
+             run_id UUID NOT NULL, step TEXT NOT NULL, count INTEGER NOT NULL,
+             PRIMARY KEY (run_id, step));",
+    )
+    .execute(&pool)
+    .await
+    .or_else(|error| match &error {
+        // Another test created them at the same time.
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => {
+            Ok(Default::default())
+        }
+        _ => Err(error),
+    })
+    .unwrap();
+    pool
+}
+
+async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashMap<String, i32> {
     sqlx::query("SELECT step, count FROM tasks_test.effects WHERE run_id = $1")
         .bind(run_id)
-        .fetch_all(store.pool())
+        .fetch_all(effects)
         .await
         .unwrap()
         .into_iter()
@@ -51,30 +68,15 @@ async fn effect_counts(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
-    let store = store().await;
-    sqlx::raw_sql(
-        "CREATE SCHEMA IF NOT EXISTS tasks_test;
-         CREATE TABLE IF NOT EXISTS tasks_test.effects (
-             run_id UUID NOT NULL, step TEXT NOT NULL, count INTEGER NOT NULL,
-             PRIMARY KEY (run_id, step));",
-    )
-    .execute(store.pool())
-    .await
-    .or_else(|error| match &error {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => {
-            Ok(Default::default())
-        }
-        _ => Err(error),
-    })
-    .unwrap();
+async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again(backend: Backend) {
+    let store = backend.store().await;
+    let effects = effects_pool().await;
 
     const STEPS: usize = 12;
     let run = store
         .create_run(CreateRun {
             input: Some(
-                json!({ "database_url": database_url(), "steps": STEPS, "step_millis": 150 }),
+                json!({ "effects_database_url": tasks_tests::database_url(), "steps": STEPS, "step_millis": 150 }),
             ),
             ..CreateRun::new("test-effects")
         })
@@ -82,7 +84,7 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
         .unwrap();
 
     // First worker: a separate OS process, killed with SIGKILL in the middle of the run.
-    let mut first = spawn_worker(store.namespace(), 1_000);
+    let mut first = spawn_worker(&store.url(), store.namespace(), 1_000);
     let completed_before_kill: HashSet<String> = eventually!(Duration::from_secs(30), {
         let steps = store.step_history(run.id).await.unwrap();
         let done: HashSet<String> = steps
@@ -114,7 +116,7 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
     );
 
     // Second worker: another process; it claims the run once the lease expires.
-    let _second = spawn_worker(store.namespace(), 1_000);
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
     let finished = eventually!(Duration::from_secs(60), {
         let run = store.get_run(run.id).await.unwrap().unwrap();
         run.status.is_terminal().then_some(run)
@@ -132,7 +134,7 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again() {
         "the second worker finished it"
     );
 
-    let counts = effect_counts(&store, run.id).await;
+    let counts = effect_counts(&effects, run.id).await;
     assert_eq!(counts.len(), STEPS, "every step ran: {counts:?}");
     for (i, name) in ["record_effect"].iter().cycle().take(STEPS).enumerate() {
         let step_name = if i == 0 {
@@ -179,10 +181,9 @@ async fn many(_ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
     Ok(a + b + c)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_shared_by_several_workers_complete_exactly_once() {
+async fn runs_shared_by_several_workers_complete_exactly_once(backend: Backend) {
     const RUNS: u32 = 240;
-    let store = store().await;
+    let store = backend.store().await;
     let client = client(&store);
     let mut handles = Vec::new();
     for n in 0..RUNS {
@@ -242,3 +243,8 @@ async fn runs_shared_by_several_workers_complete_exactly_once() {
         "work was shared between workers: {finishers:?}"
     );
 }
+
+both_backends!(
+    a_killed_worker_is_replaced_and_no_completed_step_runs_again,
+    runs_shared_by_several_workers_complete_exactly_once,
+);

@@ -7,9 +7,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use support::{client, store, worker};
+use support::{client, worker, Backend};
 use tasks::{
-    workflow, ClientError, ListRuns, Registry, SourceLocation, StartOptions, Store, Workflow,
+    workflow, ClientError, ListRuns, Registry, SourceLocation, StartOptions, Workflow,
     WorkflowContext, WorkflowDefinition, WorkflowError,
 };
 
@@ -179,9 +179,8 @@ fn duplicate_name_and_version_are_rejected_with_both_locations() {
     assert!(message.contains("elsewhere.rs:99:1"), "{message}");
 }
 
-#[tokio::test]
-async fn invalid_input_is_rejected_before_anything_is_stored() {
-    let store = store().await;
+async fn invalid_input_is_rejected_before_anything_is_stored(backend: Backend) {
+    let store = backend.store().await;
     let client = client(&store);
 
     match client
@@ -238,9 +237,8 @@ async fn invalid_input_is_rejected_before_anything_is_stored() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_run_executes_with_the_version_it_was_started_with() {
-    let store = store().await;
+async fn each_run_executes_with_the_version_it_was_started_with(backend: Backend) {
+    let store = backend.store().await;
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
 
@@ -282,9 +280,8 @@ async fn each_run_executes_with_the_version_it_was_started_with() {
     worker.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_explicit_registry_is_the_fallback_to_link_time_registration() {
-    let store = store().await;
+async fn an_explicit_registry_is_the_fallback_to_link_time_registration(backend: Backend) {
+    let store = backend.store().await;
     let mut registry = Registry::new();
     registry.register::<ship_v1>().unwrap();
     assert_eq!(registry.len(), 1);
@@ -302,3 +299,9 @@ async fn an_explicit_registry_is_the_fallback_to_link_time_registration() {
     assert_eq!(store.namespace(), run.run().await.unwrap().namespace);
     handle.shutdown().await;
 }
+
+both_backends!(
+    invalid_input_is_rejected_before_anything_is_stored,
+    each_run_executes_with_the_version_it_was_started_with,
+    an_explicit_registry_is_the_fallback_to_link_time_registration,
+);

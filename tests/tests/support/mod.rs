@@ -1,22 +1,140 @@
 //! Helpers shared by the end-to-end test binaries.
+//!
+//! Every end-to-end test is an `async fn name(backend: Backend)`; [`both_backends!`] turns a
+//! list of them into one `#[tokio::test]` per store: `postgres::name` and `sqlite::name`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tasks::postgres::PgStore;
+use tasks::sqlite::SqliteStore;
 use tasks::{Client, Store, Worker, WorkerBuilder};
 use uuid::Uuid;
 
-/// A fresh store on its own namespace.
-pub async fn store() -> PgStore {
-    tasks_tests::pg_store().await
+/// The store an end-to-end test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// [`PgStore`] on the test database, on a fresh namespace.
+    Postgres,
+    /// [`SqliteStore`] on a fresh database file, on a fresh namespace.
+    Sqlite,
+}
+
+impl Backend {
+    /// A fresh store of this backend on its own namespace (and, for SQLite, its own file).
+    pub async fn store(self) -> TestStore {
+        match self {
+            Backend::Postgres => {
+                let store = tasks_tests::pg_store().await;
+                TestStore {
+                    shared: Arc::new(store.clone()),
+                    kind: Kind::Postgres(store),
+                }
+            }
+            Backend::Sqlite => {
+                let path = tasks_tests::sqlite::temp_database_path();
+                let store = tasks_tests::sqlite::open_sqlite(&path)
+                    .await
+                    .with_namespace(tasks_tests::unique_namespace());
+                TestStore {
+                    shared: Arc::new(store.clone()),
+                    kind: Kind::Sqlite { store, path },
+                }
+            }
+        }
+    }
+}
+
+/// A store under test: the shared [`Store`] that workers and clients use (it derefs to it),
+/// plus what a test needs to reach behind the `Store` API of its backend.
+pub struct TestStore {
+    shared: Arc<dyn Store>,
+    kind: Kind,
+}
+
+enum Kind {
+    Postgres(PgStore),
+    Sqlite { store: SqliteStore, path: PathBuf },
+}
+
+impl Deref for TestStore {
+    type Target = dyn Store;
+
+    fn deref(&self) -> &(dyn Store + 'static) {
+        &*self.shared
+    }
+}
+
+impl TestStore {
+    /// The store as a trait object, for workers, clients and helpers that take one.
+    pub fn shared(&self) -> Arc<dyn Store> {
+        self.shared.clone()
+    }
+
+    /// The backend of this store.
+    pub fn backend(&self) -> Backend {
+        match self.kind {
+            Kind::Postgres(_) => Backend::Postgres,
+            Kind::Sqlite { .. } => Backend::Sqlite,
+        }
+    }
+
+    /// A URL that [`tasks::connect`] opens on the same database (in the default namespace:
+    /// scope it to [`Store::namespace`]), for another process.
+    pub fn url(&self) -> String {
+        match &self.kind {
+            Kind::Postgres(_) => tasks_tests::database_url(),
+            Kind::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
+        }
+    }
+
+    /// Hands the lease of `run_id` to `worker_id` for an hour behind the store's back, as if
+    /// another worker had taken the run over while its current holder was stalled.
+    pub async fn usurp_lease(&self, run_id: Uuid, worker_id: &str) {
+        let updated = match &self.kind {
+            Kind::Postgres(store) => sqlx::query(
+                "UPDATE tasks.workflow_runs
+                    SET worker_id = $3, available_at = now() + interval '1 hour'
+                  WHERE namespace = $1 AND id = $2",
+            )
+            .bind(store.namespace())
+            .bind(run_id)
+            .bind(worker_id)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+            // The SQLite store keeps ids and timestamps as text; see
+            // `migrations/sqlite/0001_initial.sql` for the encodings.
+            Kind::Sqlite { store, .. } => {
+                let in_an_hour = (chrono::Utc::now() + chrono::Duration::hours(1))
+                    .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+                    .to_string();
+                sqlx::query(
+                    "UPDATE tasks_workflow_runs SET worker_id = ?3, available_at = ?4
+                      WHERE namespace = ?1 AND id = ?2",
+                )
+                .bind(store.namespace())
+                .bind(run_id.hyphenated().to_string())
+                .bind(worker_id)
+                .bind(in_an_hour)
+                .execute(store.pool())
+                .await
+                .unwrap()
+                .rows_affected()
+            }
+        };
+        assert_eq!(updated, 1, "run {run_id} not found to usurp");
+    }
 }
 
 /// A worker builder tuned for tests: fast polling, short lease.
-pub fn worker(store: &PgStore) -> WorkerBuilder {
-    Worker::builder(store.clone())
+pub fn worker(store: &TestStore) -> WorkerBuilder {
+    Worker::builder_shared(store.shared())
         .concurrency(8)
         .lease(Duration::from_secs(2))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
@@ -24,8 +142,8 @@ pub fn worker(store: &PgStore) -> WorkerBuilder {
 }
 
 /// A client on `store` knowing every workflow of this test binary.
-pub fn client(store: &PgStore) -> Client {
-    Client::new(store.clone()).expect("registry has no duplicates")
+pub fn client(store: &TestStore) -> Client {
+    Client::new(store.shared()).expect("registry has no duplicates")
 }
 
 fn call_counts() -> &'static Mutex<HashMap<(Uuid, String), u32>> {
@@ -69,7 +187,28 @@ macro_rules! eventually {
     }};
 }
 
-/// The store as a trait object, for helpers that take one.
-pub fn shared(store: &PgStore) -> Arc<dyn Store> {
-    Arc::new(store.clone())
+/// Turns `async fn name(backend: Backend)` test bodies (defined at the root of the test
+/// binary) into one test per store: `postgres::name` and `sqlite::name`, each on a
+/// multi-threaded runtime.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Postgres).await
+                }
+            )*
+        }
+
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Sqlite).await
+                }
+            )*
+        }
+    };
 }
