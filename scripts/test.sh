@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against a real Postgres.
+# Runs the whole test suite: against a real Postgres, and SQLite temp files.
 #
 # Uses $DATABASE_URL when set; otherwise the local server at 127.0.0.1:5432 (user postgres,
 # database test), starting the local cluster first if it is installed but down.
