@@ -1,0 +1,51 @@
+//! The workflows the benchmark runs. Every step is a no-op, so what is measured is the
+//! engine's own cost per step: its statements, round trips and commits.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tasks::{step, workflow, WorkflowContext, WorkflowError};
+
+/// Input of [`bench_steps`]: how many no-op steps to run.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Steps {
+    /// Number of sequential no-op steps.
+    pub steps: u32,
+}
+
+/// Input of [`bench_replay`].
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Replay {
+    /// Number of sequential no-op steps before the durable sleep.
+    pub steps: u32,
+    /// Length of the durable sleep that parks the run after its steps.
+    pub sleep_ms: u64,
+}
+
+/// A step that does nothing.
+#[step]
+async fn noop() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+/// Runs `steps` no-op steps one after the other (throughput, latency, scale-out).
+#[workflow(name = "bench-steps")]
+pub async fn bench_steps(_ctx: WorkflowContext, input: Steps) -> Result<u32, WorkflowError> {
+    for _ in 0..input.steps {
+        noop().await?;
+    }
+    Ok(input.steps)
+}
+
+/// Runs `steps` no-op steps, then parks on a durable sleep (replay). Resuming it replays
+/// every step from the stored history before the sleep can finish.
+#[workflow(name = "bench-replay")]
+pub async fn bench_replay(ctx: WorkflowContext, input: Replay) -> Result<u32, WorkflowError> {
+    for _ in 0..input.steps {
+        noop().await?;
+    }
+    ctx.sleep("park", Duration::from_millis(input.sleep_ms))
+        .await?;
+    Ok(input.steps)
+}
