@@ -8,11 +8,18 @@ pub use crate::migration::{MigrateError, Migration};
 use sqlx::{Executor as _, PgPool, Row};
 
 /// Every migration this version of the runtime knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../../migrations/0001_initial.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../../migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "parent step index",
+        sql: include_str!("../../../migrations/0002_parent_step_index.sql"),
+    },
+];
 
 /// The Postgres schema that holds every table of ours.
 pub const SCHEMA: &str = "tasks";

@@ -8,11 +8,18 @@ pub use crate::migration::{MigrateError, Migration};
 use sqlx::{Executor as _, Row, SqlitePool};
 
 /// Every SQLite migration this version of the runtime knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../../migrations/sqlite/0001_initial.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../../migrations/sqlite/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "parent step index",
+        sql: include_str!("../../../migrations/sqlite/0002_parent_step_index.sql"),
+    },
+];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once
 /// and any number of times: the whole migration runs in one `BEGIN IMMEDIATE` transaction,
