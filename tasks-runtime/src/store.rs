@@ -52,6 +52,26 @@ pub struct CreateRun {
 }
 
 impl CreateRun {
+    /// The config as stored: `config` (a JSON object, or null for none) with the retry
+    /// policy under `retryPolicy`.
+    pub(crate) fn stored_config(&self) -> StoreResult<Value> {
+        let mut config = match &self.config {
+            Value::Object(map) => map.clone(),
+            Value::Null => Default::default(),
+            other => {
+                return Err(StoreError::InvalidArgument(format!(
+                    "run config must be a JSON object, got {other}"
+                )))
+            }
+        };
+        if let Some(policy) = self.retry_policy {
+            let policy = serde_json::to_value(policy)
+                .map_err(|error| StoreError::InvalidArgument(error.to_string()))?;
+            config.insert("retryPolicy".into(), policy);
+        }
+        Ok(Value::Object(config))
+    }
+
     /// A run of `workflow_name` with everything else defaulted.
     pub fn new(workflow_name: impl Into<String>) -> Self {
         CreateRun {

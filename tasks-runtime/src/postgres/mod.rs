@@ -294,22 +294,7 @@ impl Store for PgStore {
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "creating a workflow run";
-        let mut config = match params.config {
-            Value::Object(map) => map,
-            Value::Null => Default::default(),
-            other => {
-                return Err(StoreError::InvalidArgument(format!(
-                    "run config must be a JSON object, got {other}"
-                )))
-            }
-        };
-        if let Some(policy) = params.retry_policy {
-            config.insert(
-                "retryPolicy".into(),
-                serde_json::to_value(policy)
-                    .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
-            );
-        }
+        let config = params.stored_config()?;
         let sql = format!(
             "INSERT INTO tasks.workflow_runs
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
@@ -326,7 +311,7 @@ impl Store for PgStore {
             .bind(&params.workflow_name)
             .bind(&params.version)
             .bind(&params.idempotency_key)
-            .bind(Value::Object(config))
+            .bind(&config)
             .bind(&params.context)
             .bind(&params.input)
             .bind(params.available_at)

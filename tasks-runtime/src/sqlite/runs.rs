@@ -57,22 +57,7 @@ impl SqliteStore {
 
     pub(super) async fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "creating a workflow run";
-        let mut config = match params.config {
-            Value::Object(map) => map,
-            Value::Null => Default::default(),
-            other => {
-                return Err(StoreError::InvalidArgument(format!(
-                    "run config must be a JSON object, got {other}"
-                )))
-            }
-        };
-        if let Some(policy) = params.retry_policy {
-            config.insert(
-                "retryPolicy".into(),
-                serde_json::to_value(policy)
-                    .map_err(|e| StoreError::InvalidArgument(e.to_string()))?,
-            );
-        }
+        let config = params.stored_config()?;
         let available_at = rows::ts_opt(params.available_at)?;
         let deadline_at = rows::ts_opt(params.deadline_at)?;
 
@@ -98,7 +83,7 @@ impl SqliteStore {
             .bind(&params.workflow_name)
             .bind(&params.version)
             .bind(&params.idempotency_key)
-            .bind(rows::json(&Value::Object(config)))
+            .bind(rows::json(&config))
             .bind(rows::json_opt(params.context.as_ref()))
             .bind(rows::json_opt(params.input.as_ref()))
             .bind(available_at)
