@@ -348,7 +348,11 @@ async fn concurrent_first_opens_of_one_file_succeed() {
         .fetch_one(stores[0].pool())
         .await
         .unwrap();
-    assert_eq!(applied, tasks::sqlite::MIGRATIONS.len() as i64, "each migration recorded once");
+    assert_eq!(
+        applied,
+        tasks::sqlite::MIGRATIONS.len() as i64,
+        "each migration recorded once"
+    );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(stores[0].pool())
         .await
