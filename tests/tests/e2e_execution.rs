@@ -593,6 +593,36 @@ async fn the_idempotency_key_returns_the_same_run(backend: Backend) {
     );
 }
 
+async fn a_delayed_start_waits_before_running(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let started = Instant::now();
+    let run = client(&store)
+        .start_with::<three_phases>(1, StartOptions::new().delay(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let waiting = run.run().await.unwrap();
+    assert_eq!(
+        waiting.status,
+        RunStatus::Pending,
+        "not started before its delay"
+    );
+    assert_eq!(calls(run.id(), "one"), 0);
+    let delay = waiting.available_at.unwrap() - waiting.created_at;
+    assert_eq!(
+        delay.num_milliseconds(),
+        1500,
+        "measured on the store's clock"
+    );
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        vec!["one", "two", "three"]
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    worker.shutdown().await;
+}
+
 #[test]
 fn default_retry_policies_are_sane() {
     assert_eq!(RetryPolicy::DEFAULT_STEP.max_attempts, 3);
@@ -616,4 +646,5 @@ both_backends!(
     graceful_shutdown_lets_in_flight_runs_finish,
     shutdown_past_the_grace_period_leaves_nothing_half_written,
     the_idempotency_key_returns_the_same_run,
+    a_delayed_start_waits_before_running,
 );
