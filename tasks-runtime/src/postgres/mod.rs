@@ -2,6 +2,7 @@
 
 mod migrate;
 mod notify;
+mod recorder;
 mod rows;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::store::{
     NotificationStream, Page, PageQuery, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use notify::{Batcher, Hub};
+use recorder::Recorder;
 use rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 
 /// The store on Postgres.
@@ -47,6 +49,7 @@ pub struct PgStore {
     namespace: Arc<str>,
     hub: Arc<Hub>,
     batcher: Arc<Batcher>,
+    recorder: Arc<Recorder>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -63,6 +66,7 @@ impl PgStore {
         PgStore {
             hub: Arc::new(Hub::new(pool.clone())),
             batcher: Arc::new(Batcher::new(pool.clone())),
+            recorder: Arc::new(Recorder::new(pool.clone())),
             pool,
             namespace: Arc::from(DEFAULT_NAMESPACE),
         }
@@ -97,6 +101,7 @@ impl PgStore {
             namespace: Arc::from(namespace.into()),
             hub: self.hub.clone(),
             batcher: self.batcher.clone(),
+            recorder: self.recorder.clone(),
         }
     }
 
@@ -854,6 +859,17 @@ impl Store for PgStore {
                 params.status
             )));
         }
+        // The common case goes through the shared recorder: one statement (and commit) for
+        // every step of every run that finished meanwhile.
+        if let Some(attempt) = self
+            .recorder
+            .record(&self.namespace, params.clone())
+            .await?
+        {
+            return Ok(StepUpdate::Recorded(attempt));
+        }
+        // The fence refused it: find out why on the single-row path, which marks an
+        // interrupted attempt and reports anything else as an error.
         // One statement: insert the finished attempt only while the run is ours. Its times
         // come from the database clock; `started_at` goes back by the measured duration.
         let sql = format!(
