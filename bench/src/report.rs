@@ -121,13 +121,14 @@ impl ReplayFit {
 const OPENWORKFLOW: [(u32, f64); 2] = [(4, 2050.0), (10, 2600.0)];
 
 impl Report {
-    /// The engine-statement ceiling, steps/s: the median of all its measurements, the
-    /// rounds at the start and the one at the end of the run.
+    /// The engine-statement ceiling, steps/s: the median of all rounds of the statement the
+    /// engine issues per batch of finished steps (one fenced multi-row insert shared by the
+    /// steps of many runs, as the Postgres store's step recorder sends it).
     pub fn ceiling_steps_per_s(&self) -> Option<f64> {
         let measured: Vec<f64> = self
             .ceiling
             .iter()
-            .filter(|row| row.key == "engine" || row.key == "engine_end")
+            .filter(|row| row.key == "batched")
             .flat_map(|row| row.samples_steps_per_s.iter().copied())
             .collect();
         (!measured.is_empty()).then(|| crate::stats::median(&measured))
@@ -375,8 +376,8 @@ impl Report {
         if let Some(c) = self.ceiling_steps_per_s() {
             writeln!(
                 out,
-                "   ceiling used for the ratios below: {c:.0} steps/s (median of every \
-                 engine-step-SQL round, at the start and at the end of the run)"
+                "   ceiling used for the ratios below: {c:.0} steps/s (median of every round of \
+                 the engine's batched step insert)"
             )?;
         }
         if let Some(n) = &self.notify {
