@@ -26,7 +26,7 @@ use crate::store::{
     NotificationStream, Page, PageQuery, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use notify::{Batcher, Hub};
-use recorder::Recorder;
+use recorder::{Completer, Recorder};
 use rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 
 /// The store on Postgres.
@@ -50,6 +50,7 @@ pub struct PgStore {
     hub: Arc<Hub>,
     batcher: Arc<Batcher>,
     recorder: Arc<Recorder>,
+    completer: Arc<Completer>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -67,6 +68,7 @@ impl PgStore {
             hub: Arc::new(Hub::new(pool.clone())),
             batcher: Arc::new(Batcher::new(pool.clone())),
             recorder: Arc::new(Recorder::new(pool.clone())),
+            completer: Arc::new(Completer::new(pool.clone())),
             pool,
             namespace: Arc::from(DEFAULT_NAMESPACE),
         }
@@ -102,6 +104,7 @@ impl PgStore {
             hub: self.hub.clone(),
             batcher: self.batcher.clone(),
             recorder: self.recorder.clone(),
+            completer: self.completer.clone(),
         }
     }
 
@@ -513,17 +516,10 @@ impl Store for PgStore {
         output: Value,
     ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "completing a workflow run";
-        let sql = format!(
-            "UPDATE tasks.workflow_runs
-                SET status = 'completed', output = $4, error = NULL, available_at = NULL,
-                    finished_at = now(), updated_at = now()
-              WHERE namespace = $1 AND id = $2 AND status = 'running' AND worker_id = $3
-          RETURNING {RUN_COLUMNS}"
-        );
+        // Completions of many runs share one statement and one commit (see `Completer`).
         match self
-            .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| {
-                q.bind(worker_id).bind(output)
-            })
+            .completer
+            .complete(&self.namespace, run_id, worker_id, &output)
             .await?
         {
             Some(run) => {

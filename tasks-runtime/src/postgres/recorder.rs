@@ -15,9 +15,11 @@ use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::rows::{StepRow, STEP_COLUMNS};
+use futures::future::BoxFuture;
+
+use super::rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 use crate::error::{StoreError, StoreResult};
-use crate::model::StepAttempt;
+use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::RecordStepAttempt;
 
 /// Most records in one statement.
@@ -25,25 +27,118 @@ const BATCH: usize = 256;
 
 const OPERATION: &str = "recording step attempts";
 
-struct Pending {
+/// One queued write and where its result goes: `Some` when written, `None` when the fence
+/// refused it.
+struct Job<T, O> {
+    item: T,
+    reply: oneshot::Sender<StoreResult<Option<O>>>,
+}
+
+/// Writes a batch in one statement; returns what was written, by key.
+type WriteBatch<T, O> =
+    for<'a> fn(&'a PgPool, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
+
+/// Coalesces writes of one kind: whatever queues up while one statement is in flight goes
+/// out in the next single statement (at most [`BATCH`] items).
+struct Coalescer<T, O> {
+    pool: PgPool,
+    queue: OnceLock<mpsc::UnboundedSender<Job<T, O>>>,
+    key: fn(&T) -> Uuid,
+    write: WriteBatch<T, O>,
+    operation: &'static str,
+}
+
+impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
+    fn new(
+        pool: PgPool,
+        key: fn(&T) -> Uuid,
+        write: WriteBatch<T, O>,
+        operation: &'static str,
+    ) -> Self {
+        Coalescer {
+            pool,
+            queue: OnceLock::new(),
+            key,
+            write,
+            operation,
+        }
+    }
+
+    /// Writes `item` in the next batch. `Ok(None)`: the fence refused it, nothing written.
+    async fn submit(&self, item: T) -> StoreResult<Option<O>> {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(drain(
+                self.pool.clone(),
+                rx,
+                self.key,
+                self.write,
+                self.operation,
+            ));
+            tx
+        });
+        let (reply, answer) = oneshot::channel();
+        if queue.send(Job { item, reply }).is_err() {
+            return Err(lost(self.operation, "the batch writer stopped"));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(lost(self.operation, "the batch writer dropped a write")))
+    }
+}
+
+fn lost(operation: &'static str, message: &str) -> StoreError {
+    StoreError::Database {
+        operation,
+        source: Box::new(sqlx::Error::Protocol(message.to_owned())),
+    }
+}
+
+async fn drain<T, O>(
+    pool: PgPool,
+    mut queue: mpsc::UnboundedReceiver<Job<T, O>>,
+    key: fn(&T) -> Uuid,
+    write: WriteBatch<T, O>,
+    operation: &'static str,
+) {
+    let mut jobs = Vec::with_capacity(BATCH);
+    while queue.recv_many(&mut jobs, BATCH).await > 0 {
+        let (items, replies): (Vec<T>, Vec<_>) =
+            jobs.drain(..).map(|job| (job.item, job.reply)).unzip();
+        match write(&pool, &items).await {
+            Ok(mut written) => {
+                for (item, reply) in items.iter().zip(replies) {
+                    let _ = reply.send(Ok(written.remove(&key(item))));
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(lost(operation, &message)));
+                }
+            }
+        }
+    }
+}
+
+/// A finished step attempt waiting to be written.
+struct StepRecord {
     namespace: String,
     id: Uuid,
     params: RecordStepAttempt,
-    /// `Some(attempt)` when written, `None` when the fence refused the row.
-    reply: oneshot::Sender<StoreResult<Option<StepAttempt>>>,
 }
 
-pub(crate) struct Recorder {
-    pool: PgPool,
-    queue: OnceLock<mpsc::UnboundedSender<Pending>>,
-}
+/// Finished step attempts of many runs, written together.
+pub(crate) struct Recorder(Coalescer<StepRecord, StepAttempt>);
 
 impl Recorder {
     pub(crate) fn new(pool: PgPool) -> Self {
-        Recorder {
+        Recorder(Coalescer::new(
             pool,
-            queue: OnceLock::new(),
-        }
+            |record| record.id,
+            |pool, batch| Box::pin(insert(pool, batch)),
+            OPERATION,
+        ))
     }
 
     /// Writes one finished attempt (in a batch with whatever else is waiting). `Ok(None)`
@@ -53,60 +148,98 @@ impl Recorder {
         namespace: &str,
         params: RecordStepAttempt,
     ) -> StoreResult<Option<StepAttempt>> {
-        let queue = self.queue.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(drain(self.pool.clone(), rx));
-            tx
-        });
-        let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            namespace: namespace.to_owned(),
-            id: Uuid::now_v7(),
-            params,
-            reply,
-        };
-        if queue.send(pending).is_err() {
-            return Err(lost("the step recorder stopped"));
-        }
-        answer
+        self.0
+            .submit(StepRecord {
+                namespace: namespace.to_owned(),
+                id: Uuid::now_v7(),
+                params,
+            })
             .await
-            .unwrap_or_else(|_| Err(lost("the step recorder dropped a record")))
     }
 }
 
-fn lost(message: &str) -> StoreError {
-    StoreError::Database {
-        operation: OPERATION,
-        source: Box::new(sqlx::Error::Protocol(message.to_owned())),
+/// A run completion waiting to be written.
+struct Completion {
+    namespace: String,
+    run_id: Uuid,
+    worker_id: String,
+    output: String,
+}
+
+/// Completions of many runs, written together.
+pub(crate) struct Completer(Coalescer<Completion, WorkflowRun>);
+
+impl Completer {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        Completer(Coalescer::new(
+            pool,
+            |completion| completion.run_id,
+            |pool, batch| Box::pin(complete(pool, batch)),
+            COMPLETE_OPERATION,
+        ))
+    }
+
+    /// Completes one run owned by `worker_id` (in a batch). `Ok(None)`: the fence refused
+    /// it and nothing was written.
+    pub(crate) async fn complete(
+        &self,
+        namespace: &str,
+        run_id: Uuid,
+        worker_id: &str,
+        output: &serde_json::Value,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        self.0
+            .submit(Completion {
+                namespace: namespace.to_owned(),
+                run_id,
+                worker_id: worker_id.to_owned(),
+                output: output.to_string(),
+            })
+            .await
     }
 }
 
-async fn drain(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Pending>) {
-    let mut batch = Vec::with_capacity(BATCH);
-    while queue.recv_many(&mut batch, BATCH).await > 0 {
-        match insert(&pool, &batch).await {
-            Ok(mut written) => {
-                for pending in batch.drain(..) {
-                    let attempt = written.remove(&pending.id);
-                    let _ = pending.reply.send(Ok(attempt));
-                }
-            }
-            Err(error) => {
-                let message = error.to_string();
-                for pending in batch.drain(..) {
-                    let _ = pending.reply.send(Err(StoreError::Database {
-                        operation: OPERATION,
-                        source: Box::new(sqlx::Error::Protocol(message.clone())),
-                    }));
-                }
-            }
-        }
-    }
+const COMPLETE_OPERATION: &str = "completing workflow runs";
+
+async fn complete(
+    pool: &PgPool,
+    batch: &[Completion],
+) -> Result<HashMap<Uuid, WorkflowRun>, StoreError> {
+    let namespaces: Vec<&str> = batch.iter().map(|c| c.namespace.as_str()).collect();
+    let run_ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
+    let workers: Vec<&str> = batch.iter().map(|c| c.worker_id.as_str()).collect();
+    let outputs: Vec<&str> = batch.iter().map(|c| c.output.as_str()).collect();
+    let returning = RUN_COLUMNS
+        .split(',')
+        .map(|column| format!("wr.{}", column.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "UPDATE tasks.workflow_runs wr
+            SET status = 'completed', output = c.output::jsonb, error = NULL,
+                available_at = NULL, finished_at = now(), updated_at = now()
+           FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[])
+                AS c(namespace, run_id, worker_id, output)
+          WHERE wr.namespace = c.namespace AND wr.id = c.run_id
+            AND wr.status = 'running' AND wr.worker_id = c.worker_id
+      RETURNING {returning}"
+    );
+    let rows = sqlx::query_as::<_, RunRow>(&sql)
+        .bind(namespaces)
+        .bind(run_ids)
+        .bind(workers)
+        .bind(outputs)
+        .fetch_all(pool)
+        .await
+        .map_err(crate::error::db(COMPLETE_OPERATION))?;
+    rows.into_iter()
+        .map(|row| row.into_run(COMPLETE_OPERATION).map(|run| (run.id, run)))
+        .collect()
 }
 
 async fn insert(
     pool: &PgPool,
-    batch: &[Pending],
+    batch: &[StepRecord],
 ) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
     let mut namespaces = Vec::with_capacity(batch.len());
     let mut ids = Vec::with_capacity(batch.len());
@@ -119,10 +252,10 @@ async fn insert(
     let mut outputs: Vec<Option<String>> = Vec::with_capacity(batch.len());
     let mut errors: Vec<Option<String>> = Vec::with_capacity(batch.len());
     let mut elapsed = Vec::with_capacity(batch.len());
-    for pending in batch {
-        let params = &pending.params;
-        namespaces.push(pending.namespace.clone());
-        ids.push(pending.id);
+    for record in batch {
+        let params = &record.params;
+        namespaces.push(record.namespace.clone());
+        ids.push(record.id);
         run_ids.push(params.run_id);
         workers.push(params.worker_id.clone());
         names.push(params.step_name.clone());
