@@ -63,9 +63,75 @@ pub(crate) fn checksum(sql: &str) -> String {
     format!("{hash:016x}")
 }
 
+/// The migrations of `migrations` still to apply, with their checksums, given the
+/// `(version, checksum)` pairs already recorded. Fails when the database is newer than
+/// `migrations` or when an applied migration's SQL changed since.
+pub(crate) fn pending(
+    migrations: &'static [Migration],
+    applied: &[(i64, String)],
+) -> Result<Vec<(&'static Migration, String)>, MigrateError> {
+    let known = migrations.last().map_or(0, |m| m.version);
+    if let Some(&(newest, _)) = applied.last() {
+        if newest > known {
+            return Err(MigrateError::TooNew {
+                applied: newest,
+                known,
+            });
+        }
+    }
+    let mut todo = Vec::new();
+    for migration in migrations {
+        let expected = checksum(migration.sql);
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, recorded)) if *recorded != expected => {
+                return Err(MigrateError::Changed {
+                    version: migration.version,
+                    name: migration.name,
+                    applied: recorded.clone(),
+                    expected,
+                })
+            }
+            Some(_) => {}
+            None => todo.push((migration, expected)),
+        }
+    }
+    Ok(todo)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::checksum;
+    use super::{checksum, pending, MigrateError, Migration};
+
+    const MIGRATIONS: &[Migration] = &[
+        Migration {
+            version: 1,
+            name: "one",
+            sql: "SELECT 1",
+        },
+        Migration {
+            version: 2,
+            name: "two",
+            sql: "SELECT 2",
+        },
+    ];
+
+    #[test]
+    fn pending_skips_applied_and_rejects_drift() {
+        let todo = pending(MIGRATIONS, &[(1, checksum("SELECT 1"))]).unwrap();
+        assert_eq!(todo.len(), 1);
+        assert_eq!(todo[0].0.version, 2);
+        assert!(matches!(
+            pending(MIGRATIONS, &[(1, "bogus".into())]),
+            Err(MigrateError::Changed { version: 1, .. })
+        ));
+        assert!(matches!(
+            pending(MIGRATIONS, &[(3, "x".into())]),
+            Err(MigrateError::TooNew {
+                applied: 3,
+                known: 2
+            })
+        ));
+    }
 
     #[test]
     fn checksums_are_stable_and_distinct() {

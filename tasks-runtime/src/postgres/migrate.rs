@@ -3,7 +3,7 @@
 //! We do not use `sqlx::migrate!`: its bookkeeping table lives in the application's search
 //! path and would collide with the application's own `_sqlx_migrations`.
 
-use crate::migration::{checksum, database};
+use crate::migration::{database, pending};
 pub use crate::migration::{MigrateError, Migration};
 use sqlx::{Executor as _, PgPool, Row};
 
@@ -65,29 +65,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
         .map(|row| (row.get::<i64, _>(0), row.get::<String, _>(1)))
         .collect();
 
-    let known = MIGRATIONS.last().map_or(0, |m| m.version);
-    if let Some(&(newest, _)) = applied.last() {
-        if newest > known {
-            return Err(MigrateError::TooNew {
-                applied: newest,
-                known,
-            });
-        }
-    }
-
-    for migration in MIGRATIONS {
-        let expected = checksum(migration.sql);
-        if let Some((_, recorded)) = applied.iter().find(|(v, _)| *v == migration.version) {
-            if *recorded != expected {
-                return Err(MigrateError::Changed {
-                    version: migration.version,
-                    name: migration.name,
-                    applied: recorded.clone(),
-                    expected,
-                });
-            }
-            continue;
-        }
+    for (migration, expected) in pending(MIGRATIONS, &applied)? {
         (&mut *tx)
             .execute(sqlx::raw_sql(migration.sql))
             .await

@@ -136,6 +136,25 @@ impl PgStore {
             .transpose()
     }
 
+    /// After an operator's update matched no row: the run as it is when `done` says its
+    /// status already is the outcome (idempotent repeat), else why it cannot be changed.
+    async fn settle(
+        &self,
+        run_id: Uuid,
+        operation: &'static str,
+        done: impl Fn(RunStatus) -> bool,
+    ) -> StoreResult<WorkflowRun> {
+        match self.fetch_run(run_id, operation).await? {
+            None => Err(StoreError::RunNotFound { id: run_id }),
+            Some(run) if done(run.status) => Ok(run),
+            Some(run) => Err(StoreError::WrongState {
+                id: run_id,
+                operation: operation_verb(operation),
+                status: run.status,
+            }),
+        }
+    }
+
     /// Explains why a fenced update of `run_id` matched no row.
     async fn miss(
         &self,
@@ -645,15 +664,8 @@ impl Store for PgStore {
             .await;
             return Ok(run);
         }
-        match self.fetch_run(run_id, OPERATION).await? {
-            None => Err(StoreError::RunNotFound { id: run_id }),
-            Some(run) if run.status == RunStatus::Canceled => Ok(run),
-            Some(run) => Err(StoreError::WrongState {
-                id: run_id,
-                operation: "cancel",
-                status: run.status,
-            }),
-        }
+        self.settle(run_id, OPERATION, |status| status == RunStatus::Canceled)
+            .await
     }
 
     async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
@@ -670,15 +682,8 @@ impl Store for PgStore {
         {
             return Ok(run);
         }
-        match self.fetch_run(run_id, OPERATION).await? {
-            None => Err(StoreError::RunNotFound { id: run_id }),
-            Some(run) if run.status == RunStatus::Paused => Ok(run),
-            Some(run) => Err(StoreError::WrongState {
-                id: run_id,
-                operation: "pause",
-                status: run.status,
-            }),
-        }
+        self.settle(run_id, OPERATION, |status| status == RunStatus::Paused)
+            .await
     }
 
     async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
@@ -699,15 +704,10 @@ impl Store for PgStore {
             .await;
             return Ok(run);
         }
-        match self.fetch_run(run_id, OPERATION).await? {
-            None => Err(StoreError::RunNotFound { id: run_id }),
-            Some(run) if matches!(run.status, RunStatus::Pending | RunStatus::Running) => Ok(run),
-            Some(run) => Err(StoreError::WrongState {
-                id: run_id,
-                operation: "resume",
-                status: run.status,
-            }),
-        }
+        self.settle(run_id, OPERATION, |status| {
+            matches!(status, RunStatus::Pending | RunStatus::Running)
+        })
+        .await
     }
 
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {

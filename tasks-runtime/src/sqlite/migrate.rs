@@ -3,7 +3,7 @@
 //! Like the Postgres migrations, these do not use `sqlx::migrate!`, whose bookkeeping table
 //! would collide with an application's own `_sqlx_migrations` in the same file.
 
-use crate::migration::{checksum, database};
+use crate::migration::{database, pending};
 pub use crate::migration::{MigrateError, Migration};
 use sqlx::{Executor as _, Row, SqlitePool};
 
@@ -53,29 +53,7 @@ pub async fn migrate(pool: &SqlitePool) -> Result<(), MigrateError> {
         .map(|row| (row.get::<i64, _>(0), row.get::<String, _>(1)))
         .collect();
 
-    let known = MIGRATIONS.last().map_or(0, |m| m.version);
-    if let Some(&(newest, _)) = applied.last() {
-        if newest > known {
-            return Err(MigrateError::TooNew {
-                applied: newest,
-                known,
-            });
-        }
-    }
-
-    for migration in MIGRATIONS {
-        let expected = checksum(migration.sql);
-        if let Some((_, recorded)) = applied.iter().find(|(v, _)| *v == migration.version) {
-            if *recorded != expected {
-                return Err(MigrateError::Changed {
-                    version: migration.version,
-                    name: migration.name,
-                    applied: recorded.clone(),
-                    expected,
-                });
-            }
-            continue;
-        }
+    for (migration, expected) in pending(MIGRATIONS, &applied)? {
         (&mut *tx)
             .execute(sqlx::raw_sql(migration.sql))
             .await
