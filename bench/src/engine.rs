@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use sqlx::postgres::PgPool;
+use sqlx::Row as _;
 use tasks::postgres::PgStore;
 use tasks::{Client, RunStatus, Worker};
 use uuid::Uuid;
@@ -95,6 +96,73 @@ pub struct ThroughputRow {
     pub write_txns_per_run: f64,
     /// CPU per step (run overheads included).
     pub cpu_per_step: CpuUse,
+    /// Where a run's time went during the drain.
+    pub phases: DrainPhases,
+}
+
+/// Where a run's time goes under load, from the timestamps the engine stores (database
+/// clock; a step's time is when its record was written). Medians over the drained runs, ms.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DrainPhases {
+    /// The claim until the first step's record: claim commit, start, first step, its record.
+    pub claim_to_first_step_ms: f64,
+    /// One step's record until the next one's: the wait for a record, per step.
+    pub between_steps_ms: f64,
+    /// The last step's record until the run's completion.
+    pub last_step_to_done_ms: f64,
+    /// The claim until the completion (mean).
+    pub run_ms: f64,
+    /// Per run, the time a worker slot spent without a claimed run: concurrency × drain
+    /// time ÷ runs, minus `run_ms`. The wait for the next claim, and the completion's commit.
+    pub slot_idle_ms: f64,
+}
+
+/// Reads the drain's phases from the namespace's rows.
+async fn drain_phases(
+    admin: &PgPool,
+    namespace: &str,
+    concurrency: usize,
+    runs: usize,
+    seconds: f64,
+) -> Result<DrainPhases> {
+    let row = sqlx::query(
+        "WITH s AS (
+             SELECT sa.workflow_run_id, sa.finished_at,
+                    lag(sa.finished_at) OVER w AS previous,
+                    row_number() OVER w AS n,
+                    count(*) OVER (PARTITION BY sa.workflow_run_id) AS total
+               FROM tasks.step_attempts sa
+              WHERE sa.namespace = $1
+             WINDOW w AS (PARTITION BY sa.workflow_run_id ORDER BY sa.created_at, sa.id)
+         ), j AS (
+             SELECT s.*, r.started_at, r.finished_at AS done
+               FROM s JOIN tasks.workflow_runs r
+                 ON r.namespace = $1 AND r.id = s.workflow_run_id
+         )
+         SELECT
+           (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY
+                   extract(epoch FROM finished_at - started_at)::float8) FROM j WHERE n = 1),
+           (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY
+                   extract(epoch FROM finished_at - previous)::float8) FROM j WHERE n > 1),
+           (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY
+                   extract(epoch FROM done - finished_at)::float8) FROM j WHERE n = total),
+           (SELECT avg(extract(epoch FROM finished_at - started_at))::float8
+              FROM tasks.workflow_runs WHERE namespace = $1)",
+    )
+    .bind(namespace)
+    .fetch_one(admin)
+    .await?;
+    let ms = |i: usize| -> Result<f64> {
+        Ok(row.try_get::<Option<f64>, _>(i)?.unwrap_or(f64::NAN) * 1000.0)
+    };
+    let run_ms = ms(3)?;
+    Ok(DrainPhases {
+        claim_to_first_step_ms: ms(0)?,
+        between_steps_ms: ms(1)?,
+        last_step_to_done_ms: ms(2)?,
+        run_ms,
+        slot_idle_ms: concurrency as f64 * seconds * 1000.0 / runs as f64 - run_ms,
+    })
 }
 
 /// Enqueues, then drains with one in-process worker; measures from worker start to the
@@ -113,6 +181,7 @@ async fn throughput_in(
     namespace: &str,
 ) -> Result<ThroughputRow> {
     let enqueue_rate = enqueue(url, namespace, spec.runs, spec.steps).await?;
+    db::analyze(admin).await?;
     let store = db::engine_store(url, namespace, !spec.nodelay).await?;
     let pool = store.pool().clone();
     let worker = Worker::builder(store.clone())
@@ -136,6 +205,7 @@ async fn throughput_in(
 
     let seconds = db::seconds(start, last_finish);
     let steps = spec.runs * spec.steps as usize;
+    let phases = drain_phases(admin, namespace, spec.concurrency, spec.runs, seconds).await?;
     Ok(ThroughputRow {
         key: spec.key.clone(),
         runs: spec.runs,
@@ -154,6 +224,7 @@ async fn throughput_in(
         per_step: counters.per(&after, steps as f64),
         write_txns_per_run: counters.per(&after, spec.runs as f64).write_txns,
         cpu_per_step: cpu.per(&cpu_after, steps as f64),
+        phases,
     })
 }
 

@@ -446,7 +446,27 @@ impl Report {
             out,
             "   claim1: worker start -> first claim; per-step columns include the runs' own \
              costs (claim, completion, wake-ups)"
-        )
+        )?;
+        writeln!(
+            out,
+            "   where a run's time goes (median round; ms, database clock): claim -> 1st step \
+             recorded | step -> next step recorded | last step -> run done | run (mean) | \
+             slot idle per run"
+        )?;
+        for row in &self.throughput {
+            let p = &row.phases;
+            writeln!(
+                out,
+                "   {:<26} {:>6.2} | {:>6.2} | {:>6.2} | {:>6.2} | {:>6.2}",
+                label(row),
+                p.claim_to_first_step_ms,
+                p.between_steps_ms,
+                p.last_step_to_done_ms,
+                p.run_ms,
+                p.slot_idle_ms
+            )?;
+        }
+        Ok(())
     }
 
     fn write_latency(&self, out: &mut String) -> std::fmt::Result {

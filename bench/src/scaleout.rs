@@ -201,6 +201,7 @@ async fn scale_in(
     namespace: &str,
 ) -> Result<ScaleRow> {
     engine::enqueue(url, namespace, runs, steps).await?;
+    crate::db::analyze(admin).await?;
     let mut workers = Vec::with_capacity(count);
     for _ in 0..count {
         workers.push(WorkerProcess::spawn(url, namespace, concurrency, pool).await?);

@@ -327,7 +327,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Fails runs whose deadline passed, then claims up to `limit` available runs for
     /// `worker_id` with a lease of `lease`: pending runs first, then expired leases and
-    /// elapsed sleeps, each by `available_at` then `created_at`.
+    /// elapsed sleeps, each by `available_at` then `created_at`. The claimed runs are
+    /// returned oldest (by `created_at`) first.
     async fn claim_runs(
         &self,
         worker_id: &str,

@@ -19,6 +19,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "parent step index",
         sql: include_str!("../../../migrations/0002_parent_step_index.sql"),
     },
+    Migration {
+        version: 3,
+        name: "claim indexes",
+        sql: include_str!("../../../migrations/0003_claim_indexes.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -444,13 +444,23 @@ impl Store for PgStore {
                  WHERE namespace = $1 AND status IN ('pending', 'running', 'sleeping')
                    AND deadline_at IS NOT NULL AND deadline_at <= now()
              RETURNING id
-             ), candidates AS (
-                SELECT id FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND status IN ('pending', 'running', 'sleeping')
+             ),
+             -- Pending runs first, then runs whose lease or sleep is over; each group in
+             -- the order of its index, so a claim reads only the rows it takes.
+             pending AS (
+                SELECT ctid FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND status = 'pending' AND available_at <= now()
+                   AND (deadline_at IS NULL OR deadline_at > now())
+                 ORDER BY available_at, created_at
+                 LIMIT $4
+                 FOR UPDATE SKIP LOCKED
+             ), due AS (
+                SELECT ctid FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND status IN ('running', 'sleeping')
                    AND available_at <= now()
                    AND (deadline_at IS NULL OR deadline_at > now())
-                 ORDER BY CASE WHEN status = 'pending' THEN 0 ELSE 1 END, available_at, created_at
-                 LIMIT $4
+                 ORDER BY available_at, created_at
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
              )
              UPDATE tasks.workflow_runs wr
@@ -459,8 +469,13 @@ impl Store for PgStore {
                     attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
                     available_at = now() + $3 * INTERVAL '1 millisecond',
                     started_at = COALESCE(wr.started_at, now()), updated_at = now()
-               FROM candidates c
-              WHERE wr.namespace = $1 AND wr.id = c.id
+              -- The locked rows by their physical address (stable: we hold their locks), so
+              -- the update visits exactly them whatever the planner believes about the
+              -- namespace. A join on the key could scan every run of a namespace whose
+              -- statistics are stale, once per claimed row. A row a concurrent writer
+              -- changed after this statement's snapshot is locked but not updated: it is
+              -- simply not claimed this time.
+              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due))
           RETURNING {}",
             prefixed("wr", RUN_COLUMNS)
         );
@@ -475,7 +490,7 @@ impl Store for PgStore {
             .map_err(db(OPERATION))?;
         let mut runs = rows::runs(rows, OPERATION)?;
         // Oldest first, so callers start work in the order it was queued.
-        runs.sort_by_key(|run| (run.status != RunStatus::Pending, run.created_at));
+        runs.sort_by_key(|run| (run.created_at, run.id));
         Ok(runs)
     }
 

@@ -227,7 +227,7 @@ impl SqliteStore {
         write.commit().await?;
         let mut runs = rows::runs(claimed, OPERATION)?;
         // Oldest first, so callers start work in the order it was queued.
-        runs.sort_by_key(|run| (run.status != RunStatus::Pending, run.created_at));
+        runs.sort_by_key(|run| (run.created_at, run.id));
         Ok(runs)
     }
 

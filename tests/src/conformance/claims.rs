@@ -157,6 +157,38 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
         .is_empty());
 }
 
+/// A batch claim fills up with pending runs first, oldest first, and only then takes runs
+/// whose lease expired, earliest expiry first; the rest stay for the next claim.
+pub async fn claim_runs_fills_a_batch_pending_first(setup: impl Setup) {
+    let store = setup.store().await;
+    let expired_first = create_pending(&store).await;
+    assert_eq!(claim_one(&store, SHORT_LEASE).await.id, expired_first.id);
+    let expired_second = create_pending(&store).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(claim_one(&store, SHORT_LEASE).await.id, expired_second.id);
+    tokio::time::sleep(PAST_SHORT_LEASE).await;
+    let pending = [
+        create_pending(&store).await.id,
+        create_pending(&store).await.id,
+    ];
+
+    let batch = store.claim_runs("w", LONG_LEASE, 3).await.unwrap();
+    // Returned oldest first (by creation), whatever the claim order.
+    let ids: Vec<Uuid> = batch.iter().map(|run| run.id).collect();
+    assert_eq!(ids, vec![expired_first.id, pending[0], pending[1]]);
+    let attempts: Vec<i32> = batch.iter().map(|run| run.attempts).collect();
+    assert_eq!(attempts, vec![2, 1, 1]);
+
+    let rest = store.claim_runs("w", LONG_LEASE, 3).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].id, expired_second.id);
+    assert!(store
+        .claim_runs("w", LONG_LEASE, 3)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// Concurrent batch claimers split the runs between them: every run is claimed exactly once.
 pub async fn concurrent_batch_claimers_never_share_a_run(setup: impl Setup) {
     const RUNS: usize = 50;

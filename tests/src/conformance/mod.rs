@@ -122,6 +122,7 @@ macro_rules! conformance_suite {
             claim_returns_none_when_nothing_is_available,
             claim_skips_runs_not_yet_available,
             claim_runs_takes_up_to_limit,
+            claim_runs_fills_a_batch_pending_first,
             extend_lease_pushes_expiry,
             extend_lease_of_paused_or_canceled_run_is_wrong_state,
             extend_lease_after_takeover_is_lease_lost,
