@@ -105,29 +105,6 @@ fn record_step_attempt_lean_sql() -> String {
     )
 }
 
-/// NOT engine SQL: the records of many steps (of any runs of one worker) in one fenced
-/// multi-row `INSERT … SELECT`, each row fenced like the engine's single-row statement
-/// (rows whose run is no longer ours are left out, and the returned ids say which). What a
-/// per-worker recorder that coalesces concurrent steps' records, as the notification
-/// batcher does for wake-ups, would cost. Measured to show the headroom beyond one
-/// statement per step.
-fn record_batch_sql() -> String {
-    format!(
-        "INSERT INTO tasks.step_attempts
-                 (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
-                  started_at, finished_at, created_at, updated_at)
-             SELECT $1, b.id, wr.id, b.step_name, 'function', 'completed', b.config, b.output,
-                    NULL, clock_timestamp(), clock_timestamp(), clock_timestamp(),
-                    clock_timestamp()
-               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[])
-                    AS b(id, run_id, step_name, config, output)
-               JOIN tasks.workflow_runs wr
-                 ON wr.namespace = $1 AND wr.id = b.run_id AND wr.status = 'running'
-                AND wr.worker_id = $7
-          RETURNING {STEP_COLUMNS}"
-    )
-}
-
 /// Most records in one batch.
 const BATCH: usize = 256;
 
@@ -155,7 +132,9 @@ fn spawn_batch_writers(
 ) {
     let (tx, rx) = mpsc::unbounded_channel::<Pending>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let sql = Arc::new(record_batch_sql());
+    let config: Arc<str> = Arc::from(config.to_string());
+    // The engine's own text, not a copy: the statement its step recorder sends.
+    let sql = Arc::new(tasks::postgres::record_steps_sql());
     let writers = (0..BATCH_WRITERS)
         .map(|_| {
             let (pool, namespace, config, statements, rx, sql) = (
@@ -172,19 +151,24 @@ fn spawn_batch_writers(
                     if rx.lock().await.recv_many(&mut batch, BATCH).await == 0 {
                         return Ok(());
                     }
+                    let n = batch.len();
                     let ids: Vec<Uuid> = batch.iter().map(|p| p.id).collect();
                     let runs: Vec<Uuid> = batch.iter().map(|p| p.run_id).collect();
                     let names: Vec<&str> = batch.iter().map(|p| p.step_name.as_str()).collect();
-                    let configs = vec![config.clone(); batch.len()];
-                    let outputs = vec![Value::Null; batch.len()];
+                    // The recorder's eleven arrays, filled as it fills them for a no-op
+                    // function step that completed.
                     let rows = sqlx::query(&sql)
-                        .bind(&*namespace)
+                        .bind(vec![&*namespace; n])
                         .bind(&ids)
                         .bind(&runs)
+                        .bind(vec![WORKER_ID; n])
                         .bind(&names)
-                        .bind(&configs)
-                        .bind(&outputs)
-                        .bind(WORKER_ID)
+                        .bind(vec!["function"; n])
+                        .bind(vec!["completed"; n])
+                        .bind(vec![&*config; n])
+                        .bind(vec![Some("null"); n])
+                        .bind(vec![None::<&str>; n])
+                        .bind(vec![0_i64; n])
                         .fetch_all(&pool)
                         .await?;
                     statements.fetch_add(1, Ordering::Relaxed);

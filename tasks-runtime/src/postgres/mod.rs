@@ -16,6 +16,8 @@ use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS, SCHEMA};
+#[doc(hidden)]
+pub use recorder::record_steps_sql;
 
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
