@@ -126,6 +126,7 @@ fn spawn_batch_writers(
     namespace: Arc<str>,
     config: Value,
     statements: Arc<AtomicUsize>,
+    writers: usize,
 ) -> (
     mpsc::UnboundedSender<Pending>,
     Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
@@ -135,7 +136,7 @@ fn spawn_batch_writers(
     let config: Arc<str> = Arc::from(config.to_string());
     // The engine's own text, not a copy: the statement its step recorder sends.
     let sql = Arc::new(tasks::postgres::record_steps_sql());
-    let writers = (0..BATCH_WRITERS)
+    let writers = (0..writers)
         .map(|_| {
             let (pool, namespace, config, statements, rx, sql) = (
                 pool.clone(),
@@ -310,6 +311,7 @@ async fn measure_in(url: &str, admin: &PgPool, spec: &Spec, namespace: &str) -> 
             namespace.clone(),
             config.clone(),
             statements.clone(),
+            BATCH_WRITERS,
         );
         (Some(queue), writers)
     } else {
@@ -523,4 +525,222 @@ pub async fn notify_probe(
         commits_per_s: sent as f64 / seconds,
         delivery_ms: Summary::of(&delivery),
     })
+}
+
+/// The drain's whole statement mix through sqlx alone: what the engine's own statements
+/// allow for a workload of `runs` runs of `steps` no-op steps, with no engine around them.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadCeiling {
+    /// Runs drained.
+    pub runs: usize,
+    /// Steps per run.
+    pub steps_per_run: usize,
+    /// First claim → last completion, seconds.
+    pub seconds: f64,
+    /// Steps per second.
+    pub steps_per_s: f64,
+    /// Claim statements issued.
+    pub claims: usize,
+}
+
+/// Statements of one kind in flight at once, for [`workload`]: one, as the engine's
+/// recorder and completer. Measured on the 2-core machine of bench/README.md, two or four
+/// made the raw workload slower (smaller batches, more commits, same CPUs), so one is its
+/// ceiling.
+const WORKLOAD_WRITERS: usize = 1;
+
+/// Measures [`WorkloadCeiling`] in a namespace of its own and removes its rows afterwards.
+///
+/// The same statements as the engine, issued the way the engine issues them, minus the
+/// engine: runs are inserted pending (as `start()` leaves them; not timed); then one claimer
+/// claims as many runs as there are free slots (`concurrency` slots, the engine's claim
+/// SQL), one task per claimed run writes its steps one after another through batch writers
+/// (the recorder's SQL, [`WORKLOAD_WRITERS`] statements in flight), then its completion
+/// through batch writers of the completer's SQL, and frees its slot.
+pub async fn workload(
+    url: &str,
+    admin: &PgPool,
+    runs: usize,
+    steps: usize,
+    connections: u32,
+    concurrency: usize,
+) -> Result<WorkloadCeiling> {
+    let namespace = db::namespace(&format!("raw-{runs}x{steps}"));
+    let result = workload_in(
+        url,
+        admin,
+        runs,
+        steps,
+        connections,
+        concurrency,
+        &namespace,
+    )
+    .await;
+    db::cleanup(admin, &namespace).await?;
+    result
+}
+
+/// A completion waiting for its batch.
+struct Completing {
+    run_id: Uuid,
+    done: oneshot::Sender<bool>,
+}
+
+async fn workload_in(
+    url: &str,
+    admin: &PgPool,
+    runs: usize,
+    steps: usize,
+    connections: u32,
+    concurrency: usize,
+    namespace: &str,
+) -> Result<WorkloadCeiling> {
+    sqlx::query(
+        "INSERT INTO tasks.workflow_runs
+             (namespace, id, workflow_name, status, available_at, created_at, updated_at)
+         SELECT $1, gen_random_uuid(), 'bench-raw', 'pending', now(), clock_timestamp(),
+                clock_timestamp()
+           FROM generate_series(1, $2)",
+    )
+    .bind(namespace)
+    .bind(runs as i64)
+    .execute(admin)
+    .await?;
+    db::analyze(admin).await?;
+
+    let pool = db::raw_pool(url, connections, true).await?;
+    let ns: Arc<str> = Arc::from(namespace);
+    let config = json!({ "attempt": 1, "retryPolicy": tasks::RetryPolicy::DEFAULT_STEP });
+    let statements = Arc::new(AtomicUsize::new(0));
+    let (records, record_writers) = spawn_batch_writers(
+        pool.clone(),
+        ns.clone(),
+        config,
+        statements.clone(),
+        WORKLOAD_WRITERS,
+    );
+    let (completions, completion_writers) = spawn_completion_writers(pool.clone(), ns.clone());
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let claim_sql = tasks::postgres::claim_runs_sql();
+    let deadline_error = json!({ "message": "Workflow run deadline exceeded" });
+    let started = Instant::now();
+    let mut claimed = 0;
+    let mut claims = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    while claimed < runs {
+        // Wait for one free slot, then take every other free one: claim in batches.
+        let mut permit = slots.clone().acquire_owned().await?;
+        let free = slots.available_permits();
+        if free > 0 {
+            permit.merge(slots.clone().acquire_many_owned(free as u32).await?);
+        }
+        let rows = sqlx::query(&claim_sql)
+            .bind(&*ns)
+            .bind(WORKER_ID)
+            .bind(60_000_i64)
+            .bind(permit.num_permits() as i64)
+            .bind(&deadline_error)
+            .fetch_all(&pool)
+            .await?;
+        let ids = rows
+            .iter()
+            .map(|row| row.try_get::<Uuid, _>("id"))
+            .collect::<std::result::Result<Vec<Uuid>, _>>()?;
+        claims += 1;
+        claimed += ids.len();
+        for run_id in ids {
+            let slot = permit.split(1).expect("one permit per claimed run");
+            let (records, completions) = (records.clone(), completions.clone());
+            tasks.spawn(async move {
+                for step in 0..steps {
+                    let (done, written) = oneshot::channel();
+                    let step_name = if step == 0 {
+                        "noop".to_owned()
+                    } else {
+                        format!("noop:{step}")
+                    };
+                    let pending = Pending {
+                        run_id,
+                        id: Uuid::now_v7(),
+                        step_name,
+                        done,
+                    };
+                    if records.send(pending).is_err() || written.await != Ok(true) {
+                        return Err(sqlx::Error::RowNotFound);
+                    }
+                }
+                let (done, completed) = oneshot::channel();
+                if completions.send(Completing { run_id, done }).is_err()
+                    || completed.await != Ok(true)
+                {
+                    return Err(sqlx::Error::RowNotFound);
+                }
+                drop(slot);
+                Ok(())
+            });
+        }
+    }
+    while let Some(task) = tasks.join_next().await {
+        task??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop((records, completions));
+    for writer in record_writers.into_iter().chain(completion_writers) {
+        writer.await??;
+    }
+    pool.close().await;
+    Ok(WorkloadCeiling {
+        runs,
+        steps_per_run: steps,
+        seconds,
+        steps_per_s: (runs * steps) as f64 / seconds,
+        claims,
+    })
+}
+
+/// Completes queued runs in batches with the engine's completion statement,
+/// [`WORKLOAD_WRITERS`] batches at a time, until every sender is gone.
+fn spawn_completion_writers(
+    pool: PgPool,
+    namespace: Arc<str>,
+) -> (
+    mpsc::UnboundedSender<Completing>,
+    Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel::<Completing>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    // The engine's own text: the statement its run completer sends.
+    let sql = Arc::new(tasks::postgres::complete_runs_sql());
+    let writers = (0..WORKLOAD_WRITERS)
+        .map(|_| {
+            let (pool, namespace, rx, sql) =
+                (pool.clone(), namespace.clone(), rx.clone(), sql.clone());
+            tokio::spawn(async move {
+                let mut batch: Vec<Completing> = Vec::with_capacity(BATCH);
+                loop {
+                    if rx.lock().await.recv_many(&mut batch, BATCH).await == 0 {
+                        return Ok(());
+                    }
+                    let n = batch.len();
+                    let ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
+                    let rows = sqlx::query(&sql)
+                        .bind(vec![&*namespace; n])
+                        .bind(&ids)
+                        .bind(vec![WORKER_ID; n])
+                        .bind(vec!["null"; n])
+                        .fetch_all(&pool)
+                        .await?;
+                    let written: std::collections::HashSet<Uuid> = rows
+                        .iter()
+                        .filter_map(|row| row.try_get::<Uuid, _>("id").ok())
+                        .collect();
+                    for completing in batch.drain(..) {
+                        let _ = completing.done.send(written.contains(&completing.run_id));
+                    }
+                }
+            })
+        })
+        .collect();
+    (tx, writers)
 }

@@ -98,6 +98,13 @@ pub struct ThroughputRow {
     pub cpu_per_step: CpuUse,
     /// Where a run's time went during the drain.
     pub phases: DrainPhases,
+    /// The same workload through the engine's statements alone (no engine), steps/s: the
+    /// median of its rounds, measured in turn with the drains.
+    pub raw_steps_per_s: Option<f64>,
+    /// That figure of every round.
+    pub raw_samples_steps_per_s: Vec<f64>,
+    /// `steps_per_s` ÷ `raw_steps_per_s`.
+    pub ratio_to_raw: Option<f64>,
 }
 
 /// Where a run's time goes under load, from the timestamps the engine stores (database
@@ -225,6 +232,9 @@ async fn throughput_in(
         write_txns_per_run: counters.per(&after, spec.runs as f64).write_txns,
         cpu_per_step: cpu.per(&cpu_after, steps as f64),
         phases,
+        raw_steps_per_s: None,
+        raw_samples_steps_per_s: Vec::new(),
+        ratio_to_raw: None,
     })
 }
 

@@ -390,6 +390,7 @@ async fn bench(options: Options) -> Result<()> {
     if options.wants("throughput") {
         let specs = [(4, true), (10, true), (4, false)];
         let mut rows = Vec::new();
+        let mut raw_rounds: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
         for (round, (steps, nodelay)) in
             (1..=sizes.rounds).flat_map(|round| specs.iter().map(move |spec| (round, *spec)))
         {
@@ -413,6 +414,19 @@ async fn bench(options: Options) -> Result<()> {
             ) {
                 rows.push(row);
             }
+            if nodelay {
+                // The same workload through the engine's statements alone, in the same
+                // round.
+                eprintln!("throughput: round {round}, {} raw statements", spec.key);
+                if let Some(raw) = note(
+                    errors,
+                    &format!("raw workload {}", spec.key),
+                    ceiling::workload(url, &admin, spec.runs, steps as usize, pool, CONCURRENCY)
+                        .await,
+                ) {
+                    raw_rounds.entry(steps).or_default().push(raw.steps_per_s);
+                }
+            }
         }
         report.throughput = stats::median_rows(
             rows,
@@ -420,6 +434,12 @@ async fn bench(options: Options) -> Result<()> {
             |row| row.steps_per_s,
             |row, samples| row.samples_steps_per_s = samples,
         );
+        for row in report.throughput.iter_mut().filter(|row| row.nodelay) {
+            if let Some(samples) = raw_rounds.get(&row.steps_per_run) {
+                row.raw_steps_per_s = Some(stats::median(samples));
+                row.raw_samples_steps_per_s = samples.clone();
+            }
+        }
     }
 
     if options.wants("latency") {

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS, SCHEMA};
 #[doc(hidden)]
-pub use recorder::record_steps_sql;
+pub use recorder::{complete_runs_sql, record_steps_sql};
 
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
@@ -296,6 +296,56 @@ impl PgStore {
     }
 }
 
+/// The claim statement: fails runs past their deadline, then claims runs for a worker.
+/// Binds: namespace, worker id, lease in ms, most runs to claim, the deadline error (JSON).
+/// Public (hidden) so that the benchmark's ceiling issues exactly this text.
+#[doc(hidden)]
+pub fn claim_runs_sql() -> String {
+    format!(
+        "WITH expired AS (
+            UPDATE tasks.workflow_runs
+               SET status = 'failed', error = $5, worker_id = NULL, available_at = NULL,
+                   finished_at = now(), updated_at = now()
+             WHERE namespace = $1 AND status IN ('pending', 'running', 'sleeping')
+               AND deadline_at IS NOT NULL AND deadline_at <= now()
+         RETURNING id
+         ),
+         -- Pending runs first, then runs whose lease or sleep is over; each group in
+         -- the order of its index, so a claim reads only the rows it takes.
+         pending AS (
+            SELECT ctid FROM tasks.workflow_runs
+             WHERE namespace = $1 AND status = 'pending' AND available_at <= now()
+               AND (deadline_at IS NULL OR deadline_at > now())
+             ORDER BY available_at, created_at
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED
+         ), due AS (
+            SELECT ctid FROM tasks.workflow_runs
+             WHERE namespace = $1 AND status IN ('running', 'sleeping')
+               AND available_at <= now()
+               AND (deadline_at IS NULL OR deadline_at > now())
+             ORDER BY available_at, created_at
+             LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE tasks.workflow_runs wr
+            SET status = 'running', worker_id = $2,
+                -- Waking from a durable sleep continues the same attempt.
+                attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
+                available_at = now() + $3 * INTERVAL '1 millisecond',
+                started_at = COALESCE(wr.started_at, now()), updated_at = now()
+          -- The locked rows by their physical address (stable: we hold their locks), so
+          -- the update visits exactly them whatever the planner believes about the
+          -- namespace. A join on the key could scan every run of a namespace whose
+          -- statistics are stale, once per claimed row. A row a concurrent writer
+          -- changed after this statement's snapshot is locked but not updated: it is
+          -- simply not claimed this time.
+          WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due))
+      RETURNING {}",
+        prefixed("wr", RUN_COLUMNS)
+    )
+}
+
 type RunQuery<'q> = sqlx::query::QueryAs<'q, Postgres, RunRow, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
@@ -438,49 +488,7 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let sql = format!(
-            "WITH expired AS (
-                UPDATE tasks.workflow_runs
-                   SET status = 'failed', error = $5, worker_id = NULL, available_at = NULL,
-                       finished_at = now(), updated_at = now()
-                 WHERE namespace = $1 AND status IN ('pending', 'running', 'sleeping')
-                   AND deadline_at IS NOT NULL AND deadline_at <= now()
-             RETURNING id
-             ),
-             -- Pending runs first, then runs whose lease or sleep is over; each group in
-             -- the order of its index, so a claim reads only the rows it takes.
-             pending AS (
-                SELECT ctid FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND status = 'pending' AND available_at <= now()
-                   AND (deadline_at IS NULL OR deadline_at > now())
-                 ORDER BY available_at, created_at
-                 LIMIT $4
-                 FOR UPDATE SKIP LOCKED
-             ), due AS (
-                SELECT ctid FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND status IN ('running', 'sleeping')
-                   AND available_at <= now()
-                   AND (deadline_at IS NULL OR deadline_at > now())
-                 ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
-                 FOR UPDATE SKIP LOCKED
-             )
-             UPDATE tasks.workflow_runs wr
-                SET status = 'running', worker_id = $2,
-                    -- Waking from a durable sleep continues the same attempt.
-                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
-                    available_at = now() + $3 * INTERVAL '1 millisecond',
-                    started_at = COALESCE(wr.started_at, now()), updated_at = now()
-              -- The locked rows by their physical address (stable: we hold their locks), so
-              -- the update visits exactly them whatever the planner believes about the
-              -- namespace. A join on the key could scan every run of a namespace whose
-              -- statistics are stale, once per claimed row. A row a concurrent writer
-              -- changed after this statement's snapshot is locked but not updated: it is
-              -- simply not claimed this time.
-              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due))
-          RETURNING {}",
-            prefixed("wr", RUN_COLUMNS)
-        );
+        let sql = claim_runs_sql();
         let rows = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)
             .bind(worker_id)
