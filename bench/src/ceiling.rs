@@ -555,8 +555,9 @@ const WORKLOAD_WRITERS: usize = 1;
 /// engine: runs are inserted pending (as `start()` leaves them; not timed); then one claimer
 /// claims as many runs as there are free slots (`concurrency` slots, the engine's claim
 /// SQL), one task per claimed run writes its steps one after another through batch writers
-/// (the recorder's SQL, [`WORKLOAD_WRITERS`] statements in flight), then its completion
-/// through batch writers of the completer's SQL, and frees its slot.
+/// (the recorder's SQL, [`WORKLOAD_WRITERS`] statements in flight), except the last, which
+/// goes with its completion through batch writers of the completer's SQL, and frees its
+/// slot.
 pub async fn workload(
     url: &str,
     admin: &PgPool,
@@ -580,9 +581,10 @@ pub async fn workload(
     result
 }
 
-/// A completion waiting for its batch.
+/// A completion waiting for its batch, with the run's last step (as the engine sends it).
 struct Completing {
     run_id: Uuid,
+    last_step: Option<(Uuid, String)>,
     done: oneshot::Sender<bool>,
 }
 
@@ -611,6 +613,7 @@ async fn workload_in(
     let pool = db::raw_pool(url, connections, true).await?;
     let ns: Arc<str> = Arc::from(namespace);
     let config = json!({ "attempt": 1, "retryPolicy": tasks::RetryPolicy::DEFAULT_STEP });
+    let config_text: Arc<str> = Arc::from(config.to_string());
     let statements = Arc::new(AtomicUsize::new(0));
     let (records, record_writers) = spawn_batch_writers(
         pool.clone(),
@@ -619,7 +622,8 @@ async fn workload_in(
         statements.clone(),
         WORKLOAD_WRITERS,
     );
-    let (completions, completion_writers) = spawn_completion_writers(pool.clone(), ns.clone());
+    let (completions, completion_writers) =
+        spawn_completion_writers(pool.clone(), ns.clone(), config_text.clone());
 
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let claim_sql = tasks::postgres::claim_runs_sql();
@@ -653,25 +657,37 @@ async fn workload_in(
             let slot = permit.split(1).expect("one permit per claimed run");
             let (records, completions) = (records.clone(), completions.clone());
             tasks.spawn(async move {
-                for step in 0..steps {
-                    let (done, written) = oneshot::channel();
-                    let step_name = if step == 0 {
+                let step_name = |step: usize| {
+                    if step == 0 {
                         "noop".to_owned()
                     } else {
                         format!("noop:{step}")
-                    };
+                    }
+                };
+                // Every step but the last on its own; the last one with the completion.
+                for step in 0..steps.saturating_sub(1) {
+                    let (done, written) = oneshot::channel();
                     let pending = Pending {
                         run_id,
                         id: Uuid::now_v7(),
-                        step_name,
+                        step_name: step_name(step),
                         done,
                     };
                     if records.send(pending).is_err() || written.await != Ok(true) {
                         return Err(sqlx::Error::RowNotFound);
                     }
                 }
+                let last_step = steps
+                    .checked_sub(1)
+                    .map(|last| (Uuid::now_v7(), step_name(last)));
                 let (done, completed) = oneshot::channel();
-                if completions.send(Completing { run_id, done }).is_err()
+                if completions
+                    .send(Completing {
+                        run_id,
+                        last_step,
+                        done,
+                    })
+                    .is_err()
                     || completed.await != Ok(true)
                 {
                     return Err(sqlx::Error::RowNotFound);
@@ -704,6 +720,7 @@ async fn workload_in(
 fn spawn_completion_writers(
     pool: PgPool,
     namespace: Arc<str>,
+    config: Arc<str>,
 ) -> (
     mpsc::UnboundedSender<Completing>,
     Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
@@ -714,8 +731,13 @@ fn spawn_completion_writers(
     let sql = Arc::new(tasks::postgres::complete_runs_sql());
     let writers = (0..WORKLOAD_WRITERS)
         .map(|_| {
-            let (pool, namespace, rx, sql) =
-                (pool.clone(), namespace.clone(), rx.clone(), sql.clone());
+            let (pool, namespace, rx, sql, config) = (
+                pool.clone(),
+                namespace.clone(),
+                rx.clone(),
+                sql.clone(),
+                config.clone(),
+            );
             tokio::spawn(async move {
                 let mut batch: Vec<Completing> = Vec::with_capacity(BATCH);
                 loop {
@@ -724,11 +746,31 @@ fn spawn_completion_writers(
                     }
                     let n = batch.len();
                     let ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
+                    let steps: Vec<(Uuid, Uuid, &str)> = batch
+                        .iter()
+                        .filter_map(|c| {
+                            let (id, name) = c.last_step.as_ref()?;
+                            Some((c.run_id, *id, name.as_str()))
+                        })
+                        .collect();
+                    let s = steps.len();
                     let rows = sqlx::query(&sql)
                         .bind(vec![&*namespace; n])
                         .bind(&ids)
                         .bind(vec![WORKER_ID; n])
                         .bind(vec!["null"; n])
+                        // The runs' last steps: the recorder's eleven arrays.
+                        .bind(vec![&*namespace; s])
+                        .bind(steps.iter().map(|step| step.1).collect::<Vec<_>>())
+                        .bind(steps.iter().map(|step| step.0).collect::<Vec<_>>())
+                        .bind(vec![WORKER_ID; s])
+                        .bind(steps.iter().map(|step| step.2).collect::<Vec<_>>())
+                        .bind(vec!["function"; s])
+                        .bind(vec!["completed"; s])
+                        .bind(vec![&*config; s])
+                        .bind(vec![Some("null"); s])
+                        .bind(vec![None::<&str>; s])
+                        .bind(vec![0_i64; s])
                         .fetch_all(&pool)
                         .await?;
                     let written: std::collections::HashSet<Uuid> = rows

@@ -211,6 +211,18 @@ impl Store for Arc<dyn Store> {
         (**self).complete_run(run_id, worker_id, output).await
     }
 
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        (**self)
+            .complete_run_with_steps(run_id, worker_id, output, steps)
+            .await
+    }
+
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         (**self).fail_run(params).await
     }

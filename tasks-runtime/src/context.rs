@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -91,13 +91,39 @@ struct RunState {
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
+    /// Finished function-step attempts not written yet, with when each was held (see
+    /// [`WorkflowContext::defer`]).
+    deferred: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
+    /// Held while deferred attempts are written, so that whoever writes next waits for a
+    /// write in flight.
+    writing: tokio::sync::Mutex<()>,
+    /// A timer will write the deferred attempts unless the run's next write does first.
+    write_scheduled: AtomicBool,
 }
+
+/// How long a finished step's record may wait for the run's next write (the next step, a
+/// sleep, the completion) before it is written on its own. Workflow code between two steps
+/// normally takes microseconds; this bounds the wait when it does not.
+const DEFER_WINDOW: Duration = Duration::from_millis(2);
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind; keep going.
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Why a run stops after the store refused or failed one of its writes.
+fn halt_for(error: StoreError) -> Halt {
+    match error {
+        StoreError::WrongState { status, .. }
+            if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
+        {
+            Halt::Interrupted(status)
+        }
+        StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
+        other => Halt::Store(other),
+    }
 }
 
 impl WorkflowContext {
@@ -128,6 +154,9 @@ impl WorkflowContext {
                 halted: Notify::new(),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
+                deferred: Mutex::new(Vec::new()),
+                writing: tokio::sync::Mutex::new(()),
+                write_scheduled: AtomicBool::new(false),
             }),
         }
     }
@@ -315,19 +344,97 @@ impl WorkflowContext {
     }
 
     async fn halt_on_store_error<T>(&self, error: StoreError) -> T {
-        let halt = match error {
-            StoreError::WrongState { status, .. }
-                if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
-            {
-                Halt::Interrupted(status)
+        self.halt(halt_for(error)).await
+    }
+
+    /// Holds a completed step's record until the run's next write, so that a workflow
+    /// that returns right after its last step completes with that step in the same
+    /// transaction (see [`Store::complete_run_with_steps`]). Every write of the run, and
+    /// every step before it runs, writes what is held first ([`Self::flush`]); a timer
+    /// writes it after [`DEFER_WINDOW`] if nothing else did.
+    fn defer(&self, params: RecordStepAttempt) {
+        lock(&self.inner.deferred).push((tokio::time::Instant::now(), params));
+        if !self.inner.write_scheduled.swap(true, Ordering::SeqCst) {
+            tokio::spawn(self.clone().write_held_too_long());
+        }
+    }
+
+    /// The timer of [`Self::defer`]: writes the held records once the oldest has waited
+    /// [`DEFER_WINDOW`], and ends when none is held. Records held for less are left to the
+    /// run's next write, which normally comes first.
+    async fn write_held_too_long(self) {
+        loop {
+            let oldest = lock(&self.inner.deferred).first().map(|(at, _)| *at);
+            match oldest {
+                Some(at) if at.elapsed() >= DEFER_WINDOW => {
+                    if let Some(halt) = self.write_deferred().await {
+                        self.set_halt(halt);
+                        return;
+                    }
+                }
+                Some(at) => tokio::time::sleep_until(at + DEFER_WINDOW).await,
+                None => {
+                    self.inner.write_scheduled.store(false, Ordering::SeqCst);
+                    // A record held just now found the flag still set: stay for it.
+                    let held = !lock(&self.inner.deferred).is_empty();
+                    if !held || self.inner.write_scheduled.swap(true, Ordering::SeqCst) {
+                        return;
+                    }
+                }
             }
-            StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
-            other => Halt::Store(other),
-        };
-        self.halt(halt).await
+        }
+    }
+
+    /// Writes the held records, after any write of them in flight. Says why the run must
+    /// stop when a record was refused.
+    pub(crate) async fn write_deferred(&self) -> Option<Halt> {
+        let _writing = self.inner.writing.lock().await;
+        let held = std::mem::take(&mut *lock(&self.inner.deferred));
+        if held.is_empty() {
+            return None;
+        }
+        let held = held.into_iter().map(|(_, params)| params);
+        // Several only after parallel steps; their records share the store's next batch.
+        let store = &self.inner.store;
+        let written = futures::future::join_all(held.map(|p| store.record_step_attempt(p))).await;
+        let mut halt = None;
+        for result in written {
+            match result {
+                Ok(StepUpdate::Recorded(attempt)) => self.remember(attempt),
+                Ok(StepUpdate::Interrupted { run_status }) => {
+                    halt.get_or_insert(Halt::Interrupted(run_status));
+                }
+                Err(error) => {
+                    halt.get_or_insert(halt_for(error));
+                }
+            }
+        }
+        halt
+    }
+
+    /// Takes the held records for the run's completion, after any write of them in flight.
+    pub(crate) async fn take_deferred(&self) -> Vec<RecordStepAttempt> {
+        let _writing = self.inner.writing.lock().await;
+        std::mem::take(&mut *lock(&self.inner.deferred))
+            .into_iter()
+            .map(|(_, params)| params)
+            .collect()
+    }
+
+    /// Makes every completed step durable before the run writes anything else or runs
+    /// another step; halts when that fails.
+    async fn flush(&self) {
+        if let Some(halt) = self.write_deferred().await {
+            self.halt::<()>(halt).await;
+        }
+        // A write by the timer may have failed just before: it set the halt.
+        if lock(&self.inner.halt).is_some() {
+            std::future::pending::<()>().await;
+        }
     }
 
     async fn start_attempt(&self, step_name: &str, kind: StepKind, config: Value) -> StepAttempt {
+        self.flush().await;
         let created = self
             .inner
             .store
@@ -349,8 +456,33 @@ impl WorkflowContext {
         }
     }
 
-    /// Writes a finished function-step attempt in one statement; halts when the run was
-    /// interrupted or taken over meanwhile.
+    /// A finished function-step attempt, as written.
+    fn finished_attempt(
+        &self,
+        step_name: &str,
+        config: Value,
+        result: Result<Value, Value>,
+        elapsed: Duration,
+    ) -> RecordStepAttempt {
+        let (status, output, error) = match result {
+            Ok(output) => (StepStatus::Completed, Some(output), None),
+            Err(error) => (StepStatus::Failed, None, Some(error)),
+        };
+        RecordStepAttempt {
+            run_id: self.inner.run.id,
+            worker_id: self.inner.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            kind: StepKind::Function,
+            config,
+            status,
+            output,
+            error,
+            elapsed,
+        }
+    }
+
+    /// Writes a finished function-step attempt in one statement (after any held ones);
+    /// halts when the run was interrupted or taken over meanwhile.
     async fn record(
         &self,
         step_name: &str,
@@ -358,25 +490,9 @@ impl WorkflowContext {
         result: Result<Value, Value>,
         elapsed: Duration,
     ) -> StepAttempt {
-        let (status, output, error) = match result {
-            Ok(output) => (StepStatus::Completed, Some(output), None),
-            Err(error) => (StepStatus::Failed, None, Some(error)),
-        };
-        let update = self
-            .inner
-            .store
-            .record_step_attempt(RecordStepAttempt {
-                run_id: self.inner.run.id,
-                worker_id: self.inner.worker_id.clone(),
-                step_name: step_name.to_owned(),
-                kind: StepKind::Function,
-                config,
-                status,
-                output,
-                error,
-                elapsed,
-            })
-            .await;
+        self.flush().await;
+        let params = self.finished_attempt(step_name, config, result, elapsed);
+        let update = self.inner.store.record_step_attempt(params).await;
         match update {
             Ok(StepUpdate::Recorded(attempt)) => {
                 self.remember(attempt.clone());
@@ -470,6 +586,8 @@ where
 
     let policy = definition.retry_policy.unwrap_or(RetryPolicy::DEFAULT_STEP);
     let mut attempt_number = ctx.failed_attempts(&step_name) + 1;
+    // Earlier steps are durable before this one has any effect.
+    ctx.flush().await;
     loop {
         let config = json!({
             "attempt": attempt_number,
@@ -485,7 +603,7 @@ where
         let started = std::time::Instant::now();
         let result = f().instrument(span).await;
         let elapsed = started.elapsed();
-        // The attempt is written once, when it has finished: one commit per step.
+        // The attempt is written once, when it has finished: at most one commit per step.
         match result {
             Ok(value) => {
                 let output = match serde_json::to_value(&value) {
@@ -501,7 +619,8 @@ where
                         return ctx.halt(Halt::Fail(record)).await;
                     }
                 };
-                ctx.record(&step_name, config, Ok(output), elapsed).await;
+                // Written before the run's next write or step, or with its completion.
+                ctx.defer(ctx.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
             Err(error) => {

@@ -124,16 +124,33 @@ impl Executor {
 
     async fn record(&self, ctx: &WorkflowContext, finished: Finished) -> Outcome {
         let run_id = ctx.run_id();
+        // Steps whose records are still held go first (a completion takes them along).
+        let writes_other = matches!(
+            finished,
+            Finished::Returned(Err(_))
+                | Finished::DeadlineExceeded
+                | Finished::Halted(Halt::Sleep(_) | Halt::Fail(_))
+        );
+        if writes_other {
+            if let Some(halt) = ctx.write_deferred().await {
+                tracing::debug!(
+                    ?halt,
+                    "a held step record was refused; the run's write will say why"
+                );
+            }
+        }
         let written = match finished {
             Finished::ShutDown => {
                 tracing::info!("worker shutting down; run left for another worker");
                 return Outcome::Abandoned;
             }
-            Finished::Returned(Ok(output)) => self
-                .store
-                .complete_run(run_id, &self.worker_id, output)
-                .await
-                .map(|_| Outcome::Completed),
+            Finished::Returned(Ok(output)) => {
+                let steps = ctx.take_deferred().await;
+                self.store
+                    .complete_run_with_steps(run_id, &self.worker_id, output, steps)
+                    .await
+                    .map(|_| Outcome::Completed)
+            }
             Finished::Returned(Err(error)) => {
                 // Errors that come from a step whose retries ran out are final: the
                 // workflow-level policy only covers errors outside steps.

@@ -375,6 +375,27 @@ pub trait Store: Send + Sync + 'static {
         output: Value,
     ) -> StoreResult<WorkflowRun>;
 
+    /// Records the run's last finished step attempts (`steps`, all of this run and this
+    /// worker, oldest first) and completes the run: the executor's path when a workflow
+    /// returns right after its last steps. Both or neither are written, fenced like
+    /// [`Store::record_step_attempt`] and [`Store::complete_run`]; errors are theirs.
+    ///
+    /// The default records each attempt, then completes; a store that can do both in one
+    /// transaction (Postgres) saves the commits in between.
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        for step in steps {
+            // A refused record (paused, canceled) is reported by the completion below.
+            self.record_step_attempt(step).await?;
+        }
+        self.complete_run(run_id, worker_id, output).await
+    }
+
     /// Records a failure of a run owned by the worker: reschedules it with the run's retry
     /// policy, or fails it for good when attempts are exhausted, when forced, or when the
     /// next retry would start after the deadline.

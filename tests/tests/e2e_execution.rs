@@ -623,6 +623,55 @@ async fn a_delayed_start_waits_before_running(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// A step, then workflow code that takes a while (not a durable sleep), then a step.
+#[workflow(name = "e2e-linger")]
+async fn linger(_ctx: WorkflowContext, millis: u64) -> Result<Vec<String>, WorkflowError> {
+    let first = shout("x").await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    let second = shout("y").await?;
+    Ok(vec![first, second])
+}
+
+/// A finished step's record waits for the run's next write only briefly: while the
+/// workflow is busy between two steps, the first step is already durable.
+async fn a_finished_step_is_durable_while_the_workflow_goes_on(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let client = client(&store);
+    let run = linger::start(&client, 3_000).await.unwrap();
+    wait_for_calls(run.id(), "shout:x", 1).await;
+    let recorded_by = Instant::now() + Duration::from_millis(1_500);
+    loop {
+        let steps = run.steps().await.unwrap();
+        if let Some(step) = steps.iter().find(|s| s.step_name == "shout") {
+            assert_eq!(step.status, StepStatus::Completed);
+            assert_eq!(step.output, Some(json!("X")));
+            break;
+        }
+        assert!(
+            Instant::now() < recorded_by,
+            "the first step was not recorded while the workflow went on"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(calls(run.id(), "shout:y"), 0, "still between the steps");
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        vec!["X", "Y"]
+    );
+    let names: Vec<String> = run
+        .steps()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.step_name)
+        .collect();
+    assert_eq!(names, vec!["shout", "shout:1"]);
+    assert_eq!(calls(run.id(), "shout:x"), 1);
+    assert_eq!(calls(run.id(), "shout:y"), 1);
+    worker.shutdown().await;
+}
+
 #[test]
 fn default_retry_policies_are_sane() {
     assert_eq!(RetryPolicy::DEFAULT_STEP.max_attempts, 3);
@@ -647,4 +696,5 @@ both_backends!(
     shutdown_past_the_grace_period_leaves_nothing_half_written,
     the_idempotency_key_returns_the_same_run,
     a_delayed_start_waits_before_running,
+    a_finished_step_is_durable_while_the_workflow_goes_on,
 );

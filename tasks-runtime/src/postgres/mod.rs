@@ -561,9 +561,53 @@ impl Store for PgStore {
     ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "completing a workflow run";
         // Completions of many runs share one statement and one commit (see `Completer`).
+        let mut completed = self
+            .completer
+            .complete(&self.namespace, run_id, worker_id, &output, Vec::new())
+            .await?;
+        if completed.is_none() {
+            // The batch refuses a run that changed while it ran (a heartbeat extending the
+            // lease, say); this statement re-checks the fence on the run's newest version.
+            let sql = format!(
+                "UPDATE tasks.workflow_runs
+                    SET status = 'completed', output = $4, error = NULL, available_at = NULL,
+                        finished_at = now(), updated_at = now()
+                  WHERE namespace = $1 AND id = $2 AND status = 'running' AND worker_id = $3
+              RETURNING {RUN_COLUMNS}"
+            );
+            completed = self
+                .update_run(&sql, run_id, Some(worker_id), OPERATION, |q| {
+                    q.bind(worker_id).bind(&output)
+                })
+                .await?;
+        }
+        match completed {
+            Some(run) => {
+                self.notify(Notification::RunFinished {
+                    namespace: self.namespace.to_string(),
+                    run_id,
+                })
+                .await;
+                Ok(run)
+            }
+            None => Err(self.miss(run_id, Some(worker_id), OPERATION).await),
+        }
+    }
+
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        if steps.is_empty() {
+            return self.complete_run(run_id, worker_id, output).await;
+        }
+        // The steps and the completion in the completion's statement: one commit.
         match self
             .completer
-            .complete(&self.namespace, run_id, worker_id, &output)
+            .complete(&self.namespace, run_id, worker_id, &output, steps.clone())
             .await?
         {
             Some(run) => {
@@ -574,7 +618,14 @@ impl Store for PgStore {
                 .await;
                 Ok(run)
             }
-            None => Err(self.miss(run_id, Some(worker_id), OPERATION).await),
+            // Refused: nothing was written. The separate writes say why (or succeed, if the
+            // run was only being changed at that moment and is still ours).
+            None => {
+                for step in steps {
+                    self.record_step_attempt(step).await?;
+                }
+                self.complete_run(run_id, worker_id, output).await
+            }
         }
     }
 

@@ -168,12 +168,13 @@ impl Recorder {
     }
 }
 
-/// A run completion waiting to be written.
+/// A run completion waiting to be written, with the run's last step attempts.
 struct Completion {
     namespace: String,
     run_id: Uuid,
     worker_id: String,
     output: String,
+    steps: Vec<StepRecord>,
 }
 
 /// Completions of many runs, written together.
@@ -189,21 +190,32 @@ impl Completer {
         ))
     }
 
-    /// Completes one run owned by `worker_id` (in a batch). `Ok(None)`: the fence refused
-    /// it and nothing was written.
+    /// Writes `steps` (finished attempts of this run) and completes the run owned by
+    /// `worker_id`, in one statement shared with other completions. `Ok(None)`: the fence
+    /// refused it and nothing was written.
     pub(crate) async fn complete(
         &self,
         namespace: &str,
         run_id: Uuid,
         worker_id: &str,
         output: &serde_json::Value,
+        steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<Option<WorkflowRun>> {
+        let steps = steps
+            .into_iter()
+            .map(|params| StepRecord {
+                namespace: namespace.to_owned(),
+                id: Uuid::now_v7(),
+                params,
+            })
+            .collect();
         self.0
             .submit(Completion {
                 namespace: namespace.to_owned(),
                 run_id,
                 worker_id: worker_id.to_owned(),
                 output: output.to_string(),
+                steps,
             })
             .await
     }
@@ -219,12 +231,16 @@ async fn complete(
     let run_ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
     let workers: Vec<&str> = batch.iter().map(|c| c.worker_id.as_str()).collect();
     let outputs: Vec<&str> = batch.iter().map(|c| c.output.as_str()).collect();
+    let steps = StepArrays::of(batch.iter().flat_map(|c| &c.steps));
     let sql = complete_runs_sql();
-    let rows = sqlx::query_as::<_, RunRow>(&sql)
-        .bind(namespaces)
-        .bind(run_ids)
-        .bind(workers)
-        .bind(outputs)
+    let rows = steps
+        .bind(
+            sqlx::query_as::<_, RunRow>(&sql)
+                .bind(namespaces)
+                .bind(run_ids)
+                .bind(workers)
+                .bind(outputs),
+        )
         .fetch_all(pool)
         .await
         .map_err(crate::error::db(COMPLETE_OPERATION))?;
@@ -233,48 +249,89 @@ async fn complete(
         .collect()
 }
 
+/// Finished step attempts as the parallel arrays both statements take: namespace, id, run
+/// id, worker id, step name, kind, status, config, output, error (JSON as text) and elapsed
+/// microseconds.
+struct StepArrays {
+    namespaces: Vec<String>,
+    ids: Vec<Uuid>,
+    run_ids: Vec<Uuid>,
+    workers: Vec<String>,
+    names: Vec<String>,
+    kinds: Vec<&'static str>,
+    statuses: Vec<&'static str>,
+    configs: Vec<String>,
+    outputs: Vec<Option<String>>,
+    errors: Vec<Option<String>>,
+    elapsed: Vec<i64>,
+}
+
+impl StepArrays {
+    fn of<'a>(records: impl IntoIterator<Item = &'a StepRecord>) -> Self {
+        let mut arrays = StepArrays {
+            namespaces: Vec::new(),
+            ids: Vec::new(),
+            run_ids: Vec::new(),
+            workers: Vec::new(),
+            names: Vec::new(),
+            kinds: Vec::new(),
+            statuses: Vec::new(),
+            configs: Vec::new(),
+            outputs: Vec::new(),
+            errors: Vec::new(),
+            elapsed: Vec::new(),
+        };
+        for record in records {
+            let params = &record.params;
+            arrays.namespaces.push(record.namespace.clone());
+            arrays.ids.push(record.id);
+            arrays.run_ids.push(params.run_id);
+            arrays.workers.push(params.worker_id.clone());
+            arrays.names.push(params.step_name.clone());
+            arrays.kinds.push(params.kind.as_str());
+            arrays.statuses.push(params.status.as_str());
+            arrays.configs.push(params.config.to_string());
+            arrays
+                .outputs
+                .push(params.output.as_ref().map(ToString::to_string));
+            arrays
+                .errors
+                .push(params.error.as_ref().map(ToString::to_string));
+            arrays
+                .elapsed
+                .push(i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX));
+        }
+        arrays
+    }
+
+    /// Binds the eleven arrays, in order, after whatever `query` already binds.
+    fn bind<'q, O>(
+        self,
+        query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        query
+            .bind(self.namespaces)
+            .bind(self.ids)
+            .bind(self.run_ids)
+            .bind(self.workers)
+            .bind(self.names)
+            .bind(self.kinds)
+            .bind(self.statuses)
+            .bind(self.configs)
+            .bind(self.outputs)
+            .bind(self.errors)
+            .bind(self.elapsed)
+    }
+}
+
 async fn insert(
     pool: &PgPool,
     batch: &[StepRecord],
 ) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
-    let mut namespaces = Vec::with_capacity(batch.len());
-    let mut ids = Vec::with_capacity(batch.len());
-    let mut run_ids = Vec::with_capacity(batch.len());
-    let mut workers = Vec::with_capacity(batch.len());
-    let mut names = Vec::with_capacity(batch.len());
-    let mut kinds = Vec::with_capacity(batch.len());
-    let mut statuses = Vec::with_capacity(batch.len());
-    let mut configs = Vec::with_capacity(batch.len());
-    let mut outputs: Vec<Option<String>> = Vec::with_capacity(batch.len());
-    let mut errors: Vec<Option<String>> = Vec::with_capacity(batch.len());
-    let mut elapsed = Vec::with_capacity(batch.len());
-    for record in batch {
-        let params = &record.params;
-        namespaces.push(record.namespace.clone());
-        ids.push(record.id);
-        run_ids.push(params.run_id);
-        workers.push(params.worker_id.clone());
-        names.push(params.step_name.clone());
-        kinds.push(params.kind.as_str());
-        statuses.push(params.status.as_str());
-        configs.push(params.config.to_string());
-        outputs.push(params.output.as_ref().map(ToString::to_string));
-        errors.push(params.error.as_ref().map(ToString::to_string));
-        elapsed.push(i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX));
-    }
+    let steps = StepArrays::of(batch);
     let sql = record_steps_sql();
-    let rows = sqlx::query_as::<_, StepRow>(&sql)
-        .bind(namespaces)
-        .bind(ids)
-        .bind(run_ids)
-        .bind(workers)
-        .bind(names)
-        .bind(kinds)
-        .bind(statuses)
-        .bind(configs)
-        .bind(outputs)
-        .bind(errors)
-        .bind(elapsed)
+    let rows = steps
+        .bind(sqlx::query_as::<_, StepRow>(&sql))
         .fetch_all(pool)
         .await
         .map_err(crate::error::db(OPERATION))?;
@@ -320,7 +377,9 @@ pub fn record_steps_sql() -> String {
 }
 
 /// The statement that completes a batch of runs: four parallel arrays (namespace, run id,
-/// worker id, output as JSON text); returns the runs completed. Public (hidden) so that
+/// worker id, output as JSON text), then the runs' last step attempts as the eleven arrays
+/// of [`record_steps_sql`]; returns the runs completed. A run's attempts are written only
+/// when the run is completed, in the same transaction. Public (hidden) so that
 /// the benchmark's ceiling issues exactly this text.
 #[doc(hidden)]
 pub fn complete_runs_sql() -> String {
@@ -339,12 +398,29 @@ pub fn complete_runs_sql() -> String {
                      WHERE x.namespace = c.namespace AND x.id = c.run_id
                     OFFSET 0) w
               WHERE w.status = 'running' AND w.worker_id = c.worker_id
+         ), done AS (
+             UPDATE tasks.workflow_runs wr
+                SET status = 'completed', output = t.output::jsonb, error = NULL,
+                    available_at = NULL, finished_at = now(), updated_at = now()
+               FROM targets t
+              WHERE wr.ctid = ANY(ARRAY(SELECT tid FROM targets)) AND wr.ctid = t.tid
+          RETURNING {returning}
+         ), steps AS (
+             -- The runs' last step attempts, written only for the runs completed above.
+             INSERT INTO tasks.step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config, output,
+                  error, started_at, finished_at, created_at, updated_at)
+             SELECT r.namespace, r.id, d.id, r.step_name, r.kind, r.status, r.config::jsonb,
+                    r.output::jsonb, r.error::jsonb,
+                    clock_timestamp() - r.elapsed * INTERVAL '1 microsecond',
+                    clock_timestamp(), clock_timestamp(), clock_timestamp()
+               FROM unnest($5::text[], $6::uuid[], $7::uuid[], $8::text[], $9::text[],
+                           $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                           $15::bigint[])
+                    AS r(namespace, id, run_id, worker_id, step_name, kind, status, config,
+                         output, error, elapsed)
+               JOIN done d ON d.namespace = r.namespace AND d.id = r.run_id
          )
-         UPDATE tasks.workflow_runs wr
-            SET status = 'completed', output = t.output::jsonb, error = NULL,
-                available_at = NULL, finished_at = now(), updated_at = now()
-           FROM targets t
-          WHERE wr.ctid = ANY(ARRAY(SELECT tid FROM targets)) AND wr.ctid = t.tid
-      RETURNING {returning}"
+         SELECT {RUN_COLUMNS} FROM done"
     )
 }

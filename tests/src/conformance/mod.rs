@@ -200,6 +200,8 @@ macro_rules! conformance_suite {
             record_step_attempt_rejects_unfinished_statuses,
             record_step_attempt_is_fenced,
             record_step_attempt_after_pause_or_cancel_is_interrupted,
+            complete_run_with_steps_writes_steps_and_completes,
+            complete_run_with_steps_is_fenced,
             first_claim_is_recognisable,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {

@@ -181,3 +181,91 @@ pub async fn first_claim_is_recognisable(setup: impl Setup) {
     assert_eq!(resumed.id, run.id);
     assert!(!first(&resumed), "resumed: {resumed:?}");
 }
+
+/// A run completes together with its last finished attempts: the attempts are in the
+/// history, oldest first, and the run is completed with its output.
+pub async fn complete_run_with_steps_writes_steps_and_completes(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let mut second = record_params(&run, owner(&run), StepStatus::Completed);
+    second.step_name = "ship".into();
+    second.output = Some(json!("shipped"));
+    let done = store
+        .complete_run_with_steps(
+            run.id,
+            owner(&run),
+            json!({ "receipt": 7 }),
+            vec![
+                record_params(&run, owner(&run), StepStatus::Completed),
+                second,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.output, Some(json!({ "receipt": 7 })));
+    assert_near_now(done.finished_at, "finished_at");
+    let history = store.step_history(run.id).await.unwrap();
+    assert_eq!(names(&history), vec!["charge", "ship"]);
+    assert!(history.iter().all(|a| a.status == StepStatus::Completed));
+    assert_eq!(history[0].output, Some(json!({ "ok": true })));
+    assert_eq!(history[1].output, Some(json!("shipped")));
+    assert_eq!(store.get_run(run.id).await.unwrap(), Some(done));
+
+    // Without steps it is a plain completion.
+    let plain = create_claimed(&store).await;
+    let done = store
+        .complete_run_with_steps(plain.id, owner(&plain), json!(1), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert!(store.step_history(plain.id).await.unwrap().is_empty());
+}
+
+/// The combined write is fenced like its parts: another worker's call writes nothing and
+/// is `LeaseLost`; after a pause the attempts are kept marked paused (as a record would
+/// be) and the completion is refused as `WrongState`.
+pub async fn complete_run_with_steps_is_fenced(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    assert_err!(
+        store
+            .complete_run_with_steps(
+                run.id,
+                "someone-else",
+                json!(1),
+                vec![record_params(&run, "someone-else", StepStatus::Completed)],
+            )
+            .await,
+        StoreError::LeaseLost { id, .. } if *id == run.id
+    );
+    assert!(store.step_history(run.id).await.unwrap().is_empty());
+    assert_eq!(
+        store.get_run(run.id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    store.pause_run(run.id).await.unwrap();
+    assert_err!(
+        store
+            .complete_run_with_steps(
+                run.id,
+                owner(&run),
+                json!(1),
+                vec![record_params(&run, owner(&run), StepStatus::Completed)],
+            )
+            .await,
+        StoreError::WrongState {
+            status: RunStatus::Paused,
+            ..
+        }
+    );
+    let history = store.step_history(run.id).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].status, StepStatus::Paused);
+    assert_eq!(history[0].output, None);
+    assert_eq!(
+        store.get_run(run.id).await.unwrap().unwrap().status,
+        RunStatus::Paused
+    );
+}
