@@ -556,8 +556,9 @@ const WORKLOAD_WRITERS: usize = 1;
 /// claims as many runs as there are free slots (`concurrency` slots, the engine's claim
 /// SQL), one task per claimed run writes its steps one after another through batch writers
 /// (the recorder's SQL, [`WORKLOAD_WRITERS`] statements in flight), except the last, which
-/// goes with its completion through batch writers of the completer's SQL, and frees its
-/// slot.
+/// goes with its completion through batch writers of the completer's SQL; its slot is free
+/// as soon as the completion is queued (as in the engine, where a slot is freed when the
+/// workflow function returns).
 pub async fn workload(
     url: &str,
     admin: &PgPool,
@@ -681,18 +682,19 @@ async fn workload_in(
                     .checked_sub(1)
                     .map(|last| (Uuid::now_v7(), step_name(last)));
                 let (done, completed) = oneshot::channel();
-                if completions
+                let queued = completions
                     .send(Completing {
                         run_id,
                         last_step,
                         done,
                     })
-                    .is_err()
-                    || completed.await != Ok(true)
-                {
+                    .is_ok();
+                // As the engine: the slot is free once the run has nothing left to execute,
+                // while its completion commits.
+                drop(slot);
+                if !queued || completed.await != Ok(true) {
                     return Err(sqlx::Error::RowNotFound);
                 }
-                drop(slot);
                 Ok(())
             });
         }

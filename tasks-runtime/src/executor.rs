@@ -51,11 +51,16 @@ impl Executor {
     /// Executes `run` with `definition` until it finishes, parks or is stopped. `shutdown`
     /// abandons the run without writing anything (its lease expires and another worker
     /// replays it).
-    pub(crate) async fn execute(
+    ///
+    /// `slot` is the caller's hold on a unit of concurrency. It is dropped as soon as the
+    /// workflow function has returned, before its outcome is written, so that the worker
+    /// can claim the next run while the outcome commits; otherwise it is left to the caller.
+    pub(crate) async fn execute<S: Send>(
         &self,
         run: WorkflowRun,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
+        slot: &mut Option<S>,
     ) -> Outcome {
         let span = tracing::info_span!(
             "run",
@@ -64,16 +69,17 @@ impl Executor {
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
         );
-        self.execute_inner(run, definition, shutdown)
+        self.execute_inner(run, definition, shutdown, slot)
             .instrument(span)
             .await
     }
 
-    async fn execute_inner(
+    async fn execute_inner<S: Send>(
         &self,
         run: WorkflowRun,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
+        slot: &mut Option<S>,
     ) -> Outcome {
         let run_id = run.id;
         let history = if is_first_execution(&run) {
@@ -119,6 +125,11 @@ impl Executor {
             },
             _ = sleep_until(deadline) => Finished::DeadlineExceeded,
         };
+        if matches!(finished, Finished::Returned(_)) {
+            // Nothing of the workflow runs any more: its slot can take the next run while
+            // the outcome is written.
+            drop(slot.take());
+        }
         self.record(&ctx, finished).await
     }
 

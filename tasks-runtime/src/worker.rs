@@ -91,7 +91,9 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// How many runs execute at once (default 10).
+    /// How many runs execute at once (default 10). A run's slot is freed as soon as its
+    /// workflow function returns, so the worker claims the next run while the outcome of
+    /// the last one is being written; graceful shutdown still waits for those writes.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self
@@ -364,9 +366,12 @@ impl Worker {
                             let wake = wake.clone();
                             let shutdown = shutdown.clone();
                             tracker.spawn(async move {
-                                let outcome = worker.process(run, abandon).await;
-                                drop(permit);
-                                slot_freed.notify_one();
+                                let mut slot = Some(Slot {
+                                    permit: Some(permit),
+                                    freed: slot_freed,
+                                });
+                                let outcome = worker.process(run, abandon, &mut slot).await;
+                                drop(slot);
                                 if let Some(Outcome::Sleeping(wait)) = outcome {
                                     // Come back for the run when its sleep ends rather than
                                     // at the next idle poll. Not tracked: shutdown does not
@@ -433,7 +438,12 @@ impl Worker {
         }
     }
 
-    async fn process(&self, run: WorkflowRun, abandon: CancellationToken) -> Option<Outcome> {
+    async fn process(
+        &self,
+        run: WorkflowRun,
+        abandon: CancellationToken,
+        slot: &mut Option<Slot>,
+    ) -> Option<Outcome> {
         let inner = &self.inner;
         let Some(definition) = inner
             .registry
@@ -442,7 +452,7 @@ impl Worker {
             self.unknown(run).await;
             return None;
         };
-        let outcome = inner.executor.execute(run, definition, abandon).await;
+        let outcome = inner.executor.execute(run, definition, abandon, slot).await;
         tracing::debug!(?outcome, "execution ended");
         if matches!(outcome, Outcome::Abandoned) {
             // Give other work a chance before this worker tries again.
@@ -512,6 +522,20 @@ impl Worker {
 }
 
 /// Waits for a wake-up; `None` when the stream ended and must be re-subscribed.
+/// A worker slot held by one run: frees it, and wakes the claim loop, when dropped.
+struct Slot {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The permit first, so that the woken claim loop sees the free slot.
+        drop(self.permit.take());
+        self.freed.notify_one();
+    }
+}
+
 async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<()> {
     match notifications {
         Some(stream) => loop {
