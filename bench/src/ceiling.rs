@@ -119,8 +119,72 @@ struct Pending {
     done: oneshot::Sender<bool>,
 }
 
-/// Writes queued records in batches, `BATCH_WRITERS` batches at a time, until every sender
-/// is gone. Counts the statements it issues.
+/// Spawns `writers` tasks that take turns at one queue: each takes whatever is queued (at
+/// least one item, at most [`BATCH`]), hands it to `write` (one statement, which answers the
+/// items), and repeats until every sender is gone.
+fn spawn_writers<T, F, Fut>(
+    writers: usize,
+    write: F,
+) -> (
+    mpsc::UnboundedSender<T>,
+    Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
+)
+where
+    T: Send + 'static,
+    F: Fn(Vec<T>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = std::result::Result<(), sqlx::Error>> + Send,
+{
+    let (tx, rx) = mpsc::unbounded_channel::<T>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let writers = (0..writers)
+        .map(|_| {
+            let (rx, write) = (rx.clone(), write.clone());
+            tokio::spawn(async move {
+                loop {
+                    let mut batch = Vec::with_capacity(BATCH);
+                    if rx.lock().await.recv_many(&mut batch, BATCH).await == 0 {
+                        return Ok(());
+                    }
+                    write(batch).await?;
+                }
+            })
+        })
+        .collect();
+    (tx, writers)
+}
+
+/// Binds the recorder's eleven arrays for completed no-op function steps, given as (run id,
+/// attempt id, step name), filled as the recorder fills them.
+fn bind_noop_steps<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    namespace: &'q str,
+    steps: &[(Uuid, Uuid, &'q str)],
+    config: &'q str,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let n = steps.len();
+    query
+        .bind(vec![namespace; n])
+        .bind(steps.iter().map(|step| step.1).collect::<Vec<_>>())
+        .bind(steps.iter().map(|step| step.0).collect::<Vec<_>>())
+        .bind(vec![WORKER_ID; n])
+        .bind(steps.iter().map(|step| step.2).collect::<Vec<_>>())
+        .bind(vec!["function"; n])
+        .bind(vec!["completed"; n])
+        .bind(vec![config; n])
+        .bind(vec![Some("null"); n])
+        .bind(vec![None::<&str>; n])
+        .bind(vec![0_i64; n])
+}
+
+/// The ids in the `id` column of `rows`.
+fn returned_ids(rows: &[sqlx::postgres::PgRow]) -> std::collections::HashSet<Uuid> {
+    rows.iter()
+        .filter_map(|row| row.try_get::<Uuid, _>("id").ok())
+        .collect()
+}
+
+/// Writes queued records in batches with the engine's step statement, `writers` batches at
+/// a time, until every sender is gone. Counts the statements it issues.
 fn spawn_batch_writers(
     pool: PgPool,
     namespace: Arc<str>,
@@ -131,60 +195,33 @@ fn spawn_batch_writers(
     mpsc::UnboundedSender<Pending>,
     Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
 ) {
-    let (tx, rx) = mpsc::unbounded_channel::<Pending>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let config: Arc<str> = Arc::from(config.to_string());
     // The engine's own text, not a copy: the statement its step recorder sends.
-    let sql = Arc::new(tasks::postgres::record_steps_sql());
-    let writers = (0..writers)
-        .map(|_| {
-            let (pool, namespace, config, statements, rx, sql) = (
-                pool.clone(),
-                namespace.clone(),
-                config.clone(),
-                statements.clone(),
-                rx.clone(),
-                sql.clone(),
-            );
-            tokio::spawn(async move {
-                let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
-                loop {
-                    if rx.lock().await.recv_many(&mut batch, BATCH).await == 0 {
-                        return Ok(());
-                    }
-                    let n = batch.len();
-                    let ids: Vec<Uuid> = batch.iter().map(|p| p.id).collect();
-                    let runs: Vec<Uuid> = batch.iter().map(|p| p.run_id).collect();
-                    let names: Vec<&str> = batch.iter().map(|p| p.step_name.as_str()).collect();
-                    // The recorder's eleven arrays, filled as it fills them for a no-op
-                    // function step that completed.
-                    let rows = sqlx::query(&sql)
-                        .bind(vec![&*namespace; n])
-                        .bind(&ids)
-                        .bind(&runs)
-                        .bind(vec![WORKER_ID; n])
-                        .bind(&names)
-                        .bind(vec!["function"; n])
-                        .bind(vec!["completed"; n])
-                        .bind(vec![&*config; n])
-                        .bind(vec![Some("null"); n])
-                        .bind(vec![None::<&str>; n])
-                        .bind(vec![0_i64; n])
-                        .fetch_all(&pool)
-                        .await?;
-                    statements.fetch_add(1, Ordering::Relaxed);
-                    let written: std::collections::HashSet<Uuid> = rows
-                        .iter()
-                        .filter_map(|row| row.try_get::<Uuid, _>("id").ok())
-                        .collect();
-                    for pending in batch.drain(..) {
-                        let _ = pending.done.send(written.contains(&pending.id));
-                    }
-                }
-            })
-        })
-        .collect();
-    (tx, writers)
+    let sql: Arc<str> = Arc::from(tasks::postgres::record_steps_sql());
+    spawn_writers(writers, move |batch: Vec<Pending>| {
+        let (pool, namespace, config, statements, sql) = (
+            pool.clone(),
+            namespace.clone(),
+            config.clone(),
+            statements.clone(),
+            sql.clone(),
+        );
+        async move {
+            let steps: Vec<(Uuid, Uuid, &str)> = batch
+                .iter()
+                .map(|p| (p.run_id, p.id, p.step_name.as_str()))
+                .collect();
+            let rows = bind_noop_steps(sqlx::query(&sql), &namespace, &steps, &config)
+                .fetch_all(&pool)
+                .await?;
+            statements.fetch_add(1, Ordering::Relaxed);
+            let written = returned_ids(&rows);
+            for pending in batch {
+                let _ = pending.done.send(written.contains(&pending.id));
+            }
+            Ok(())
+        }
+    })
 }
 
 /// Which statements one step costs.
@@ -727,64 +764,35 @@ fn spawn_completion_writers(
     mpsc::UnboundedSender<Completing>,
     Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
 ) {
-    let (tx, rx) = mpsc::unbounded_channel::<Completing>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
     // The engine's own text: the statement its run completer sends.
-    let sql = Arc::new(tasks::postgres::complete_runs_sql());
-    let writers = (0..WORKLOAD_WRITERS)
-        .map(|_| {
-            let (pool, namespace, rx, sql, config) = (
-                pool.clone(),
-                namespace.clone(),
-                rx.clone(),
-                sql.clone(),
-                config.clone(),
-            );
-            tokio::spawn(async move {
-                let mut batch: Vec<Completing> = Vec::with_capacity(BATCH);
-                loop {
-                    if rx.lock().await.recv_many(&mut batch, BATCH).await == 0 {
-                        return Ok(());
-                    }
-                    let n = batch.len();
-                    let ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
-                    let steps: Vec<(Uuid, Uuid, &str)> = batch
-                        .iter()
-                        .filter_map(|c| {
-                            let (id, name) = c.last_step.as_ref()?;
-                            Some((c.run_id, *id, name.as_str()))
-                        })
-                        .collect();
-                    let s = steps.len();
-                    let rows = sqlx::query(&sql)
-                        .bind(vec![&*namespace; n])
-                        .bind(&ids)
-                        .bind(vec![WORKER_ID; n])
-                        .bind(vec!["null"; n])
-                        // The runs' last steps: the recorder's eleven arrays.
-                        .bind(vec![&*namespace; s])
-                        .bind(steps.iter().map(|step| step.1).collect::<Vec<_>>())
-                        .bind(steps.iter().map(|step| step.0).collect::<Vec<_>>())
-                        .bind(vec![WORKER_ID; s])
-                        .bind(steps.iter().map(|step| step.2).collect::<Vec<_>>())
-                        .bind(vec!["function"; s])
-                        .bind(vec!["completed"; s])
-                        .bind(vec![&*config; s])
-                        .bind(vec![Some("null"); s])
-                        .bind(vec![None::<&str>; s])
-                        .bind(vec![0_i64; s])
-                        .fetch_all(&pool)
-                        .await?;
-                    let written: std::collections::HashSet<Uuid> = rows
-                        .iter()
-                        .filter_map(|row| row.try_get::<Uuid, _>("id").ok())
-                        .collect();
-                    for completing in batch.drain(..) {
-                        let _ = completing.done.send(written.contains(&completing.run_id));
-                    }
-                }
-            })
-        })
-        .collect();
-    (tx, writers)
+    let sql: Arc<str> = Arc::from(tasks::postgres::complete_runs_sql());
+    spawn_writers(WORKLOAD_WRITERS, move |batch: Vec<Completing>| {
+        let (pool, namespace, config, sql) =
+            (pool.clone(), namespace.clone(), config.clone(), sql.clone());
+        async move {
+            let n = batch.len();
+            let ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
+            let steps: Vec<(Uuid, Uuid, &str)> = batch
+                .iter()
+                .filter_map(|c| {
+                    let (id, name) = c.last_step.as_ref()?;
+                    Some((c.run_id, *id, name.as_str()))
+                })
+                .collect();
+            let completions = sqlx::query(&sql)
+                .bind(vec![&*namespace; n])
+                .bind(&ids)
+                .bind(vec![WORKER_ID; n])
+                .bind(vec!["null"; n]);
+            // The runs' last steps follow.
+            let rows = bind_noop_steps(completions, &namespace, &steps, &config)
+                .fetch_all(&pool)
+                .await?;
+            let written = returned_ids(&rows);
+            for completing in batch {
+                let _ = completing.done.send(written.contains(&completing.run_id));
+            }
+            Ok(())
+        }
+    })
 }

@@ -377,11 +377,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records the run's last finished step attempts (`steps`, all of this run and this
     /// worker, oldest first) and completes the run: the executor's path when a workflow
-    /// returns right after its last steps. Both or neither are written, fenced like
-    /// [`Store::record_step_attempt`] and [`Store::complete_run`]; errors are theirs.
+    /// returns right after its last steps. The outcome is that of
+    /// [`Store::record_step_attempt`] for each attempt followed by [`Store::complete_run`]:
+    /// the same fences and errors, and after a pause or cancel the attempts are kept marked
+    /// like the run while the completion is refused (`WrongState`).
     ///
-    /// The default records each attempt, then completes; a store that can do both in one
-    /// transaction (Postgres) saves the commits in between.
+    /// The default does exactly that, one write after the other; a store that can write
+    /// the attempts and the completion in one transaction (Postgres) saves the commits in
+    /// between.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,

@@ -210,6 +210,16 @@ impl PgStore {
             })
     }
 
+    /// Tells waiters that `run` finished (after its write committed) and returns it.
+    async fn announce_finished(&self, run: WorkflowRun) -> WorkflowRun {
+        self.notify(Notification::RunFinished {
+            namespace: self.namespace.to_string(),
+            run_id: run.id,
+        })
+        .await;
+        run
+    }
+
     /// Queues a wake-up for this namespace; it is sent after the caller's statement
     /// committed, batched with others (see [`notify::Batcher`]).
     async fn notify(&self, notification: Notification) {
@@ -582,14 +592,7 @@ impl Store for PgStore {
                 .await?;
         }
         match completed {
-            Some(run) => {
-                self.notify(Notification::RunFinished {
-                    namespace: self.namespace.to_string(),
-                    run_id,
-                })
-                .await;
-                Ok(run)
-            }
+            Some(run) => Ok(self.announce_finished(run).await),
             None => Err(self.miss(run_id, Some(worker_id), OPERATION).await),
         }
     }
@@ -610,14 +613,7 @@ impl Store for PgStore {
             .complete(&self.namespace, run_id, worker_id, &output, steps.clone())
             .await?
         {
-            Some(run) => {
-                self.notify(Notification::RunFinished {
-                    namespace: self.namespace.to_string(),
-                    run_id,
-                })
-                .await;
-                Ok(run)
-            }
+            Some(run) => Ok(self.announce_finished(run).await),
             // Refused: nothing was written. The separate writes say why (or succeed, if the
             // run was only being changed at that moment and is still ours).
             None => {
@@ -678,16 +674,8 @@ impl Store for PgStore {
             })
             .await?;
         match run {
-            Some(run) => {
-                if run.status == RunStatus::Failed {
-                    self.notify(Notification::RunFinished {
-                        namespace: self.namespace.to_string(),
-                        run_id: run.id,
-                    })
-                    .await;
-                }
-                Ok(run)
-            }
+            Some(run) if run.status == RunStatus::Failed => Ok(self.announce_finished(run).await),
+            Some(run) => Ok(run),
             None => Err(self.miss(params.run_id, Some(&worker_id), OPERATION).await),
         }
     }
@@ -733,12 +721,7 @@ impl Store for PgStore {
             .update_run(&sql, run_id, None, OPERATION, |q| q)
             .await?
         {
-            self.notify(Notification::RunFinished {
-                namespace: self.namespace.to_string(),
-                run_id,
-            })
-            .await;
-            return Ok(run);
+            return Ok(self.announce_finished(run).await);
         }
         self.settle(run_id, OPERATION, |status| status == RunStatus::Canceled)
             .await
