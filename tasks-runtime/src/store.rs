@@ -262,6 +262,38 @@ pub struct RecordStepAttempt {
     pub elapsed: Duration,
 }
 
+impl RecordStepAttempt {
+    /// Refuses attempts that have not finished: only completed and failed ones are recorded.
+    pub(crate) fn check_finished(&self) -> StoreResult<()> {
+        if matches!(self.status, StepStatus::Completed | StepStatus::Failed) {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidArgument(format!(
+                "a recorded attempt is completed or failed, not {}",
+                self.status
+            )))
+        }
+    }
+
+    /// Checks the attempts given to [`Store::complete_run_with_steps`]: finished, and all of
+    /// `run_id` under `worker_id`.
+    pub(crate) fn check_last_steps(
+        steps: &[RecordStepAttempt],
+        run_id: Uuid,
+        worker_id: &str,
+    ) -> StoreResult<()> {
+        for step in steps {
+            step.check_finished()?;
+            if step.run_id != run_id || step.worker_id != worker_id {
+                return Err(StoreError::InvalidArgument(
+                    "the attempts completed with a run must be of that run and worker".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The result of finishing a step attempt.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // One per finished step; boxing would buy nothing.
@@ -383,7 +415,7 @@ pub trait Store: Send + Sync + 'static {
     /// like the run while the completion is refused (`WrongState`).
     ///
     /// The default does exactly that, one write after the other; a store that can write
-    /// the attempts and the completion in one transaction (Postgres) saves the commits in
+    /// the attempts and the completion in one transaction (both stores here do) saves the commits in
     /// between.
     async fn complete_run_with_steps(
         &self,
@@ -392,6 +424,7 @@ pub trait Store: Send + Sync + 'static {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
         for step in steps {
             // A refused record (paused, canceled) is reported by the completion below.
             self.record_step_attempt(step).await?;

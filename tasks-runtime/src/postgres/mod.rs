@@ -604,6 +604,7 @@ impl Store for PgStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
         if steps.is_empty() {
             return self.complete_run(run_id, worker_id, output).await;
         }
@@ -908,12 +909,7 @@ impl Store for PgStore {
 
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         const OPERATION: &str = "recording a step attempt";
-        if !matches!(params.status, StepStatus::Completed | StepStatus::Failed) {
-            return Err(StoreError::InvalidArgument(format!(
-                "a recorded attempt is completed or failed, not {}",
-                params.status
-            )));
-        }
+        params.check_finished()?;
         // The common case goes through the shared recorder: one statement (and commit) for
         // every step of every run that finished meanwhile.
         if let Some(attempt) = self

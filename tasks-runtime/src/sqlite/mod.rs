@@ -397,6 +397,17 @@ impl Store for SqliteStore {
         self.complete_run_impl(run_id, worker_id, output).await
     }
 
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        self.complete_run_with_steps_impl(run_id, worker_id, output, steps)
+            .await
+    }
+
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         self.fail_run_impl(params).await
     }

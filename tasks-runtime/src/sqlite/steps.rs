@@ -5,12 +5,13 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{self, StepRow, STEP_COLUMNS};
+use super::rows::{self, RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 use super::{fetch_run, miss, SqliteStore};
 use crate::error::{db, StoreError, StoreResult};
-use crate::model::{RunStatus, StepAttempt, StepStatus};
+use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
+    CreateStepAttempt, Cursor, ListStepAttempts, Notification, Page, PageQuery, RecordStepAttempt,
+    StepUpdate,
 };
 
 impl SqliteStore {
@@ -134,12 +135,7 @@ impl SqliteStore {
         params: RecordStepAttempt,
     ) -> StoreResult<StepUpdate> {
         const OPERATION: &str = "recording a step attempt";
-        if !matches!(params.status, StepStatus::Completed | StepStatus::Failed) {
-            return Err(StoreError::InvalidArgument(format!(
-                "a recorded attempt is completed or failed, not {}",
-                params.status
-            )));
-        }
+        params.check_finished()?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let started = write.now_minus(params.elapsed)?;
@@ -174,6 +170,36 @@ impl SqliteStore {
             };
             (status, None, None)
         };
+        let finished_at = if owned { Some(now.clone()) } else { None };
+        let row = self
+            .insert_finished(
+                write.conn(),
+                &params,
+                (status, output, error),
+                (&started, &now, finished_at.as_deref()),
+                OPERATION,
+            )
+            .await?;
+        write.commit().await?;
+        if owned {
+            Ok(StepUpdate::Recorded(row.into_step(OPERATION)?))
+        } else {
+            Ok(StepUpdate::Interrupted {
+                run_status: run.status,
+            })
+        }
+    }
+
+    /// Inserts a finished attempt of `params.run_id` as `status` with `output` and `error`
+    /// (JSON text), started, created and finished at the given times.
+    async fn insert_finished(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        params: &RecordStepAttempt,
+        (status, output, error): (StepStatus, Option<String>, Option<String>),
+        (started, now, finished_at): (&str, &str, Option<&str>),
+        operation: &'static str,
+    ) -> StoreResult<StepRow> {
         let sql = format!(
             "INSERT INTO tasks_step_attempts
                  (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
@@ -181,8 +207,7 @@ impl SqliteStore {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11)
           RETURNING {STEP_COLUMNS}"
         );
-        let finished_at = if owned { Some(now.clone()) } else { None };
-        let row = sqlx::query_as::<_, StepRow>(&sql)
+        sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(Uuid::now_v7()))
             .bind(rows::id(params.run_id))
@@ -192,20 +217,81 @@ impl SqliteStore {
             .bind(rows::json(&params.config))
             .bind(output)
             .bind(error)
-            .bind(&started)
+            .bind(started)
+            .bind(now)
+            .bind(finished_at)
+            .fetch_one(conn)
+            .await
+            .map_err(db(operation))
+    }
+
+    /// The run's last attempts and its completion in one write transaction when the run is
+    /// still this worker's; otherwise the separate writes, which keep and report exactly
+    /// what `record_step_attempt` and `complete_run` would.
+    pub(super) async fn complete_run_with_steps_impl(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        const OPERATION: &str = "completing a workflow run";
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
+        if steps.is_empty() {
+            return self.complete_run_impl(run_id, worker_id, output).await;
+        }
+        let mut write = self.begin_write(OPERATION).await?;
+        let current = fetch_run(write.conn(), &self.namespace, run_id, OPERATION).await?;
+        let owned = current.is_some_and(|run| {
+            run.status == RunStatus::Running && run.worker_id.as_deref() == Some(worker_id)
+        });
+        if !owned {
+            // Nothing written yet: give the lock back and let the single writes classify.
+            drop(write);
+            for params in steps {
+                self.record_step_attempt_impl(params).await?;
+            }
+            return self.complete_run_impl(run_id, worker_id, output).await;
+        }
+        let now = write.now();
+        for params in &steps {
+            let started = write.now_minus(params.elapsed)?;
+            let result = (
+                params.status,
+                params.output.as_ref().map(rows::json),
+                params.error.as_ref().map(rows::json),
+            );
+            self.insert_finished(
+                write.conn(),
+                params,
+                result,
+                (&started, &now, Some(&now)),
+                OPERATION,
+            )
+            .await?;
+        }
+        let sql = format!(
+            "UPDATE tasks_workflow_runs
+                SET status = 'completed', output = ?2, error = NULL, available_at = NULL,
+                    finished_at = ?3, updated_at = ?3
+              WHERE namespace = ?1 AND id = ?4
+          RETURNING {RUN_COLUMNS}"
+        );
+        let run = sqlx::query_as::<_, RunRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::json(&output))
             .bind(&now)
-            .bind(&finished_at)
+            .bind(rows::id(run_id))
             .fetch_one(write.conn())
             .await
-            .map_err(db(OPERATION))?;
+            .map_err(db(OPERATION))?
+            .into_run(OPERATION)?;
         write.commit().await?;
-        if owned {
-            Ok(StepUpdate::Recorded(row.into_step(OPERATION)?))
-        } else {
-            Ok(StepUpdate::Interrupted {
-                run_status: run.status,
-            })
-        }
+        self.notify(Notification::RunFinished {
+            namespace: String::new(),
+            run_id,
+        });
+        Ok(run)
     }
 
     pub(super) async fn finish_step(

@@ -202,6 +202,7 @@ macro_rules! conformance_suite {
             record_step_attempt_after_pause_or_cancel_is_interrupted,
             complete_run_with_steps_writes_steps_and_completes,
             complete_run_with_steps_is_fenced,
+            complete_run_with_steps_rejects_bad_attempts,
             first_claim_is_recognisable,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {

@@ -269,3 +269,38 @@ pub async fn complete_run_with_steps_is_fenced(setup: impl Setup) {
         RunStatus::Paused
     );
 }
+
+/// Attempts given with a completion must be finished and belong to that run and worker;
+/// otherwise nothing is written and the run keeps running.
+pub async fn complete_run_with_steps_rejects_bad_attempts(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let other = create_claimed(&store).await;
+    let bad = [
+        record_params(&run, owner(&run), StepStatus::Running),
+        record_params(&other, owner(&run), StepStatus::Completed),
+        record_params(&run, "someone-else", StepStatus::Completed),
+    ];
+    for attempt in bad {
+        assert_err!(
+            store
+                .complete_run_with_steps(
+                    run.id,
+                    owner(&run),
+                    json!(1),
+                    vec![
+                        record_params(&run, owner(&run), StepStatus::Completed),
+                        attempt
+                    ],
+                )
+                .await,
+            StoreError::InvalidArgument(_)
+        );
+    }
+    assert!(store.step_history(run.id).await.unwrap().is_empty());
+    assert!(store.step_history(other.id).await.unwrap().is_empty());
+    assert_eq!(
+        store.get_run(run.id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+}
