@@ -415,8 +415,8 @@ pub trait Store: Send + Sync + 'static {
     /// like the run while the completion is refused (`WrongState`).
     ///
     /// The default does exactly that, one write after the other; a store that can write
-    /// the attempts and the completion in one transaction (both stores here do) saves the commits in
-    /// between.
+    /// the attempts and the completion in one transaction (both stores here do) saves the
+    /// commits in between.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
