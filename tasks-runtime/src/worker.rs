@@ -521,7 +521,6 @@ impl Worker {
     }
 }
 
-/// Waits for a wake-up; `None` when the stream ended and must be re-subscribed.
 /// A worker slot held by one run: frees it, and wakes the claim loop, when dropped.
 struct Slot {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -536,6 +535,7 @@ impl Drop for Slot {
     }
 }
 
+/// Waits for a wake-up; `None` when the stream ended and must be re-subscribed.
 async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<()> {
     match notifications {
         Some(stream) => loop {
