@@ -677,7 +677,7 @@ async fn workload_in(
         if free > 0 {
             permit.merge(slots.clone().acquire_many_owned(free as u32).await?);
         }
-        let rows = sqlx::query(&claim_sql)
+        let rows = sqlx::query(claim_sql)
             .bind(&*ns)
             .bind(WORKER_ID)
             .bind(60_000_i64)

@@ -19,7 +19,7 @@
 //! and goes back to the caller like any other refusal.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
@@ -37,11 +37,11 @@ const BATCH: usize = 256;
 
 const OPERATION: &str = "recording step attempts";
 
-/// One queued write and where its result goes: `Some` when written, `None` when the fence
-/// refused it.
+/// One queued write and where its result goes: `Ok` with what was written, or `Err` with
+/// the item back when the fence refused it.
 struct Job<T, O> {
     item: T,
-    reply: oneshot::Sender<StoreResult<Option<O>>>,
+    reply: oneshot::Sender<StoreResult<Result<O, T>>>,
 }
 
 /// Writes a batch in one statement; returns what was written, by key.
@@ -74,8 +74,9 @@ impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
         }
     }
 
-    /// Writes `item` in the next batch. `Ok(None)`: the fence refused it, nothing written.
-    async fn submit(&self, item: T) -> StoreResult<Option<O>> {
+    /// Writes `item` in the next batch. `Ok(Err(item))`: the fence refused it, nothing
+    /// written.
+    async fn submit(&self, item: T) -> StoreResult<Result<O, T>> {
         let queue = self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(drain(
@@ -117,8 +118,8 @@ async fn drain<T, O>(
             jobs.drain(..).map(|job| (job.item, job.reply)).unzip();
         match write(&pool, &items).await {
             Ok(mut written) => {
-                for (item, reply) in items.iter().zip(replies) {
-                    let _ = reply.send(Ok(written.remove(&key(item))));
+                for (item, reply) in items.into_iter().zip(replies) {
+                    let _ = reply.send(Ok(written.remove(&key(&item)).ok_or(item)));
                 }
             }
             Err(error) => {
@@ -151,20 +152,19 @@ impl Recorder {
         ))
     }
 
-    /// Writes one finished attempt (in a batch with whatever else is waiting). `Ok(None)`
-    /// means the fence refused it and nothing was written.
+    /// Writes one finished attempt (in a batch with whatever else is waiting).
+    /// `Ok(Err(params))`: the fence refused it and nothing was written.
     pub(crate) async fn record(
         &self,
         namespace: &str,
         params: RecordStepAttempt,
-    ) -> StoreResult<Option<StepAttempt>> {
-        self.0
-            .submit(StepRecord {
-                namespace: namespace.to_owned(),
-                id: Uuid::now_v7(),
-                params,
-            })
-            .await
+    ) -> StoreResult<Result<StepAttempt, RecordStepAttempt>> {
+        let record = StepRecord {
+            namespace: namespace.to_owned(),
+            id: Uuid::now_v7(),
+            params,
+        };
+        Ok(self.0.submit(record).await?.map_err(|record| record.params))
     }
 }
 
@@ -191,8 +191,8 @@ impl Completer {
     }
 
     /// Writes `steps` (finished attempts of this run) and completes the run owned by
-    /// `worker_id`, in one statement shared with other completions. `Ok(None)`: the fence
-    /// refused it and nothing was written.
+    /// `worker_id`, in one statement shared with other completions. `Ok(Err(steps))`: the
+    /// fence refused it and nothing was written.
     pub(crate) async fn complete(
         &self,
         namespace: &str,
@@ -200,7 +200,7 @@ impl Completer {
         worker_id: &str,
         output: &serde_json::Value,
         steps: Vec<RecordStepAttempt>,
-    ) -> StoreResult<Option<WorkflowRun>> {
+    ) -> StoreResult<Result<WorkflowRun, Vec<RecordStepAttempt>>> {
         let steps = steps
             .into_iter()
             .map(|params| StepRecord {
@@ -209,7 +209,8 @@ impl Completer {
                 params,
             })
             .collect();
-        self.0
+        let completed = self
+            .0
             .submit(Completion {
                 namespace: namespace.to_owned(),
                 run_id,
@@ -217,7 +218,14 @@ impl Completer {
                 output: output.to_string(),
                 steps,
             })
-            .await
+            .await?;
+        Ok(completed.map_err(|refused| {
+            refused
+                .steps
+                .into_iter()
+                .map(|record| record.params)
+                .collect()
+        }))
     }
 }
 
@@ -235,7 +243,7 @@ async fn complete(
     let sql = complete_runs_sql();
     let rows = steps
         .bind(
-            sqlx::query_as::<_, RunRow>(&sql)
+            sqlx::query_as::<_, RunRow>(sql)
                 .bind(namespaces)
                 .bind(run_ids)
                 .bind(workers)
@@ -331,7 +339,7 @@ async fn insert(
     let steps = StepArrays::of(batch);
     let sql = record_steps_sql();
     let rows = steps
-        .bind(sqlx::query_as::<_, StepRow>(&sql))
+        .bind(sqlx::query_as::<_, StepRow>(sql))
         .fetch_all(pool)
         .await
         .map_err(crate::error::db(OPERATION))?;
@@ -340,87 +348,92 @@ async fn insert(
         .collect()
 }
 
-/// The statement that writes a batch of finished step attempts: eleven parallel arrays
-/// (namespace, id, run id, worker id, step name, kind, status, config, output, error as
-/// text, elapsed microseconds); returns the rows written. Public (hidden) so that the
-/// benchmark's ceiling issues exactly this text instead of a copy.
-#[doc(hidden)]
-pub fn record_steps_sql() -> String {
-    let returning = STEP_COLUMNS
-        .split(',')
-        .map(|column| format!("sa.{}", column.trim()))
-        .collect::<Vec<_>>()
-        .join(", ");
+/// The finished step attempts of a batch as rows `r`: eleven parallel arrays bound from
+/// `$first` on (namespace, id, run id, worker id, step name, kind, status, config, output,
+/// error as text, elapsed microseconds; see `StepArrays`).
+fn step_rows(first: usize) -> String {
+    let types = [
+        "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "bigint",
+    ];
+    let arrays: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+        .collect();
     format!(
-        "WITH records AS (
-             SELECT * FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::text[], $5::text[],
-                                  $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
-                                  $11::bigint[])
-                 AS r(namespace, id, run_id, worker_id, step_name, kind, status, config, output,
-                      error, elapsed)
-         )
-         INSERT INTO tasks.step_attempts AS sa
+        "unnest({}) AS r(namespace, id, run_id, worker_id, step_name, kind, status, config, \
+         output, error, elapsed)",
+        arrays.join(", ")
+    )
+}
+
+/// Inserts the rows `r` of [`step_rows`] as attempts of the runs `run` (with column `id`)
+/// they are joined to by the statement's `FROM` clause that follows.
+const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
              (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
               started_at, finished_at, created_at, updated_at)
-         SELECT r.namespace, r.id, wr.id, r.step_name, r.kind, r.status, r.config::jsonb,
+         SELECT r.namespace, r.id, run.id, r.step_name, r.kind, r.status, r.config::jsonb,
                 r.output::jsonb, r.error::jsonb,
                 clock_timestamp() - r.elapsed * INTERVAL '1 microsecond',
-                clock_timestamp(), clock_timestamp(), clock_timestamp()
-           FROM records r
-          CROSS JOIN LATERAL (
-                SELECT w.id, w.status, w.worker_id FROM tasks.workflow_runs w
-                 WHERE w.namespace = r.namespace AND w.id = r.run_id
-                OFFSET 0) wr
-          WHERE wr.status = 'running' AND wr.worker_id = r.worker_id
-         RETURNING {returning}"
-    )
+                clock_timestamp(), clock_timestamp(), clock_timestamp()";
+
+/// The statement that writes a batch of finished step attempts: the eleven arrays of
+/// [`step_rows`] from `$1`; returns the rows written. Public (hidden) so that the
+/// benchmark's ceiling issues exactly this text instead of a copy.
+#[doc(hidden)]
+pub fn record_steps_sql() -> &'static str {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{INSERT_STEPS}
+               FROM {rows}
+              CROSS JOIN LATERAL (
+                    SELECT w.id, w.status, w.worker_id FROM tasks.workflow_runs w
+                     WHERE w.namespace = r.namespace AND w.id = r.run_id
+                    OFFSET 0) run
+              WHERE run.status = 'running' AND run.worker_id = r.worker_id
+             RETURNING {returning}",
+            rows = step_rows(1),
+            returning = super::prefixed("sa", STEP_COLUMNS),
+        )
+    });
+    &SQL
 }
 
 /// The statement that completes a batch of runs: four parallel arrays (namespace, run id,
 /// worker id, output as JSON text), then the runs' last step attempts as the eleven arrays
-/// of [`record_steps_sql`]; returns the runs completed. A run's attempts are written only
-/// when the run is completed, in the same transaction. Public (hidden) so that
-/// the benchmark's ceiling issues exactly this text.
+/// of [`step_rows`] from `$5`; returns the runs completed. A run's attempts are written only
+/// when the run is completed, in the same transaction. Public (hidden) so that the
+/// benchmark's ceiling issues exactly this text.
 #[doc(hidden)]
-pub fn complete_runs_sql() -> String {
-    let returning = RUN_COLUMNS
-        .split(',')
-        .map(|column| format!("wr.{}", column.trim()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "WITH targets AS MATERIALIZED (
-             SELECT w.tid, c.output
-               FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[])
-                    AS c(namespace, run_id, worker_id, output)
-              CROSS JOIN LATERAL (
-                    SELECT x.ctid AS tid, x.status, x.worker_id FROM tasks.workflow_runs x
-                     WHERE x.namespace = c.namespace AND x.id = c.run_id
-                    OFFSET 0) w
-              WHERE w.status = 'running' AND w.worker_id = c.worker_id
-         ), done AS (
-             UPDATE tasks.workflow_runs wr
-                SET status = 'completed', output = t.output::jsonb, error = NULL,
-                    available_at = NULL, finished_at = now(), updated_at = now()
-               FROM targets t
-              WHERE wr.ctid = ANY(ARRAY(SELECT tid FROM targets)) AND wr.ctid = t.tid
-          RETURNING {returning}
-         ), steps AS (
-             -- The runs' last step attempts, written only for the runs completed above.
-             INSERT INTO tasks.step_attempts
-                 (namespace, id, workflow_run_id, step_name, kind, status, config, output,
-                  error, started_at, finished_at, created_at, updated_at)
-             SELECT r.namespace, r.id, d.id, r.step_name, r.kind, r.status, r.config::jsonb,
-                    r.output::jsonb, r.error::jsonb,
-                    clock_timestamp() - r.elapsed * INTERVAL '1 microsecond',
-                    clock_timestamp(), clock_timestamp(), clock_timestamp()
-               FROM unnest($5::text[], $6::uuid[], $7::uuid[], $8::text[], $9::text[],
-                           $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                           $15::bigint[])
-                    AS r(namespace, id, run_id, worker_id, step_name, kind, status, config,
-                         output, error, elapsed)
-               JOIN done d ON d.namespace = r.namespace AND d.id = r.run_id
-         )
-         SELECT {RUN_COLUMNS} FROM done"
-    )
+pub fn complete_runs_sql() -> &'static str {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH targets AS MATERIALIZED (
+                 SELECT w.tid, c.output
+                   FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[])
+                        AS c(namespace, run_id, worker_id, output)
+                  CROSS JOIN LATERAL (
+                        SELECT x.ctid AS tid, x.status, x.worker_id FROM tasks.workflow_runs x
+                         WHERE x.namespace = c.namespace AND x.id = c.run_id
+                        OFFSET 0) w
+                  WHERE w.status = 'running' AND w.worker_id = c.worker_id
+             ), done AS (
+                 UPDATE tasks.workflow_runs wr
+                    SET status = 'completed', output = t.output::jsonb, error = NULL,
+                        available_at = NULL, finished_at = now(), updated_at = now()
+                   FROM targets t
+                  WHERE wr.ctid = ANY(ARRAY(SELECT tid FROM targets)) AND wr.ctid = t.tid
+              RETURNING {returning}
+             ), steps AS (
+                 -- The runs' last step attempts, written only for the runs completed above.
+                 {INSERT_STEPS}
+                   FROM {rows}
+                   JOIN done run ON run.namespace = r.namespace AND run.id = r.run_id
+             )
+             SELECT {RUN_COLUMNS} FROM done",
+            rows = step_rows(5),
+            returning = super::prefixed("wr", RUN_COLUMNS),
+        )
+    });
+    &SQL
 }

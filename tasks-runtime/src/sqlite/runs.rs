@@ -283,13 +283,7 @@ impl SqliteStore {
     ) -> StoreResult<WorkflowRun> {
         const OPERATION: &str = "completing a workflow run";
         let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'completed', output = ?5, error = NULL, available_at = NULL,
-                    finished_at = ?4, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-          RETURNING {RUN_COLUMNS}"
-        );
+        let sql = complete_sql();
         let query = self
             .fenced(&sql, run_id, worker_id, write.now())
             .bind(rows::json(&output));
@@ -463,7 +457,13 @@ impl SqliteStore {
 
     /// A worker transition: `?1` namespace, `?2` run, `?3` worker, `?4` now; the caller binds
     /// the rest from `?5` on.
-    fn fenced<'q>(&self, sql: &'q str, run_id: Uuid, worker_id: &str, now: String) -> RunQuery<'q> {
+    pub(super) fn fenced<'q>(
+        &self,
+        sql: &'q str,
+        run_id: Uuid,
+        worker_id: &str,
+        now: String,
+    ) -> RunQuery<'q> {
         sqlx::query_as::<_, RunRow>(sql)
             .bind(self.namespace.to_string())
             .bind(rows::id(run_id))
@@ -478,4 +478,16 @@ impl SqliteStore {
             .bind(rows::id(run_id))
             .bind(now)
     }
+}
+
+/// Completes a run fenced on it running under a worker: `?1` namespace, `?2` run, `?3`
+/// worker, `?4` now, `?5` output.
+pub(super) fn complete_sql() -> String {
+    format!(
+        "UPDATE tasks_workflow_runs
+            SET status = 'completed', output = ?5, error = NULL, available_at = NULL,
+                finished_at = ?4, updated_at = ?4
+          WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
+      RETURNING {RUN_COLUMNS}"
+    )
 }

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{self, RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
+use super::rows::{self, StepRow, STEP_COLUMNS};
 use super::{fetch_run, miss, SqliteStore};
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
@@ -270,18 +270,11 @@ impl SqliteStore {
             )
             .await?;
         }
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'completed', output = ?2, error = NULL, available_at = NULL,
-                    finished_at = ?3, updated_at = ?3
-              WHERE namespace = ?1 AND id = ?4
-          RETURNING {RUN_COLUMNS}"
-        );
-        let run = sqlx::query_as::<_, RunRow>(&sql)
-            .bind(&*self.namespace)
+        // The fence holds: the run was read above under the same write lock.
+        let sql = super::runs::complete_sql();
+        let run = self
+            .fenced(&sql, run_id, worker_id, now)
             .bind(rows::json(&output))
-            .bind(&now)
-            .bind(rows::id(run_id))
             .fetch_one(write.conn())
             .await
             .map_err(db(OPERATION))?
