@@ -153,10 +153,22 @@ impl SqliteStore {
         };
         // Connect one connection right away: it creates the file (and switches it to WAL)
         // before the store derives the file's identity from its canonical path.
-        let pool = pool
-            .connect_with(options)
-            .await
-            .map_err(db("connecting to the database"))?;
+        //
+        // Switching a file to WAL needs exclusive access, and SQLite answers "database is
+        // locked" at once there instead of waiting out the busy timeout. When several stores
+        // open a new file together, the ones that lose that race try again: by then the file
+        // is in WAL mode (a persistent property of the file) and the switch takes no lock.
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(1);
+        let pool = loop {
+            match pool.clone().connect_with(options.clone()).await {
+                Err(error) if is_busy(&error) && started.elapsed() < BUSY_TIMEOUT => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => break other.map_err(db("connecting to the database"))?,
+            }
+        };
         Ok(SqliteStore::new(pool))
     }
 
@@ -207,6 +219,18 @@ impl SqliteStore {
             }
             Notification::Missed { .. } => Notification::Missed { namespace },
         });
+    }
+}
+
+/// Whether `error` is SQLite's "database is locked" (`SQLITE_BUSY`, with any extended code).
+fn is_busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    match error {
+        sqlx::Error::Database(error) => error
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == SQLITE_BUSY),
+        _ => false,
     }
 }
 

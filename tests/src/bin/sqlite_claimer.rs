@@ -1,13 +1,13 @@
 //! A claimer process for the multi-process SQLite test: it claims runs from one database
-//! file as fast as it can, printing what it claimed.
+//! file, printing what it claimed.
 //!
 //! Usage: `sqlite_claimer <database-path> <namespace> <worker-id>`
 //!
 //! It prints `ready` once connected and waits for a line on stdin (so that several claimers
 //! start together). Then, for every run it claims, it prints `claimed <run-id> <attempt>`,
-//! and fails a first attempt (to be retried at once, by whichever process claims it next) or
-//! completes a later one with a step. It prints `done <count>` and exits when no run is
-//! pending or running any more.
+//! pauses briefly (standing for the work) and fails a first attempt (to be retried at once,
+//! by whichever process claims it next) or completes a later one with a step. It prints
+//! `done <count>` and exits when no run is pending or running any more.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -15,6 +15,9 @@ use std::time::Duration;
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
 use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind, Store};
+
+/// How long an attempt "works" between its claim and its outcome.
+const WORK: Duration = Duration::from_millis(2);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,6 +56,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         for run in claimed {
             writeln!(stdout, "claimed {} {}", run.id, run.attempts)?;
+            // The work of the attempt, outside any transaction. SQLite's lock is not fair: a
+            // process that takes it again the moment it lets go can starve the other one,
+            // which only polls for it, and this pause is what a real worker leaves free.
+            tokio::time::sleep(WORK).await;
             if run.attempts == 1 {
                 store
                     .fail_run(FailRun {
