@@ -140,7 +140,9 @@ impl SqliteStore {
     /// Opens a pool with `options` and returns a store on it.
     ///
     /// An in-memory database lives in a pool of exactly one connection that is never
-    /// closed, since the database disappears with its last connection.
+    /// closed, since the database disappears with its last connection. Opening a file that
+    /// another store is switching to WAL mode at the same moment (several processes or
+    /// stores starting on a new file) is retried for up to the [busy timeout](BUSY_TIMEOUT).
     pub async fn connect_with(options: SqliteConnectOptions) -> StoreResult<Self> {
         let pool = if is_in_memory(&options) {
             SqlitePoolOptions::new()
