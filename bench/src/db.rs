@@ -15,7 +15,7 @@ use tasks::postgres::PgStore;
 use crate::Result;
 
 /// Connections in the pool of [`PgStore::connect`]; the ceiling uses the same number.
-pub const ENGINE_POOL_SIZE: u32 = 16;
+pub const ENGINE_POOL_SIZE: u32 = tasks::postgres::MAX_CONNECTIONS;
 
 /// The `application_name` of every connection the benchmark opens, so that other sessions
 /// on the database can be told apart.
@@ -188,7 +188,7 @@ pub async fn remove_stale(admin: &PgPool) -> Result<u64> {
 }
 
 /// A store exactly as an application gets it from [`PgStore::connect`] (a pool of
-/// [`ENGINE_POOL_SIZE`] connections, sqlx defaults otherwise), with every connection opened
+/// [`ENGINE_POOL_SIZE`] connections, [`PgStore::pool_options`]), with every connection opened
 /// up front so that the measurement sees a warm pool. With `nodelay_off`, TCP_NODELAY is
 /// cleared on the pool's sockets afterwards.
 pub async fn engine_store(url: &str, namespace: &str, nodelay_off: bool) -> Result<PgStore> {
@@ -209,7 +209,7 @@ pub async fn sized_engine_store(
     } else {
         let options: PgConnectOptions = url.parse()?;
         PgStore::new(
-            PgPoolOptions::new()
+            PgStore::pool_options()
                 .max_connections(connections)
                 .connect_with(options)
                 .await?,

@@ -31,6 +31,10 @@ use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
 use rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 
+/// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
+/// another size.
+pub const MAX_CONNECTIONS: u32 = 16;
+
 /// The store on Postgres.
 ///
 /// Cloning is cheap and shares the pool. [`PgStore::with_namespace`] gives a store on the
@@ -76,13 +80,28 @@ impl PgStore {
         }
     }
 
-    /// Connects a pool to `url` (a `postgres://` URL) and returns a store on it.
-    pub async fn connect(url: &str) -> StoreResult<Self> {
-        let options: PgConnectOptions = url.parse().map_err(db("parsing the database URL"))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
-            // Pinging every connection before every statement doubles the round trips of
-            // the hot path; ping only connections that sat idle for a while.
+    /// The settings of the pool [`PgStore::connect`] opens: [`MAX_CONNECTIONS`]
+    /// connections, and a ping only for a connection that sat idle for 30 s (sqlx's default
+    /// pings every connection before every statement, one more round trip each). Adjust them
+    /// and pass the pool to [`PgStore::new`]:
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tasks_runtime::postgres::PgStore;
+    ///
+    /// let pool = PgStore::pool_options()
+    ///     .max_connections(40)
+    ///     .connect("postgres://postgres@127.0.0.1/app")
+    ///     .await?;
+    /// let store = PgStore::new(pool);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// While the store is subscribed to notifications (a worker always is; so is
+    /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections.
+    pub fn pool_options() -> PgPoolOptions {
+        PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
@@ -92,6 +111,14 @@ impl PgStore {
                     sqlx::Connection::ping(conn).await.map(|()| true)
                 })
             })
+    }
+
+    /// Connects a pool with [the store's settings](PgStore::pool_options) to `url` (a
+    /// `postgres://` URL) and returns a store on it. Does not migrate: call
+    /// [`PgStore::migrate`].
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let options: PgConnectOptions = url.parse().map_err(db("parsing the database URL"))?;
+        let pool = PgStore::pool_options()
             .connect_with(options)
             .await
             .map_err(db("connecting to the database"))?;

@@ -1,0 +1,79 @@
+//! The pool of the Postgres store: what `PgStore::connect` opens, and a store on a pool of
+//! two connections (one of them held by its `LISTEN`) running workflows to completion, so no
+//! path of the engine holds one connection while it waits for another.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tasks::postgres::{PgStore, MAX_CONNECTIONS};
+use tasks::{step, workflow, Client, Worker, WorkflowContext, WorkflowError};
+use tasks_tests::{database_url, unique_namespace};
+
+/// `PgStore::connect` opens the pool `PgStore::pool_options` describes.
+#[tokio::test]
+async fn connect_opens_the_documented_pool() {
+    let store = PgStore::connect(&database_url())
+        .await
+        .expect("connect to the test database");
+    let options = store.pool().options();
+    assert_eq!(options.get_max_connections(), MAX_CONNECTIONS);
+    assert_eq!(MAX_CONNECTIONS, 16);
+    assert!(
+        !options.get_test_before_acquire(),
+        "no ping before every statement"
+    );
+    let custom = PgStore::pool_options().max_connections(3);
+    assert_eq!(custom.get_max_connections(), 3);
+    assert!(!custom.get_test_before_acquire());
+    store.pool().close().await;
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Number {
+    n: u32,
+}
+
+#[step]
+async fn double(n: u32) -> Result<u32, std::io::Error> {
+    Ok(n * 2)
+}
+
+/// Two steps around a durable sleep (which parks the run and resumes it by replay).
+#[workflow(name = "pool-double-twice")]
+async fn double_twice(ctx: WorkflowContext, input: Number) -> Result<u32, WorkflowError> {
+    let once = double(input.n).await?;
+    ctx.sleep("nap", Duration::from_millis(50)).await?;
+    Ok(double(once).await?)
+}
+
+/// With two connections, one held by the store's `LISTEN`, a worker and a client still run
+/// several workflows at once to completion: claims, step records, sleeps, completions,
+/// heartbeats and result reads all take turns on the one connection left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_on_two_connections_runs_workflows() {
+    let pool = PgStore::pool_options()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&database_url())
+        .await
+        .expect("connect to the test database");
+    let store = PgStore::new(pool).with_namespace(unique_namespace());
+    store.migrate().await.expect("migrate");
+    let worker = Worker::builder(store.clone())
+        .concurrency(8)
+        .build()
+        .unwrap()
+        .spawn();
+    let client = Client::new(store.clone()).unwrap();
+
+    let mut runs = Vec::new();
+    for n in 0..8 {
+        runs.push((n, double_twice::start(&client, Number { n }).await.unwrap()));
+    }
+    for (n, run) in runs {
+        let output = run.result_within(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(output, n * 4);
+    }
+    worker.shutdown().await;
+}
