@@ -40,6 +40,12 @@ pub const MAX_CONNECTIONS: u32 = 16;
 /// Cloning is cheap and shares the pool. [`PgStore::with_namespace`] gives a store on the
 /// same pool that sees another namespace.
 ///
+/// A store belongs to the Tokio runtime it is first used on: its pool's connections and its
+/// background tasks (the `LISTEN` connection, the batched writers of step records, run
+/// completions and wake-ups) live there, and stop with that runtime. Open one store per
+/// runtime; in particular, give each `#[tokio::test]` its own store rather than sharing a
+/// `static` one, since every such test runs on a runtime of its own.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use tasks_runtime::postgres::PgStore;
