@@ -7,14 +7,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tasks::{step, workflow, WorkflowContext, WorkflowError};
 
-/// Input of [`bench_steps`]: how many no-op steps to run.
+/// Input of [`bench_steps()`]: how many no-op steps to run.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Steps {
     /// Number of sequential no-op steps.
     pub steps: u32,
 }
 
-/// Input of [`bench_replay`].
+/// Input of [`bench_replay()`].
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Replay {
     /// Number of sequential no-op steps before the durable sleep.

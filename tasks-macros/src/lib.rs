@@ -5,6 +5,7 @@
 //! kind-specific parts in `workflow` and `step`) validates and collects every error, and
 //! `expand` generates code. On any error the original item is emitted unchanged, with all
 //! errors next to it (and, for a workflow, a stand-in type so that uses of it do not fail too).
+#![warn(missing_docs)]
 
 mod attr;
 mod check;
