@@ -29,7 +29,9 @@ use proc_macro::TokenStream;
 /// A workflow without input takes only the context; its input type is `()`.
 ///
 /// Next to the function, a type of the same name implements `tasks::Workflow`, so the
-/// function must be a free item of a module (not in an `impl` block).
+/// function must be a free item of a module (not in an `impl` block). In doc comments, link
+/// to one or the other explicitly: ``[`checkout()`]`` for the function,
+/// ``[`struct@checkout`]`` for the type (a bare ``[`checkout`]`` is ambiguous to rustdoc).
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     workflow::workflow(args.into(), item.into()).into()
