@@ -294,6 +294,23 @@ impl RecordStepAttempt {
     }
 }
 
+/// [`Store::complete_run_with_steps`] as separate writes: each attempt recorded, then the
+/// completion. The trait's default, and a store's fallback when its single transaction was
+/// refused: the separate writes say why (or succeed, if the run is still the worker's).
+pub(crate) async fn complete_separately<S: Store + ?Sized>(
+    store: &S,
+    run_id: Uuid,
+    worker_id: &str,
+    output: Value,
+    steps: Vec<RecordStepAttempt>,
+) -> StoreResult<WorkflowRun> {
+    for step in steps {
+        // A refused record (paused, canceled) is reported by the completion below.
+        store.record_step_attempt(step).await?;
+    }
+    store.complete_run(run_id, worker_id, output).await
+}
+
 /// The result of finishing a step attempt.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // One per finished step; boxing would buy nothing.
@@ -425,11 +442,7 @@ pub trait Store: Send + Sync + 'static {
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
         RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
-        for step in steps {
-            // A refused record (paused, canceled) is reported by the completion below.
-            self.record_step_attempt(step).await?;
-        }
-        self.complete_run(run_id, worker_id, output).await
+        complete_separately(self, run_id, worker_id, output, steps).await
     }
 
     /// Records a failure of a run owned by the worker: reschedules it with the run's retry

@@ -22,7 +22,7 @@ pub use recorder::{complete_runs_sql, record_steps_sql};
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
-use crate::store::operation_verb;
+use crate::store::{complete_separately, operation_verb};
 use crate::store::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Page, PageQuery, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
@@ -653,12 +653,7 @@ impl Store for PgStore {
             Ok(run) => Ok(self.announce_finished(run).await),
             // Refused: nothing was written. The separate writes say why (or succeed, if the
             // run was only being changed at that moment and is still ours).
-            Err(steps) => {
-                for step in steps {
-                    self.record_step_attempt(step).await?;
-                }
-                self.complete_run(run_id, worker_id, output).await
-            }
+            Err(steps) => complete_separately(self, run_id, worker_id, output, steps).await,
         }
     }
 

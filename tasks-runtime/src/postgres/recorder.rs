@@ -290,18 +290,20 @@ struct StepArrays {
 
 impl StepArrays {
     fn of<'a>(records: impl IntoIterator<Item = &'a StepRecord>) -> Self {
+        let records = records.into_iter();
+        let n = records.size_hint().0;
         let mut arrays = StepArrays {
-            namespaces: Vec::new(),
-            ids: Vec::new(),
-            run_ids: Vec::new(),
-            workers: Vec::new(),
-            names: Vec::new(),
-            kinds: Vec::new(),
-            statuses: Vec::new(),
-            configs: Vec::new(),
-            outputs: Vec::new(),
-            errors: Vec::new(),
-            elapsed: Vec::new(),
+            namespaces: Vec::with_capacity(n),
+            ids: Vec::with_capacity(n),
+            run_ids: Vec::with_capacity(n),
+            workers: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            configs: Vec::with_capacity(n),
+            outputs: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            elapsed: Vec::with_capacity(n),
         };
         for record in records {
             let params = &record.params;

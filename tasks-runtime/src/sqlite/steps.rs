@@ -10,8 +10,8 @@ use super::{fetch_run, miss, SqliteStore};
 use crate::error::{db, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Notification, Page, PageQuery, RecordStepAttempt,
-    StepUpdate,
+    complete_separately, CreateStepAttempt, Cursor, ListStepAttempts, Notification, Page,
+    PageQuery, RecordStepAttempt, StepUpdate,
 };
 
 impl SqliteStore {
@@ -248,10 +248,7 @@ impl SqliteStore {
         if !owned {
             // Nothing written yet: give the lock back and let the single writes classify.
             drop(write);
-            for params in steps {
-                self.record_step_attempt_impl(params).await?;
-            }
-            return self.complete_run_impl(run_id, worker_id, output).await;
+            return complete_separately(self, run_id, worker_id, output, steps).await;
         }
         let now = write.now();
         for params in &steps {
