@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::registry::{DuplicateWorkflow, InvalidInput, Registry};
-use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, Store};
+use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
 
 /// Why a run could not be started or looked at.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +159,7 @@ impl StartOptions {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    store: Arc<dyn Store>,
+    store: SharedStore,
     registry: Arc<Registry>,
 }
 
@@ -174,20 +174,23 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client on `store` that knows every workflow linked into this binary.
-    pub fn new(store: impl Store) -> Result<Self, DuplicateWorkflow> {
+    pub fn new(store: impl Into<SharedStore>) -> Result<Self, DuplicateWorkflow> {
         Ok(Client::with_registry(
-            Arc::new(store),
+            store,
             Arc::new(Registry::from_inventory()?),
         ))
     }
 
-    /// A client on a shared store with an explicit registry.
-    pub fn with_registry(store: Arc<dyn Store>, registry: Arc<Registry>) -> Self {
-        Client { store, registry }
+    /// A client on `store` with an explicit registry.
+    pub fn with_registry(store: impl Into<SharedStore>, registry: Arc<Registry>) -> Self {
+        Client {
+            store: store.into(),
+            registry,
+        }
     }
 
     /// The store behind the client.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub fn store(&self) -> &SharedStore {
         &self.store
     }
 
@@ -327,7 +330,7 @@ impl Client {
 /// A started run whose output is a `T`.
 pub struct RunHandle<T> {
     run_id: Uuid,
-    store: Arc<dyn Store>,
+    store: SharedStore,
     output: PhantomData<fn() -> T>,
 }
 

@@ -9,22 +9,8 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-use uuid::Uuid;
-
-use crate::error::{StoreError, StoreResult};
-use crate::model::{StepAttempt, WorkflowRun};
-use crate::postgres::PgStore;
-use crate::sqlite::SqliteStore;
-use crate::store::{
-    CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, RecordStepAttempt, StepUpdate, Store,
-};
+use crate::error::StoreError;
+use crate::store::SharedStore;
 
 /// The environment variable [`connect_from_env`] reads.
 pub const DATABASE_URL_VAR: &str = "DATABASE_URL";
@@ -47,6 +33,14 @@ pub enum ConnectError {
         /// password).
         scheme: String,
     },
+    /// The URL selects a store whose cargo feature this build left out.
+    #[error("the {backend} store is not compiled in: enable the `{feature}` feature of tasks")]
+    NotCompiled {
+        /// `"SQLite"` or `"Postgres"`.
+        backend: &'static str,
+        /// The feature that compiles it.
+        feature: &'static str,
+    },
     /// The database could not be reached or opened.
     #[error("cannot open the {backend} store")]
     Connect {
@@ -56,12 +50,15 @@ pub enum ConnectError {
         #[source]
         source: StoreError,
     },
-    /// The Postgres schema could not be brought up to date.
-    #[error("cannot migrate the Postgres store")]
-    PostgresMigration(#[source] crate::postgres::MigrateError),
-    /// The SQLite tables could not be brought up to date.
-    #[error("cannot migrate the SQLite store")]
-    SqliteMigration(#[source] crate::sqlite::MigrateError),
+    /// The schema could not be brought up to date.
+    #[error("cannot migrate the {backend} store")]
+    Migration {
+        /// `"SQLite"` or `"Postgres"`.
+        backend: &'static str,
+        /// What failed.
+        #[source]
+        source: crate::migration::MigrateError,
+    },
 }
 
 /// The backend a database URL selects.
@@ -92,36 +89,65 @@ fn backend_of(url: &str) -> Result<Backend, ConnectError> {
 ///   is dropped (for tests and experiments);
 /// * `postgres://…` or `postgresql://…`: the [Postgres store](crate::postgres);
 /// * anything else: [`ConnectError::UnsupportedScheme`].
-pub async fn connect(url: &str) -> Result<Arc<dyn Store>, ConnectError> {
+pub async fn connect(url: &str) -> Result<SharedStore, ConnectError> {
     match backend_of(url)? {
-        Backend::Sqlite => {
-            let store =
-                SqliteStore::connect(url)
-                    .await
-                    .map_err(|source| ConnectError::Connect {
-                        backend: "SQLite",
-                        source,
-                    })?;
-            store
-                .migrate()
-                .await
-                .map_err(ConnectError::SqliteMigration)?;
-            Ok(Arc::new(store))
-        }
-        Backend::Postgres => {
-            let store = PgStore::connect(url)
-                .await
-                .map_err(|source| ConnectError::Connect {
-                    backend: "Postgres",
-                    source,
-                })?;
-            store
-                .migrate()
-                .await
-                .map_err(ConnectError::PostgresMigration)?;
-            Ok(Arc::new(store))
-        }
+        Backend::Sqlite => open_sqlite(url).await,
+        Backend::Postgres => open_postgres(url).await,
     }
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(url: &str) -> Result<SharedStore, ConnectError> {
+    const BACKEND: &str = "SQLite";
+    let store = crate::sqlite::SqliteStore::connect(url)
+        .await
+        .map_err(|source| ConnectError::Connect {
+            backend: BACKEND,
+            source,
+        })?;
+    store
+        .migrate()
+        .await
+        .map_err(|source| ConnectError::Migration {
+            backend: BACKEND,
+            source,
+        })?;
+    Ok(store.into())
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite(_url: &str) -> Result<SharedStore, ConnectError> {
+    Err(ConnectError::NotCompiled {
+        backend: "SQLite",
+        feature: "sqlite",
+    })
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> Result<SharedStore, ConnectError> {
+    const BACKEND: &str = "Postgres";
+    let store = crate::postgres::PgStore::connect(url)
+        .await
+        .map_err(|source| ConnectError::Connect {
+            backend: BACKEND,
+            source,
+        })?;
+    store
+        .migrate()
+        .await
+        .map_err(|source| ConnectError::Migration {
+            backend: BACKEND,
+            source,
+        })?;
+    Ok(store.into())
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> Result<SharedStore, ConnectError> {
+    Err(ConnectError::NotCompiled {
+        backend: "Postgres",
+        feature: "postgres",
+    })
 }
 
 /// The URL [`connect_from_env`] opens: `DATABASE_URL` when it is set and not empty,
@@ -139,167 +165,8 @@ fn url_or_default(value: Option<String>) -> String {
 /// [`connect`]s to `DATABASE_URL`, or, when it is unset, to the SQLite file `tasks.sqlite`
 /// in the current directory ([`DEFAULT_DATABASE_URL`]), so that a program runs without any
 /// database server.
-pub async fn connect_from_env() -> Result<Arc<dyn Store>, ConnectError> {
+pub async fn connect_from_env() -> Result<SharedStore, ConnectError> {
     connect(&database_url_from_env()).await
-}
-
-/// A shared store is a store, so that what [`connect`] returns can be handed to anything that
-/// takes `impl Store` (a worker, a client).
-#[async_trait]
-impl Store for Arc<dyn Store> {
-    fn namespace(&self) -> &str {
-        (**self).namespace()
-    }
-
-    fn scoped(&self, namespace: &str) -> Arc<dyn Store> {
-        (**self).scoped(namespace)
-    }
-
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        (**self).create_run(params).await
-    }
-
-    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
-        (**self).get_run(run_id).await
-    }
-
-    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        (**self).list_runs(params).await
-    }
-
-    async fn claim_runs(
-        &self,
-        worker_id: &str,
-        lease: Duration,
-        limit: u32,
-    ) -> StoreResult<Vec<WorkflowRun>> {
-        (**self).claim_runs(worker_id, lease, limit).await
-    }
-
-    async fn claim_run(
-        &self,
-        worker_id: &str,
-        lease: Duration,
-    ) -> StoreResult<Option<WorkflowRun>> {
-        (**self).claim_run(worker_id, lease).await
-    }
-
-    async fn extend_lease(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        lease: Duration,
-    ) -> StoreResult<WorkflowRun> {
-        (**self).extend_lease(run_id, worker_id, lease).await
-    }
-
-    async fn sleep_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        until: DateTime<Utc>,
-    ) -> StoreResult<WorkflowRun> {
-        (**self).sleep_run(run_id, worker_id, until).await
-    }
-
-    async fn complete_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<WorkflowRun> {
-        (**self).complete_run(run_id, worker_id, output).await
-    }
-
-    async fn complete_run_with_steps(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-        steps: Vec<RecordStepAttempt>,
-    ) -> StoreResult<WorkflowRun> {
-        (**self)
-            .complete_run_with_steps(run_id, worker_id, output, steps)
-            .await
-    }
-
-    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        (**self).fail_run(params).await
-    }
-
-    async fn release_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        delay: Duration,
-        reason: Value,
-    ) -> StoreResult<WorkflowRun> {
-        (**self).release_run(run_id, worker_id, delay, reason).await
-    }
-
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        (**self).cancel_run(run_id).await
-    }
-
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        (**self).pause_run(run_id).await
-    }
-
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        (**self).resume_run(run_id).await
-    }
-
-    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        (**self).create_step_attempt(params).await
-    }
-
-    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
-        (**self).get_step_attempt(step_attempt_id).await
-    }
-
-    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        (**self).list_step_attempts(params).await
-    }
-
-    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        (**self).step_history(run_id).await
-    }
-
-    async fn complete_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<StepUpdate> {
-        (**self)
-            .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
-            .await
-    }
-
-    async fn fail_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        error: Value,
-    ) -> StoreResult<StepUpdate> {
-        (**self)
-            .fail_step_attempt(run_id, step_attempt_id, worker_id, error)
-            .await
-    }
-
-    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
-        (**self).record_step_attempt(params).await
-    }
-
-    async fn publish(&self, notification: Notification) -> StoreResult<()> {
-        (**self).publish(notification).await
-    }
-
-    async fn subscribe(&self) -> StoreResult<NotificationStream> {
-        (**self).subscribe().await
-    }
 }
 
 #[cfg(test)]
@@ -340,20 +207,23 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn in_memory_sqlite_works_through_connect() {
+        use crate::store::CreateRun;
+        use std::time::Duration;
+
         let store = connect("sqlite::memory:").await.unwrap();
         let run = store.create_run(CreateRun::new("wf")).await.unwrap();
         let claimed = store
-            .claim_run("w", Duration::from_secs(60))
+            .claim_runs("w", Duration::from_secs(60), 1)
             .await
-            .unwrap()
             .unwrap();
-        assert_eq!(claimed.id, run.id);
+        assert_eq!(claimed[0].run.id, run.id);
+        assert!(claimed[0].first_execution);
         // A second in-memory store is another database.
         let other = connect("sqlite::memory:").await.unwrap();
         assert_eq!(other.get_run(run.id).await.unwrap(), None);
-        // The shared store is a store too.
         let scoped = store.scoped("elsewhere");
         assert_eq!(scoped.get_run(run.id).await.unwrap(), None);
     }

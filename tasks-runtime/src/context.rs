@@ -26,7 +26,7 @@ use crate::error::StoreError;
 use crate::failure::{ErrorRecord, RecordError, WorkflowError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
-use crate::store::{CreateStepAttempt, RecordStepAttempt, StepUpdate, Store};
+use crate::store::{CreateStepAttempt, RecordStepAttempt, SharedStore, StepUpdate};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -76,7 +76,7 @@ impl std::fmt::Debug for WorkflowContext {
 }
 
 struct RunState {
-    store: Arc<dyn Store>,
+    store: SharedStore,
     run: WorkflowRun,
     worker_id: String,
     limits: ExecutionLimits,
@@ -128,7 +128,7 @@ fn halt_for(error: StoreError) -> Halt {
 
 impl WorkflowContext {
     pub(crate) fn new(
-        store: Arc<dyn Store>,
+        store: SharedStore,
         run: WorkflowRun,
         worker_id: String,
         history: Vec<StepAttempt>,
@@ -220,7 +220,7 @@ impl WorkflowContext {
                     .start_attempt(&step_name, StepKind::Sleep, config)
                     .await;
                 if duration.is_zero() {
-                    self.finish(&attempt, Ok(Value::Null)).await;
+                    self.finish(&attempt).await;
                     return Ok(());
                 }
                 attempt
@@ -235,7 +235,7 @@ impl WorkflowContext {
             + chrono::Duration::milliseconds(i64::try_from(wait_ms).unwrap_or(i64::MAX));
         // `updated_at` of the claimed run is the database's clock at claim time.
         if until <= self.inner.run.updated_at {
-            self.finish(&attempt, Ok(Value::Null)).await;
+            self.finish(&attempt).await;
             return Ok(());
         }
         tracing::debug!(step.name = %step_name, %until, "durable sleep parks the run");
@@ -505,26 +505,19 @@ impl WorkflowContext {
         }
     }
 
-    /// Records the end of an attempt; halts when the run was interrupted meanwhile.
-    async fn finish(&self, attempt: &StepAttempt, result: Result<Value, Value>) -> StepAttempt {
-        let store = &self.inner.store;
-        let update = match result {
-            Ok(output) => {
-                store
-                    .complete_step_attempt(
-                        self.inner.run.id,
-                        attempt.id,
-                        &self.inner.worker_id,
-                        output,
-                    )
-                    .await
-            }
-            Err(error) => {
-                store
-                    .fail_step_attempt(self.inner.run.id, attempt.id, &self.inner.worker_id, error)
-                    .await
-            }
-        };
+    /// Completes a running attempt (a durable sleep); halts when the run was interrupted
+    /// meanwhile.
+    async fn finish(&self, attempt: &StepAttempt) -> StepAttempt {
+        let update = self
+            .inner
+            .store
+            .complete_step_attempt(
+                self.inner.run.id,
+                attempt.id,
+                &self.inner.worker_id,
+                Value::Null,
+            )
+            .await;
         match update {
             Ok(StepUpdate::Recorded(attempt)) => {
                 self.remember(attempt.clone());

@@ -1,8 +1,116 @@
-//! Errors raised by stores.
+//! Errors raised by stores, and the operations they name.
 
 use uuid::Uuid;
 
 use crate::model::RunStatus;
+
+/// The error of a database driver, boxed so that the contract names no driver's types.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A store operation: what a [`StoreError`] says the store was doing.
+///
+/// Its [`Display`](std::fmt::Display) is a phrase such as "claiming workflow runs";
+/// [`Operation::verb`] is the verb a [`StoreError::WrongState`] uses ("cancel").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Opening a connection or a pool.
+    Connect,
+    /// Applying the schema migrations.
+    Migrate,
+    /// [`Store::create_run`](crate::Store::create_run).
+    CreateRun,
+    /// [`Store::get_run`](crate::Store::get_run).
+    GetRun,
+    /// [`Store::list_runs`](crate::Store::list_runs).
+    ListRuns,
+    /// [`Store::claim_runs`](crate::Store::claim_runs).
+    ClaimRuns,
+    /// [`Store::extend_lease`](crate::Store::extend_lease).
+    ExtendLease,
+    /// [`Store::sleep_run`](crate::Store::sleep_run).
+    SleepRun,
+    /// [`Store::complete_run`](crate::Store::complete_run).
+    CompleteRun,
+    /// [`Store::fail_run`](crate::Store::fail_run).
+    FailRun,
+    /// [`Store::release_run`](crate::Store::release_run).
+    ReleaseRun,
+    /// [`Store::cancel_run`](crate::Store::cancel_run).
+    CancelRun,
+    /// [`Store::pause_run`](crate::Store::pause_run).
+    PauseRun,
+    /// [`Store::resume_run`](crate::Store::resume_run).
+    ResumeRun,
+    /// [`Store::create_step_attempt`](crate::Store::create_step_attempt).
+    CreateStepAttempt,
+    /// [`Store::complete_step_attempt`](crate::Store::complete_step_attempt).
+    CompleteStepAttempt,
+    /// [`Store::record_step_attempt`](crate::Store::record_step_attempt).
+    RecordStepAttempt,
+    /// [`Store::get_step_attempt`](crate::Store::get_step_attempt).
+    GetStepAttempt,
+    /// [`Store::list_step_attempts`](crate::Store::list_step_attempts).
+    ListStepAttempts,
+    /// [`Store::step_history`](crate::Store::step_history).
+    StepHistory,
+    /// [`Store::subscribe`](crate::Store::subscribe), and the listener behind it.
+    Subscribe,
+}
+
+impl Operation {
+    /// What the store was doing, as a phrase: "claiming workflow runs".
+    pub const fn description(self) -> &'static str {
+        match self {
+            Operation::Connect => "connecting to the database",
+            Operation::Migrate => "migrating the schema",
+            Operation::CreateRun => "creating a workflow run",
+            Operation::GetRun => "getting a workflow run",
+            Operation::ListRuns => "listing workflow runs",
+            Operation::ClaimRuns => "claiming workflow runs",
+            Operation::ExtendLease => "extending a lease",
+            Operation::SleepRun => "sleeping a workflow run",
+            Operation::CompleteRun => "completing a workflow run",
+            Operation::FailRun => "failing a workflow run",
+            Operation::ReleaseRun => "releasing a workflow run",
+            Operation::CancelRun => "canceling a workflow run",
+            Operation::PauseRun => "pausing a workflow run",
+            Operation::ResumeRun => "resuming a workflow run",
+            Operation::CreateStepAttempt => "creating a step attempt",
+            Operation::CompleteStepAttempt => "completing a step attempt",
+            Operation::RecordStepAttempt => "recording a step attempt",
+            Operation::GetStepAttempt => "getting a step attempt",
+            Operation::ListStepAttempts => "listing step attempts",
+            Operation::StepHistory => "loading step history",
+            Operation::Subscribe => "listening for notifications",
+        }
+    }
+
+    /// The verb a [`StoreError::WrongState`] shows: "cannot *cancel* workflow run ...".
+    pub const fn verb(self) -> &'static str {
+        match self {
+            Operation::CancelRun => "cancel",
+            Operation::PauseRun => "pause",
+            Operation::ResumeRun => "resume",
+            Operation::SleepRun => "sleep",
+            Operation::CompleteRun => "complete",
+            Operation::FailRun => "fail",
+            Operation::ReleaseRun => "release",
+            Operation::ExtendLease => "extend the lease of",
+            Operation::CreateStepAttempt => "add a step to",
+            Operation::CompleteStepAttempt => "complete a step of",
+            Operation::RecordStepAttempt => "record a step of",
+            Operation::ClaimRuns => "claim",
+            _ => "change",
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.description())
+    }
+}
 
 /// An operation on a run or step that a store refused or could not carry out.
 ///
@@ -24,12 +132,12 @@ pub enum StoreError {
         id: Uuid,
     },
     /// The run exists but its status forbids the operation.
-    #[error("cannot {operation} workflow run {id} with status {status}")]
+    #[error("cannot {} workflow run {id} with status {status}", operation.verb())]
     WrongState {
         /// The run.
         id: Uuid,
-        /// What was attempted, e.g. "cancel".
-        operation: &'static str,
+        /// What was attempted.
+        operation: Operation,
         /// The status the run is in.
         status: RunStatus,
     },
@@ -59,19 +167,19 @@ pub enum StoreError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The database failed while carrying out `operation`.
-    #[error("database error while {operation}")]
+    #[error("database error while {operation}: {source}")]
     Database {
-        /// What the store was doing, e.g. "claiming workflow runs".
-        operation: &'static str,
+        /// What the store was doing.
+        operation: Operation,
         /// The driver's error.
         #[source]
-        source: Box<sqlx::Error>,
+        source: BoxError,
     },
     /// A row in the database could not be decoded (a status unknown to this version, ...).
     #[error("corrupt row while {operation}: {reason}")]
     Corrupt {
         /// What the store was doing.
-        operation: &'static str,
+        operation: Operation,
         /// What could not be decoded.
         reason: String,
     },
@@ -85,15 +193,21 @@ impl StoreError {
             StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. }
         )
     }
+
+    /// A [`StoreError::Database`] of `operation` caused by `source`.
+    pub fn database(operation: Operation, source: impl Into<BoxError>) -> Self {
+        StoreError::Database {
+            operation,
+            source: source.into(),
+        }
+    }
 }
 
 /// Result alias for store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Builds a closure that wraps an `sqlx::Error` with the operation that failed.
-pub(crate) fn db(operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |source| StoreError::Database {
-        operation,
-        source: Box::new(source),
-    }
+/// Builds a closure that wraps a driver error with the operation that failed.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn db(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::database(operation, source)
 }

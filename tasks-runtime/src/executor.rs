@@ -2,7 +2,6 @@
 //! outcome — unless the run was paused, canceled or taken over meanwhile.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -16,12 +15,12 @@ use crate::definition::WorkflowDefinition;
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::model::{RunStatus, WorkflowRun};
-use crate::store::{FailRun, Store};
+use crate::store::{ClaimedRun, FailRun, SharedStore};
 
 /// Everything an execution needs besides the run itself.
 #[derive(Clone)]
 pub(crate) struct Executor {
-    pub store: Arc<dyn Store>,
+    pub store: SharedStore,
     pub worker_id: String,
     pub lease: Duration,
     pub limits: ExecutionLimits,
@@ -57,11 +56,15 @@ impl Executor {
     /// can claim the next run while the outcome commits; otherwise it is left to the caller.
     pub(crate) async fn execute<S: Send>(
         &self,
-        run: WorkflowRun,
+        claimed: ClaimedRun,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         slot: &mut Option<S>,
     ) -> Outcome {
+        let ClaimedRun {
+            run,
+            first_execution,
+        } = claimed;
         let span = tracing::info_span!(
             "run",
             run.id = %run.id,
@@ -69,7 +72,7 @@ impl Executor {
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
         );
-        self.execute_inner(run, definition, shutdown, slot)
+        self.execute_inner(run, first_execution, definition, shutdown, slot)
             .instrument(span)
             .await
     }
@@ -77,12 +80,13 @@ impl Executor {
     async fn execute_inner<S: Send>(
         &self,
         run: WorkflowRun,
+        first_execution: bool,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         slot: &mut Option<S>,
     ) -> Outcome {
         let run_id = run.id;
-        let history = if is_first_execution(&run) {
+        let history = if first_execution {
             // Nothing can have been recorded yet: skip the round trip.
             Ok(Vec::new())
         } else {
@@ -237,7 +241,6 @@ impl Executor {
                 worker_id: self.worker_id.clone(),
                 error: record.to_json(),
                 force,
-                custom_delay: None,
             })
             .await?;
         Ok(if run.status == RunStatus::Failed {
@@ -284,15 +287,6 @@ impl Executor {
             .instrument(span),
         ))
     }
-}
-
-/// Whether this claim is the run's very first execution. A claim sets `started_at` to the
-/// claim time only when it was unset, and stamps `updated_at` with the same time; `attempts`
-/// is 1 only for the first claim (later claims after a failure, a pause or a takeover
-/// increment it; waking from a sleep keeps an older `started_at`). The conformance suite
-/// pins this down for every store.
-fn is_first_execution(run: &WorkflowRun) -> bool {
-    run.attempts == 1 && run.started_at == Some(run.updated_at)
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send>) -> ErrorRecord {

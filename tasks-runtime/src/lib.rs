@@ -3,17 +3,19 @@
 #![warn(missing_docs)]
 
 pub mod client;
-pub mod context;
+mod context;
 pub mod definition;
 pub mod error;
 mod executor;
 pub mod failure;
 mod migration;
 pub mod model;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod registry;
 pub mod retry;
 pub mod store;
+mod transition;
 pub mod worker;
 
 #[doc(hidden)]
@@ -22,21 +24,23 @@ pub mod private;
 pub use client::{Client, ClientError, RunError, RunHandle, StartOptions};
 pub use context::WorkflowContext;
 pub use definition::{SourceLocation, StepDefinition, Workflow, WorkflowDefinition};
-pub use error::{StoreError, StoreResult};
+pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 pub use registry::{DuplicateWorkflow, InvalidInput, Registry, Violation};
 pub use retry::RetryPolicy;
 pub use store::{
-    CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Order, Page, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
+    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts,
+    Notification, NotificationStream, Order, Page, RecordStepAttempt, SharedStore, StepUpdate,
+    Store, DEFAULT_NAMESPACE,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 // The embedded SQLite store, and choosing a store from `DATABASE_URL`.
 mod connect;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub use connect::{
     connect, connect_from_env, database_url_from_env, ConnectError, DATABASE_URL_VAR,

@@ -17,13 +17,13 @@ pub struct Migration {
 #[non_exhaustive]
 pub enum MigrateError {
     /// The database failed while `operation`.
-    #[error("database error while {operation}")]
+    #[error("database error while {operation}: {source}")]
     Database {
         /// What was being done.
         operation: String,
         /// The driver's error.
         #[source]
-        source: sqlx::Error,
+        source: crate::error::BoxError,
     },
     /// A migration that was applied earlier has different SQL now.
     #[error("migration {version} ({name}) was applied with different SQL (checksum {applied}, expected {expected})")]
@@ -48,9 +48,13 @@ pub enum MigrateError {
     },
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn database(operation: impl Into<String>) -> impl FnOnce(sqlx::Error) -> MigrateError {
     let operation = operation.into();
-    move |source| MigrateError::Database { operation, source }
+    move |source| MigrateError::Database {
+        operation,
+        source: source.into(),
+    }
 }
 
 /// A stable checksum of a migration's SQL (FNV-1a, 64 bit), as hex.

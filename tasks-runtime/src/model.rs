@@ -260,3 +260,34 @@ pub struct StepAttempt {
     /// Last change, from the database clock.
     pub updated_at: DateTime<Utc>,
 }
+
+#[cfg(test)]
+impl WorkflowRun {
+    /// A run in `status` held by `worker_id`, everything else defaulted.
+    pub(crate) fn for_tests(status: RunStatus, worker_id: Option<String>) -> Self {
+        let now = Utc::now();
+        WorkflowRun {
+            namespace: "test".into(),
+            id: Uuid::now_v7(),
+            workflow_name: "test".into(),
+            version: None,
+            status,
+            idempotency_key: None,
+            config: Value::Object(Default::default()),
+            context: None,
+            input: None,
+            output: None,
+            error: None,
+            attempts: 1,
+            parent_step_attempt_namespace: None,
+            parent_step_attempt_id: None,
+            worker_id,
+            available_at: None,
+            deadline_at: None,
+            started_at: None,
+            finished_at: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}

@@ -94,6 +94,29 @@ impl RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// The workflow policy stored in a run's config (`config.retryPolicy`). Each field that
+    /// is missing or not a number falls back to [`RetryPolicy::DEFAULT_RUN`].
+    pub fn from_run_config(config: &serde_json::Value) -> Self {
+        let defaults = RetryPolicy::DEFAULT_RUN;
+        let stored = config.get("retryPolicy");
+        let number = |key: &str| stored.and_then(|policy| policy.get(key)?.as_f64());
+        let millis = |key: &str, default: Duration| {
+            number(key)
+                .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                .map_or(default, |ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64))
+        };
+        RetryPolicy {
+            max_attempts: number("maxAttempts")
+                .map_or(defaults.max_attempts, |n| n.clamp(0.0, f64::from(u32::MAX)) as u32),
+            initial_interval: millis("initialIntervalMs", defaults.initial_interval),
+            backoff_coefficient: number("backoffCoefficient")
+                .unwrap_or(defaults.backoff_coefficient),
+            max_interval: millis("maximumIntervalMs", defaults.max_interval),
+        }
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy::DEFAULT_RUN

@@ -14,7 +14,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
 
@@ -217,8 +217,6 @@ pub struct FailRun {
     pub error: Value,
     /// Fail for good, whatever the retry policy says.
     pub force: bool,
-    /// Retry after this delay instead of the policy's backoff.
-    pub custom_delay: Option<Duration>,
 }
 
 /// Parameters of [`Store::create_step_attempt`].
@@ -352,55 +350,77 @@ pub enum Notification {
 /// reconnected behind the stream; the stream ends only when the store is closed.
 pub type NotificationStream = BoxStream<'static, Notification>;
 
-/// The durable store behind workers and clients.
+/// A run as a claim returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedRun {
+    /// The run, now running under the claiming worker.
+    pub run: WorkflowRun,
+    /// This claim is the run's very first execution: nothing can have been recorded for it
+    /// yet, so its step history need not be loaded. After the claim, `attempts` is 1 and
+    /// `started_at` is the claim's own time (a claim sets `started_at` only when it was
+    /// unset; retries, takeovers and resumes count another attempt or keep an older
+    /// `started_at`). A store may say `false` when unsure: that only costs a history read.
+    pub first_execution: bool,
+}
+
+/// The durable store behind workers and clients: the contract every backend implements.
 ///
-/// All operations are scoped to [`Store::namespace`]. The behaviour of each operation is
-/// specified by the conformance suite in `tests/`, which every implementation passes.
+/// Every operation is scoped to [`Store::namespace`] and never reads or changes rows of
+/// another namespace. Every transition is one fenced write (a single statement, or one
+/// transaction holding the write lock) whose fence and whose errors are those of
+/// `tasks_runtime`'s shared state machine; its time comes from the store's clock, one
+/// clock for every worker.
+///
+/// Errors common to every method: [`StoreError::Database`] when the database failed (the
+/// operation may or may not have been applied only where the method says so; a single
+/// fenced write either applied fully or not at all), and [`StoreError::Corrupt`] when a row
+/// could not be decoded. Worker-side transitions (those taking a `worker_id`) fail with
+/// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
+/// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
+/// is not running; they never change a run they refused.
+///
+/// The conformance suite (`tasks-conformance`) specifies every method by example; a store
+/// proves itself by running it with one macro call.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The namespace this store reads and writes.
     fn namespace(&self) -> &str;
 
-    /// The same store (same connections) scoped to another namespace.
-    fn scoped(&self, namespace: &str) -> Arc<dyn Store>;
+    /// The same store (same connections, same background work) scoped to another namespace.
+    fn scoped(&self, namespace: &str) -> SharedStore;
 
-    /// Creates a pending run, or returns the existing run with the same workflow name and
-    /// idempotency key.
+    /// Creates a pending run, available at `available_at`, or `delay` after now by the
+    /// store's clock, or now; announces it with [`Notification::RunAvailable`]. With an
+    /// idempotency key, a second create of the same workflow name and key (racing or not)
+    /// creates nothing and returns the first run.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a config that is not a JSON object or
+    /// null, or a time out of the store's range.
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun>;
 
-    /// Fetches a run.
+    /// The run with this id, or `None`.
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>>;
 
-    /// Lists runs with filters and cursor pagination.
+    /// A page of runs by `(created_at, id)` in the requested order, filtered.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>>;
 
-    /// Fails runs whose deadline passed, then claims up to `limit` available runs for
-    /// `worker_id` with a lease of `lease`: pending runs first, then expired leases and
-    /// elapsed sleeps, each by `available_at` then `created_at`. The claimed runs are
-    /// returned oldest (by `created_at`) first.
+    /// Fails runs whose deadline passed (with a non-retryable `deadline` error, announced as
+    /// finished), then claims up to `limit` available runs for `worker_id` with a lease of
+    /// `lease`: pending runs first, then runs whose lease expired or whose sleep ended, each
+    /// group by `available_at` then `created_at`. A claim counts an attempt, except waking
+    /// from a sleep, which continues the attempt. Concurrent claims never return the same
+    /// run. The claimed runs are returned oldest (by `created_at`) first.
     async fn claim_runs(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
-    ) -> StoreResult<Vec<WorkflowRun>>;
+    ) -> StoreResult<Vec<ClaimedRun>>;
 
-    /// Claims at most one run; see [`Store::claim_runs`].
-    async fn claim_run(
-        &self,
-        worker_id: &str,
-        lease: Duration,
-    ) -> StoreResult<Option<WorkflowRun>> {
-        Ok(self
-            .claim_runs(worker_id, lease, 1)
-            .await?
-            .into_iter()
-            .next())
-    }
-
-    /// Extends the lease of a run that `worker_id` is running. Fails with
-    /// [`StoreError::WrongState`] when the run was paused, canceled or finished, and with
-    /// [`StoreError::LeaseLost`] when another worker took it over.
+    /// Extends the lease of a run that `worker_id` is running to `lease` from now.
+    /// Worker-side errors (see the trait docs).
     async fn extend_lease(
         &self,
         run_id: Uuid,
@@ -408,7 +428,8 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
     ) -> StoreResult<WorkflowRun>;
 
-    /// Parks a run owned by `worker_id` until `until`.
+    /// Parks a run that `worker_id` is running until `until`: its status is sleeping, and
+    /// any worker may claim it from then on. Worker-side errors.
     async fn sleep_run(
         &self,
         run_id: Uuid,
@@ -416,7 +437,8 @@ pub trait Store: Send + Sync + 'static {
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun>;
 
-    /// Completes a run owned by `worker_id` with `output`.
+    /// Completes a run that `worker_id` is running with `output`, and announces it with
+    /// [`Notification::RunFinished`]. Worker-side errors.
     async fn complete_run(
         &self,
         run_id: Uuid,
@@ -434,6 +456,9 @@ pub trait Store: Send + Sync + 'static {
     /// The default does exactly that, one write after the other; a store that can write
     /// the attempts and the completion in one transaction (both stores here do) saves the
     /// commits in between.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] when an attempt is not finished or belongs
+    /// to another run or worker; worker-side errors.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
@@ -445,13 +470,16 @@ pub trait Store: Send + Sync + 'static {
         complete_separately(self, run_id, worker_id, output, steps).await
     }
 
-    /// Records a failure of a run owned by the worker: reschedules it with the run's retry
-    /// policy, or fails it for good when attempts are exhausted, when forced, or when the
-    /// next retry would start after the deadline.
+    /// Records a failed attempt of a run that `worker_id` is running, with `error`: the run
+    /// is pending again after the delay its retry policy (`config.retryPolicy`) gives for
+    /// this attempt, or failed for good (and announced as finished) when `force` is set,
+    /// when the policy has no attempts left, or when the retry would start at or after the
+    /// run's deadline. Worker-side errors.
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun>;
 
     /// Gives a claimed run back without counting the attempt: pending again after `delay`,
     /// with `reason` recorded as its error. Used when a worker cannot execute the run.
+    /// Worker-side errors.
     async fn release_run(
         &self,
         run_id: Uuid,
@@ -460,30 +488,48 @@ pub trait Store: Send + Sync + 'static {
         reason: Value,
     ) -> StoreResult<WorkflowRun>;
 
-    /// Cancels a live run. Idempotent on canceled runs; refuses completed and failed runs.
+    /// Cancels a pending, running, sleeping or paused run for good, and announces it as
+    /// finished. Returns a canceled run as it is.
+    ///
+    /// Errors: [`StoreError::RunNotFound`]; [`StoreError::WrongState`] for a completed or
+    /// failed run.
     async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
 
-    /// Pauses a pending, running or sleeping run. Idempotent on paused runs; refuses
-    /// terminal runs.
+    /// Pauses a pending, running or sleeping run: no worker claims it until it is resumed,
+    /// and a worker running it stops at its next write. Returns a paused run as it is.
+    ///
+    /// Errors: [`StoreError::RunNotFound`]; [`StoreError::WrongState`] for a terminal run.
     async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
 
-    /// Makes a paused run pending again. Idempotent on pending and running runs; refuses
-    /// terminal runs.
+    /// Makes a paused run pending and available now, and announces it. Returns a pending
+    /// or running run as it is.
+    ///
+    /// Errors: [`StoreError::RunNotFound`]; [`StoreError::WrongState`] for a sleeping or
+    /// terminal run.
     async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
 
-    /// Starts a step attempt, only while the run is running under `worker_id`.
+    /// Starts a running step attempt of a run that `params.worker_id` is running (durable
+    /// sleeps use this; function steps are written once, finished, by
+    /// [`Store::record_step_attempt`]). Worker-side errors.
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt>;
 
-    /// Fetches a step attempt.
+    /// The step attempt with this id, or `None`.
     async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>>;
 
-    /// Lists the attempts of a run with cursor pagination.
+    /// A page of the attempts of a run, by `(created_at, id)`.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>>;
 
     /// Every attempt of a run, oldest first: the history a replay starts from.
     async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
 
-    /// Completes a running step attempt, only while its run is running under `worker_id`.
+    /// Completes a running step attempt with `output`, only while its run is running under
+    /// `worker_id`. When the run was paused or canceled meanwhile, the attempt is marked like
+    /// the run, without its output, and the outcome is [`StepUpdate::Interrupted`].
+    ///
+    /// Errors: [`StoreError::StepNotFound`] (also for an attempt of another run),
+    /// [`StoreError::StepAlreadyFinished`], and the worker-side errors.
     async fn complete_step_attempt(
         &self,
         run_id: Uuid,
@@ -492,31 +538,70 @@ pub trait Store: Send + Sync + 'static {
         output: Value,
     ) -> StoreResult<StepUpdate>;
 
-    /// Fails a running step attempt, only while its run is running under `worker_id`.
-    async fn fail_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        error: Value,
-    ) -> StoreResult<StepUpdate>;
-
-    /// Records a step attempt that already finished, in one statement: the write path of a
-    /// step is one commit. Fenced like [`Store::complete_step_attempt`]: when the run was
-    /// paused or canceled meanwhile, the attempt is stored with that status and no result,
-    /// and the outcome is [`StepUpdate::Interrupted`]; any other miss is an error.
+    /// Records a step attempt that already finished, in one write: the write path of a step
+    /// is one commit. Its `started_at` is the store's clock minus `elapsed`. Fenced like
+    /// [`Store::complete_step_attempt`]: when the run was paused or canceled meanwhile, the
+    /// attempt is stored with that status and no result, and the outcome is
+    /// [`StepUpdate::Interrupted`].
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for an attempt that is not completed or
+    /// failed, or a duration out of range; worker-side errors.
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate>;
 
-    /// Sends a notification to every subscriber of this store's namespace. The namespace
-    /// carried by `notification` is replaced by the store's own: a store never wakes another
-    /// namespace.
-    async fn publish(&self, notification: Notification) -> StoreResult<()>;
-
-    /// Subscribes to notifications of this store's namespace.
+    /// Subscribes to the notifications of this store's namespace. Dropped connections are
+    /// reconnected behind the stream, which then yields [`Notification::Missed`].
     async fn subscribe(&self) -> StoreResult<NotificationStream>;
 }
 
-pub(crate) fn status_of(status: &str, operation: &'static str) -> StoreResult<RunStatus> {
+/// A store shared by workers, clients and their tasks: cheap to clone, and what
+/// [`Worker::builder`](crate::Worker::builder) and [`Client::new`](crate::Client::new)
+/// take. Every store converts into one (`PgStore`, `SqliteStore`, any [`Store`], or an
+/// `Arc<dyn Store>`), and it dereferences to [`Store`].
+#[derive(Clone)]
+pub struct SharedStore(Arc<dyn Store>);
+
+impl SharedStore {
+    /// Shares `store`.
+    pub fn new(store: impl Store) -> Self {
+        SharedStore(Arc::new(store))
+    }
+
+    /// The shared store as an `Arc`.
+    pub fn as_arc(&self) -> &Arc<dyn Store> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SharedStore {
+    type Target = dyn Store;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("namespace", &self.0.namespace())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> From<S> for SharedStore {
+    fn from(store: S) -> Self {
+        SharedStore::new(store)
+    }
+}
+
+impl From<Arc<dyn Store>> for SharedStore {
+    fn from(store: Arc<dyn Store>) -> Self {
+        SharedStore(store)
+    }
+}
+
+/// Decodes a stored run status; an unknown one is a [`StoreError::Corrupt`] row.
+pub(crate) fn status_of(status: &str, operation: Operation) -> StoreResult<RunStatus> {
     status
         .parse()
         .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
@@ -525,7 +610,8 @@ pub(crate) fn status_of(status: &str, operation: &'static str) -> StoreResult<Ru
         })
 }
 
-pub(crate) fn step_status_of(status: &str, operation: &'static str) -> StoreResult<StepStatus> {
+/// Decodes a stored step status; an unknown one is a [`StoreError::Corrupt`] row.
+pub(crate) fn step_status_of(status: &str, operation: Operation) -> StoreResult<StepStatus> {
     status
         .parse()
         .map_err(|e: crate::model::UnknownStatus| StoreError::Corrupt {
@@ -622,24 +708,5 @@ impl PageQuery {
             next,
             prev,
         }
-    }
-}
-
-/// The verb shown in a [`StoreError::WrongState`] for a store operation.
-pub(crate) fn operation_verb(operation: &'static str) -> &'static str {
-    match operation {
-        "canceling a workflow run" => "cancel",
-        "pausing a workflow run" => "pause",
-        "resuming a workflow run" => "resume",
-        "sleeping a workflow run" => "sleep",
-        "completing a workflow run" => "complete",
-        "failing a workflow run" => "fail",
-        "releasing a workflow run" => "release",
-        "extending a lease" => "extend the lease of",
-        "creating a step attempt" => "add a step to",
-        "completing a step attempt" => "complete a step of",
-        "failing a step attempt" => "fail a step of",
-        "recording a step attempt" => "record a step of",
-        _ => "change",
     }
 }

@@ -18,7 +18,7 @@ use crate::executor::{Executor, Outcome};
 use crate::failure::ErrorRecord;
 use crate::model::WorkflowRun;
 use crate::registry::{DuplicateWorkflow, Registry};
-use crate::store::{FailRun, NotificationStream, Store};
+use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
 
 /// What a worker does with a claimed run whose `(name, version)` is not registered in its
 /// binary.
@@ -76,7 +76,7 @@ pub enum WorkerError {
 /// # Ok(()) }
 /// ```
 pub struct WorkerBuilder {
-    store: Arc<dyn Store>,
+    store: SharedStore,
     namespace: Option<String>,
     registry: Option<Registry>,
     concurrency: usize,
@@ -215,7 +215,7 @@ pub struct Worker {
 }
 
 struct WorkerInner {
-    store: Arc<dyn Store>,
+    store: SharedStore,
     executor: Executor,
     registry: Registry,
     concurrency: usize,
@@ -260,14 +260,9 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     /// A builder with the defaults: concurrency 10, lease 30 s, polling 50 ms–1 s, grace 30 s.
-    pub fn builder(store: impl Store) -> WorkerBuilder {
-        Worker::builder_shared(Arc::new(store))
-    }
-
-    /// Like [`Worker::builder`], for a store that is already shared.
-    pub fn builder_shared(store: Arc<dyn Store>) -> WorkerBuilder {
+    pub fn builder(store: impl Into<SharedStore>) -> WorkerBuilder {
         WorkerBuilder {
-            store,
+            store: store.into(),
             namespace: None,
             registry: None,
             concurrency: 10,
@@ -357,7 +352,7 @@ impl Worker {
                         for run in runs {
                             let Ok(permit) = slots.clone().try_acquire_owned() else {
                                 // Cannot happen: we claimed no more than the free slots.
-                                tracing::error!(run.id = %run.id, "no free slot for a claimed run");
+                                tracing::error!(run.id = %run.run.id, "no free slot for a claimed run");
                                 break;
                             };
                             let worker = self.clone();
@@ -440,19 +435,22 @@ impl Worker {
 
     async fn process(
         &self,
-        run: WorkflowRun,
+        claimed: ClaimedRun,
         abandon: CancellationToken,
         slot: &mut Option<Slot>,
     ) -> Option<Outcome> {
         let inner = &self.inner;
         let Some(definition) = inner
             .registry
-            .get(&run.workflow_name, run.version.as_deref())
+            .get(&claimed.run.workflow_name, claimed.run.version.as_deref())
         else {
-            self.unknown(run).await;
+            self.unknown(claimed.run).await;
             return None;
         };
-        let outcome = inner.executor.execute(run, definition, abandon, slot).await;
+        let outcome = inner
+            .executor
+            .execute(claimed, definition, abandon, slot)
+            .await;
         tracing::debug!(?outcome, "execution ended");
         if matches!(outcome, Outcome::Abandoned) {
             // Give other work a chance before this worker tries again.
@@ -506,7 +504,6 @@ impl Worker {
                             .non_retryable()
                             .to_json(),
                         force: true,
-                        custom_delay: None,
                     })
                     .await
                     .map(|_| ())

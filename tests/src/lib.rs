@@ -1,8 +1,9 @@
 //! Test support for the integration tests of `tasks`, and the store conformance suite.
 //!
 //! * [`pg_store`] opens a Postgres store on a fresh, unique namespace.
-//! * [`conformance`] holds the store conformance cases, generic over any [`tasks::Store`];
-//!   [`conformance_suite!`] turns them into one `#[tokio::test]` each for a given setup.
+//! * [`sqlite::sqlite_store`] does the same on a temporary SQLite file.
+//!
+//! The store conformance suite itself is the `tasks-conformance` crate.
 
 #![warn(missing_docs)]
 
@@ -14,7 +15,6 @@ use tasks::postgres::PgStore;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
-pub mod conformance;
 pub mod sqlite;
 
 /// The database the tests use when `DATABASE_URL` is not set.
@@ -104,9 +104,4 @@ pub async fn pg_store() -> PgStore {
 /// A namespace no other test uses.
 pub fn unique_namespace() -> String {
     format!("test-{}", Uuid::new_v4())
-}
-
-#[doc(hidden)]
-pub mod __private {
-    pub use tokio;
 }

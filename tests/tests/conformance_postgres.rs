@@ -2,4 +2,4 @@
 //!
 //! Needs a running Postgres: `DATABASE_URL`, or `postgres://postgres@127.0.0.1:5432/test`.
 
-tasks_tests::conformance_suite!(tasks_tests::pg_store);
+tasks_conformance::conformance_suite!(tasks_tests::pg_store);

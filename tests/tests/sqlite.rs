@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
 use tasks::{
-    connect, step, workflow, Client, ConnectError, CreateRun, ListRuns, Notification, RunStatus,
+    connect, step, workflow, Client, ConnectError, CreateRun, ListRuns, Notification, RetryPolicy,
+    RunStatus,
     Store, Worker, WorkflowContext, WorkflowError, WorkflowRun,
 };
 use tasks_tests::sqlite::{open_sqlite, temp_database_path};
@@ -29,6 +30,8 @@ async fn seed(store: &impl Store, n: usize) -> HashSet<Uuid> {
         let run = store
             .create_run(CreateRun {
                 input: Some(json!({ "i": i })),
+                // A failed first attempt is retried at once.
+                retry_policy: Some(RetryPolicy::new(3).with_initial_interval(Duration::ZERO)),
                 ..CreateRun::new("claim-me")
             })
             .await
@@ -190,7 +193,7 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
                 if claimed.is_empty() {
                     break;
                 }
-                for run in claimed {
+                for tasks::ClaimedRun { run, .. } in claimed {
                     assert_eq!(run.worker_id.as_deref(), Some(worker.as_str()));
                     store
                         .complete_run(run.id, &worker, json!(i))
@@ -256,11 +259,10 @@ async fn separately_opened_stores_on_one_file_wake_each_other() {
     );
 
     let claimed = worker_side
-        .claim_run("w", Duration::from_secs(60))
+        .claim_runs("w", Duration::from_secs(60), 1)
         .await
-        .unwrap()
         .unwrap();
-    assert_eq!(claimed.id, run.id);
+    assert_eq!(claimed[0].run.id, run.id);
     let mut client_events = client_side.subscribe().await.unwrap();
     worker_side
         .complete_run(run.id, "w", json!(1))

@@ -12,17 +12,17 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "initial",
-        sql: include_str!("../../../migrations/0001_initial.sql"),
+        sql: include_str!("../../migrations/postgres/0001_initial.sql"),
     },
     Migration {
         version: 2,
         name: "parent step index",
-        sql: include_str!("../../../migrations/0002_parent_step_index.sql"),
+        sql: include_str!("../../migrations/postgres/0002_parent_step_index.sql"),
     },
     Migration {
         version: 3,
         name: "claim indexes",
-        sql: include_str!("../../../migrations/0003_claim_indexes.sql"),
+        sql: include_str!("../../migrations/postgres/0003_claim_indexes.sql"),
     },
 ];
 

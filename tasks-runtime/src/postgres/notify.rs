@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use tokio::sync::{broadcast, Mutex};
 use uuid::Uuid;
 
-use crate::error::{db, StoreResult};
+use crate::error::{db, Operation, StoreResult};
 use crate::store::{Notification, NotificationStream};
 
 /// The channel every notification of ours travels on.
@@ -49,16 +49,6 @@ fn payload(notification: &Notification) -> String {
         },
     };
     serde_json::to_string(&payload).unwrap_or_default()
-}
-
-pub(crate) async fn publish(pool: &PgPool, notification: &Notification) -> StoreResult<()> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload(notification))
-        .execute(pool)
-        .await
-        .map_err(db("publishing a notification"))?;
-    Ok(())
 }
 
 /// Sends the wake-ups that store operations emit, outside their transactions and coalesced:
@@ -131,11 +121,11 @@ impl Hub {
             None => {
                 let mut listener = PgListener::connect_with(&self.pool)
                     .await
-                    .map_err(db("connecting the notification listener"))?;
+                    .map_err(db(Operation::Subscribe))?;
                 listener
                     .listen(CHANNEL)
                     .await
-                    .map_err(db("listening for notifications"))?;
+                    .map_err(db(Operation::Subscribe))?;
                 let (tx, _) = broadcast::channel(1024);
                 let tx = Arc::new(tx);
                 tokio::spawn(pump(listener, Arc::downgrade(&tx)));

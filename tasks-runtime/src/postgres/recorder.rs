@@ -28,14 +28,15 @@ use uuid::Uuid;
 use futures::future::BoxFuture;
 
 use super::rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
-use crate::error::{StoreError, StoreResult};
+use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::RecordStepAttempt;
+use crate::transition::{COMPLETE, RECORD_STEP};
 
 /// Most records in one statement.
 const BATCH: usize = 256;
 
-const OPERATION: &str = "recording step attempts";
+const OPERATION: Operation = Operation::RecordStepAttempt;
 
 /// One queued write and where its result goes: `Ok` with what was written, or `Err` with
 /// the item back when the fence refused it.
@@ -55,7 +56,7 @@ struct Coalescer<T, O> {
     queue: OnceLock<mpsc::UnboundedSender<Job<T, O>>>,
     key: fn(&T) -> Uuid,
     write: WriteBatch<T, O>,
-    operation: &'static str,
+    operation: Operation,
 }
 
 impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
@@ -63,7 +64,7 @@ impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
         pool: PgPool,
         key: fn(&T) -> Uuid,
         write: WriteBatch<T, O>,
-        operation: &'static str,
+        operation: Operation,
     ) -> Self {
         Coalescer {
             pool,
@@ -98,11 +99,8 @@ impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
     }
 }
 
-fn lost(operation: &'static str, message: &str) -> StoreError {
-    StoreError::Database {
-        operation,
-        source: Box::new(sqlx::Error::Protocol(message.to_owned())),
-    }
+fn lost(operation: Operation, message: &str) -> StoreError {
+    StoreError::database(operation, message.to_owned())
 }
 
 async fn drain<T, O>(
@@ -110,7 +108,7 @@ async fn drain<T, O>(
     mut queue: mpsc::UnboundedReceiver<Job<T, O>>,
     key: fn(&T) -> Uuid,
     write: WriteBatch<T, O>,
-    operation: &'static str,
+    operation: Operation,
 ) {
     let mut jobs = Vec::with_capacity(BATCH);
     while queue.recv_many(&mut jobs, BATCH).await > 0 {
@@ -243,7 +241,7 @@ impl Completer {
     }
 }
 
-const COMPLETE_OPERATION: &str = "completing workflow runs";
+const COMPLETE_OPERATION: Operation = Operation::CompleteRun;
 
 async fn complete(
     pool: &PgPool,
@@ -406,9 +404,10 @@ pub fn record_steps_sql() -> &'static str {
                     SELECT w.id, w.status, w.worker_id FROM tasks.workflow_runs w
                      WHERE w.namespace = r.namespace AND w.id = r.run_id
                     OFFSET 0) run
-              WHERE run.status = 'running' AND run.worker_id = r.worker_id
+              WHERE {fence}
              RETURNING {returning}",
             rows = step_rows(1),
+            fence = RECORD_STEP.fence("run.", "r.worker_id"),
             returning = super::prefixed("sa", STEP_COLUMNS),
         )
     });
@@ -432,7 +431,7 @@ pub fn complete_runs_sql() -> &'static str {
                         SELECT x.ctid AS tid, x.status, x.worker_id FROM tasks.workflow_runs x
                          WHERE x.namespace = c.namespace AND x.id = c.run_id
                         OFFSET 0) w
-                  WHERE w.status = 'running' AND w.worker_id = c.worker_id
+                  WHERE {fence}
              ), done AS (
                  UPDATE tasks.workflow_runs wr
                     SET status = 'completed', output = t.output::jsonb, error = NULL,
@@ -448,6 +447,7 @@ pub fn complete_runs_sql() -> &'static str {
              )
              SELECT {RUN_COLUMNS} FROM done",
             rows = step_rows(5),
+            fence = COMPLETE.fence("w.", "c.worker_id"),
             returning = super::prefixed("wr", RUN_COLUMNS),
         )
     });

@@ -4,9 +4,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
-use crate::store::{status_of, step_status_of};
+use crate::store::{status_of, step_status_of, ClaimedRun};
 
 /// Columns of `workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
@@ -45,7 +45,7 @@ pub(crate) struct RunRow {
 }
 
 impl RunRow {
-    pub(crate) fn into_run(self, operation: &'static str) -> StoreResult<WorkflowRun> {
+    pub(crate) fn into_run(self, operation: Operation) -> StoreResult<WorkflowRun> {
         Ok(WorkflowRun {
             status: status_of(&self.status, operation)?,
             namespace: self.namespace,
@@ -72,6 +72,23 @@ impl RunRow {
     }
 }
 
+/// A claimed run: its row and whether the claim is its first execution.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ClaimRow {
+    #[sqlx(flatten)]
+    run: RunRow,
+    first_execution: bool,
+}
+
+impl ClaimRow {
+    pub(crate) fn into_claimed(self, operation: Operation) -> StoreResult<ClaimedRun> {
+        Ok(ClaimedRun {
+            run: self.run.into_run(operation)?,
+            first_execution: self.first_execution,
+        })
+    }
+}
+
 #[derive(sqlx::FromRow)]
 pub(crate) struct StepRow {
     namespace: String,
@@ -93,7 +110,7 @@ pub(crate) struct StepRow {
 }
 
 impl StepRow {
-    pub(crate) fn into_step(self, operation: &'static str) -> StoreResult<StepAttempt> {
+    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
         Ok(StepAttempt {
             status: step_status_of(&self.status, operation)?,
             kind: self
@@ -127,13 +144,13 @@ fn json_null_to_none(value: Option<Value>) -> Option<Value> {
     value.filter(|v| !v.is_null())
 }
 
-pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
+pub(crate) fn runs(rows: Vec<RunRow>, operation: Operation) -> StoreResult<Vec<WorkflowRun>> {
     rows.into_iter()
         .map(|row| row.into_run(operation))
         .collect()
 }
 
-pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
+pub(crate) fn steps(rows: Vec<StepRow>, operation: Operation) -> StoreResult<Vec<StepAttempt>> {
     rows.into_iter()
         .map(|row| row.into_step(operation))
         .collect()

@@ -12,12 +12,12 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "initial",
-        sql: include_str!("../../../migrations/sqlite/0001_initial.sql"),
+        sql: include_str!("../../migrations/sqlite/0001_initial.sql"),
     },
     Migration {
         version: 2,
         name: "parent step index",
-        sql: include_str!("../../../migrations/sqlite/0002_parent_step_index.sql"),
+        sql: include_str!("../../migrations/sqlite/0002_parent_step_index.sql"),
     },
 ];
 

@@ -15,7 +15,7 @@
 //!   because the time is read under the lock, `created_at` follows commit order (as long as
 //!   the system clock does not step back).
 //! * **Storage.** Ids, timestamps and JSON are stored as text; see the migration
-//!   `migrations/sqlite/0001_initial.sql` for the exact encodings. Tables carry a `tasks_`
+//!   `tasks-runtime/migrations/sqlite/0001_initial.sql` for the exact encodings. Tables carry a `tasks_`
 //!   prefix, since SQLite has no schemas.
 //! * **Wake-ups.** Notifications travel over an in-process channel shared by every store on
 //!   the same database file in this process. Other processes do not hear them: their workers
@@ -23,7 +23,6 @@
 
 mod migrate;
 mod notify;
-mod retry;
 mod rows;
 mod runs;
 mod steps;
@@ -41,12 +40,12 @@ use uuid::Uuid;
 
 pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS};
 
-use crate::error::{db, StoreError, StoreResult};
-use crate::model::{RunStatus, StepAttempt, WorkflowRun};
-use crate::store::operation_verb;
+use crate::error::{db, Operation, StoreError, StoreResult};
+use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
-    CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, RecordStepAttempt, StepUpdate, Store, DEFAULT_NAMESPACE,
+    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
+    NotificationStream, Page, RecordStepAttempt, SharedStore, StepUpdate, Store,
+    DEFAULT_NAMESPACE,
 };
 use notify::Shared;
 use rows::{RunRow, RUN_COLUMNS};
@@ -119,7 +118,7 @@ impl SqliteStore {
     /// `url` is `sqlite://relative/path.sqlite`, `sqlite:///absolute/path.sqlite` or
     /// `sqlite::memory:` (an in-memory database, private to one store and its clones).
     pub fn options(url: &str) -> StoreResult<SqliteConnectOptions> {
-        let options: SqliteConnectOptions = url.parse().map_err(db("parsing the database URL"))?;
+        let options: SqliteConnectOptions = url.parse().map_err(db(Operation::Connect))?;
         Ok(recommended(options))
     }
 
@@ -168,7 +167,7 @@ impl SqliteStore {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                other => break other.map_err(db("connecting to the database"))?,
+                other => break other.map_err(db(Operation::Connect))?,
             }
         };
         Ok(SqliteStore::new(pool))
@@ -196,7 +195,7 @@ impl SqliteStore {
 
     /// Starts a write: queues on this process's gate, then takes SQLite's write lock with
     /// `BEGIN IMMEDIATE`, then reads the clock.
-    pub(crate) async fn begin_write(&self, operation: &'static str) -> StoreResult<Write<'_>> {
+    pub(crate) async fn begin_write(&self, operation: Operation) -> StoreResult<Write<'_>> {
         let gate = self.shared.write_gate.lock().await;
         let tx = self
             .pool
@@ -213,14 +212,7 @@ impl SqliteStore {
 
     /// Sends a notification of this store's namespace to the subscribers in this process.
     fn notify(&self, notification: Notification) {
-        let namespace = self.namespace.to_string();
-        self.shared.publish(match notification {
-            Notification::RunAvailable { .. } => Notification::RunAvailable { namespace },
-            Notification::RunFinished { run_id, .. } => {
-                Notification::RunFinished { namespace, run_id }
-            }
-            Notification::Missed { .. } => Notification::Missed { namespace },
-        });
+        self.shared.publish(notification);
     }
 }
 
@@ -267,7 +259,7 @@ pub(crate) struct Write<'a> {
     pub(crate) tx: Transaction<'static, Sqlite>,
     /// The time of this transaction, read after the write lock was taken.
     pub(crate) now: DateTime<Utc>,
-    operation: &'static str,
+    operation: Operation,
     _gate: tokio::sync::MutexGuard<'a, ()>,
 }
 
@@ -320,7 +312,7 @@ pub(crate) async fn fetch_run(
     conn: &mut SqliteConnection,
     namespace: &str,
     run_id: Uuid,
-    operation: &'static str,
+    operation: Operation,
 ) -> StoreResult<Option<WorkflowRun>> {
     let sql =
         format!("SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2");
@@ -334,43 +326,14 @@ pub(crate) async fn fetch_run(
         .transpose()
 }
 
-/// Explains why a fenced transition of `run_id` did not apply, given the run as it is.
-pub(crate) fn miss(
-    run_id: Uuid,
-    current: Option<WorkflowRun>,
-    worker_id: Option<&str>,
-    operation: &'static str,
-) -> StoreError {
-    match current {
-        None => StoreError::RunNotFound { id: run_id },
-        Some(run) => match worker_id {
-            Some(worker)
-                if run.status == RunStatus::Running && run.worker_id.as_deref() != Some(worker) =>
-            {
-                StoreError::LeaseLost {
-                    id: run_id,
-                    worker_id: worker.to_owned(),
-                }
-            }
-            _ => StoreError::WrongState {
-                id: run_id,
-                operation: operation_verb(operation),
-                status: run.status,
-            },
-        },
-    }
-}
-
-/// The verb shown in a [`StoreError::WrongState`] for a store operation (the same as the
-
 #[async_trait]
 impl Store for SqliteStore {
     fn namespace(&self) -> &str {
         &self.namespace
     }
 
-    fn scoped(&self, namespace: &str) -> Arc<dyn Store> {
-        Arc::new(self.with_namespace(namespace))
+    fn scoped(&self, namespace: &str) -> SharedStore {
+        SharedStore::new(self.with_namespace(namespace))
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
@@ -378,7 +341,7 @@ impl Store for SqliteStore {
     }
 
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
-        const OPERATION: &str = "getting a workflow run";
+        const OPERATION: Operation = Operation::GetRun;
         let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
         fetch_run(&mut conn, &self.namespace, run_id, OPERATION).await
     }
@@ -392,7 +355,7 @@ impl Store for SqliteStore {
         worker_id: &str,
         lease: Duration,
         limit: u32,
-    ) -> StoreResult<Vec<WorkflowRun>> {
+    ) -> StoreResult<Vec<ClaimedRun>> {
         self.claim_runs_impl(worker_id, lease, limit).await
     }
 
@@ -484,29 +447,12 @@ impl Store for SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
-        self.finish_step(run_id, step_attempt_id, worker_id, Ok(output))
-            .await
-    }
-
-    async fn fail_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        error: Value,
-    ) -> StoreResult<StepUpdate> {
-        self.finish_step(run_id, step_attempt_id, worker_id, Err(error))
+        self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
             .await
     }
 
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         self.record_step_attempt_impl(params).await
-    }
-
-    async fn publish(&self, notification: Notification) -> StoreResult<()> {
-        // A store only ever speaks for its own namespace, whatever the notification says.
-        self.notify(notification);
-        Ok(())
     }
 
     async fn subscribe(&self) -> StoreResult<NotificationStream> {

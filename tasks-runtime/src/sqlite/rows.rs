@@ -17,9 +17,9 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, SubsecRound, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
-use crate::store::{status_of, step_status_of};
+use crate::store::{status_of, step_status_of, ClaimedRun};
 
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
@@ -94,7 +94,7 @@ pub(crate) fn json_opt(value: Option<&Value>) -> Option<String> {
 }
 
 fn corrupt(
-    operation: &'static str,
+    operation: Operation,
     what: &str,
     value: &str,
     error: impl std::fmt::Display,
@@ -105,15 +105,15 @@ fn corrupt(
     }
 }
 
-pub(crate) fn parse_id(value: &str, operation: &'static str) -> StoreResult<Uuid> {
+pub(crate) fn parse_id(value: &str, operation: Operation) -> StoreResult<Uuid> {
     Uuid::parse_str(value).map_err(|e| corrupt(operation, "id", value, e))
 }
 
-fn parse_id_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<Uuid>> {
+fn parse_id_opt(value: Option<String>, operation: Operation) -> StoreResult<Option<Uuid>> {
     value.as_deref().map(|v| parse_id(v, operation)).transpose()
 }
 
-pub(crate) fn parse_ts(value: &str, operation: &'static str) -> StoreResult<DateTime<Utc>> {
+pub(crate) fn parse_ts(value: &str, operation: Operation) -> StoreResult<DateTime<Utc>> {
     NaiveDateTime::parse_from_str(value, TIMESTAMP_FORMAT)
         .map(|t| t.and_utc())
         .map_err(|e| corrupt(operation, "timestamp", value, e))
@@ -121,16 +121,16 @@ pub(crate) fn parse_ts(value: &str, operation: &'static str) -> StoreResult<Date
 
 fn parse_ts_opt(
     value: Option<String>,
-    operation: &'static str,
+    operation: Operation,
 ) -> StoreResult<Option<DateTime<Utc>>> {
     value.as_deref().map(|v| parse_ts(v, operation)).transpose()
 }
 
-pub(crate) fn parse_json(value: &str, operation: &'static str) -> StoreResult<Value> {
+pub(crate) fn parse_json(value: &str, operation: Operation) -> StoreResult<Value> {
     serde_json::from_str(value).map_err(|e| corrupt(operation, "JSON document", value, e))
 }
 
-fn parse_json_opt(value: Option<String>, operation: &'static str) -> StoreResult<Option<Value>> {
+fn parse_json_opt(value: Option<String>, operation: Operation) -> StoreResult<Option<Value>> {
     value
         .as_deref()
         .map(|v| parse_json(v, operation))
@@ -163,7 +163,7 @@ pub(crate) struct RunRow {
 }
 
 impl RunRow {
-    pub(crate) fn into_run(self, operation: &'static str) -> StoreResult<WorkflowRun> {
+    pub(crate) fn into_run(self, operation: Operation) -> StoreResult<WorkflowRun> {
         let op = operation;
         Ok(WorkflowRun {
             status: status_of(&self.status, op)?,
@@ -191,6 +191,23 @@ impl RunRow {
     }
 }
 
+/// A claimed run: its row and whether the claim is its first execution.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ClaimRow {
+    #[sqlx(flatten)]
+    run: RunRow,
+    first_execution: bool,
+}
+
+impl ClaimRow {
+    pub(crate) fn into_claimed(self, operation: Operation) -> StoreResult<ClaimedRun> {
+        Ok(ClaimedRun {
+            run: self.run.into_run(operation)?,
+            first_execution: self.first_execution,
+        })
+    }
+}
+
 #[derive(sqlx::FromRow)]
 pub(crate) struct StepRow {
     namespace: String,
@@ -212,7 +229,7 @@ pub(crate) struct StepRow {
 }
 
 impl StepRow {
-    pub(crate) fn into_step(self, operation: &'static str) -> StoreResult<StepAttempt> {
+    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
         let op = operation;
         Ok(StepAttempt {
             status: step_status_of(&self.status, op)?,
@@ -247,13 +264,13 @@ fn json_null_to_none(value: Option<Value>) -> Option<Value> {
     value.filter(|v| !v.is_null())
 }
 
-pub(crate) fn runs(rows: Vec<RunRow>, operation: &'static str) -> StoreResult<Vec<WorkflowRun>> {
+pub(crate) fn runs(rows: Vec<RunRow>, operation: Operation) -> StoreResult<Vec<WorkflowRun>> {
     rows.into_iter()
         .map(|row| row.into_run(operation))
         .collect()
 }
 
-pub(crate) fn steps(rows: Vec<StepRow>, operation: &'static str) -> StoreResult<Vec<StepAttempt>> {
+pub(crate) fn steps(rows: Vec<StepRow>, operation: Operation) -> StoreResult<Vec<StepAttempt>> {
     rows.into_iter()
         .map(|row| row.into_step(operation))
         .collect()
@@ -270,7 +287,7 @@ mod tests {
             .with_timezone(&Utc);
         let text = ts(t).unwrap();
         assert_eq!(text, "2024-03-05T07:08:09.123456Z");
-        assert_eq!(parse_ts(&text, "test").unwrap(), t.trunc_subsecs(6));
+        assert_eq!(parse_ts(&text, Operation::GetRun).unwrap(), t.trunc_subsecs(6));
         let whole = DateTime::parse_from_rfc3339("2024-03-05T07:08:09Z")
             .unwrap()
             .with_timezone(&Utc);
@@ -296,6 +313,6 @@ mod tests {
         assert!(id(low) < id(high));
         assert!(id(Uuid::nil()) < id(low));
         assert!(id(high) < id(Uuid::max()));
-        assert_eq!(parse_id(&id(high), "test").unwrap(), high);
+        assert_eq!(parse_id(&id(high), Operation::GetRun).unwrap(), high);
     }
 }

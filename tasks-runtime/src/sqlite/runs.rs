@@ -1,8 +1,8 @@
 //! Runs on SQLite: creation, listing, claims and every fenced run transition.
 //!
-//! Each transition is one `UPDATE ... WHERE <expected status and lease holder> RETURNING`
-//! inside a `BEGIN IMMEDIATE` transaction; when it matches no row, the run is read in the
-//! same transaction to explain why.
+//! Each transition is one `UPDATE ... WHERE <fence> RETURNING` inside a `BEGIN IMMEDIATE`
+//! transaction, with the fence of its [`Transition`]; when it matches no row, the run is read
+//! in the same transaction and the transition settles the miss.
 
 use std::time::Duration;
 
@@ -11,52 +11,87 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::retry::decide;
-use super::rows::{self, RunRow, RUN_COLUMNS};
-use super::{fetch_run, miss, SqliteStore, Write};
-use crate::error::{db, StoreError, StoreResult};
-use crate::model::{RunStatus, WorkflowRun};
-use crate::store::{CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery};
+use super::rows::{self, ClaimRow, RunRow, RUN_COLUMNS};
+use super::{fetch_run, SqliteStore, Write};
+use crate::error::{db, Operation, StoreResult};
+use crate::model::WorkflowRun;
+use crate::store::{ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery};
+use crate::transition::{
+    deadline_error, retry_after, status_in, Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING,
+    COMPLETE, EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME, SLEEP,
+};
 
 /// A query returning runs, with its arguments.
-type RunQuery<'q> = sqlx::query::QueryAs<'q, Sqlite, RunRow, sqlx::sqlite::SqliteArguments<'q>>;
-
-/// The error a claim records on runs whose deadline passed (as the Postgres store does).
-fn deadline_error() -> Value {
-    serde_json::json!({
-        "message": "Workflow run deadline exceeded",
-        "kind": "deadline",
-        "retryable": false,
-    })
-}
+pub(super) type RunQuery<'q> =
+    sqlx::query::QueryAs<'q, Sqlite, RunRow, sqlx::sqlite::SqliteArguments<'q>>;
 
 impl SqliteStore {
-    /// Runs a fenced `UPDATE ... RETURNING` of one run, prepared by `query` on the write
-    /// transaction; on a miss, the run as it is now.
-    async fn transition<'q>(
+    /// Applies `transition` in its own write transaction; see [`SqliteStore::transition_in`].
+    async fn transition(
+        &self,
+        transition: &Transition,
+        set: &str,
+        run_id: Uuid,
+        worker_id: Option<&str>,
+        bind: impl for<'q> FnOnce(RunQuery<'q>, &Write<'_>) -> StoreResult<RunQuery<'q>>,
+    ) -> StoreResult<WorkflowRun> {
+        let write = self.begin_write(transition.operation).await?;
+        self.transition_in(write, transition, set, run_id, worker_id, bind)
+            .await
+    }
+
+    /// Applies `transition` to a run in the write transaction `write`, and commits:
+    /// `UPDATE .. SET {set}, updated_at = ?4 WHERE <run> AND <fence> RETURNING <run>`, with
+    /// `?1` the namespace, `?2` the run, `?3` the worker (referenced by the fence of a leased
+    /// transition only) and `?4` the transaction's time; `bind` binds the `SET` list's values
+    /// from `?5` on. A miss is settled by the transition on the run as read in the same
+    /// transaction; a change is announced.
+    pub(super) async fn transition_in(
         &self,
         mut write: Write<'_>,
+        transition: &Transition,
+        set: &str,
         run_id: Uuid,
-        query: RunQuery<'q>,
-    ) -> StoreResult<Result<WorkflowRun, Option<WorkflowRun>>> {
-        let operation = write.operation;
-        let updated = query
+        worker_id: Option<&str>,
+        bind: impl for<'q> FnOnce(RunQuery<'q>, &Write<'_>) -> StoreResult<RunQuery<'q>>,
+    ) -> StoreResult<WorkflowRun> {
+        let operation = transition.operation;
+        let sql = format!(
+            "UPDATE tasks_workflow_runs SET {set}, updated_at = ?4
+              WHERE namespace = ?1 AND id = ?2 AND {fence}
+          RETURNING {RUN_COLUMNS}",
+            fence = transition.fence("", "?3"),
+        );
+        let query = sqlx::query_as::<_, RunRow>(&sql)
+            .bind(self.namespace.to_string())
+            .bind(rows::id(run_id))
+            .bind(worker_id.map(str::to_owned))
+            .bind(write.now());
+        let updated = bind(query, &write)?
             .fetch_optional(write.conn())
             .await
             .map_err(db(operation))?;
         let outcome = match updated {
             Some(row) => Ok(row.into_run(operation)?),
             None => {
-                tracing::debug!(%run_id, operation, "fenced update matched no run");
+                tracing::debug!(%run_id, worker_id, %operation, "fenced update matched no run");
                 Err(fetch_run(write.conn(), &self.namespace, run_id, operation).await?)
             }
         };
         write.commit().await?;
-        Ok(outcome)
+        match outcome {
+            Ok(run) => {
+                if let Some(notification) = transition.announcement(&run) {
+                    self.notify(notification);
+                }
+                Ok(run)
+            }
+            Err(current) => transition.settle(run_id, worker_id, current),
+        }
     }
 
     pub(super) async fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "creating a workflow run";
+        const OPERATION: Operation = Operation::CreateRun;
         let config = params.stored_config()?;
         let available_at = rows::ts_opt(params.available_at)?;
         let deadline_at = rows::ts_opt(params.deadline_at)?;
@@ -114,14 +149,14 @@ impl SqliteStore {
         let run = row.into_run(OPERATION)?;
         if created {
             self.notify(Notification::RunAvailable {
-                namespace: String::new(),
+                namespace: run.namespace.clone(),
             });
         }
         Ok(run)
     }
 
     pub(super) async fn list_runs_impl(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        const OPERATION: &str = "listing workflow runs";
+        const OPERATION: Operation = Operation::ListRuns;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = "
@@ -178,27 +213,30 @@ impl SqliteStore {
         worker_id: &str,
         lease: Duration,
         limit: u32,
-    ) -> StoreResult<Vec<WorkflowRun>> {
-        const OPERATION: &str = "claiming workflow runs";
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        const OPERATION: Operation = Operation::ClaimRuns;
         if limit == 0 {
             return Ok(Vec::new());
         }
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let lease_end = write.now_plus(lease)?;
-        sqlx::query(
+        let expire = format!(
             "UPDATE tasks_workflow_runs
                 SET status = 'failed', error = ?3, worker_id = NULL, available_at = NULL,
                     finished_at = ?2, updated_at = ?2
-              WHERE namespace = ?1 AND status IN ('pending', 'running', 'sleeping')
+              WHERE namespace = ?1 AND {}
                 AND deadline_at IS NOT NULL AND deadline_at <= ?2",
-        )
-        .bind(&*self.namespace)
-        .bind(&now)
-        .bind(rows::json(&deadline_error()))
-        .execute(write.conn())
-        .await
-        .map_err(db(OPERATION))?;
+            status_in("", EXPIRE.from)
+        );
+        sqlx::query(&expire)
+            .bind(&*self.namespace)
+            .bind(&now)
+            .bind(rows::json(&deadline_error()))
+            .execute(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        let claimable: Vec<_> = CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from).copied().collect();
         let sql = format!(
             "UPDATE tasks_workflow_runs
                 SET status = 'running', worker_id = ?3,
@@ -207,15 +245,16 @@ impl SqliteStore {
                     available_at = ?4, started_at = COALESCE(started_at, ?2), updated_at = ?2
               WHERE namespace = ?1 AND id IN (
                     SELECT id FROM tasks_workflow_runs
-                     WHERE namespace = ?1 AND status IN ('pending', 'running', 'sleeping')
+                     WHERE namespace = ?1 AND {claimable}
                        AND available_at <= ?2
                        AND (deadline_at IS NULL OR deadline_at > ?2)
-                     ORDER BY CASE WHEN status = 'pending' THEN 0 ELSE 1 END, available_at,
-                              created_at
+                     ORDER BY CASE WHEN {pending} THEN 0 ELSE 1 END, available_at, created_at
                      LIMIT ?5)
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
+            claimable = status_in("", &claimable),
+            pending = status_in("", CLAIM_PENDING.from),
         );
-        let claimed = sqlx::query_as::<_, RunRow>(&sql)
+        let claimed = sqlx::query_as::<_, ClaimRow>(&sql)
             .bind(&*self.namespace)
             .bind(&now)
             .bind(worker_id)
@@ -225,9 +264,12 @@ impl SqliteStore {
             .await
             .map_err(db(OPERATION))?;
         write.commit().await?;
-        let mut runs = rows::runs(claimed, OPERATION)?;
+        let mut runs = claimed
+            .into_iter()
+            .map(|row| row.into_claimed(OPERATION))
+            .collect::<StoreResult<Vec<_>>>()?;
         // Oldest first, so callers start work in the order it was queued.
-        runs.sort_by_key(|run| (run.created_at, run.id));
+        runs.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
         Ok(runs)
     }
 
@@ -237,18 +279,10 @@ impl SqliteStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "extending a lease";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs SET available_at = ?5, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-          RETURNING {RUN_COLUMNS}"
-        );
-        let (now, lease_end) = (write.now(), write.now_plus(lease)?);
-        let query = self.fenced(&sql, run_id, worker_id, now).bind(lease_end);
-        self.transition(write, run_id, query)
-            .await?
-            .map_err(|current| miss(run_id, current, Some(worker_id), OPERATION))
+        self.transition(&EXTEND_LEASE, "available_at = ?5", run_id, Some(worker_id), |q, w| {
+            Ok(q.bind(w.now_plus(lease)?))
+        })
+        .await
     }
 
     pub(super) async fn sleep_run_impl(
@@ -257,22 +291,10 @@ impl SqliteStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "sleeping a workflow run";
         let until = rows::ts(until)?;
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'sleeping', available_at = ?5, worker_id = NULL, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-          RETURNING {RUN_COLUMNS}"
-        );
-        let query = self
-            .fenced(&sql, run_id, worker_id, write.now())
-            .bind(until);
-        // No wake-up: the run is not available before `until`.
-        self.transition(write, run_id, query)
-            .await?
-            .map_err(|current| miss(run_id, current, Some(worker_id), OPERATION))
+        let set = "status = 'sleeping', available_at = ?5, worker_id = NULL";
+        self.transition(&SLEEP, set, run_id, Some(worker_id), |q, _| Ok(q.bind(until)))
+            .await
     }
 
     pub(super) async fn complete_run_impl(
@@ -281,86 +303,55 @@ impl SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "completing a workflow run";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = complete_sql();
-        let query = self
-            .fenced(&sql, run_id, worker_id, write.now())
-            .bind(rows::json(&output));
-        let run = self
-            .transition(write, run_id, query)
-            .await?
-            .map_err(|current| miss(run_id, current, Some(worker_id), OPERATION))?;
-        self.notify(Notification::RunFinished {
-            namespace: String::new(),
-            run_id,
-        });
-        Ok(run)
+        let write = self.begin_write(COMPLETE.operation).await?;
+        self.complete_in(write, run_id, worker_id, &output).await
+    }
+
+    /// Completes the run in `write` (see [`SqliteStore::transition_in`]).
+    pub(super) async fn complete_in(
+        &self,
+        write: Write<'_>,
+        run_id: Uuid,
+        worker_id: &str,
+        output: &Value,
+    ) -> StoreResult<WorkflowRun> {
+        let set = "status = 'completed', output = ?5, error = NULL, available_at = NULL, \
+                   finished_at = ?4";
+        let output = rows::json(output);
+        self.transition_in(write, &COMPLETE, set, run_id, Some(worker_id), |q, _| {
+            Ok(q.bind(output))
+        })
+        .await
     }
 
     pub(super) async fn fail_run_impl(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "failing a workflow run";
         let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
-        let mut write = self.begin_write(OPERATION).await?;
-        let current = fetch_run(write.conn(), &self.namespace, run_id, OPERATION).await?;
+        let mut write = self.begin_write(FAIL.operation).await?;
+        let current = fetch_run(write.conn(), &self.namespace, run_id, FAIL.operation).await?;
         let run = match current {
-            Some(run)
-                if run.status == RunStatus::Running
-                    && run.worker_id.as_deref() == Some(worker_id) =>
-            {
-                run
+            Some(run) if FAIL.admits(&run, Some(worker_id)) => run,
+            current => return Err(FAIL.miss(run_id, Some(worker_id), current.as_ref())),
+        };
+        // Decided under the write lock, on the attempt just read.
+        let retry_at = match retry_after(&run, params.force) {
+            None => None,
+            Some(wait) => {
+                let at = write.now_plus(wait)?;
+                let before_deadline = match run.deadline_at {
+                    Some(deadline) => at < rows::ts_bound(deadline),
+                    None => true,
+                };
+                before_deadline.then_some(at)
             }
-            other => {
-                write.commit().await?;
-                return Err(miss(run_id, other, Some(worker_id), OPERATION));
-            }
         };
-        let decision = decide(
-            &run.config,
-            run.attempts,
-            run.deadline_at,
-            write.now,
-            params.force,
-            params.custom_delay,
-        )?;
-        let retry_at = if decision.give_up {
-            None
-        } else {
-            let at = write.now.checked_add_signed(decision.wait).ok_or_else(|| {
-                StoreError::InvalidArgument("the retry delay is out of range".into())
-            })?;
-            Some(rows::ts(at)?)
-        };
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = ?5, available_at = ?6, finished_at = ?7,
-                    error = ?8, worker_id = NULL, started_at = NULL, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-          RETURNING {RUN_COLUMNS}"
-        );
-        let now = write.now();
-        let (status, finished_at) = if decision.give_up {
-            (RunStatus::Failed, Some(now.clone()))
-        } else {
-            (RunStatus::Pending, None)
-        };
-        let query = self
-            .fenced(&sql, run_id, worker_id, now)
-            .bind(status.as_str())
-            .bind(retry_at)
-            .bind(finished_at)
-            .bind(rows::json(&params.error));
-        let run = self
-            .transition(write, run_id, query)
-            .await?
-            .map_err(|current| miss(run_id, current, Some(worker_id), OPERATION))?;
-        if run.status == RunStatus::Failed {
-            self.notify(Notification::RunFinished {
-                namespace: String::new(),
-                run_id,
-            });
-        }
-        Ok(run)
+        let set = "status = CASE WHEN ?5 IS NULL THEN 'failed' ELSE 'pending' END,
+                   available_at = ?5, finished_at = CASE WHEN ?5 IS NULL THEN ?4 END,
+                   error = ?6, worker_id = NULL, started_at = NULL";
+        let error = rows::json(&params.error);
+        self.transition_in(write, &FAIL, set, run_id, Some(worker_id), |q, _| {
+            Ok(q.bind(retry_at).bind(error))
+        })
+        .await
     }
 
     pub(super) async fn release_run_impl(
@@ -370,124 +361,30 @@ impl SqliteStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "releasing a workflow run";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'pending', attempts = MAX(attempts - 1, 0), worker_id = NULL,
-                    available_at = ?5, error = ?6, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-          RETURNING {RUN_COLUMNS}"
-        );
-        let (now, available_at) = (write.now(), write.now_plus(delay)?);
-        let query = self
-            .fenced(&sql, run_id, worker_id, now)
-            .bind(available_at)
-            .bind(rows::json(&reason));
-        self.transition(write, run_id, query)
-            .await?
-            .map_err(|current| miss(run_id, current, Some(worker_id), OPERATION))
+        let set = "status = 'pending', attempts = MAX(attempts - 1, 0), worker_id = NULL,
+                   available_at = ?5, error = ?6";
+        let reason = rows::json(&reason);
+        self.transition(&RELEASE, set, run_id, Some(worker_id), |q, w| {
+            Ok(q.bind(w.now_plus(delay)?).bind(reason))
+        })
+        .await
     }
 
     pub(super) async fn cancel_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "canceling a workflow run";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'canceled', worker_id = NULL, available_at = NULL,
-                    finished_at = ?3, updated_at = ?3
-              WHERE namespace = ?1 AND id = ?2
-                AND status IN ('pending', 'running', 'sleeping', 'paused')
-          RETURNING {RUN_COLUMNS}"
-        );
-        let query = self.operator(&sql, run_id, write.now());
-        match self.transition(write, run_id, query).await? {
-            Ok(run) => {
-                self.notify(Notification::RunFinished {
-                    namespace: String::new(),
-                    run_id,
-                });
-                Ok(run)
-            }
-            Err(Some(run)) if run.status == RunStatus::Canceled => Ok(run),
-            Err(current) => Err(miss(run_id, current, None, OPERATION)),
-        }
+        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = ?4";
+        self.transition(&CANCEL, set, run_id, None, |q, _| Ok(q))
+            .await
     }
 
     pub(super) async fn pause_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "pausing a workflow run";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'paused', worker_id = NULL, available_at = NULL, updated_at = ?3
-              WHERE namespace = ?1 AND id = ?2 AND status IN ('pending', 'running', 'sleeping')
-          RETURNING {RUN_COLUMNS}"
-        );
-        let query = self.operator(&sql, run_id, write.now());
-        match self.transition(write, run_id, query).await? {
-            Ok(run) => Ok(run),
-            Err(Some(run)) if run.status == RunStatus::Paused => Ok(run),
-            Err(current) => Err(miss(run_id, current, None, OPERATION)),
-        }
+        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
+        self.transition(&PAUSE, set, run_id, None, |q, _| Ok(q))
+            .await
     }
 
     pub(super) async fn resume_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "resuming a workflow run";
-        let write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "UPDATE tasks_workflow_runs
-                SET status = 'pending', available_at = ?3, updated_at = ?3
-              WHERE namespace = ?1 AND id = ?2 AND status = 'paused'
-          RETURNING {RUN_COLUMNS}"
-        );
-        let query = self.operator(&sql, run_id, write.now());
-        match self.transition(write, run_id, query).await? {
-            Ok(run) => {
-                self.notify(Notification::RunAvailable {
-                    namespace: String::new(),
-                });
-                Ok(run)
-            }
-            Err(Some(run)) if matches!(run.status, RunStatus::Pending | RunStatus::Running) => {
-                Ok(run)
-            }
-            Err(current) => Err(miss(run_id, current, None, OPERATION)),
-        }
+        let set = "status = 'pending', available_at = ?4";
+        self.transition(&RESUME, set, run_id, None, |q, _| Ok(q))
+            .await
     }
-
-    /// A worker transition: `?1` namespace, `?2` run, `?3` worker, `?4` now; the caller binds
-    /// the rest from `?5` on.
-    pub(super) fn fenced<'q>(
-        &self,
-        sql: &'q str,
-        run_id: Uuid,
-        worker_id: &str,
-        now: String,
-    ) -> RunQuery<'q> {
-        sqlx::query_as::<_, RunRow>(sql)
-            .bind(self.namespace.to_string())
-            .bind(rows::id(run_id))
-            .bind(worker_id.to_owned())
-            .bind(now)
-    }
-
-    /// An operator transition: `?1` namespace, `?2` run, `?3` now.
-    fn operator<'q>(&self, sql: &'q str, run_id: Uuid, now: String) -> RunQuery<'q> {
-        sqlx::query_as::<_, RunRow>(sql)
-            .bind(self.namespace.to_string())
-            .bind(rows::id(run_id))
-            .bind(now)
-    }
-}
-
-/// Completes a run fenced on it running under a worker: `?1` namespace, `?2` run, `?3`
-/// worker, `?4` now, `?5` output.
-pub(super) fn complete_sql() -> String {
-    format!(
-        "UPDATE tasks_workflow_runs
-            SET status = 'completed', output = ?5, error = NULL, available_at = NULL,
-                finished_at = ?4, updated_at = ?4
-          WHERE namespace = ?1 AND id = ?2 AND status = 'running' AND worker_id = ?3
-      RETURNING {RUN_COLUMNS}"
-    )
 }

@@ -1,26 +1,69 @@
 //! Step attempts on SQLite: creation, reads, listings, and finishing an attempt (with the
 //! `Interrupted` outcome when its run was paused or canceled meanwhile).
+//!
+//! Every write reads the run under the write lock and checks the step transition's fence
+//! on it ([`Transition::admits`]), so a fence holds for the whole transaction.
 
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
 use super::rows::{self, StepRow, STEP_COLUMNS};
-use super::{fetch_run, miss, SqliteStore};
-use crate::error::{db, StoreError, StoreResult};
-use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
+use super::{fetch_run, SqliteStore, Write};
+use crate::error::{db, Operation, StoreResult};
+use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
-    complete_separately, CreateStepAttempt, Cursor, ListStepAttempts, Notification, Page,
-    PageQuery, RecordStepAttempt, StepUpdate,
+    complete_separately, CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery,
+    RecordStepAttempt, StepUpdate,
+};
+use crate::transition::{
+    explain_step_miss, interrupted, step_status_in, Transition, COMPLETE, COMPLETE_STEP,
+    CREATE_STEP, MARKABLE_STEP, RECORD_STEP,
 };
 
+/// How a step write found the run, read under the write lock.
+enum RunState {
+    /// Running under the writing worker: the write applies.
+    Owned(WorkflowRun),
+    /// Paused or canceled meanwhile: the attempt is kept, marked with this status.
+    Interrupted(WorkflowRun, StepStatus),
+    /// Anything else: the write is refused with this run (or none).
+    Refused(Option<WorkflowRun>),
+}
+
 impl SqliteStore {
+    /// Reads the run of a step write in `write` and classifies it for `transition`.
+    async fn run_state(
+        &self,
+        write: &mut Write<'_>,
+        transition: &Transition,
+        run_id: Uuid,
+        worker_id: &str,
+    ) -> StoreResult<RunState> {
+        let run = fetch_run(write.conn(), &self.namespace, run_id, transition.operation).await?;
+        Ok(match run {
+            Some(run) if transition.admits(&run, Some(worker_id)) => RunState::Owned(run),
+            Some(run) => match interrupted(run.status) {
+                Some(mark) => RunState::Interrupted(run, mark),
+                None => RunState::Refused(Some(run)),
+            },
+            None => RunState::Refused(None),
+        })
+    }
+
     pub(super) async fn create_step_attempt_impl(
         &self,
         params: CreateStepAttempt,
     ) -> StoreResult<StepAttempt> {
-        const OPERATION: &str = "creating a step attempt";
-        let mut write = self.begin_write(OPERATION).await?;
+        let operation = CREATE_STEP.operation;
+        let mut write = self.begin_write(operation).await?;
+        let run = fetch_run(write.conn(), &self.namespace, params.run_id, operation).await?;
+        if !run
+            .as_ref()
+            .is_some_and(|run| CREATE_STEP.admits(run, Some(&params.worker_id)))
+        {
+            return Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
+        }
         // Every attempt gets the time of its own write transaction, taken under the write
         // lock, so attempts of a run have increasing `created_at`; `id` (UUIDv7) breaks any
         // remaining tie.
@@ -28,48 +71,31 @@ impl SqliteStore {
             "INSERT INTO tasks_step_attempts
                  (namespace, id, workflow_run_id, step_name, kind, status, config, context,
                   started_at, created_at, updated_at)
-             SELECT ?1, ?3, wr.id, ?5, ?6, 'running', ?7, ?8, ?9, ?9, ?9
-               FROM tasks_workflow_runs wr
-              WHERE wr.namespace = ?1 AND wr.id = ?2 AND wr.status = 'running'
-                AND wr.worker_id = ?4
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8, ?8)
           RETURNING {STEP_COLUMNS}"
         );
         let now = write.now();
-        let inserted = sqlx::query_as::<_, StepRow>(&sql)
+        let row = sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
-            .bind(rows::id(params.run_id))
             .bind(rows::id(Uuid::now_v7()))
-            .bind(&params.worker_id)
+            .bind(rows::id(params.run_id))
             .bind(&params.step_name)
             .bind(params.kind.as_str())
             .bind(rows::json(&params.config))
             .bind(rows::json_opt(params.context.as_ref()))
             .bind(now)
-            .fetch_optional(write.conn())
+            .fetch_one(write.conn())
             .await
-            .map_err(db(OPERATION))?;
-        let outcome = match inserted {
-            Some(row) => row.into_step(OPERATION),
-            None => {
-                let current =
-                    fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await?;
-                Err(miss(
-                    params.run_id,
-                    current,
-                    Some(&params.worker_id),
-                    OPERATION,
-                ))
-            }
-        };
+            .map_err(db(operation))?;
         write.commit().await?;
-        outcome
+        row.into_step(operation)
     }
 
     pub(super) async fn get_step_attempt_impl(
         &self,
         step_attempt_id: Uuid,
     ) -> StoreResult<Option<StepAttempt>> {
-        const OPERATION: &str = "getting a step attempt";
+        const OPERATION: Operation = Operation::GetStepAttempt;
         let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
         fetch_step(&mut conn, &self.namespace, step_attempt_id, OPERATION).await
     }
@@ -78,7 +104,7 @@ impl SqliteStore {
         &self,
         params: ListStepAttempts,
     ) -> StoreResult<Page<StepAttempt>> {
-        const OPERATION: &str = "listing step attempts";
+        const OPERATION: Operation = Operation::ListStepAttempts;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = "
@@ -113,7 +139,7 @@ impl SqliteStore {
     }
 
     pub(super) async fn step_history_impl(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        const OPERATION: &str = "loading step history";
+        const OPERATION: Operation = Operation::StepHistory;
         let sql = format!(
             "SELECT {STEP_COLUMNS} FROM tasks_step_attempts
               WHERE namespace = ?1 AND workflow_run_id = ?2
@@ -128,77 +154,44 @@ impl SqliteStore {
         rows::steps(rows, OPERATION)
     }
 
-    /// Completes (`Ok(output)`) or fails (`Err(error)`) a running attempt, fenced on its run
-    /// running under `worker_id`, all in one write transaction.
+    /// Records a finished attempt in one write transaction, fenced on its run running
+    /// under the worker; an interrupted attempt is kept, marked like its run.
     pub(super) async fn record_step_attempt_impl(
         &self,
         params: RecordStepAttempt,
     ) -> StoreResult<StepUpdate> {
-        const OPERATION: &str = "recording a step attempt";
+        let operation = RECORD_STEP.operation;
         params.check_finished()?;
-        let mut write = self.begin_write(OPERATION).await?;
-        let now = write.now();
-        let started = write.now_minus(params.elapsed)?;
-        let Some(run) = fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await?
-        else {
-            return Err(StoreError::RunNotFound { id: params.run_id });
-        };
-        let owned = run.status == RunStatus::Running
-            && run.worker_id.as_deref() == Some(params.worker_id.as_str());
-        let interrupted = matches!(run.status, RunStatus::Paused | RunStatus::Canceled);
-        if !owned && !interrupted {
-            return Err(miss(
-                params.run_id,
-                Some(run),
-                Some(&params.worker_id),
-                OPERATION,
-            ));
-        }
-        // The run is read and the attempt written under one write lock, so the fence holds.
-        // An interrupted attempt is kept, marked like its run, without its result.
-        let (status, output, error) = if owned {
-            (
-                params.status,
-                params.output.as_ref().map(rows::json),
-                params.error.as_ref().map(rows::json),
-            )
-        } else {
-            let status = if run.status == RunStatus::Paused {
-                StepStatus::Paused
-            } else {
-                StepStatus::Canceled
-            };
-            (status, None, None)
-        };
-        let finished_at = if owned { Some(now.clone()) } else { None };
-        let row = self
-            .insert_finished(
-                write.conn(),
-                &params,
-                (status, output, error),
-                (&started, &now, finished_at.as_deref()),
-                OPERATION,
-            )
+        let mut write = self.begin_write(operation).await?;
+        let state = self
+            .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
             .await?;
+        let update = match state {
+            RunState::Owned(_) => {
+                let row = self.insert_finished(&mut write, &params, None).await?;
+                StepUpdate::Recorded(row.into_step(operation)?)
+            }
+            RunState::Interrupted(run, mark) => {
+                self.insert_finished(&mut write, &params, Some(mark)).await?;
+                StepUpdate::Interrupted {
+                    run_status: run.status,
+                }
+            }
+            RunState::Refused(run) => {
+                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()))
+            }
+        };
         write.commit().await?;
-        if owned {
-            Ok(StepUpdate::Recorded(row.into_step(OPERATION)?))
-        } else {
-            Ok(StepUpdate::Interrupted {
-                run_status: run.status,
-            })
-        }
+        Ok(update)
     }
 
-    /// Inserts a finished attempt of `params.run_id` as `status` with `output` and `error`
-    /// (JSON text), started, created and finished at the given times.
+    /// Inserts a finished attempt of `params.run_id`, created now and started `elapsed`
+    /// before: with its result, or, when `interrupted_as` is given, marked so without it.
     async fn insert_finished(
         &self,
-        conn: &mut sqlx::SqliteConnection,
+        write: &mut Write<'_>,
         params: &RecordStepAttempt,
-        (status, output, error): (StepStatus, Option<String>, Option<String>),
-        (started, now, finished_at): (&str, &str, Option<&str>),
-        operation: &'static str,
+        interrupted_as: Option<StepStatus>,
     ) -> StoreResult<StepRow> {
         let sql = format!(
             "INSERT INTO tasks_step_attempts
@@ -207,6 +200,16 @@ impl SqliteStore {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11)
           RETURNING {STEP_COLUMNS}"
         );
+        let (now, started) = (write.now(), write.now_minus(params.elapsed)?);
+        let (status, output, error, finished_at) = match interrupted_as {
+            None => (
+                params.status,
+                params.output.as_ref().map(rows::json),
+                params.error.as_ref().map(rows::json),
+                Some(now.clone()),
+            ),
+            Some(mark) => (mark, None, None, None),
+        };
         sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(Uuid::now_v7()))
@@ -220,9 +223,9 @@ impl SqliteStore {
             .bind(started)
             .bind(now)
             .bind(finished_at)
-            .fetch_one(conn)
+            .fetch_one(write.conn())
             .await
-            .map_err(db(operation))
+            .map_err(db(RECORD_STEP.operation))
     }
 
     /// The run's last attempts and its completion in one write transaction when the run is
@@ -235,146 +238,89 @@ impl SqliteStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        const OPERATION: &str = "completing a workflow run";
         RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
         if steps.is_empty() {
             return self.complete_run_impl(run_id, worker_id, output).await;
         }
-        let mut write = self.begin_write(OPERATION).await?;
-        let current = fetch_run(write.conn(), &self.namespace, run_id, OPERATION).await?;
-        let owned = current.is_some_and(|run| {
-            run.status == RunStatus::Running && run.worker_id.as_deref() == Some(worker_id)
-        });
-        if !owned {
+        let mut write = self.begin_write(COMPLETE.operation).await?;
+        let state = self.run_state(&mut write, &COMPLETE, run_id, worker_id).await?;
+        if !matches!(state, RunState::Owned(_)) {
             // Nothing written yet: give the lock back and let the single writes classify.
             drop(write);
             return complete_separately(self, run_id, worker_id, output, steps).await;
         }
-        let now = write.now();
         for params in &steps {
-            let started = write.now_minus(params.elapsed)?;
-            let result = (
-                params.status,
-                params.output.as_ref().map(rows::json),
-                params.error.as_ref().map(rows::json),
-            );
-            self.insert_finished(
-                write.conn(),
-                params,
-                result,
-                (&started, &now, Some(&now)),
-                OPERATION,
-            )
-            .await?;
+            self.insert_finished(&mut write, params, None).await?;
         }
-        // The fence holds: the run was read above under the same write lock.
-        let sql = super::runs::complete_sql();
-        let run = self
-            .fenced(&sql, run_id, worker_id, now)
-            .bind(rows::json(&output))
-            .fetch_one(write.conn())
-            .await
-            .map_err(db(OPERATION))?
-            .into_run(OPERATION)?;
-        write.commit().await?;
-        self.notify(Notification::RunFinished {
-            namespace: String::new(),
-            run_id,
-        });
-        Ok(run)
+        self.complete_in(write, run_id, worker_id, &output).await
     }
 
-    pub(super) async fn finish_step(
+    /// Completes a running attempt (a durable sleep) with `output`, fenced on its run
+    /// running under `worker_id`, all in one write transaction.
+    pub(super) async fn complete_step_attempt_impl(
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
         worker_id: &str,
-        result: Result<Value, Value>,
+        output: Value,
     ) -> StoreResult<StepUpdate> {
-        let (operation, status, output, error) = match &result {
-            Ok(output) => (
-                "completing a step attempt",
-                StepStatus::Completed,
-                Some(rows::json(output)),
-                None,
-            ),
-            Err(error) => (
-                "failing a step attempt",
-                StepStatus::Failed,
-                None,
-                Some(rows::json(error)),
-            ),
-        };
+        let operation = COMPLETE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
         let now = write.now();
+        let state = self
+            .run_state(&mut write, &COMPLETE_STEP, run_id, worker_id)
+            .await?;
+        let (status, output, from) = match &state {
+            RunState::Owned(_) => (
+                StepStatus::Completed,
+                Some(rows::json(&output)),
+                &[StepStatus::Running][..],
+            ),
+            RunState::Interrupted(_, mark) => (*mark, None, MARKABLE_STEP),
+            RunState::Refused(run) => {
+                return Err(COMPLETE_STEP.miss(run_id, Some(worker_id), run.as_ref()));
+            }
+        };
         let sql = format!(
             "UPDATE tasks_step_attempts
-                SET status = ?4, output = ?5, error = ?6, finished_at = ?8, updated_at = ?8
-              WHERE namespace = ?1 AND workflow_run_id = ?2 AND id = ?3 AND status = 'running'
-                AND EXISTS (SELECT 1 FROM tasks_workflow_runs wr
-                             WHERE wr.namespace = ?1 AND wr.id = ?2
-                               AND wr.status = 'running' AND wr.worker_id = ?7)
-          RETURNING {STEP_COLUMNS}"
+                SET status = ?4, output = ?5, finished_at = ?6, updated_at = ?7
+              WHERE namespace = ?1 AND workflow_run_id = ?2 AND id = ?3 AND {from}
+          RETURNING {STEP_COLUMNS}",
+            from = step_status_in("", from),
         );
+        let finished_at = output.is_some().then(|| now.clone());
         let updated = sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(run_id))
             .bind(rows::id(step_attempt_id))
             .bind(status.as_str())
             .bind(output)
-            .bind(error)
-            .bind(worker_id)
+            .bind(finished_at)
             .bind(&now)
             .fetch_optional(write.conn())
             .await
             .map_err(db(operation))?;
-        if let Some(row) = updated {
-            write.commit().await?;
-            return Ok(StepUpdate::Recorded(row.into_step(operation)?));
-        }
-
-        // The fence missed. Paused or canceled runs interrupt the step: mark it so and
-        // report the interruption. Anything else is an error the caller must see.
-        let Some(run) = fetch_run(write.conn(), &self.namespace, run_id, operation).await? else {
-            return Err(StoreError::RunNotFound { id: run_id });
-        };
-        if matches!(run.status, RunStatus::Paused | RunStatus::Canceled) {
-            let marked = sqlx::query(
-                "UPDATE tasks_step_attempts SET status = ?4, updated_at = ?5
-                  WHERE namespace = ?1 AND workflow_run_id = ?2 AND id = ?3
-                    AND status IN ('running', 'paused')",
-            )
-            .bind(&*self.namespace)
-            .bind(rows::id(run_id))
-            .bind(rows::id(step_attempt_id))
-            .bind(run.status.as_str())
-            .bind(&now)
-            .execute(write.conn())
-            .await
-            .map_err(db(operation))?;
-            if marked.rows_affected() > 0 {
-                write.commit().await?;
-                return Ok(StepUpdate::Interrupted {
-                    run_status: run.status,
-                });
-            }
-        }
-        let step = fetch_step(write.conn(), &self.namespace, step_attempt_id, operation).await?;
-        write.commit().await?;
-        Err(match step {
-            Some(step) if step.workflow_run_id == run_id && step.status != StepStatus::Running => {
-                StoreError::StepAlreadyFinished {
-                    id: step_attempt_id,
-                    status: step.status,
-                }
-            }
-            Some(step) if step.workflow_run_id == run_id => {
-                miss(run_id, Some(run), Some(worker_id), operation)
-            }
-            _ => StoreError::StepNotFound {
-                id: step_attempt_id,
+        let outcome = match (updated, state) {
+            (Some(row), RunState::Owned(_)) => StepUpdate::Recorded(row.into_step(operation)?),
+            (Some(_), RunState::Interrupted(run, _)) => StepUpdate::Interrupted {
+                run_status: run.status,
             },
-        })
+            (_, RunState::Owned(run) | RunState::Interrupted(run, _)) => {
+                let step =
+                    fetch_step(write.conn(), &self.namespace, step_attempt_id, operation).await?;
+                return Err(explain_step_miss(
+                    &COMPLETE_STEP,
+                    run_id,
+                    step_attempt_id,
+                    worker_id,
+                    Some(&run),
+                    step.as_ref(),
+                ));
+            }
+            (_, RunState::Refused(_)) => unreachable!("refused before the update"),
+        };
+        write.commit().await?;
+        Ok(outcome)
     }
 }
 
@@ -383,7 +329,7 @@ async fn fetch_step(
     conn: &mut sqlx::SqliteConnection,
     namespace: &str,
     step_attempt_id: Uuid,
-    operation: &'static str,
+    operation: Operation,
 ) -> StoreResult<Option<StepAttempt>> {
     let sql =
         format!("SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = ?1 AND id = ?2");

@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         }
-        for run in claimed {
+        for tasks::ClaimedRun { run, .. } in claimed {
             writeln!(stdout, "claimed {} {}", run.id, run.attempts)?;
             // The work of the attempt, outside any transaction. SQLite's lock is not fair: a
             // process that takes it again the moment it lets go can starve the other one,
@@ -67,7 +67,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         worker_id: worker.clone(),
                         error: json!({ "message": "first attempt fails", "by": worker }),
                         force: false,
-                        custom_delay: Some(Duration::ZERO),
                     })
                     .await?;
             } else {

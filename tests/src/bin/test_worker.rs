@@ -13,7 +13,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
-use tasks::{step, workflow, Store, Worker, WorkflowContext, WorkflowError};
+use tasks::{step, workflow, Worker, WorkflowContext, WorkflowError};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: test_worker <store-url> <namespace> <lease-ms>".into());
     };
     let store = tasks::connect(&url).await?.scoped(&namespace);
-    let worker = Worker::builder_shared(store)
+    let worker = Worker::builder(store)
         .lease(Duration::from_millis(lease.parse()?))
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
         .build()?;

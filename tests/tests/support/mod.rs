@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tasks::postgres::PgStore;
 use tasks::sqlite::SqliteStore;
-use tasks::{Client, Store, Worker, WorkerBuilder};
+use tasks::{Client, SharedStore, Store, Worker, WorkerBuilder};
 use uuid::Uuid;
 
 /// The store an end-to-end test runs against.
@@ -31,7 +31,7 @@ impl Backend {
             Backend::Postgres => {
                 let store = tasks_tests::pg_store().await;
                 TestStore {
-                    shared: Arc::new(store.clone()),
+                    shared: SharedStore::new(store.clone()),
                     kind: Kind::Postgres(store),
                 }
             }
@@ -41,7 +41,7 @@ impl Backend {
                     .await
                     .with_namespace(tasks_tests::unique_namespace());
                 TestStore {
-                    shared: Arc::new(store.clone()),
+                    shared: SharedStore::new(store.clone()),
                     kind: Kind::Sqlite { store, path },
                 }
             }
@@ -52,7 +52,7 @@ impl Backend {
 /// A store under test: the shared [`Store`] that workers and clients use (it derefs to it),
 /// plus what a test needs to reach behind the `Store` API of its backend.
 pub struct TestStore {
-    shared: Arc<dyn Store>,
+    shared: SharedStore,
     kind: Kind,
 }
 
@@ -71,7 +71,7 @@ impl Deref for TestStore {
 
 impl TestStore {
     /// The store as a trait object, for workers, clients and helpers that take one.
-    pub fn shared(&self) -> Arc<dyn Store> {
+    pub fn shared(&self) -> SharedStore {
         self.shared.clone()
     }
 
@@ -109,7 +109,7 @@ impl TestStore {
             .unwrap()
             .rows_affected(),
             // The SQLite store keeps ids and timestamps as text; see
-            // `migrations/sqlite/0001_initial.sql` for the encodings.
+            // `tasks-runtime/migrations/sqlite/0001_initial.sql` for the encodings.
             Kind::Sqlite { store, .. } => {
                 let in_an_hour = (chrono::Utc::now() + chrono::Duration::hours(1))
                     .format("%Y-%m-%dT%H:%M:%S%.6fZ")
@@ -134,7 +134,7 @@ impl TestStore {
 
 /// A worker builder tuned for tests: fast polling, short lease.
 pub fn worker(store: &TestStore) -> WorkerBuilder {
-    Worker::builder_shared(store.shared())
+    Worker::builder(store.shared())
         .concurrency(8)
         .lease(Duration::from_secs(2))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))

@@ -6,10 +6,41 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{json, Value};
 use tasks::{
-    CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy, RunStatus,
+    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy, RunStatus,
     StepAttempt, StepKind, StepUpdate, Store, StoreError, WorkflowRun,
 };
 use uuid::Uuid;
+
+/// [`Store::claim_runs`] with a limit of one: the cases' way to claim a single run.
+pub(crate) trait ClaimOne {
+    /// Claims at most one run for `worker_id` with a lease of `lease`.
+    fn claim_run(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+    ) -> impl std::future::Future<Output = Result<Option<WorkflowRun>, StoreError>>;
+}
+
+impl<S: Store + ?Sized> ClaimOne for S {
+    async fn claim_run(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+    ) -> Result<Option<WorkflowRun>, StoreError> {
+        let claimed = self.claim_runs(worker_id, lease, 1).await?;
+        Ok(claimed.into_iter().next().map(|claimed| claimed.run))
+    }
+}
+
+/// Runs of a claim, without what the claim says about them.
+pub(crate) fn claimed_runs(claimed: Vec<ClaimedRun>) -> Vec<WorkflowRun> {
+    claimed.into_iter().map(|claimed| claimed.run).collect()
+}
+
+/// A namespace no other case uses.
+pub(crate) fn unique_namespace() -> String {
+    format!("conformance-{}", Uuid::new_v4())
+}
 
 /// A lease long enough never to expire during a test.
 pub(crate) const LONG_LEASE: Duration = Duration::from_secs(60);
@@ -107,7 +138,6 @@ pub(crate) async fn create_failed<S: Store + ?Sized>(store: &S) -> WorkflowRun {
             worker_id: owner(&claimed).to_owned(),
             error: json!({ "message": "boom" }),
             force: true,
-            custom_delay: None,
         })
         .await
         .expect("fail_run");
@@ -148,7 +178,6 @@ pub(crate) fn fail_params(run: &WorkflowRun, message: &str) -> FailRun {
         worker_id: owner(run).to_owned(),
         error: error_value(message),
         force: false,
-        custom_delay: None,
     }
 }
 
@@ -294,17 +323,6 @@ pub(crate) async fn complete_step<S: Store + ?Sized>(
         .await
 }
 
-/// Fails a step as the run's worker.
-pub(crate) async fn fail_step<S: Store + ?Sized>(
-    store: &S,
-    run: &WorkflowRun,
-    step: &StepAttempt,
-    error: Value,
-) -> Result<StepUpdate, StoreError> {
-    store
-        .fail_step_attempt(run.id, step.id, owner(run), error)
-        .await
-}
 
 /// The attempt a `Recorded` update carries.
 #[track_caller]

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{RecordStepAttempt, RunStatus, StepKind, StepStatus, StepUpdate, Store, StoreError};
+use tasks::{
+    RecordStepAttempt, RetryPolicy, RunStatus, StepKind, StepStatus, StepUpdate, Store, StoreError,
+};
 use uuid::Uuid;
 
 use super::support::*;
@@ -141,45 +143,55 @@ pub async fn record_step_attempt_after_pause_or_cancel_is_interrupted(setup: imp
     }
 }
 
-/// The first claim of a run stamps `started_at` and `updated_at` with the same time and has
-/// `attempts == 1`; no later claim looks like that. Workers rely on it to skip loading the
-/// history of a run that cannot have one.
+/// A claim says whether it is the run's first execution (workers then skip loading a
+/// history that cannot exist); no later claim says so: not after a sleep, a retry or a
+/// pause. The first claim stamps `started_at` and `updated_at` with the same time and has
+/// `attempts == 1`.
 pub async fn first_claim_is_recognisable(setup: impl Setup) {
     let store = setup.store().await;
-    let first =
-        |run: &tasks::WorkflowRun| run.attempts == 1 && run.started_at == Some(run.updated_at);
+    let claim = |store| async move {
+        let mut claimed = Store::claim_runs(store, &new_worker(), LONG_LEASE, 1)
+            .await
+            .expect("claim_runs");
+        assert_eq!(claimed.len(), 1, "one claimable run expected");
+        claimed.remove(0)
+    };
 
-    let run = create_claimed(&store).await;
-    assert!(first(&run), "first claim: {run:?}");
+    let created = create_pending(&store).await;
+    let first = claim(&store).await;
+    assert_eq!(first.run.id, created.id);
+    assert!(first.first_execution, "first claim: {first:?}");
+    assert_eq!(first.run.attempts, 1);
+    assert_eq!(first.run.started_at, Some(first.run.updated_at));
 
     // Woken from a sleep: same attempt, but an older start.
-    let claimed = create_claimed(&store).await;
+    let claimed = first.run;
     let until = chrono::Utc::now() + chrono::Duration::milliseconds(300);
-    let slept = store
+    store
         .sleep_run(claimed.id, owner(&claimed), until)
         .await
         .unwrap();
     sleep_past(until).await;
-    let woken = claim_one(&store, LONG_LEASE).await;
-    assert_eq!(woken.id, slept.id);
-    assert!(!first(&woken), "woken from a sleep: {woken:?}");
+    let woken = claim(&store).await;
+    assert_eq!(woken.run.id, claimed.id);
+    assert!(!woken.first_execution, "woken from a sleep: {woken:?}");
 
     // Retried after a failure.
-    let run = create_claimed(&store).await;
-    let mut params = fail_params(&run, "boom");
-    params.custom_delay = Some(Duration::ZERO);
-    store.fail_run(params).await.unwrap();
-    let retried = claim_one(&store, LONG_LEASE).await;
-    assert_eq!(retried.id, run.id);
-    assert!(!first(&retried), "retried: {retried:?}");
+    let immediate = RetryPolicy::new(3).with_initial_interval(Duration::ZERO);
+    store.create_run(with_policy(immediate, None)).await.unwrap();
+    let run = claim(&store).await.run;
+    store.fail_run(fail_params(&run, "boom")).await.unwrap();
+    let retried = claim(&store).await;
+    assert_eq!(retried.run.id, run.id);
+    assert!(!retried.first_execution, "retried: {retried:?}");
 
     // Resumed after a pause.
     let run = create_claimed(&store).await;
     store.pause_run(run.id).await.unwrap();
     store.resume_run(run.id).await.unwrap();
-    let resumed = claim_one(&store, LONG_LEASE).await;
-    assert_eq!(resumed.id, run.id);
-    assert!(!first(&resumed), "resumed: {resumed:?}");
+    let resumed = claim(&store).await;
+    assert_eq!(resumed.run.id, run.id);
+    assert!(!resumed.first_execution, "resumed: {resumed:?}");
 }
 
 /// A run completes together with its last finished attempts: the attempts are in the

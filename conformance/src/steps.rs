@@ -240,11 +240,6 @@ pub async fn step_history_lists_attempts_oldest_first(setup: impl Setup) {
             .await
             .unwrap(),
     );
-    recorded(
-        fail_step(&store, &run, &steps[2], json!({ "message": "x" }))
-            .await
-            .unwrap(),
-    );
 
     let history = store.step_history(run.id).await.unwrap();
     assert_eq!(
@@ -253,7 +248,7 @@ pub async fn step_history_lists_attempts_oldest_first(setup: impl Setup) {
     );
     assert_eq!(history[1].status, StepStatus::Completed);
     assert_eq!(history[1].output, Some(json!(1)));
-    assert_eq!(history[2].status, StepStatus::Failed);
+    assert_eq!(history[2].status, StepStatus::Running);
     let listed = store
         .list_step_attempts(ListStepAttempts::new(run.id))
         .await

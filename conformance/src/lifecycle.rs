@@ -322,7 +322,6 @@ pub async fn unknown_run_is_not_found_for_every_operation(setup: impl Setup) {
                 worker_id: w.into(),
                 error: error_value("x"),
                 force: false,
-                custom_delay: None,
             })
             .await
     );
@@ -334,11 +333,6 @@ pub async fn unknown_run_is_not_found_for_every_operation(setup: impl Setup) {
     not_found!(
         store
             .complete_step_attempt(id, Uuid::new_v4(), w, json!(1))
-            .await
-    );
-    not_found!(
-        store
-            .fail_step_attempt(id, Uuid::new_v4(), w, json!(1))
             .await
     );
 }
@@ -378,8 +372,7 @@ pub async fn finished_run_is_wrong_state_for_every_worker_operation(setup: impl 
                     worker_id: w.into(),
                     error: error_value("x"),
                     force: true,
-                    custom_delay: None,
-                })
+                    })
                 .await
         );
         wrong_state!(store.release_run(id, w, Duration::ZERO, json!(null)).await);

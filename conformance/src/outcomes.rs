@@ -152,10 +152,13 @@ pub async fn fail_run_fails_for_good_when_forced(setup: impl Setup) {
     assert_near_now(failed.finished_at, "finished_at");
 }
 
-/// The run's retry policy sets the backoff; `custom_delay` overrides it.
-pub async fn fail_run_uses_custom_delay_and_policy_interval(setup: impl Setup) {
+/// The run's retry policy sets the backoff, to the millisecond (the policy's intervals
+/// are whole milliseconds on every store).
+pub async fn fail_run_backoff_follows_the_policy_interval(setup: impl Setup) {
     let store = setup.store().await;
-    let policy = RetryPolicy::new(5).with_initial_interval(Duration::from_secs(7));
+    let policy = RetryPolicy::new(5)
+        .with_initial_interval(Duration::from_millis(7_250))
+        .with_backoff_coefficient(1.5);
 
     store.create_run(with_policy(policy, None)).await.unwrap();
     let claimed = claim_one(&store, LONG_LEASE).await;
@@ -169,25 +172,7 @@ pub async fn fail_run_uses_custom_delay_and_policy_interval(setup: impl Setup) {
         failed.available_at,
         before,
         Utc::now(),
-        Duration::from_secs(7),
-    );
-
-    store.create_run(with_policy(policy, None)).await.unwrap();
-    let claimed = claim_one(&store, LONG_LEASE).await;
-    let before = Utc::now();
-    let failed = store
-        .fail_run(FailRun {
-            custom_delay: Some(Duration::from_secs(30)),
-            ..fail_params(&claimed, "custom")
-        })
-        .await
-        .unwrap();
-    assert_eq!(failed.status, RunStatus::Pending);
-    assert_delay(
-        failed.available_at,
-        before,
-        Utc::now(),
-        Duration::from_secs(30),
+        Duration::from_millis(7_250),
     );
 }
 

@@ -132,7 +132,7 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
         .unwrap()
         .is_empty());
 
-    let first = store.claim_runs("w1", LONG_LEASE, 3).await.unwrap();
+    let first = claimed_runs(store.claim_runs("w1", LONG_LEASE, 3).await.unwrap());
     let first_ids: HashSet<Uuid> = first.iter().map(|run| run.id).collect();
     assert_eq!(first.len(), 3);
     assert_eq!(first_ids, created[0..3].iter().copied().collect());
@@ -142,7 +142,7 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
         assert_eq!(run.attempts, 1);
     }
 
-    let second = store.claim_runs("w2", LONG_LEASE, 10).await.unwrap();
+    let second = claimed_runs(store.claim_runs("w2", LONG_LEASE, 10).await.unwrap());
     let second_ids: HashSet<Uuid> = second.iter().map(|run| run.id).collect();
     assert_eq!(second.len(), 2);
     assert_eq!(second_ids, created[3..5].iter().copied().collect());
@@ -172,14 +172,14 @@ pub async fn claim_runs_fills_a_batch_pending_first(setup: impl Setup) {
         create_pending(&store).await.id,
     ];
 
-    let batch = store.claim_runs("w", LONG_LEASE, 3).await.unwrap();
+    let batch = claimed_runs(store.claim_runs("w", LONG_LEASE, 3).await.unwrap());
     // Returned oldest first (by creation), whatever the claim order.
     let ids: Vec<Uuid> = batch.iter().map(|run| run.id).collect();
     assert_eq!(ids, vec![expired_first.id, pending[0], pending[1]]);
     let attempts: Vec<i32> = batch.iter().map(|run| run.attempts).collect();
     assert_eq!(attempts, vec![2, 1, 1]);
 
-    let rest = store.claim_runs("w", LONG_LEASE, 3).await.unwrap();
+    let rest = claimed_runs(store.claim_runs("w", LONG_LEASE, 3).await.unwrap());
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].id, expired_second.id);
     assert!(store
@@ -220,7 +220,7 @@ pub async fn concurrent_batch_claimers_never_share_a_run(setup: impl Setup) {
                         "a batch of {} exceeds the limit",
                         batch.len()
                     );
-                    for run in batch {
+                    for run in claimed_runs(batch) {
                         assert_eq!(run.worker_id.as_deref(), Some(worker.as_str()));
                         assert_eq!(run.attempts, 1, "run {} was claimed twice", run.id);
                         claimed.push(run.id);

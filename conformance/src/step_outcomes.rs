@@ -67,65 +67,6 @@ pub async fn complete_unknown_step_attempt_is_not_found(setup: impl Setup) {
     );
 }
 
-/// Failing a running attempt records its error.
-pub async fn fail_step_attempt_records_error(setup: impl Setup) {
-    let store = setup.store().await;
-    let run = create_claimed(&store).await;
-    let created = start_step(&store, &run, "s").await;
-    let error = json!({ "message": "nope" });
-    let failed = recorded(
-        fail_step(&store, &run, &created, error.clone())
-            .await
-            .unwrap(),
-    );
-
-    assert_eq!(failed.status, StepStatus::Failed);
-    assert_eq!(failed.error, Some(error));
-    assert_eq!(failed.output, None);
-    assert_near_now(failed.finished_at, "finished_at");
-    assert_eq!(
-        store.get_step_attempt(created.id).await.unwrap(),
-        Some(failed)
-    );
-    // The run itself is untouched.
-    assert_eq!(
-        store.get_run(run.id).await.unwrap().unwrap().status,
-        RunStatus::Running
-    );
-}
-
-/// An attempt cannot be failed once its run stopped running (here: completed).
-pub async fn fail_step_attempt_when_run_not_running_is_wrong_state(setup: impl Setup) {
-    let store = setup.store().await;
-    let run = create_claimed(&store).await;
-    let step = start_step(&store, &run, "s").await;
-    store
-        .complete_run(run.id, owner(&run), json!(null))
-        .await
-        .unwrap();
-
-    assert_err!(
-        fail_step(&store, &run, &step, json!({ "message": "nope" })).await,
-        StoreError::WrongState { id, status: RunStatus::Completed, .. } if *id == run.id
-    );
-    let after = store.get_step_attempt(step.id).await.unwrap().unwrap();
-    assert_eq!(after.error, None);
-    assert_ne!(after.status, StepStatus::Failed);
-}
-
-/// Failing an attempt that does not exist is `StepNotFound`.
-pub async fn fail_unknown_step_attempt_is_not_found(setup: impl Setup) {
-    let store = setup.store().await;
-    let run = create_claimed(&store).await;
-    let unknown = Uuid::new_v4();
-    assert_err!(
-        store
-            .fail_step_attempt(run.id, unknown, owner(&run), json!({ "message": "nope" }))
-            .await,
-        StoreError::StepNotFound { id } if *id == unknown
-    );
-}
-
 /// An attempt addressed through another run (even one the caller holds) is not found, and
 /// stays untouched.
 pub async fn step_attempt_of_another_run_is_not_found(setup: impl Setup) {
@@ -137,12 +78,6 @@ pub async fn step_attempt_of_another_run_is_not_found(setup: impl Setup) {
     assert_err!(
         store.complete_step_attempt(b.id, step.id, owner(&b), json!(1)).await,
         StoreError::StepNotFound { id } if *id == step.id
-    );
-    assert_err!(
-        store
-            .fail_step_attempt(b.id, step.id, owner(&b), json!(1))
-            .await,
-        StoreError::StepNotFound { .. }
     );
     assert_eq!(store.get_step_attempt(step.id).await.unwrap(), Some(step));
 }
@@ -161,32 +96,7 @@ pub async fn finished_step_attempt_cannot_be_finished_again(setup: impl Setup) {
         complete_step(&store, &run, &done, json!("second")).await,
         StoreError::StepAlreadyFinished { id, status: StepStatus::Completed } if *id == done.id
     );
-    assert_err!(
-        fail_step(&store, &run, &done, json!("late")).await,
-        StoreError::StepAlreadyFinished {
-            status: StepStatus::Completed,
-            ..
-        }
-    );
     assert_eq!(store.get_step_attempt(done.id).await.unwrap(), Some(done));
-
-    let broken = start_step(&store, &run, "broken").await;
-    let broken = recorded(
-        fail_step(&store, &run, &broken, json!("first"))
-            .await
-            .unwrap(),
-    );
-    assert_err!(
-        complete_step(&store, &run, &broken, json!("second")).await,
-        StoreError::StepAlreadyFinished {
-            status: StepStatus::Failed,
-            ..
-        }
-    );
-    assert_eq!(
-        store.get_step_attempt(broken.id).await.unwrap(),
-        Some(broken)
-    );
 }
 
 /// Finishing an attempt after its run was paused reports the interruption and marks the
@@ -213,7 +123,7 @@ pub async fn step_finished_after_pause_is_interrupted(setup: impl Setup) {
         }
     );
     assert_eq!(
-        fail_step(&store, &run, &s2, json!("err")).await.unwrap(),
+        complete_step(&store, &run, &s2, json!("err")).await.unwrap(),
         StepUpdate::Interrupted {
             run_status: RunStatus::Paused
         }
@@ -274,7 +184,7 @@ pub async fn step_finished_after_cancel_is_interrupted(setup: impl Setup) {
         }
     );
     assert_eq!(
-        fail_step(&store, &run, &s2, json!("err")).await.unwrap(),
+        complete_step(&store, &run, &s2, json!("err")).await.unwrap(),
         StepUpdate::Interrupted {
             run_status: RunStatus::Canceled
         }
@@ -381,7 +291,6 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
     );
     lease_lost!(store.create_step_attempt(step_params(&stale, "s2")).await);
     lease_lost!(complete_step(&store, &stale, &s1, json!("stale")).await);
-    lease_lost!(fail_step(&store, &stale, &s1, json!("stale")).await);
 
     let untouched = store.get_step_attempt(s1.id).await.unwrap().unwrap();
     assert_eq!(untouched.status, StepStatus::Running);

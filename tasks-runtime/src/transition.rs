@@ -1,0 +1,437 @@
+//! The state machine of runs and step attempts, defined once for every store.
+//!
+//! Every durable change of a run is a [`Transition`]: a constant that says which statuses it
+//! may start from, whether the caller must hold the run's lease, which statuses mean "already
+//! done" (an idempotent repeat), and what it announces once committed. A store renders each
+//! transition as one fenced statement in its own SQL dialect, with the fence built by
+//! [`Transition::fence`], and hands a miss to [`Transition::settle`], which is the only place
+//! that decides between [`StoreError::RunNotFound`], [`StoreError::LeaseLost`],
+//! [`StoreError::WrongState`] and "already done". Step attempts whose run was paused or
+//! canceled while they ran are classified by [`interrupted`] and [`explain_step_miss`], and
+//! the retry decision of a failed run is [`retry_after`]: the stores only execute them.
+//!
+//! Statuses are the crate's own constants ([`RunStatus::as_str`]): they are rendered into the
+//! statement text once, which keeps the partial claim indexes usable. Every value a caller
+//! supplies is a bound parameter.
+//!
+//! # Adding a transition
+//!
+//! 1. Add its [`Operation`] (a description for errors and a verb for
+//!    [`StoreError::WrongState`]).
+//! 2. Define a `const` [`Transition`] here: `from`, `leased`, `done`, `announce`.
+//! 3. Add the method to the [`Store`](crate::Store) contract, documented with its errors.
+//! 4. In each store, write the statement's `SET` list in its dialect and run it through the
+//!    store's generic transition helper (`PgStore::transition` / `SqliteStore::transition`),
+//!    which applies [`Transition::fence`], [`Transition::settle`] and
+//!    [`Transition::announcement`].
+//! 5. Add conformance cases to `tasks-conformance`; both stores run them.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{Operation, StoreError, StoreResult};
+use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
+use crate::retry::RetryPolicy;
+use crate::store::Notification;
+
+use RunStatus::{Canceled, Paused, Pending, Running, Sleeping};
+
+/// What a transition tells the subscribers of its namespace once it committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// Nothing: the run is not claimable now and did not finish.
+    Nothing,
+    /// The run is claimable now ([`Notification::RunAvailable`]).
+    Available,
+    /// The run finished, if the transition left it in a terminal status
+    /// ([`Notification::RunFinished`]).
+    Finished,
+}
+
+/// One change of a run's state.
+#[derive(Debug)]
+pub(crate) struct Transition {
+    /// What it is, for errors.
+    pub(crate) operation: Operation,
+    /// The statuses the run may be in for the transition to apply.
+    pub(crate) from: &'static [RunStatus],
+    /// The caller must hold the run's lease: the run is running under the caller's worker id.
+    pub(crate) leased: bool,
+    /// Statuses in which a repeat of the transition is already done: the run is returned as
+    /// it is instead of an error.
+    pub(crate) done: &'static [RunStatus],
+    /// What it announces after committing.
+    pub(crate) announce: Announce,
+}
+
+/// Extends the lease of a running run.
+pub(crate) const EXTEND_LEASE: Transition = Transition::leased(Operation::ExtendLease);
+
+/// Parks a running run until a given instant (a durable sleep, a long step backoff).
+pub(crate) const SLEEP: Transition = Transition::leased(Operation::SleepRun);
+
+/// Completes a running run with its output.
+pub(crate) const COMPLETE: Transition = Transition {
+    announce: Announce::Finished,
+    ..Transition::leased(Operation::CompleteRun)
+};
+
+/// Fails an attempt of a running run: pending again after [`retry_after`], or failed for good.
+pub(crate) const FAIL: Transition = Transition {
+    announce: Announce::Finished,
+    ..Transition::leased(Operation::FailRun)
+};
+
+/// Gives a claimed run back without counting its attempt.
+pub(crate) const RELEASE: Transition = Transition::leased(Operation::ReleaseRun);
+
+/// Cancels a live run, for good. Repeating it is harmless.
+pub(crate) const CANCEL: Transition = Transition {
+    operation: Operation::CancelRun,
+    from: &[Pending, Running, Sleeping, Paused],
+    leased: false,
+    done: &[Canceled],
+    announce: Announce::Finished,
+};
+
+/// Pauses a live run until it is resumed. Repeating it is harmless.
+pub(crate) const PAUSE: Transition = Transition {
+    operation: Operation::PauseRun,
+    from: &[Pending, Running, Sleeping],
+    leased: false,
+    done: &[Paused],
+    announce: Announce::Nothing,
+};
+
+/// Makes a paused run pending again. Resuming a run that is not paused (any more) is
+/// harmless while it is live.
+pub(crate) const RESUME: Transition = Transition {
+    operation: Operation::ResumeRun,
+    from: &[Paused],
+    leased: false,
+    done: &[Pending, Running],
+    announce: Announce::Available,
+};
+
+/// Claims pending runs whose `available_at` has passed. Claims take these first.
+pub(crate) const CLAIM_PENDING: Transition = Transition {
+    operation: Operation::ClaimRuns,
+    from: &[Pending],
+    leased: false,
+    done: &[],
+    announce: Announce::Nothing,
+};
+
+/// Claims runs whose lease expired (their worker died) or whose sleep is over.
+pub(crate) const CLAIM_DUE: Transition = Transition {
+    from: &[Running, Sleeping],
+    ..CLAIM_PENDING
+};
+
+/// Fails runs whose deadline passed before they finished (done by every claim).
+pub(crate) const EXPIRE: Transition = Transition {
+    operation: Operation::ClaimRuns,
+    from: &[Pending, Running, Sleeping],
+    leased: false,
+    done: &[],
+    announce: Announce::Finished,
+};
+
+/// Starts a step attempt of a running run (durable sleeps; function steps are recorded
+/// finished).
+pub(crate) const CREATE_STEP: Transition = Transition::leased(Operation::CreateStepAttempt);
+
+/// Finishes a running step attempt of a running run.
+pub(crate) const COMPLETE_STEP: Transition = Transition::leased(Operation::CompleteStepAttempt);
+
+/// Records a finished step attempt of a running run.
+pub(crate) const RECORD_STEP: Transition = Transition::leased(Operation::RecordStepAttempt);
+
+impl Transition {
+    /// A transition of a running run by the worker that holds its lease.
+    const fn leased(operation: Operation) -> Self {
+        Transition {
+            operation,
+            from: &[Running],
+            leased: true,
+            done: &[],
+            announce: Announce::Nothing,
+        }
+    }
+
+    /// The statement condition on the run's status, and on its lease holder for a leased
+    /// transition: `{alias}status IN ('running') AND {alias}worker_id = {worker_param}`.
+    /// `alias` is a table alias with its dot (or empty), `worker_param` the placeholder the
+    /// caller binds the worker id to; statuses are rendered from [`RunStatus::as_str`].
+    pub(crate) fn fence(&self, alias: &str, worker_param: &str) -> String {
+        let mut fence = status_in(alias, self.from);
+        if self.leased {
+            fence.push_str(&format!(" AND {alias}worker_id = {worker_param}"));
+        }
+        fence
+    }
+
+    /// Whether the fence holds for `run` (for a store that checks it in code, under its
+    /// write lock).
+    pub(crate) fn admits(&self, run: &WorkflowRun, worker_id: Option<&str>) -> bool {
+        self.from.contains(&run.status)
+            && (!self.leased || (run.worker_id.is_some() && run.worker_id.as_deref() == worker_id))
+    }
+
+    /// The outcome of a transition whose fence matched no row, given the run as it is now
+    /// (`None`: it does not exist in the namespace): the run itself when the transition is
+    /// already done, otherwise why it cannot apply.
+    pub(crate) fn settle(
+        &self,
+        run_id: Uuid,
+        worker_id: Option<&str>,
+        current: Option<WorkflowRun>,
+    ) -> StoreResult<WorkflowRun> {
+        match current {
+            Some(run) if self.done.contains(&run.status) => Ok(run),
+            current => Err(self.miss(run_id, worker_id, current.as_ref())),
+        }
+    }
+
+    /// Why the transition did not apply, given the run as it is now (`None`: it does not
+    /// exist in the namespace). For a transition that may be already done, use
+    /// [`Transition::settle`].
+    pub(crate) fn miss(
+        &self,
+        run_id: Uuid,
+        worker_id: Option<&str>,
+        current: Option<&WorkflowRun>,
+    ) -> StoreError {
+        match current {
+            None => StoreError::RunNotFound { id: run_id },
+            Some(run) => self.refusal(run_id, worker_id, run),
+        }
+    }
+
+    /// Why the transition does not apply to `run`, which the fence refused.
+    fn refusal(
+        &self,
+        run_id: Uuid,
+        worker_id: Option<&str>,
+        run: &WorkflowRun,
+    ) -> StoreError {
+        match worker_id {
+            Some(worker)
+                if self.leased
+                    && run.status == Running
+                    && run.worker_id.as_deref() != Some(worker) =>
+            {
+                StoreError::LeaseLost {
+                    id: run_id,
+                    worker_id: worker.to_owned(),
+                }
+            }
+            _ => StoreError::WrongState {
+                id: run_id,
+                operation: self.operation,
+                status: run.status,
+            },
+        }
+    }
+
+    /// The notification to send once the transition that produced `run` committed.
+    pub(crate) fn announcement(&self, run: &WorkflowRun) -> Option<Notification> {
+        let namespace = run.namespace.clone();
+        match self.announce {
+            Announce::Nothing => None,
+            Announce::Available => Some(Notification::RunAvailable { namespace }),
+            Announce::Finished if run.status.is_terminal() => Some(Notification::RunFinished {
+                namespace,
+                run_id: run.id,
+            }),
+            Announce::Finished => None,
+        }
+    }
+}
+
+/// `{alias}status IN ('a', 'b')` for our own statuses.
+pub(crate) fn status_in(alias: &str, statuses: &[RunStatus]) -> String {
+    let names: Vec<String> = statuses
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect();
+    format!("{alias}status IN ({})", names.join(", "))
+}
+
+/// `{alias}status IN ('a', 'b')` for our own step statuses.
+pub(crate) fn step_status_in(alias: &str, statuses: &[StepStatus]) -> String {
+    let names: Vec<String> = statuses
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect();
+    format!("{alias}status IN ({})", names.join(", "))
+}
+
+/// The status a step attempt takes when its run was paused or canceled while the step ran:
+/// the attempt is kept, marked like its run, without its result. `None` when the run was not
+/// interrupted.
+pub(crate) fn interrupted(run: RunStatus) -> Option<StepStatus> {
+    match run {
+        Paused => Some(StepStatus::Paused),
+        Canceled => Some(StepStatus::Canceled),
+        _ => None,
+    }
+}
+
+/// Step statuses an interruption may still mark: a running attempt, or one a pause marked
+/// before a cancel.
+pub(crate) const MARKABLE_STEP: &[StepStatus] = &[StepStatus::Running, StepStatus::Paused];
+
+/// Why finishing step attempt `step_id` of `run_id` matched nothing, when its run was not
+/// interrupted (or the attempt could not be marked): from the run and the attempt as they
+/// are now.
+pub(crate) fn explain_step_miss(
+    transition: &Transition,
+    run_id: Uuid,
+    step_id: Uuid,
+    worker_id: &str,
+    run: Option<&WorkflowRun>,
+    step: Option<&StepAttempt>,
+) -> StoreError {
+    let Some(run) = run else {
+        return transition.miss(run_id, Some(worker_id), None);
+    };
+    match step {
+        Some(step) if step.workflow_run_id == run_id && step.status != StepStatus::Running => {
+            StoreError::StepAlreadyFinished {
+                id: step_id,
+                status: step.status,
+            }
+        }
+        Some(step) if step.workflow_run_id == run_id => {
+            transition.miss(run_id, Some(worker_id), Some(run))
+        }
+        _ => StoreError::StepNotFound { id: step_id },
+    }
+}
+
+/// When a failed attempt of `run` is retried: `None` means fail for good (forced, or the
+/// run's retry policy has no attempts left), else the delay from now. The store still gives
+/// up when the retry would start at or after the run's deadline, by its own clock.
+pub(crate) fn retry_after(run: &WorkflowRun, force: bool) -> Option<Duration> {
+    if force {
+        return None;
+    }
+    let policy = RetryPolicy::from_run_config(&run.config);
+    let attempt = u32::try_from(run.attempts.max(1)).unwrap_or(1);
+    policy.delay_after(attempt)
+}
+
+/// The error a claim records on runs whose deadline passed.
+pub(crate) fn deadline_error() -> Value {
+    serde_json::json!({
+        "message": "Workflow run deadline exceeded",
+        "kind": "deadline",
+        "retryable": false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: RunStatus, worker: Option<&str>) -> WorkflowRun {
+        WorkflowRun::for_tests(status, worker.map(str::to_owned))
+    }
+
+    #[test]
+    fn fences_render_statuses_and_the_lease_holder() {
+        assert_eq!(
+            COMPLETE.fence("wr.", "$3"),
+            "wr.status IN ('running') AND wr.worker_id = $3"
+        );
+        assert_eq!(
+            CANCEL.fence("", "?3"),
+            "status IN ('pending', 'running', 'sleeping', 'paused')"
+        );
+    }
+
+    #[test]
+    fn a_miss_is_explained_once_for_every_store() {
+        let id = Uuid::now_v7();
+        assert!(matches!(
+            COMPLETE.settle(id, Some("w"), None),
+            Err(StoreError::RunNotFound { .. })
+        ));
+        assert!(matches!(
+            COMPLETE.settle(id, Some("w"), Some(run(Running, Some("other")))),
+            Err(StoreError::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            COMPLETE.settle(id, Some("w"), Some(run(Paused, None))),
+            Err(StoreError::WrongState {
+                operation: Operation::CompleteRun,
+                status: Paused,
+                ..
+            })
+        ));
+        // Operator transitions: a repeat is done, a terminal run is the wrong state.
+        assert!(CANCEL.settle(id, None, Some(run(Canceled, None))).is_ok());
+        assert!(RESUME.settle(id, None, Some(run(Running, Some("w")))).is_ok());
+        assert!(matches!(
+            PAUSE.settle(id, None, Some(run(RunStatus::Completed, None))),
+            Err(StoreError::WrongState { .. })
+        ));
+    }
+
+    #[test]
+    fn admits_matches_the_fence() {
+        assert!(COMPLETE.admits(&run(Running, Some("w")), Some("w")));
+        assert!(!COMPLETE.admits(&run(Running, Some("x")), Some("w")));
+        assert!(!COMPLETE.admits(&run(Sleeping, None), Some("w")));
+        assert!(CANCEL.admits(&run(Sleeping, None), None));
+    }
+
+    #[test]
+    fn announcements_follow_the_outcome() {
+        let finished = run(RunStatus::Failed, None);
+        assert!(matches!(
+            FAIL.announcement(&finished),
+            Some(Notification::RunFinished { .. })
+        ));
+        assert_eq!(FAIL.announcement(&run(Pending, None)), None);
+        assert!(matches!(
+            RESUME.announcement(&run(Pending, None)),
+            Some(Notification::RunAvailable { .. })
+        ));
+    }
+
+    #[test]
+    fn retries_follow_the_stored_policy() {
+        let mut failing = run(Running, Some("w"));
+        failing.config = serde_json::json!({ "retryPolicy": RetryPolicy::new(3)
+            .with_initial_interval(Duration::from_millis(250))
+            .with_backoff_coefficient(3.0) });
+        failing.attempts = 1;
+        assert_eq!(
+            retry_after(&failing, false),
+            Some(Duration::from_millis(250))
+        );
+        failing.attempts = 2;
+        assert_eq!(
+            retry_after(&failing, false),
+            Some(Duration::from_millis(750))
+        );
+        failing.attempts = 3;
+        assert_eq!(retry_after(&failing, false), None);
+        failing.attempts = 1;
+        assert_eq!(retry_after(&failing, true), None);
+        // No policy stored: the default for runs.
+        failing.config = serde_json::json!({});
+        assert_eq!(retry_after(&failing, false), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn interrupted_steps_are_marked_like_their_run() {
+        assert_eq!(interrupted(Paused), Some(StepStatus::Paused));
+        assert_eq!(interrupted(Canceled), Some(StepStatus::Canceled));
+        assert_eq!(interrupted(Running), None);
+    }
+}
