@@ -80,7 +80,7 @@ fn backend_of(url: &str) -> Result<Backend, ConnectError> {
 }
 
 /// Opens the store `url` selects, migrated and in the
-/// [default namespace](crate::DEFAULT_NAMESPACE); [`Store::scoped`] gives other namespaces.
+/// [default namespace](crate::DEFAULT_NAMESPACE); [`Store::scoped`](crate::Store::scoped) gives other namespaces.
 ///
 /// * `sqlite://path/to/file.sqlite` (relative to the current directory),
 ///   `sqlite:///absolute/path.sqlite`: the [SQLite store](crate::sqlite), creating the file

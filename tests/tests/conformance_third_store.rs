@@ -1,0 +1,185 @@
+//! A store defined outside the runtime proves itself with the published conformance suite:
+//! one `tasks_conformance::conformance_suite!` call, as a third backend's test file would
+//! make.
+//!
+//! The store here is a decorator of the SQLite store that counts the transitions it
+//! forwards (the shape of a metrics or tracing layer). It is its own type, implemented
+//! only through the public `Store` contract, so the suite exercises exactly what a new
+//! backend would have to provide.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tasks::{
+    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts,
+    NotificationStream, Page, RecordStepAttempt, SharedStore, StepAttempt, StepUpdate, Store,
+    StoreResult, WorkflowRun,
+};
+use uuid::Uuid;
+
+/// Counts the writes it forwards to the store it wraps.
+struct Counting {
+    inner: SharedStore,
+    writes: Arc<AtomicU64>,
+}
+
+impl Counting {
+    fn write(&self) -> &SharedStore {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl Store for Counting {
+    fn namespace(&self) -> &str {
+        self.inner.namespace()
+    }
+
+    fn scoped(&self, namespace: &str) -> SharedStore {
+        SharedStore::new(Counting {
+            inner: self.inner.scoped(namespace),
+            writes: self.writes.clone(),
+        })
+    }
+
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        self.write().create_run(params).await
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        self.inner.get_run(run_id).await
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        self.inner.list_runs(params).await
+    }
+
+    async fn claim_runs(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        self.write().claim_runs(worker_id, lease, limit).await
+    }
+
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun> {
+        self.write().extend_lease(run_id, worker_id, lease).await
+    }
+
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        self.write().sleep_run(run_id, worker_id, until).await
+    }
+
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun> {
+        self.write().complete_run(run_id, worker_id, output).await
+    }
+
+    // `complete_run_with_steps` keeps the trait's default: the separate writes.
+
+    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        self.write().fail_run(params).await
+    }
+
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun> {
+        self.write()
+            .release_run(run_id, worker_id, delay, reason)
+            .await
+    }
+
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().cancel_run(run_id).await
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().pause_run(run_id).await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().resume_run(run_id).await
+    }
+
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        self.write().create_step_attempt(params).await
+    }
+
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        self.inner.get_step_attempt(step_attempt_id).await
+    }
+
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        self.inner.list_step_attempts(params).await
+    }
+
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        self.inner.step_history(run_id).await
+    }
+
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate> {
+        self.write()
+            .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
+            .await
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        self.write().record_step_attempt(params).await
+    }
+
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        self.inner.subscribe().await
+    }
+}
+
+/// A counting store over a fresh SQLite namespace.
+async fn counting_store() -> Counting {
+    Counting {
+        inner: SharedStore::new(tasks_tests::sqlite::sqlite_store().await),
+        writes: Arc::new(AtomicU64::new(0)),
+    }
+}
+
+tasks_conformance::conformance_suite!(counting_store);
+
+/// The decorator really is in the path: the suite's writes went through it.
+#[tokio::test]
+async fn the_decorator_sees_the_writes() {
+    let store = counting_store().await;
+    store.create_run(CreateRun::new("counted")).await.unwrap();
+    store
+        .claim_runs("w", Duration::from_secs(60), 1)
+        .await
+        .unwrap();
+    assert_eq!(store.writes.load(Ordering::Relaxed), 2);
+}
