@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: against a real Postgres, and SQLite temp files.
+# Runs the whole test suite: against a real Postgres, and SQLite temp files, with
+# cargo-nextest, then the doc tests.
 #
 # Uses $DATABASE_URL when set; otherwise the local server at 127.0.0.1:5432 (user postgres,
 # database test), starting the local cluster first if it is installed but down.
@@ -39,4 +40,13 @@ MSG
 fi
 echo "Using Postgres at $DATABASE_URL" >&2
 
-exec cargo test --workspace --locked "$@"
+# cargo-nextest runs every test binary's tests in one pool (cargo test runs the binaries one
+# after the other); it ships with this machine's Rust toolchain image, and is installed from
+# crates.io where it is missing.
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  echo "cargo-nextest is missing; installing it..." >&2
+  cargo install cargo-nextest --locked
+fi
+cargo nextest run --workspace --locked "$@"
+# nextest does not run doc tests.
+cargo test --workspace --doc --locked

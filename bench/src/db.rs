@@ -469,6 +469,7 @@ fn endpoint(url: &str) -> Result<(Option<String>, u16)> {
 }
 
 /// This process's TCP sockets connected to the database port.
+#[allow(unsafe_code)] // Borrows this process's own open sockets by descriptor.
 pub fn pg_sockets(url: &str) -> Result<BTreeSet<RawFd>> {
     let (host, port) = endpoint(url)?;
     let mut found = BTreeSet::new();
@@ -509,6 +510,7 @@ pub fn new_pg_sockets(url: &str, before: &BTreeSet<RawFd>) -> Result<Vec<RawFd>>
 }
 
 /// TCP_NODELAY of each socket in `fds`.
+#[allow(unsafe_code)] // Borrows this process's own open sockets by descriptor.
 pub fn nodelay(fds: &[RawFd]) -> Result<Vec<bool>> {
     fds.iter()
         .map(|&fd| {
@@ -520,6 +522,7 @@ pub fn nodelay(fds: &[RawFd]) -> Result<Vec<bool>> {
 }
 
 /// Sets TCP_NODELAY on each socket in `fds`; returns how many were set.
+#[allow(unsafe_code)] // Borrows this process's own open sockets by descriptor.
 pub fn set_nodelay(fds: &[RawFd], on: bool) -> Result<usize> {
     for &fd in fds {
         // SAFETY: see `pg_sockets`; the borrow does not outlive this call.

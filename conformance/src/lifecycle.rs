@@ -372,7 +372,7 @@ pub async fn finished_run_is_wrong_state_for_every_worker_operation(setup: impl 
                     worker_id: w.into(),
                     error: error_value("x"),
                     force: true,
-                    })
+                })
                 .await
         );
         wrong_state!(store.release_run(id, w, Duration::ZERO, json!(null)).await);

@@ -178,7 +178,10 @@ pub async fn first_claim_is_recognisable(setup: impl Setup) {
 
     // Retried after a failure.
     let immediate = RetryPolicy::new(3).with_initial_interval(Duration::ZERO);
-    store.create_run(with_policy(immediate, None)).await.unwrap();
+    store
+        .create_run(with_policy(immediate, None))
+        .await
+        .unwrap();
     let run = claim(&store).await.run;
     store.fail_run(fail_params(&run, "boom")).await.unwrap();
     let retried = claim(&store).await;

@@ -123,7 +123,9 @@ pub async fn step_finished_after_pause_is_interrupted(setup: impl Setup) {
         }
     );
     assert_eq!(
-        complete_step(&store, &run, &s2, json!("err")).await.unwrap(),
+        complete_step(&store, &run, &s2, json!("err"))
+            .await
+            .unwrap(),
         StepUpdate::Interrupted {
             run_status: RunStatus::Paused
         }
@@ -184,7 +186,9 @@ pub async fn step_finished_after_cancel_is_interrupted(setup: impl Setup) {
         }
     );
     assert_eq!(
-        complete_step(&store, &run, &s2, json!("err")).await.unwrap(),
+        complete_step(&store, &run, &s2, json!("err"))
+            .await
+            .unwrap(),
         StepUpdate::Interrupted {
             run_status: RunStatus::Canceled
         }

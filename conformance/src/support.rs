@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{json, Value};
 use tasks::{
-    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy, RunStatus,
-    StepAttempt, StepKind, StepUpdate, Store, StoreError, WorkflowRun,
+    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy,
+    RunStatus, StepAttempt, StepKind, StepUpdate, Store, StoreError, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -322,7 +322,6 @@ pub(crate) async fn complete_step<S: Store + ?Sized>(
         .complete_step_attempt(run.id, step.id, owner(run), output)
         .await
 }
-
 
 /// The attempt a `Recorded` update carries.
 #[track_caller]

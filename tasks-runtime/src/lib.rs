@@ -3,10 +3,7 @@
 #![warn(missing_docs)]
 // Without a store feature only the contract is compiled (for a third backend); the helpers
 // the two stores share are then unused.
-#![cfg_attr(
-    not(any(feature = "postgres", feature = "sqlite")),
-    allow(dead_code)
-)]
+#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 pub mod client;
 mod context;

@@ -104,11 +104,14 @@ impl RetryPolicy {
         let millis = |key: &str, default: Duration| {
             number(key)
                 .filter(|ms| ms.is_finite() && *ms >= 0.0)
-                .map_or(default, |ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64))
+                .map_or(default, |ms| {
+                    Duration::from_millis(ms.min(u64::MAX as f64) as u64)
+                })
         };
         RetryPolicy {
-            max_attempts: number("maxAttempts")
-                .map_or(defaults.max_attempts, |n| n.clamp(0.0, f64::from(u32::MAX)) as u32),
+            max_attempts: number("maxAttempts").map_or(defaults.max_attempts, |n| {
+                n.clamp(0.0, f64::from(u32::MAX)) as u32
+            }),
             initial_interval: millis("initialIntervalMs", defaults.initial_interval),
             backoff_coefficient: number("backoffCoefficient")
                 .unwrap_or(defaults.backoff_coefficient),

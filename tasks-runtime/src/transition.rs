@@ -211,12 +211,7 @@ impl Transition {
     }
 
     /// Why the transition does not apply to `run`, which the fence refused.
-    fn refusal(
-        &self,
-        run_id: Uuid,
-        worker_id: Option<&str>,
-        run: &WorkflowRun,
-    ) -> StoreError {
+    fn refusal(&self, run_id: Uuid, worker_id: Option<&str>, run: &WorkflowRun) -> StoreError {
         match worker_id {
             Some(worker)
                 if self.leased
@@ -374,7 +369,9 @@ mod tests {
         ));
         // Operator transitions: a repeat is done, a terminal run is the wrong state.
         assert!(CANCEL.settle(id, None, Some(run(Canceled, None))).is_ok());
-        assert!(RESUME.settle(id, None, Some(run(Running, Some("w")))).is_ok());
+        assert!(RESUME
+            .settle(id, None, Some(run(Running, Some("w"))))
+            .is_ok());
         assert!(matches!(
             PAUSE.settle(id, None, Some(run(RunStatus::Completed, None))),
             Err(StoreError::WrongState { .. })

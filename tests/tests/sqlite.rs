@@ -15,8 +15,7 @@ use serde_json::json;
 use tasks::sqlite::SqliteStore;
 use tasks::{
     connect, step, workflow, Client, ConnectError, CreateRun, ListRuns, Notification, RetryPolicy,
-    RunStatus,
-    Store, Worker, WorkflowContext, WorkflowError, WorkflowRun,
+    RunStatus, Store, Worker, WorkflowContext, WorkflowError, WorkflowRun,
 };
 use tasks_tests::sqlite::{open_sqlite, temp_database_path};
 use tasks_tests::unique_namespace;

@@ -27,9 +27,9 @@ use crate::store::{
     SharedStore, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use crate::transition::{
-    deadline_error, explain_step_miss, interrupted, retry_after, status_in, Transition, CANCEL,
-    CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE, EXTEND_LEASE, FAIL,
-    MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP, step_status_in,
+    deadline_error, explain_step_miss, interrupted, retry_after, status_in, step_status_in,
+    Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
+    EXTEND_LEASE, FAIL, MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP,
 };
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
@@ -772,8 +772,14 @@ impl Store for PgStore {
                 .map_err(db(operation))?;
             Ok(marked.rows_affected() > 0)
         };
-        self.step_refused(&COMPLETE_STEP, run_id, Some(step_attempt_id), worker_id, marked)
-            .await
+        self.step_refused(
+            &COMPLETE_STEP,
+            run_id,
+            Some(step_attempt_id),
+            worker_id,
+            marked,
+        )
+        .await
     }
 
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {

@@ -44,8 +44,7 @@ use crate::error::{db, Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, RecordStepAttempt, SharedStore, StepUpdate, Store,
-    DEFAULT_NAMESPACE,
+    NotificationStream, Page, RecordStepAttempt, SharedStore, StepUpdate, Store, DEFAULT_NAMESPACE,
 };
 use notify::Shared;
 use rows::{RunRow, RUN_COLUMNS};

@@ -119,10 +119,7 @@ pub(crate) fn parse_ts(value: &str, operation: Operation) -> StoreResult<DateTim
         .map_err(|e| corrupt(operation, "timestamp", value, e))
 }
 
-fn parse_ts_opt(
-    value: Option<String>,
-    operation: Operation,
-) -> StoreResult<Option<DateTime<Utc>>> {
+fn parse_ts_opt(value: Option<String>, operation: Operation) -> StoreResult<Option<DateTime<Utc>>> {
     value.as_deref().map(|v| parse_ts(v, operation)).transpose()
 }
 
@@ -287,7 +284,10 @@ mod tests {
             .with_timezone(&Utc);
         let text = ts(t).unwrap();
         assert_eq!(text, "2024-03-05T07:08:09.123456Z");
-        assert_eq!(parse_ts(&text, Operation::GetRun).unwrap(), t.trunc_subsecs(6));
+        assert_eq!(
+            parse_ts(&text, Operation::GetRun).unwrap(),
+            t.trunc_subsecs(6)
+        );
         let whole = DateTime::parse_from_rfc3339("2024-03-05T07:08:09Z")
             .unwrap()
             .with_timezone(&Utc);

@@ -15,10 +15,12 @@ use super::rows::{self, ClaimRow, RunRow, RUN_COLUMNS};
 use super::{fetch_run, SqliteStore, Write};
 use crate::error::{db, Operation, StoreResult};
 use crate::model::WorkflowRun;
-use crate::store::{ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery};
+use crate::store::{
+    ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
+};
 use crate::transition::{
-    deadline_error, retry_after, status_in, Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING,
-    COMPLETE, EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME, SLEEP,
+    deadline_error, retry_after, status_in, Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE,
+    EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME, SLEEP,
 };
 
 /// A query returning runs, with its arguments.
@@ -236,7 +238,12 @@ impl SqliteStore {
             .execute(write.conn())
             .await
             .map_err(db(OPERATION))?;
-        let claimable: Vec<_> = CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from).copied().collect();
+        let claimable: Vec<_> = CLAIM_PENDING
+            .from
+            .iter()
+            .chain(CLAIM_DUE.from)
+            .copied()
+            .collect();
         let sql = format!(
             "UPDATE tasks_workflow_runs
                 SET status = 'running', worker_id = ?3,
@@ -279,9 +286,13 @@ impl SqliteStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        self.transition(&EXTEND_LEASE, "available_at = ?5", run_id, Some(worker_id), |q, w| {
-            Ok(q.bind(w.now_plus(lease)?))
-        })
+        self.transition(
+            &EXTEND_LEASE,
+            "available_at = ?5",
+            run_id,
+            Some(worker_id),
+            |q, w| Ok(q.bind(w.now_plus(lease)?)),
+        )
         .await
     }
 
@@ -293,8 +304,10 @@ impl SqliteStore {
     ) -> StoreResult<WorkflowRun> {
         let until = rows::ts(until)?;
         let set = "status = 'sleeping', available_at = ?5, worker_id = NULL";
-        self.transition(&SLEEP, set, run_id, Some(worker_id), |q, _| Ok(q.bind(until)))
-            .await
+        self.transition(&SLEEP, set, run_id, Some(worker_id), |q, _| {
+            Ok(q.bind(until))
+        })
+        .await
     }
 
     pub(super) async fn complete_run_impl(

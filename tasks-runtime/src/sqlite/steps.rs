@@ -172,7 +172,8 @@ impl SqliteStore {
                 StepUpdate::Recorded(row.into_step(operation)?)
             }
             RunState::Interrupted(run, mark) => {
-                self.insert_finished(&mut write, &params, Some(mark)).await?;
+                self.insert_finished(&mut write, &params, Some(mark))
+                    .await?;
                 StepUpdate::Interrupted {
                     run_status: run.status,
                 }
@@ -243,7 +244,9 @@ impl SqliteStore {
             return self.complete_run_impl(run_id, worker_id, output).await;
         }
         let mut write = self.begin_write(COMPLETE.operation).await?;
-        let state = self.run_state(&mut write, &COMPLETE, run_id, worker_id).await?;
+        let state = self
+            .run_state(&mut write, &COMPLETE, run_id, worker_id)
+            .await?;
         if !matches!(state, RunState::Owned(_)) {
             // Nothing written yet: give the lock back and let the single writes classify.
             drop(write);
