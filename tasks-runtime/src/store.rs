@@ -3,6 +3,31 @@
 //! A [`Store`] is opened on one namespace and never reads or changes rows of another. Every
 //! transition is a single statement that is fenced on the state it expects, so concurrent
 //! workers, operators and stale workers cannot overwrite each other.
+//!
+//! # One state machine, rendered per dialect
+//!
+//! The policy of every transition lives once, in the runtime's private `transition` module:
+//! the statuses it may start from, whether the caller must hold the run's lease, which
+//! statuses mean "already done" (an idempotent repeat of a cancel or a pause), how a miss is
+//! explained ([`StoreError::RunNotFound`], [`StoreError::LeaseLost`],
+//! [`StoreError::WrongState`]) and which [`Notification`] it announces; so does the retry
+//! decision of a failed run and what happens to a step attempt whose run was paused or
+//! canceled. The Postgres and SQLite stores only write each transition's `SET` list and
+//! statement in their SQL dialect; the fence, the explanation of a miss and the
+//! announcement come from the shared definition.
+//!
+//! # Adding a transition
+//!
+//! 1. Add its [`Operation`](crate::Operation) (a description for errors and a verb for
+//!    [`StoreError::WrongState`]).
+//! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
+//!    `announce`. Unit-test its policy there.
+//! 3. Add the method to [`Store`], documenting its promise and errors.
+//! 4. In each store, write the `SET` list and pass it to the store's generic helper
+//!    (`PgStore::transition`, `SqliteStore::transition`), which renders the fence, settles a
+//!    miss and sends the announcement.
+//! 5. Add conformance cases to `tasks-conformance`; both stores, and any third store, run
+//!    them.
 
 use std::sync::Arc;
 use std::time::Duration;
