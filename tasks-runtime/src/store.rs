@@ -18,7 +18,7 @@
 //!
 //! # Adding a transition
 //!
-//! 1. Add its [`Operation`](crate::Operation) (a description for errors and a verb for
+//! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
 //!    `announce`. Unit-test its policy there.
