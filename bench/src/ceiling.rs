@@ -197,7 +197,7 @@ fn spawn_batch_writers(
 ) {
     let config: Arc<str> = Arc::from(config.to_string());
     // The engine's own text, not a copy: the statement its step recorder sends.
-    let sql: Arc<str> = Arc::from(tasks::postgres::record_steps_sql());
+    let sql: Arc<str> = Arc::from(tasks::postgres::__bench::record_steps_sql());
     spawn_writers(writers, move |batch: Vec<Pending>| {
         let (pool, namespace, config, statements, sql) = (
             pool.clone(),
@@ -664,7 +664,7 @@ async fn workload_in(
         spawn_completion_writers(pool.clone(), ns.clone(), config_text.clone());
 
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let claim_sql = tasks::postgres::claim_runs_sql();
+    let claim_sql = tasks::postgres::__bench::claim_runs_sql();
     let deadline_error = json!({ "message": "Workflow run deadline exceeded" });
     let started = Instant::now();
     let mut claimed = 0;
@@ -765,7 +765,7 @@ fn spawn_completion_writers(
     Vec<JoinHandle<std::result::Result<(), sqlx::Error>>>,
 ) {
     // The engine's own text: the statement its run completer sends.
-    let sql: Arc<str> = Arc::from(tasks::postgres::complete_runs_sql());
+    let sql: Arc<str> = Arc::from(tasks::postgres::__bench::complete_runs_sql());
     spawn_writers(WORKLOAD_WRITERS, move |batch: Vec<Completing>| {
         let (pool, namespace, config, sql) =
             (pool.clone(), namespace.clone(), config.clone(), sql.clone());

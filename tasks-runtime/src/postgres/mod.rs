@@ -16,8 +16,6 @@ use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS, SCHEMA};
-#[doc(hidden)]
-pub use recorder::{complete_runs_sql, record_steps_sql};
 
 use crate::error::{db, Operation, StoreResult};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
@@ -265,8 +263,7 @@ impl PgStore {
 /// The claim statement: fails runs past their deadline, then claims runs for a worker.
 /// Binds: namespace, worker id, lease in ms, most runs to claim, the deadline error (JSON).
 /// Returns the claimed runs' columns and `first_execution`.
-#[doc(hidden)]
-pub fn claim_runs_sql() -> &'static str {
+fn claim_runs_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "WITH expired AS (
@@ -316,6 +313,28 @@ pub fn claim_runs_sql() -> &'static str {
         )
     });
     &SQL
+}
+
+/// The texts of the Postgres store's batch statements, for the benchmark, which measures
+/// the database's ceiling with exactly this SQL. Not an API: compiled only with the
+/// internal `__bench` feature, and free to change in any release.
+#[cfg(feature = "__bench")]
+#[doc(hidden)]
+pub mod __bench {
+    /// The claim statement.
+    pub fn claim_runs_sql() -> &'static str {
+        super::claim_runs_sql()
+    }
+
+    /// The statement that writes finished step attempts of many runs.
+    pub fn record_steps_sql() -> &'static str {
+        super::recorder::record_steps_sql()
+    }
+
+    /// The statement that completes many runs with their last step attempts.
+    pub fn complete_runs_sql() -> &'static str {
+        super::recorder::complete_runs_sql()
+    }
 }
 
 type RunQuery<'q> = sqlx::query::QueryAs<'q, Postgres, RunRow, sqlx::postgres::PgArguments>;

@@ -392,10 +392,9 @@ const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
                 clock_timestamp(), clock_timestamp(), clock_timestamp()";
 
 /// The statement that writes a batch of finished step attempts: the eleven arrays of
-/// [`step_rows`] from `$1`; returns the rows written. Public (hidden) so that the
-/// benchmark's ceiling issues exactly this text instead of a copy.
-#[doc(hidden)]
-pub fn record_steps_sql() -> &'static str {
+/// [`step_rows`] from `$1`; returns the rows written. The benchmark's ceiling issues
+/// exactly this text (through `postgres::__bench`).
+pub(crate) fn record_steps_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "{INSERT_STEPS}
@@ -417,10 +416,9 @@ pub fn record_steps_sql() -> &'static str {
 /// The statement that completes a batch of runs: four parallel arrays (namespace, run id,
 /// worker id, output as JSON text), then the runs' last step attempts as the eleven arrays
 /// of [`step_rows`] from `$5`; returns the runs completed. A run's attempts are written only
-/// when the run is completed, in the same transaction. Public (hidden) so that the
-/// benchmark's ceiling issues exactly this text.
-#[doc(hidden)]
-pub fn complete_runs_sql() -> &'static str {
+/// when the run is completed, in the same transaction. The benchmark's ceiling issues
+/// exactly this text (through `postgres::__bench`).
+pub(crate) fn complete_runs_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "WITH targets AS MATERIALIZED (
