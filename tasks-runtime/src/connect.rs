@@ -98,21 +98,12 @@ pub async fn connect(url: &str) -> Result<SharedStore, ConnectError> {
 
 #[cfg(feature = "sqlite")]
 async fn open_sqlite(url: &str) -> Result<SharedStore, ConnectError> {
-    const BACKEND: &str = "SQLite";
-    let store = crate::sqlite::SqliteStore::connect(url)
-        .await
-        .map_err(|source| ConnectError::Connect {
-            backend: BACKEND,
-            source,
-        })?;
-    store
-        .migrate()
-        .await
-        .map_err(|source| ConnectError::Migration {
-            backend: BACKEND,
-            source,
-        })?;
-    Ok(store.into())
+    use crate::sqlite::SqliteStore;
+    let connect = SqliteStore::connect(url);
+    open("SQLite", connect, async |store: &SqliteStore| {
+        store.migrate().await
+    })
+    .await
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -125,20 +116,27 @@ async fn open_sqlite(_url: &str) -> Result<SharedStore, ConnectError> {
 
 #[cfg(feature = "postgres")]
 async fn open_postgres(url: &str) -> Result<SharedStore, ConnectError> {
-    const BACKEND: &str = "Postgres";
-    let store = crate::postgres::PgStore::connect(url)
+    use crate::postgres::PgStore;
+    let connect = PgStore::connect(url);
+    open("Postgres", connect, async |store: &PgStore| {
+        store.migrate().await
+    })
+    .await
+}
+
+/// A connected and migrated store of `backend`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+async fn open<S: crate::Store>(
+    backend: &'static str,
+    connect: impl std::future::Future<Output = crate::StoreResult<S>>,
+    migrate: impl AsyncFnOnce(&S) -> Result<(), crate::migration::MigrateError>,
+) -> Result<SharedStore, ConnectError> {
+    let store = connect
         .await
-        .map_err(|source| ConnectError::Connect {
-            backend: BACKEND,
-            source,
-        })?;
-    store
-        .migrate()
+        .map_err(|source| ConnectError::Connect { backend, source })?;
+    migrate(&store)
         .await
-        .map_err(|source| ConnectError::Migration {
-            backend: BACKEND,
-            source,
-        })?;
+        .map_err(|source| ConnectError::Migration { backend, source })?;
     Ok(store.into())
 }
 

@@ -246,22 +246,20 @@ impl Transition {
     }
 }
 
-/// `{alias}status IN ('a', 'b')` for our own statuses.
+/// `{alias}status IN ('a', 'b')` for our own run statuses.
 pub(crate) fn status_in(alias: &str, statuses: &[RunStatus]) -> String {
-    let names: Vec<String> = statuses
-        .iter()
-        .map(|status| format!("'{}'", status.as_str()))
-        .collect();
-    format!("{alias}status IN ({})", names.join(", "))
+    names_in(alias, statuses.iter().map(|status| status.as_str()))
 }
 
 /// `{alias}status IN ('a', 'b')` for our own step statuses.
 pub(crate) fn step_status_in(alias: &str, statuses: &[StepStatus]) -> String {
-    let names: Vec<String> = statuses
-        .iter()
-        .map(|status| format!("'{}'", status.as_str()))
-        .collect();
-    format!("{alias}status IN ({})", names.join(", "))
+    names_in(alias, statuses.iter().map(|status| status.as_str()))
+}
+
+/// `{alias}status IN (..)` of status names, which are the crate's own constants.
+fn names_in<'a>(alias: &str, names: impl Iterator<Item = &'a str>) -> String {
+    let quoted: Vec<String> = names.map(|name| format!("'{name}'")).collect();
+    format!("{alias}status IN ({})", quoted.join(", "))
 }
 
 /// The status a step attempt takes when its run was paused or canceled while the step ran:
