@@ -7,44 +7,25 @@
 //! lease was lost, the store failed — the context records why and the current future never
 //! resolves; the executor sees the halt and drops the workflow future.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::definition::StepDefinition;
-use crate::error::StoreError;
 use crate::failure::{ErrorRecord, RecordError, WorkflowError};
-use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
-use crate::store::{CreateStepAttempt, RecordStepAttempt, SharedStore, StepUpdate};
+use crate::session::{lock, Halt, RunSession};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
-}
-
-/// Why a run stopped executing before its workflow function returned.
-#[derive(Debug)]
-pub(crate) enum Halt {
-    /// Park the run until this instant (durable sleep or a long step backoff).
-    Sleep(DateTime<Utc>),
-    /// The run was paused or canceled by an operator.
-    Interrupted(RunStatus),
-    /// Another worker holds the run now.
-    LeaseLost,
-    /// The run cannot continue: fail it for good.
-    Fail(ErrorRecord),
-    /// The store failed; leave the run for its lease to expire and be retried.
-    Store(StoreError),
 }
 
 /// Settings the executor passes to every run.
@@ -76,87 +57,34 @@ impl std::fmt::Debug for WorkflowContext {
 }
 
 struct RunState {
-    store: SharedStore,
     run: WorkflowRun,
-    worker_id: String,
     limits: ExecutionLimits,
-    /// Attempts by resolved step name, oldest first.
-    history: Mutex<HashMap<String, Vec<StepAttempt>>>,
-    /// How often each base name was resolved so far.
-    counters: Mutex<HashMap<String, u32>>,
-    resolved: AtomicU32,
-    halt: Mutex<Option<Halt>>,
-    halted: Notify,
+    /// The run's writes, and why it stops.
+    session: Arc<RunSession>,
+    /// Name resolution and the run's history (see [`Replay`]).
+    replay: Mutex<Replay>,
     /// Set by the heartbeat when the run was paused or canceled, or its lease lost.
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
-    /// Finished function-step attempts not written yet, with when each was held (see
-    /// [`WorkflowContext::defer`]).
-    deferred: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
-    /// Held while deferred attempts are written, so that whoever writes next waits for a
-    /// write in flight.
-    writing: tokio::sync::Mutex<()>,
-    /// A timer will write the deferred attempts unless the run's next write does first.
-    write_scheduled: AtomicBool,
-}
-
-/// How long a finished step's record may wait for the run's next write (the next step, a
-/// sleep, the completion) before it is written on its own. Workflow code between two steps
-/// normally takes microseconds; this bounds the wait when it does not.
-const DEFER_WINDOW: Duration = Duration::from_millis(2);
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind; keep going.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Why a run stops after the store refused or failed one of its writes.
-fn halt_for(error: StoreError) -> Halt {
-    match error {
-        StoreError::WrongState { status, .. }
-            if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
-        {
-            Halt::Interrupted(status)
-        }
-        StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
-        other => Halt::Store(other),
-    }
 }
 
 impl WorkflowContext {
     pub(crate) fn new(
-        store: SharedStore,
+        session: Arc<RunSession>,
         run: WorkflowRun,
-        worker_id: String,
         history: Vec<StepAttempt>,
         limits: ExecutionLimits,
     ) -> Self {
-        let mut by_name: HashMap<String, Vec<StepAttempt>> = HashMap::new();
-        for attempt in history {
-            by_name
-                .entry(attempt.step_name.clone())
-                .or_default()
-                .push(attempt);
-        }
+        let replay = Replay::new(history, limits.max_steps);
         WorkflowContext {
             inner: Arc::new(RunState {
-                store,
                 run,
-                worker_id,
                 limits,
-                history: Mutex::new(by_name),
-                counters: Mutex::new(HashMap::new()),
-                resolved: AtomicU32::new(0),
-                halt: Mutex::new(None),
-                halted: Notify::new(),
+                session,
+                replay: Mutex::new(replay),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
-                deferred: Mutex::new(Vec::new()),
-                writing: tokio::sync::Mutex::new(()),
-                write_scheduled: AtomicBool::new(false),
             }),
         }
     }
@@ -242,63 +170,39 @@ impl WorkflowContext {
         self.halt(Halt::Sleep(until)).await
     }
 
-    /// Resolves a step name in call order: `name`, then `name:1`, `name:2`, ...
+    /// Resolves a step name in call order: `name`, then `name:1`, `name:2`, ...; past the
+    /// worker's step limit the run fails.
     fn resolve_name(&self, base: &str) -> Result<String, WorkflowError> {
-        let resolved = self.inner.resolved.fetch_add(1, Ordering::SeqCst) + 1;
-        if resolved > self.inner.limits.max_steps {
+        let resolved = lock(&self.inner.replay).resolve(base);
+        resolved.map_err(|StepLimitExceeded { limit }| {
             let record = ErrorRecord::new(format!(
-                "workflow run exceeded its limit of {} steps (is a loop calling steps forever?)",
-                self.inner.limits.max_steps
+                "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"
             ))
             .with_kind("step_limit")
             .non_retryable();
             self.set_halt(Halt::Fail(record));
-            return Err(WorkflowError::msg("step limit exceeded").non_retryable());
-        }
-        let mut counters = lock(&self.inner.counters);
-        let count = counters.entry(base.to_owned()).or_insert(0);
-        let name = if *count == 0 {
-            base.to_owned()
-        } else {
-            format!("{base}:{count}")
-        };
-        *count += 1;
-        Ok(name)
+            WorkflowError::msg("step limit exceeded").non_retryable()
+        })
     }
 
     fn last_attempt(&self, step_name: &str) -> Option<StepAttempt> {
-        lock(&self.inner.history)
-            .get(step_name)
-            .and_then(|attempts| attempts.last().cloned())
+        lock(&self.inner.replay).last(step_name).cloned()
+    }
+
+    fn completed_attempt(&self, step_name: &str) -> Option<StepAttempt> {
+        lock(&self.inner.replay).completed(step_name).cloned()
     }
 
     fn failed_attempts(&self, step_name: &str) -> u32 {
-        lock(&self.inner.history)
-            .get(step_name)
-            .map_or(0, |attempts| {
-                attempts
-                    .iter()
-                    .filter(|a| a.status == StepStatus::Failed)
-                    .count() as u32
-            })
+        lock(&self.inner.replay).failed_attempts(step_name)
     }
 
     fn remember(&self, attempt: StepAttempt) {
-        let mut history = lock(&self.inner.history);
-        let attempts = history.entry(attempt.step_name.clone()).or_default();
-        match attempts.iter_mut().find(|a| a.id == attempt.id) {
-            Some(existing) => *existing = attempt,
-            None => attempts.push(attempt),
-        }
+        lock(&self.inner.replay).remember(attempt);
     }
 
     fn set_halt(&self, halt: Halt) {
-        let mut slot = lock(&self.inner.halt);
-        if slot.is_none() {
-            *slot = Some(halt);
-        }
-        drop(slot);
-        self.inner.halted.notify_one();
+        self.inner.session.set_halt(halt);
     }
 
     /// Records why the run stops and never returns: the executor drops this future.
@@ -322,114 +226,33 @@ impl WorkflowContext {
         }
     }
 
-    /// Waits until a step or sleep halts the run, and says why.
-    pub(crate) async fn halted(&self) -> Halt {
-        loop {
-            let notified = self.inner.halted.notified();
-            if let Some(halt) = lock(&self.inner.halt).take() {
-                return halt;
-            }
-            notified.await;
-        }
-    }
-
-    /// The halt recorded without the executor having seen it yet (set by name resolution
-    /// just before the workflow returned, for instance).
-    pub(crate) fn take_halt(&self) -> Option<Halt> {
-        lock(&self.inner.halt).take()
-    }
-
     pub(crate) fn exhausted_step(&self) -> Option<ErrorRecord> {
         lock(&self.inner.exhausted_step).clone()
-    }
-
-    async fn halt_on_store_error<T>(&self, error: StoreError) -> T {
-        self.halt(halt_for(error)).await
-    }
-
-    /// Holds a completed step's record until the run's next write, so that a workflow
-    /// that returns right after its last step completes with that step in the same
-    /// transaction (see [`Store::complete_run_with_steps`]). Every write of the run, and
-    /// every step before it runs, writes what is held first ([`Self::flush`]); a timer
-    /// writes it after [`DEFER_WINDOW`] if nothing else did.
-    fn defer(&self, params: RecordStepAttempt) {
-        lock(&self.inner.deferred).push((tokio::time::Instant::now(), params));
-        if !self.inner.write_scheduled.swap(true, Ordering::SeqCst) {
-            tokio::spawn(self.clone().write_held_too_long());
-        }
-    }
-
-    /// The timer of [`Self::defer`]: writes the held records once the oldest has waited
-    /// [`DEFER_WINDOW`], and ends when none is held. Records held for less are left to the
-    /// run's next write, which normally comes first.
-    async fn write_held_too_long(self) {
-        loop {
-            let oldest = lock(&self.inner.deferred).first().map(|(at, _)| *at);
-            match oldest {
-                Some(at) if at.elapsed() >= DEFER_WINDOW => {
-                    if let Some(halt) = self.write_deferred().await {
-                        self.set_halt(halt);
-                        return;
-                    }
-                }
-                Some(at) => tokio::time::sleep_until(at + DEFER_WINDOW).await,
-                None => {
-                    self.inner.write_scheduled.store(false, Ordering::SeqCst);
-                    // A record held just now found the flag still set: stay for it.
-                    let held = !lock(&self.inner.deferred).is_empty();
-                    if !held || self.inner.write_scheduled.swap(true, Ordering::SeqCst) {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes the held records, after any write of them in flight. Says why the run must
-    /// stop when a record was refused.
-    pub(crate) async fn write_deferred(&self) -> Option<Halt> {
-        let _writing = self.inner.writing.lock().await;
-        let held = std::mem::take(&mut *lock(&self.inner.deferred));
-        if held.is_empty() {
-            return None;
-        }
-        let held = held.into_iter().map(|(_, params)| params);
-        // Several only after parallel steps; their records share the store's next batch.
-        let store = &self.inner.store;
-        let written = futures::future::join_all(held.map(|p| store.record_step_attempt(p))).await;
-        let mut halt = None;
-        for result in written {
-            match result {
-                Ok(StepUpdate::Recorded(attempt)) => self.remember(attempt),
-                Ok(StepUpdate::Interrupted { run_status }) => {
-                    halt.get_or_insert(Halt::Interrupted(run_status));
-                }
-                Err(error) => {
-                    halt.get_or_insert(halt_for(error));
-                }
-            }
-        }
-        halt
-    }
-
-    /// Takes the held records for the run's completion, after any write of them in flight.
-    pub(crate) async fn take_deferred(&self) -> Vec<RecordStepAttempt> {
-        let _writing = self.inner.writing.lock().await;
-        std::mem::take(&mut *lock(&self.inner.deferred))
-            .into_iter()
-            .map(|(_, params)| params)
-            .collect()
     }
 
     /// Makes every completed step durable before the run writes anything else or runs
     /// another step; halts when that fails.
     async fn flush(&self) {
-        if let Some(halt) = self.write_deferred().await {
-            self.halt::<()>(halt).await;
+        match self.inner.session.write_held().await {
+            Ok(written) => written
+                .into_iter()
+                .for_each(|attempt| self.remember(attempt)),
+            Err(halt) => self.halt::<()>(halt).await,
         }
         // A write by the timer may have failed just before: it set the halt.
-        if lock(&self.inner.halt).is_some() {
+        if self.inner.session.is_halted() {
             std::future::pending::<()>().await;
+        }
+    }
+
+    /// The attempt a write returned, remembered for replay; or the halt it caused.
+    async fn written(&self, result: Result<StepAttempt, Halt>) -> StepAttempt {
+        match result {
+            Ok(attempt) => {
+                self.remember(attempt.clone());
+                attempt
+            }
+            Err(halt) => self.halt(halt).await,
         }
     }
 
@@ -437,48 +260,10 @@ impl WorkflowContext {
         self.flush().await;
         let created = self
             .inner
-            .store
-            .create_step_attempt(CreateStepAttempt {
-                run_id: self.inner.run.id,
-                worker_id: self.inner.worker_id.clone(),
-                step_name: step_name.to_owned(),
-                kind,
-                config,
-                context: None,
-            })
+            .session
+            .start_attempt(step_name, kind, config)
             .await;
-        match created {
-            Ok(attempt) => {
-                self.remember(attempt.clone());
-                attempt
-            }
-            Err(error) => self.halt_on_store_error(error).await,
-        }
-    }
-
-    /// A finished function-step attempt, as written.
-    fn finished_attempt(
-        &self,
-        step_name: &str,
-        config: Value,
-        result: Result<Value, Value>,
-        elapsed: Duration,
-    ) -> RecordStepAttempt {
-        let (status, output, error) = match result {
-            Ok(output) => (StepStatus::Completed, Some(output), None),
-            Err(error) => (StepStatus::Failed, None, Some(error)),
-        };
-        RecordStepAttempt {
-            run_id: self.inner.run.id,
-            worker_id: self.inner.worker_id.clone(),
-            step_name: step_name.to_owned(),
-            kind: StepKind::Function,
-            config,
-            status,
-            output,
-            error,
-            elapsed,
-        }
+        self.written(created).await
     }
 
     /// Writes a finished function-step attempt in one statement (after any held ones);
@@ -491,43 +276,16 @@ impl WorkflowContext {
         elapsed: Duration,
     ) -> StepAttempt {
         self.flush().await;
-        let params = self.finished_attempt(step_name, config, result, elapsed);
-        let update = self.inner.store.record_step_attempt(params).await;
-        match update {
-            Ok(StepUpdate::Recorded(attempt)) => {
-                self.remember(attempt.clone());
-                attempt
-            }
-            Ok(StepUpdate::Interrupted { run_status }) => {
-                self.halt(Halt::Interrupted(run_status)).await
-            }
-            Err(error) => self.halt_on_store_error(error).await,
-        }
+        let session = &self.inner.session;
+        let params = session.finished_attempt(step_name, config, result, elapsed);
+        self.written(session.record(params).await).await
     }
 
     /// Completes a running attempt (a durable sleep); halts when the run was interrupted
     /// meanwhile.
     async fn finish(&self, attempt: &StepAttempt) -> StepAttempt {
-        let update = self
-            .inner
-            .store
-            .complete_step_attempt(
-                self.inner.run.id,
-                attempt.id,
-                &self.inner.worker_id,
-                Value::Null,
-            )
-            .await;
-        match update {
-            Ok(StepUpdate::Recorded(attempt)) => {
-                self.remember(attempt.clone());
-                attempt
-            }
-            Ok(StepUpdate::Interrupted { run_status }) => {
-                self.halt(Halt::Interrupted(run_status)).await
-            }
-            Err(error) => self.halt_on_store_error(error).await,
-        }
+        let finished = self.inner.session.finish_attempt(attempt.id).await;
+        self.written(finished).await
     }
 }
 
@@ -558,10 +316,7 @@ where
     };
     ctx.check_interrupted().await;
 
-    if let Some(done) = ctx
-        .last_attempt(&step_name)
-        .filter(|a| a.status == StepStatus::Completed)
-    {
+    if let Some(done) = ctx.completed_attempt(&step_name) {
         let output = done.output.unwrap_or(Value::Null);
         return match serde_json::from_value(output) {
             Ok(value) => Ok(value),
@@ -613,7 +368,8 @@ where
                     }
                 };
                 // Written before the run's next write or step, or with its completion.
-                ctx.defer(ctx.finished_attempt(&step_name, config, Ok(output), elapsed));
+                let session = &ctx.inner.session;
+                session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
             Err(error) => {

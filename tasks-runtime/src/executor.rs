@@ -2,6 +2,7 @@
 //! outcome — unless the run was paused, canceled or taken over meanwhile.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -10,12 +11,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
-use crate::context::{ExecutionLimits, Halt, WorkflowContext};
+use crate::context::{ExecutionLimits, WorkflowContext};
 use crate::definition::WorkflowDefinition;
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::model::{RunStatus, WorkflowRun};
-use crate::store::{ClaimedRun, FailRun, SharedStore};
+use crate::session::{Halt, RunSession};
+use crate::store::{ClaimedRun, SharedStore};
 
 /// Everything an execution needs besides the run itself.
 #[derive(Clone)]
@@ -51,15 +53,15 @@ impl Executor {
     /// abandons the run without writing anything (its lease expires and another worker
     /// replays it).
     ///
-    /// `slot` is the caller's hold on a unit of concurrency. It is dropped as soon as the
-    /// workflow function has returned, before its outcome is written, so that the worker
-    /// can claim the next run while the outcome commits; otherwise it is left to the caller.
-    pub(crate) async fn execute<S: Send>(
+    /// `returned` is called as soon as the workflow function has returned, before its
+    /// outcome is written (a worker frees the run's slot then, so that it claims the next
+    /// run while the outcome commits).
+    pub(crate) async fn execute(
         &self,
         claimed: ClaimedRun,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
-        slot: &mut Option<S>,
+        returned: impl FnOnce() + Send,
     ) -> Outcome {
         let ClaimedRun {
             run,
@@ -72,18 +74,18 @@ impl Executor {
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
         );
-        self.execute_inner(run, first_execution, definition, shutdown, slot)
+        self.execute_inner(run, first_execution, definition, shutdown, returned)
             .instrument(span)
             .await
     }
 
-    async fn execute_inner<S: Send>(
+    async fn execute_inner(
         &self,
         run: WorkflowRun,
         first_execution: bool,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
-        slot: &mut Option<S>,
+        returned: impl FnOnce() + Send,
     ) -> Outcome {
         let run_id = run.id;
         let history = if first_execution {
@@ -106,14 +108,9 @@ impl Executor {
             tokio::time::Instant::now() + remaining
         });
         let input = run.input.clone().unwrap_or(Value::Null);
-        let ctx = WorkflowContext::new(
-            self.store.clone(),
-            run,
-            self.worker_id.clone(),
-            history,
-            self.limits.clone(),
-        );
-        let _heartbeat = self.heartbeat(ctx.clone());
+        let session = RunSession::new(self.store.clone(), run_id, self.worker_id.clone());
+        let ctx = WorkflowContext::new(session.clone(), run, history, self.limits.clone());
+        let _heartbeat = self.heartbeat(&session, ctx.clone());
 
         // A panicking workflow fails its attempt (and is retried by the workflow policy)
         // instead of taking the worker's task down with the lease still held.
@@ -122,8 +119,8 @@ impl Executor {
         let finished = tokio::select! {
             biased;
             _ = shutdown.cancelled() => Finished::ShutDown,
-            halt = ctx.halted() => Finished::Halted(halt),
-            result = workflow => match ctx.take_halt() {
+            halt = session.halted() => Finished::Halted(halt),
+            result = workflow => match session.take_halt() {
                 Some(halt) => Finished::Halted(halt),
                 None => Finished::Returned(result.unwrap_or_else(|panic| Err(panicked(panic)))),
             },
@@ -132,13 +129,17 @@ impl Executor {
         if matches!(finished, Finished::Returned(_)) {
             // Nothing of the workflow runs any more: its slot can take the next run while
             // the outcome is written.
-            drop(slot.take());
+            returned();
         }
-        self.record(&ctx, finished).await
+        self.record(&session, &ctx, finished).await
     }
 
-    async fn record(&self, ctx: &WorkflowContext, finished: Finished) -> Outcome {
-        let run_id = ctx.run_id();
+    async fn record(
+        &self,
+        session: &RunSession,
+        ctx: &WorkflowContext,
+        finished: Finished,
+    ) -> Outcome {
         // Steps whose records are still held go first (a completion takes them along).
         let writes_other = matches!(
             finished,
@@ -147,7 +148,7 @@ impl Executor {
                 | Finished::Halted(Halt::Sleep(_) | Halt::Fail(_))
         );
         if writes_other {
-            if let Some(halt) = ctx.write_deferred().await {
+            if let Err(halt) = session.write_held().await {
                 tracing::debug!(
                     ?halt,
                     "a held step record was refused; the run's write will say why"
@@ -160,11 +161,7 @@ impl Executor {
                 return Outcome::Abandoned;
             }
             Finished::Returned(Ok(output)) => {
-                let steps = ctx.take_deferred().await;
-                self.store
-                    .complete_run_with_steps(run_id, &self.worker_id, output, steps)
-                    .await
-                    .map(|_| Outcome::Completed)
+                session.complete(output).await.map(|_| Outcome::Completed)
             }
             Finished::Returned(Err(error)) => {
                 // Errors that come from a step whose retries ran out are final: the
@@ -175,26 +172,22 @@ impl Executor {
                     Some(step_error) if error.message == step_error.message => step_error,
                     _ => error,
                 };
-                self.fail(run_id, record, force).await
+                fail(session, record, force).await
             }
             Finished::DeadlineExceeded => {
                 let record = ErrorRecord::new("Workflow run deadline exceeded")
                     .with_kind("deadline")
                     .non_retryable();
-                self.fail(run_id, record, true).await
+                fail(session, record, true).await
             }
-            Finished::Halted(Halt::Sleep(until)) => self
-                .store
-                .sleep_run(run_id, &self.worker_id, until)
-                .await
-                .map(|parked| {
-                    // Both instants come from the database clock.
-                    let wait = (until - parked.updated_at)
-                        .to_std()
-                        .unwrap_or(Duration::ZERO);
-                    Outcome::Sleeping(wait)
-                }),
-            Finished::Halted(Halt::Fail(record)) => self.fail(run_id, record, true).await,
+            Finished::Halted(Halt::Sleep(until)) => session.sleep(until).await.map(|parked| {
+                // Both instants come from the database clock.
+                let wait = (until - parked.updated_at)
+                    .to_std()
+                    .unwrap_or(Duration::ZERO);
+                Outcome::Sleeping(wait)
+            }),
+            Finished::Halted(Halt::Fail(record)) => fail(session, record, true).await,
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");
                 return Outcome::Interrupted;
@@ -227,35 +220,11 @@ impl Executor {
         }
     }
 
-    async fn fail(
-        &self,
-        run_id: uuid::Uuid,
-        record: ErrorRecord,
-        force: bool,
-    ) -> Result<Outcome, StoreError> {
-        tracing::warn!(error = %record, final_failure = force, "workflow failed");
-        let run = self
-            .store
-            .fail_run(FailRun {
-                run_id,
-                worker_id: self.worker_id.clone(),
-                error: record.to_json(),
-                force,
-            })
-            .await?;
-        Ok(if run.status == RunStatus::Failed {
-            Outcome::Failed
-        } else {
-            Outcome::Retrying
-        })
-    }
-
     /// Extends the lease every half lease while the run executes. The task is aborted when
     /// the returned handle drops, so no heartbeat outlives its execution, whatever way the
     /// execution ends.
-    fn heartbeat(&self, ctx: WorkflowContext) -> AbortOnDropHandle<()> {
-        let store = self.store.clone();
-        let worker_id = self.worker_id.clone();
+    fn heartbeat(&self, session: &Arc<RunSession>, ctx: WorkflowContext) -> AbortOnDropHandle<()> {
+        let session = session.clone();
         let lease = self.lease;
         let span = tracing::Span::current();
         AbortOnDropHandle::new(tokio::spawn(
@@ -264,7 +233,7 @@ impl Executor {
                 ticks.tick().await;
                 loop {
                     ticks.tick().await;
-                    match store.extend_lease(ctx.run_id(), &worker_id, lease).await {
+                    match session.extend_lease(lease).await {
                         Ok(_) => {}
                         Err(StoreError::WrongState { status, .. })
                             if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
@@ -287,6 +256,21 @@ impl Executor {
             .instrument(span),
         ))
     }
+}
+
+/// Records a failure of the run; `force` fails it for good.
+async fn fail(
+    session: &RunSession,
+    record: ErrorRecord,
+    force: bool,
+) -> Result<Outcome, StoreError> {
+    tracing::warn!(error = %record, final_failure = force, "workflow failed");
+    let run = session.fail(&record, force).await?;
+    Ok(if run.status == RunStatus::Failed {
+        Outcome::Failed
+    } else {
+        Outcome::Retrying
+    })
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send>) -> ErrorRecord {

@@ -16,7 +16,9 @@ pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod registry;
+mod replay;
 pub mod retry;
+mod session;
 pub mod store;
 mod transition;
 pub mod worker;

@@ -449,7 +449,7 @@ impl Worker {
         };
         let outcome = inner
             .executor
-            .execute(claimed, definition, abandon, slot)
+            .execute(claimed, definition, abandon, || drop(slot.take()))
             .await;
         tracing::debug!(?outcome, "execution ended");
         if matches!(outcome, Outcome::Abandoned) {

@@ -1,0 +1,314 @@
+//! The worker side of one claimed run: every write the run makes goes through its
+//! [`RunSession`], which owns the holding and batching of finished step records and knows
+//! why the run must stop.
+//!
+//! A finished step's record is *held* until the run's next write, so that a workflow that
+//! returns right after its last step completes with that step in the same transaction
+//! ([`Store::complete_run_with_steps`](crate::Store::complete_run_with_steps)). Every write
+//! of the run, and every step before it runs, writes what is held first; a timer writes it
+//! after [`HOLD_WINDOW`] if nothing else did.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::failure::ErrorRecord;
+use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+use crate::store::{CreateStepAttempt, FailRun, RecordStepAttempt, SharedStore, StepUpdate};
+
+/// How long a finished step's record may wait for the run's next write (the next step, a
+/// sleep, the completion) before it is written on its own. Workflow code between two steps
+/// normally takes microseconds; this bounds the wait when it does not.
+pub(crate) const HOLD_WINDOW: Duration = Duration::from_millis(2);
+
+/// Why a run stopped executing before its workflow function returned.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// Park the run until this instant (durable sleep or a long step backoff).
+    Sleep(DateTime<Utc>),
+    /// The run was paused or canceled by an operator.
+    Interrupted(RunStatus),
+    /// Another worker holds the run now.
+    LeaseLost,
+    /// The run cannot continue: fail it for good.
+    Fail(ErrorRecord),
+    /// The store failed; leave the run for its lease to expire and be retried.
+    Store(StoreError),
+}
+
+impl Halt {
+    /// Why a run stops after the store refused or failed one of its writes.
+    pub(crate) fn after(error: StoreError) -> Halt {
+        match error {
+            StoreError::WrongState { status, .. }
+                if matches!(status, RunStatus::Paused | RunStatus::Canceled) =>
+            {
+                Halt::Interrupted(status)
+            }
+            StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
+            other => Halt::Store(other),
+        }
+    }
+}
+
+/// The writes of one claimed run, under its worker's lease.
+pub(crate) struct RunSession {
+    store: SharedStore,
+    run_id: Uuid,
+    worker_id: String,
+    /// Finished function-step attempts not written yet, with when each was held.
+    held: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
+    /// Held while held records are written, so that whoever writes next waits for a write
+    /// in flight.
+    writing: tokio::sync::Mutex<()>,
+    /// A timer will write the held records unless the run's next write does first.
+    timer_scheduled: AtomicBool,
+    /// Why the run stops, once something decided it must.
+    halt: Mutex<Option<Halt>>,
+    halted: Notify,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep going.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl RunSession {
+    /// The session of `run_id`, claimed by `worker_id`.
+    pub(crate) fn new(store: SharedStore, run_id: Uuid, worker_id: String) -> Arc<Self> {
+        Arc::new(RunSession {
+            store,
+            run_id,
+            worker_id,
+            held: Mutex::new(Vec::new()),
+            writing: tokio::sync::Mutex::new(()),
+            timer_scheduled: AtomicBool::new(false),
+            halt: Mutex::new(None),
+            halted: Notify::new(),
+        })
+    }
+
+    // ---- Why the run stops ----
+
+    /// Records why the run must stop (the first reason wins) and wakes the executor.
+    pub(crate) fn set_halt(&self, halt: Halt) {
+        let mut slot = lock(&self.halt);
+        if slot.is_none() {
+            *slot = Some(halt);
+        }
+        drop(slot);
+        self.halted.notify_one();
+    }
+
+    /// Whether a reason to stop is recorded and not yet taken.
+    pub(crate) fn is_halted(&self) -> bool {
+        lock(&self.halt).is_some()
+    }
+
+    /// Waits until something halts the run, and says why.
+    pub(crate) async fn halted(&self) -> Halt {
+        loop {
+            let notified = self.halted.notified();
+            if let Some(halt) = lock(&self.halt).take() {
+                return halt;
+            }
+            notified.await;
+        }
+    }
+
+    /// The halt recorded without the executor having seen it yet (set just before the
+    /// workflow returned, for instance).
+    pub(crate) fn take_halt(&self) -> Option<Halt> {
+        lock(&self.halt).take()
+    }
+
+    // ---- Step writes ----
+
+    /// A finished function-step attempt of this run, as written.
+    pub(crate) fn finished_attempt(
+        &self,
+        step_name: &str,
+        config: Value,
+        result: Result<Value, Value>,
+        elapsed: Duration,
+    ) -> RecordStepAttempt {
+        let (status, output, error) = match result {
+            Ok(output) => (StepStatus::Completed, Some(output), None),
+            Err(error) => (StepStatus::Failed, None, Some(error)),
+        };
+        RecordStepAttempt {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            kind: StepKind::Function,
+            config,
+            status,
+            output,
+            error,
+            elapsed,
+        }
+    }
+
+    /// Holds a completed step's record until the run's next write (see the module docs).
+    pub(crate) fn hold(self: &Arc<Self>, params: RecordStepAttempt) {
+        lock(&self.held).push((tokio::time::Instant::now(), params));
+        if !self.timer_scheduled.swap(true, Ordering::SeqCst) {
+            tokio::spawn(Arc::clone(self).write_held_too_long());
+        }
+    }
+
+    /// The timer of [`RunSession::hold`]: writes the held records once the oldest has
+    /// waited [`HOLD_WINDOW`], and ends when none is held. Records held for less are left to
+    /// the run's next write, which normally comes first.
+    async fn write_held_too_long(self: Arc<Self>) {
+        loop {
+            let oldest = lock(&self.held).first().map(|(at, _)| *at);
+            match oldest {
+                Some(at) if at.elapsed() >= HOLD_WINDOW => {
+                    // What the timer writes needs no replay entry: each call resolves a
+                    // name of its own, and this one's call already returned.
+                    if let Err(halt) = self.write_held().await {
+                        self.set_halt(halt);
+                        return;
+                    }
+                }
+                Some(at) => tokio::time::sleep_until(at + HOLD_WINDOW).await,
+                None => {
+                    self.timer_scheduled.store(false, Ordering::SeqCst);
+                    // A record held just now found the flag still set: stay for it.
+                    let held = !lock(&self.held).is_empty();
+                    if !held || self.timer_scheduled.swap(true, Ordering::SeqCst) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the held records, after any write of them in flight, and returns what was
+    /// written; says why the run must stop when a record was refused.
+    pub(crate) async fn write_held(&self) -> Result<Vec<StepAttempt>, Halt> {
+        let _writing = self.writing.lock().await;
+        let held = std::mem::take(&mut *lock(&self.held));
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Several only after parallel steps; their records share the store's next batch.
+        let store = &self.store;
+        let writes = held
+            .into_iter()
+            .map(|(_, params)| store.record_step_attempt(params));
+        let mut written = Vec::new();
+        let mut halt = None;
+        for result in futures::future::join_all(writes).await {
+            match result {
+                Ok(StepUpdate::Recorded(attempt)) => written.push(attempt),
+                Ok(StepUpdate::Interrupted { run_status }) => {
+                    halt.get_or_insert(Halt::Interrupted(run_status));
+                }
+                Err(error) => {
+                    halt.get_or_insert(Halt::after(error));
+                }
+            }
+        }
+        match halt {
+            Some(halt) => Err(halt),
+            None => Ok(written),
+        }
+    }
+
+    /// Takes the held records for the run's completion, after any write of them in flight.
+    async fn take_held(&self) -> Vec<RecordStepAttempt> {
+        let _writing = self.writing.lock().await;
+        std::mem::take(&mut *lock(&self.held))
+            .into_iter()
+            .map(|(_, params)| params)
+            .collect()
+    }
+
+    /// Writes a finished function-step attempt in one statement.
+    pub(crate) async fn record(&self, params: RecordStepAttempt) -> Result<StepAttempt, Halt> {
+        match self.store.record_step_attempt(params).await {
+            Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
+            Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
+            Err(error) => Err(Halt::after(error)),
+        }
+    }
+
+    /// Starts a running attempt (a durable sleep).
+    pub(crate) async fn start_attempt(
+        &self,
+        step_name: &str,
+        kind: StepKind,
+        config: Value,
+    ) -> Result<StepAttempt, Halt> {
+        self.store
+            .create_step_attempt(CreateStepAttempt {
+                run_id: self.run_id,
+                worker_id: self.worker_id.clone(),
+                step_name: step_name.to_owned(),
+                kind,
+                config,
+                context: None,
+            })
+            .await
+            .map_err(Halt::after)
+    }
+
+    /// Completes a running attempt (a durable sleep that ended).
+    pub(crate) async fn finish_attempt(&self, attempt_id: Uuid) -> Result<StepAttempt, Halt> {
+        let update = self
+            .store
+            .complete_step_attempt(self.run_id, attempt_id, &self.worker_id, Value::Null)
+            .await;
+        match update {
+            Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
+            Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
+            Err(error) => Err(Halt::after(error)),
+        }
+    }
+
+    // ---- The run's outcome ----
+
+    /// Completes the run with `output`, together with the records still held.
+    pub(crate) async fn complete(&self, output: Value) -> StoreResult<WorkflowRun> {
+        let steps = self.take_held().await;
+        self.store
+            .complete_run_with_steps(self.run_id, &self.worker_id, output, steps)
+            .await
+    }
+
+    /// Records a failed attempt of the run: retried by its policy unless `force`.
+    pub(crate) async fn fail(&self, record: &ErrorRecord, force: bool) -> StoreResult<WorkflowRun> {
+        self.store
+            .fail_run(FailRun {
+                run_id: self.run_id,
+                worker_id: self.worker_id.clone(),
+                error: record.to_json(),
+                force,
+            })
+            .await
+    }
+
+    /// Parks the run until `until`.
+    pub(crate) async fn sleep(&self, until: DateTime<Utc>) -> StoreResult<WorkflowRun> {
+        self.store
+            .sleep_run(self.run_id, &self.worker_id, until)
+            .await
+    }
+
+    /// Extends the run's lease to `lease` from now.
+    pub(crate) async fn extend_lease(&self, lease: Duration) -> StoreResult<WorkflowRun> {
+        self.store
+            .extend_lease(self.run_id, &self.worker_id, lease)
+            .await
+    }
+}
