@@ -95,7 +95,7 @@ impl WorkflowContext {
     }
 
     /// Runs `future` with this context installed, so that steps inside it find it.
-    pub(crate) fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+    pub(crate) fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
         CURRENT.scope(self.clone(), future)
     }
 
