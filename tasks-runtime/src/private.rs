@@ -113,26 +113,32 @@ pub fn encode_output<T: Serialize>(output: &T) -> Result<Value, ErrorRecord> {
 }
 
 /// Runs one attempt of workflow `W` on its stored JSON input: decodes the input, calls the
-/// workflow function through `call`, and encodes its output or records its error.
+/// workflow function through `call`, and encodes its output or records its error with `record`.
 ///
 /// The bounds on the input and output come from the `Workflow` impl, so a type missing
-/// `Deserialize` is reported once, by that impl, not again here.
+/// `Deserialize` is reported once, by that impl. The error type has no bound here: it is
+/// checked where `#[workflow]` names [`record_workflow_error`] on the user's type.
 pub async fn run_workflow<W, E, F, Fut>(
     ctx: WorkflowContext,
     input: Value,
     call: F,
+    record: fn(&E) -> ErrorRecord,
 ) -> Result<Value, ErrorRecord>
 where
     W: Workflow,
-    E: WorkflowFnError + RecordError,
     F: FnOnce(WorkflowContext, W::Input) -> Fut,
     Fut: Future<Output = Result<W::Output, E>>,
 {
     let input = decode_input::<W::Input>(input)?;
     match call(ctx, input).await {
         Ok(output) => encode_output(&output),
-        Err(error) => Err(error.to_record()),
+        Err(error) => Err(record(&error)),
     }
+}
+
+/// Records the error a workflow function returned.
+pub fn record_workflow_error<E: WorkflowFnError + RecordError>(error: &E) -> ErrorRecord {
+    error.to_record()
 }
 
 /// The `definition()` of the stand-in type a failed `#[workflow]` leaves behind; never called

@@ -27,11 +27,11 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
     let retry_policy = retry_policy(private, workflow.retry.as_ref(), RetryDefault::Run);
     let location = source_location(private, ident.span());
 
-    // The assertion and `run_workflow`'s bound share the span and the predicate, so rustc
-    // reports an error type that cannot be recorded once, on the user's type.
+    // The assertion and the recorder share the span and the predicate, so rustc reports an
+    // error type that cannot be recorded once, on the user's type.
     let err = &workflow.result.err;
     let assert_error = quote_spanned!(err.span()=> #private::assert_workflow_error::<#err>(););
-    let run = quote_spanned!(err.span()=> #private::run_workflow::<#ident, #err, _, _>);
+    let record = quote_spanned!(err.span()=> #private::record_workflow_error::<#err>);
     let call = match workflow.input {
         WorkflowInput::Unit => quote!(|__tasks_ctx, ()| #ident(__tasks_ctx)),
         WorkflowInput::Typed(_) => {
@@ -41,7 +41,12 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
     // Spanned on the function name, so "future cannot be sent between threads safely"
     // points at the workflow rather than at the attribute.
     let boxed_run = quote_spanned! {ident.span()=>
-        ::std::boxed::Box::pin(#run(__tasks_ctx, __tasks_input, #call))
+        ::std::boxed::Box::pin(#private::run_workflow::<#ident, _, _, _>(
+            __tasks_ctx,
+            __tasks_input,
+            #call,
+            #record,
+        ))
     };
 
     quote! {
