@@ -12,7 +12,11 @@ async fn double(value: u64) -> Result<u64, WorkflowError> {
     Ok(value * 2)
 }
 
-#[workflow(name = "reexported", crate = "crate::reexport::tasks", retry(backoff = 2.0))]
+#[workflow(
+    name = "reexported",
+    crate = "crate::reexport::tasks",
+    retry(backoff = 2.0)
+)]
 async fn reexported(_ctx: WorkflowContext, value: u64) -> Result<u64, WorkflowError> {
     double(value).await
 }
@@ -24,5 +28,8 @@ async fn without_input(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
 
 fn main() {
     assert_eq!(<reexported as Workflow>::definition().name, "reexported");
-    assert_eq!(<without_input as Workflow>::definition().name, "without_input");
+    assert_eq!(
+        <without_input as Workflow>::definition().name,
+        "without_input"
+    );
 }
