@@ -1,5 +1,12 @@
 //! Support for the code `#[workflow]` and `#[step]` generate. Not a public API: reached only
-//! through `::tasks::__private`, and free to change in any release.
+//! through `::tasks::__private` (or `<crate>::__private` with `crate = "..."`), and free to
+//! change in any release.
+//!
+//! Everything generic lives here, once, and the macros emit only what differs per function:
+//! the definition, the call of the user's function, and the assertions below, spanned on the
+//! user's types. Each assertion goes through a marker trait whose
+//! `#[diagnostic::on_unimplemented]` states why the bound exists, so a missing impl reads
+//! "step arguments must be `Clone`: ..." instead of "required by a bound in `__private::...`".
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,9 +27,71 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 
+/// A type a `#[step]` may take as an argument.
+#[diagnostic::on_unimplemented(
+    message = "step arguments must be `Clone`, and `{Self}` is not",
+    label = "a retry calls the step again with a fresh copy of this argument",
+    note = "derive or implement `Clone`, or take the argument by shared reference (`&T` is `Clone`)"
+)]
+pub trait StepArg {}
+
+impl<T: Clone> StepArg for T {}
+
+/// A type a `#[step]` may return as its output.
+#[diagnostic::on_unimplemented(
+    message = "the output of a step must be `Serialize + DeserializeOwned + Send + 'static`, and `{Self}` is not",
+    label = "a step's output is stored as JSON once it completes, and replayed from there instead of running the step again",
+    note = "derive `serde::Serialize` and `serde::Deserialize`, and own the data (no borrowed fields)"
+)]
+pub trait StepOutput {}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> StepOutput for T {}
+
+/// A type a `#[step]` may return as its error.
+#[diagnostic::on_unimplemented(
+    message = "the error of a step must be recordable and `Send`, and `{Self}` is not",
+    label = "a step's error is recorded with the run, to decide on a retry and to report it",
+    note = "use a type that implements `std::error::Error + Send + 'static`, or `tasks::WorkflowError`"
+)]
+pub trait StepError {}
+
+impl<E: RecordError + Send> StepError for E {}
+
+/// A type a `#[workflow]` may return as its error.
+#[diagnostic::on_unimplemented(
+    message = "the error of a workflow must be recordable, and `{Self}` is not",
+    label = "a workflow's error is recorded as the run's failure",
+    note = "use a type that implements `std::error::Error + 'static`, or `tasks::WorkflowError`"
+)]
+pub trait WorkflowFnError {}
+
+impl<E: RecordError> WorkflowFnError for E {}
+
+/// Compile-time check of a step argument.
+pub const fn assert_step_arg<T: StepArg>() {}
+
+/// Compile-time check of a step's output type.
+pub const fn assert_step_output<T: StepOutput>() {}
+
+/// Compile-time check of a step's error type.
+pub const fn assert_step_error<E: StepError>() {}
+
+/// Compile-time check of a workflow's error type.
+pub const fn assert_workflow_error<E: WorkflowFnError>() {}
+
 /// The JSON Schema of `T`, as stored in a workflow definition.
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Bool(true))
+}
+
+/// The JSON Schema of `W`'s input: a `WorkflowDefinition::input_schema`.
+pub fn input_schema<W: Workflow>() -> Value {
+    schema_for::<W::Input>()
+}
+
+/// The JSON Schema of `W`'s output: a `WorkflowDefinition::output_schema`.
+pub fn output_schema<W: Workflow>() -> Value {
+    schema_for::<W::Output>()
 }
 
 /// Decodes a run's stored input into the workflow's input type.
@@ -43,19 +112,40 @@ pub fn encode_output<T: Serialize>(output: &T) -> Result<Value, ErrorRecord> {
     })
 }
 
+/// Runs one attempt of workflow `W` on its stored JSON input: decodes the input, calls the
+/// workflow function through `call`, and encodes its output or records its error with `record`.
+///
+/// The bounds on the input and output come from the `Workflow` impl, so a type missing
+/// `Deserialize` is reported once, by that impl. The error type has no bound here: it is
+/// checked where `#[workflow]` names [`record_workflow_error`] on the user's type.
+pub async fn run_workflow<W, E, F, Fut>(
+    ctx: WorkflowContext,
+    input: Value,
+    call: F,
+    record: fn(&E) -> ErrorRecord,
+) -> Result<Value, ErrorRecord>
+where
+    W: Workflow,
+    F: FnOnce(WorkflowContext, W::Input) -> Fut,
+    Fut: Future<Output = Result<W::Output, E>>,
+{
+    let input = decode_input::<W::Input>(input)?;
+    match call(ctx, input).await {
+        Ok(output) => encode_output(&output),
+        Err(error) => Err(record(&error)),
+    }
+}
+
 /// Records the error a workflow function returned.
-pub fn record_error<E: RecordError + ?Sized>(error: &E) -> ErrorRecord {
+pub fn record_workflow_error<E: WorkflowFnError + RecordError>(error: &E) -> ErrorRecord {
     error.to_record()
 }
 
-/// Compile-time check: a workflow or step output must round-trip through JSON.
-pub const fn assert_output<T: Serialize + DeserializeOwned + Send + 'static>() {}
-
-/// Compile-time check: a workflow or step error must be recordable.
-pub const fn assert_error<E: RecordError>() {}
-
-/// Compile-time check: a step argument is cloned for every retry.
-pub const fn assert_step_arg<T: Clone>() {}
+/// The `definition()` of the stand-in type a failed `#[workflow]` leaves behind; never called
+/// at run time, because the crate did not compile.
+pub fn invalid_workflow_definition() -> &'static WorkflowDefinition {
+    unreachable!("`#[workflow]` reported an error for this function")
+}
 
 /// The future of a step call, boxed: `#[step]` awaits this rather than [`run_step`].
 ///
@@ -68,8 +158,8 @@ pub fn run_step_boxed<'a, T, E, F, Fut>(
 where
     F: FnMut() -> Fut + Send + 'a,
     Fut: Future<Output = Result<T, E>> + Send + 'a,
-    T: Serialize + DeserializeOwned + Send + 'a,
-    E: RecordError + Send + 'a,
+    T: StepOutput + Serialize + DeserializeOwned + Send + 'a,
+    E: StepError + RecordError + Send + 'a,
 {
     Box::pin(run_step(definition, f))
 }

@@ -1,26 +1,43 @@
-//! What `#[workflow]` emits besides the errors when a check failed: the workflow's type with
-//! a stub `Workflow` impl, so that code naming `checkout` as a type does not add a second
-//! wave of "cannot find type" errors (the `fallback.rs` of thiserror).
+//! What a macro emits when it reported errors: the original item unchanged, the errors, and
+//! for a workflow a stand-in for its type, so that code naming `checkout` as a type does not
+//! add a second wave of "cannot find type" errors (the `fallback.rs` of thiserror).
 
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 
-use crate::check::ResultTypes;
-use crate::item::ItemFn;
-use crate::workflow::WorkflowInput;
+use crate::model::{Invalid, StandIn};
+
+/// `item` and the errors, plus the stand-in when there is one.
+pub(crate) fn invalid(item: TokenStream, invalid: Invalid) -> TokenStream {
+    let Invalid { errors, stand_in } = invalid;
+    let stand_in = stand_in.as_deref().map(stand_in_type);
+    quote!(#item #stand_in #errors)
+}
+
+/// `item` and the error that stopped parsing (the item was not a function).
+pub(crate) fn unparsed(item: TokenStream, error: syn::Error) -> TokenStream {
+    let error = error.into_compile_error();
+    quote!(#item #error)
+}
 
 /// The struct and a stub impl, using the input and output types where they were valid and
 /// `()` where they were not.
-pub(crate) fn workflow(
-    item: &ItemFn,
-    input: Option<WorkflowInput>,
-    result: Option<ResultTypes>,
-) -> TokenStream {
+fn stand_in_type(stand_in: &StandIn) -> TokenStream {
+    let StandIn {
+        item,
+        input,
+        output,
+        private,
+    } = stand_in;
     let ident = &item.sig.ident;
     let vis = &item.vis;
     let cfgs: Vec<_> = item.cfg_attrs().collect();
-    let input = input.map_or_else(|| quote!(()), |input| input.to_token_stream());
-    let output = result.map_or_else(|| quote!(()), |result| result.ok.to_token_stream());
+    let input = input
+        .as_ref()
+        .map_or_else(|| quote!(()), ToTokens::to_token_stream);
+    let output = output
+        .as_ref()
+        .map_or_else(|| quote!(()), ToTokens::to_token_stream);
     quote! {
         #(#cfgs)*
         #[allow(non_camel_case_types, dead_code)]
@@ -28,12 +45,12 @@ pub(crate) fn workflow(
 
         #(#cfgs)*
         const _: () = {
-            impl ::tasks::__private::Workflow for #ident {
+            impl #private::Workflow for #ident {
                 type Input = #input;
                 type Output = #output;
 
-                fn definition() -> &'static ::tasks::__private::WorkflowDefinition {
-                    ::core::unreachable!("`#[workflow]` reported an error for this function")
+                fn definition() -> &'static #private::WorkflowDefinition {
+                    #private::invalid_workflow_definition()
                 }
             }
         };

@@ -8,22 +8,23 @@ use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use crate::workflow::{WorkflowFn, WorkflowInput};
+use crate::model::{Workflow, WorkflowInput};
 
 /// Whether `#[workflow]` emits `start`.
 const ENABLED: bool = true;
 
 /// `impl checkout { vis async fn start(client, input) -> Result<RunHandle<Out>, ClientError> }`
 /// (without `input` for a workflow that takes none), or nothing while [`ENABLED`] is `false`.
-pub(crate) fn start_method(workflow: &WorkflowFn) -> TokenStream {
+pub(super) fn start_method(workflow: &Workflow) -> TokenStream {
     if !ENABLED {
         return TokenStream::new();
     }
+    let private = &workflow.private;
     let ident = &workflow.item.sig.ident;
     let vis = &workflow.item.vis;
     let cfgs = workflow.item.cfg_attrs();
-    let output = workflow.result.ok;
-    let (input_param, start) = match workflow.input {
+    let output = &workflow.result.ok;
+    let (input_param, start) = match &workflow.input {
         WorkflowInput::Unit => (TokenStream::new(), quote!(client.start::<#ident>(()).await)),
         // Spanned on the input type: `Client::start` wants it `Serialize`, which the
         // `Workflow` trait does not promise, and a missing impl should point there.
@@ -39,11 +40,11 @@ pub(crate) fn start_method(workflow: &WorkflowFn) -> TokenStream {
             #[doc = #doc]
             #[allow(dead_code)]
             #vis async fn start(
-                client: &::tasks::__private::Client,
+                client: &#private::Client,
                 #input_param
             ) -> ::core::result::Result<
-                ::tasks::__private::RunHandle<#output>,
-                ::tasks::__private::ClientError,
+                #private::RunHandle<#output>,
+                #private::ClientError,
             > {
                 #start
             }

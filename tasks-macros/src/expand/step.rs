@@ -6,15 +6,14 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, Signature};
 
-use super::{retry_policy, source_location, RetryDefault};
-use crate::item::ItemFn;
-use crate::step::StepFn;
+use super::common::{retry_policy, source_location, RetryDefault};
+use crate::model::{ItemFn, Step};
 
 /// Rewrites the step function:
 ///
 /// ```text
 /// #[attrs] vis async fn charge(__tasks_arg0: &Order, __tasks_arg1: u32) -> Result<T, E> {
-///     <assertions>
+///     assert_step_arg::<&Order>(); assert_step_arg::<u32>(); // and the output and error
 ///     async fn __tasks_step_impl(order: &Order, mut count: u32) -> Result<T, E> { <body> }
 ///     static __TASKS_STEP_DEFINITION: StepDefinition = ...;
 ///     run_step_boxed::<T, E, _, _>(&__TASKS_STEP_DEFINITION, move || __tasks_step_impl(
@@ -27,13 +26,14 @@ use crate::step::StepFn;
 /// The original parameters, patterns included, move to the inner function, whose body is the
 /// user's block with its own spans. The outer parameters get plain generated names, so every
 /// attempt can clone them.
-pub(crate) fn expand(step: &StepFn) -> TokenStream {
+pub(crate) fn step(step: &Step) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
         sig,
         body,
-    } = step.item;
+    } = &step.item;
+    let private = &step.private;
     let arg_idents: Vec<_> = (0..step.args.len())
         .map(|index| format_ident!("__tasks_arg{}", index))
         .collect();
@@ -42,22 +42,24 @@ pub(crate) fn expand(step: &StepFn) -> TokenStream {
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__tasks_step_impl", span = sig.ident.span());
 
+    // Each assertion is spanned on the user's type, so a missing trait is reported there, with
+    // the reason the marker trait gives; the same bounds on `run_step_boxed` then add nothing.
     let arg_assertions = step.args.iter().map(|arg| {
         let ty = &arg.ty;
-        quote_spanned!(ty.span()=> ::tasks::__private::assert_step_arg::<#ty>();)
+        quote_spanned!(ty.span()=> #private::assert_step_arg::<#ty>();)
     });
-    let ok = step.result.ok;
-    let err = step.result.err;
-    let ok_assertion = quote_spanned!(ok.span()=> ::tasks::__private::assert_output::<#ok>(););
-    let err_assertion = quote_spanned!(err.span()=> ::tasks::__private::assert_error::<#err>(););
+    let ok = &step.result.ok;
+    let err = &step.result.err;
+    let ok_assertion = quote_spanned!(ok.span()=> #private::assert_step_output::<#ok>(););
+    let err_assertion = quote_spanned!(err.span()=> #private::assert_step_error::<#err>(););
     let clones = step.args.iter().zip(&arg_idents).map(|(arg, ident)| {
         let ty = &arg.ty;
         quote_spanned!(ty.span()=> <#ty as ::core::clone::Clone>::clone(&#ident))
     });
 
     let name = &step.name;
-    let retry_policy = retry_policy(step.retry.as_ref(), RetryDefault::Step);
-    let location = source_location(sig.ident.span());
+    let retry_policy = retry_policy(private, step.retry.as_ref(), RetryDefault::Step);
+    let location = source_location(private, sig.ident.span());
 
     quote! {
         #(#attrs)*
@@ -68,14 +70,14 @@ pub(crate) fn expand(step: &StepFn) -> TokenStream {
 
             #inner_sig #body
 
-            static __TASKS_STEP_DEFINITION: ::tasks::__private::StepDefinition =
-                ::tasks::__private::StepDefinition {
+            static __TASKS_STEP_DEFINITION: #private::StepDefinition =
+                #private::StepDefinition {
                     name: #name,
                     retry_policy: #retry_policy,
                     location: #location,
                 };
 
-            ::tasks::__private::run_step_boxed::<#ok, #err, _, _>(
+            #private::run_step_boxed::<#ok, #err, _, _>(
                 &__TASKS_STEP_DEFINITION,
                 move || __tasks_step_impl(#(#clones),*),
             )

@@ -4,54 +4,49 @@ use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::{optional_str, retry_policy, source_location, start, RetryDefault};
-use crate::workflow::{WorkflowFn, WorkflowInput};
+use super::common::{optional_str, retry_policy, source_location, RetryDefault};
+use super::start;
+use crate::model::{Workflow, WorkflowInput};
 
 /// The function unchanged, a braced struct of the same name implementing `Workflow`, and in
 /// an anonymous `const` block: the `Workflow` impl, the static `WorkflowDefinition`, its entry
 /// function and its `inventory` registration.
-pub(crate) fn expand(item: TokenStream, workflow: &WorkflowFn) -> TokenStream {
+pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
+    let private = &workflow.private;
     let ident = &workflow.item.sig.ident;
     let vis = &workflow.item.vis;
     let cfgs: Vec<_> = workflow.item.cfg_attrs().collect();
-    let input = workflow.input;
-    let output = workflow.result.ok;
+    let input = &workflow.input;
+    let output = &workflow.result.ok;
     let struct_doc = struct_doc(workflow);
     let start = start::start_method(workflow);
 
     let name = &workflow.name;
     let version = optional_str(workflow.version.as_ref());
     let description = optional_str(workflow.description.as_deref());
-    let retry_policy = retry_policy(workflow.retry.as_ref(), RetryDefault::Run);
-    let location = source_location(ident.span());
-    // `Workflow::Output` does not require `JsonSchema`, so this one is checked here, on the
-    // user's type.
-    let output_schema = quote_spanned!(output.span()=> ::tasks::__private::schema_for::<#output>);
+    let retry_policy = retry_policy(private, workflow.retry.as_ref(), RetryDefault::Run);
+    let location = source_location(private, ident.span());
 
-    // Decoding, encoding and the input schema go through `<#ident as Workflow>` in generic
-    // helpers, whose bounds come from the trait: a type missing `Deserialize` is then reported
-    // by the impl only, not once more at every use.
-    let (decode, call) = match workflow.input {
-        WorkflowInput::Unit => (
-            quote!(let () = __tasks_decode::<#ident>(__tasks_input)?;),
-            quote!(#ident(__tasks_ctx)),
-        ),
-        WorkflowInput::Typed(_) => (
-            quote!(let __tasks_input = __tasks_decode::<#ident>(__tasks_input)?;),
-            quote!(#ident(__tasks_ctx, __tasks_input)),
-        ),
-    };
-    // The assertion and the call share the span and the predicate, so rustc reports a
-    // missing `RecordError` once, on the user's error type.
-    let err = workflow.result.err;
-    let assert_error = quote_spanned!(err.span()=> ::tasks::__private::assert_error::<#err>(););
-    let record_error = quote_spanned! {err.span()=>
-        ::tasks::__private::record_error::<#err>(&__tasks_error)
+    // The assertion and the recorder share the span and the predicate, so rustc reports an
+    // error type that cannot be recorded once, on the user's type.
+    let err = &workflow.result.err;
+    let assert_error = quote_spanned!(err.span()=> #private::assert_workflow_error::<#err>(););
+    let record = quote_spanned!(err.span()=> #private::record_workflow_error::<#err>);
+    let call = match workflow.input {
+        WorkflowInput::Unit => quote!(|__tasks_ctx, ()| #ident(__tasks_ctx)),
+        WorkflowInput::Typed(_) => {
+            quote!(|__tasks_ctx, __tasks_input| #ident(__tasks_ctx, __tasks_input))
+        }
     };
     // Spanned on the function name, so "future cannot be sent between threads safely"
     // points at the workflow rather than at the attribute.
     let boxed_run = quote_spanned! {ident.span()=>
-        ::std::boxed::Box::pin(__tasks_run(__tasks_ctx, __tasks_input))
+        ::std::boxed::Box::pin(#private::run_workflow::<#ident, _, _, _>(
+            __tasks_ctx,
+            __tasks_input,
+            #call,
+            #record,
+        ))
     };
 
     quote! {
@@ -67,83 +62,45 @@ pub(crate) fn expand(item: TokenStream, workflow: &WorkflowFn) -> TokenStream {
         #(#cfgs)*
         const _: () = {
             // The associated types are the trait assertions for the input and output: the
-            // trait's bounds are checked on the user's tokens, and the helpers below only see
-            // `<#ident as Workflow>::Input`, so a missing trait is reported once, here.
-            impl ::tasks::__private::Workflow for #ident {
+            // trait's bounds are checked on the user's tokens, and the generic helpers only
+            // see `<#ident as Workflow>::Input`, so a missing trait is reported once, here.
+            impl #private::Workflow for #ident {
                 type Input = #input;
                 type Output = #output;
 
-                fn definition() -> &'static ::tasks::__private::WorkflowDefinition {
+                fn definition() -> &'static #private::WorkflowDefinition {
                     &__TASKS_WORKFLOW_DEFINITION
                 }
             }
 
-            static __TASKS_WORKFLOW_DEFINITION: ::tasks::__private::WorkflowDefinition =
-                ::tasks::__private::WorkflowDefinition {
+            static __TASKS_WORKFLOW_DEFINITION: #private::WorkflowDefinition =
+                #private::WorkflowDefinition {
                     name: #name,
                     version: #version,
                     description: #description,
-                    input_schema: __tasks_input_schema::<#ident>,
-                    output_schema: #output_schema,
+                    input_schema: #private::input_schema::<#ident>,
+                    output_schema: #private::output_schema::<#ident>,
                     retry_policy: #retry_policy,
                     location: #location,
                     entry: __tasks_entry,
                 };
 
-            fn __tasks_input_schema<__TasksW: ::tasks::__private::Workflow>(
-            ) -> ::tasks::__private::serde_json::Value {
-                ::tasks::__private::schema_for::<__TasksW::Input>()
-            }
-
-            fn __tasks_decode<__TasksW: ::tasks::__private::Workflow>(
-                input: ::tasks::__private::serde_json::Value,
-            ) -> ::core::result::Result<__TasksW::Input, ::tasks::__private::ErrorRecord> {
-                ::tasks::__private::decode_input::<__TasksW::Input>(input)
-            }
-
-            fn __tasks_encode<__TasksW: ::tasks::__private::Workflow>(
-                output: &__TasksW::Output,
-            ) -> ::core::result::Result<
-                ::tasks::__private::serde_json::Value,
-                ::tasks::__private::ErrorRecord,
-            > {
-                ::tasks::__private::encode_output::<__TasksW::Output>(output)
-            }
-
-            async fn __tasks_run(
-                __tasks_ctx: ::tasks::__private::WorkflowContext,
-                __tasks_input: ::tasks::__private::serde_json::Value,
-            ) -> ::core::result::Result<
-                ::tasks::__private::serde_json::Value,
-                ::tasks::__private::ErrorRecord,
-            > {
-                #assert_error
-                #decode
-                match #call.await {
-                    ::core::result::Result::Ok(__tasks_output) => {
-                        __tasks_encode::<#ident>(&__tasks_output)
-                    }
-                    ::core::result::Result::Err(__tasks_error) => {
-                        ::core::result::Result::Err(#record_error)
-                    }
-                }
-            }
-
             fn __tasks_entry(
-                __tasks_ctx: ::tasks::__private::WorkflowContext,
-                __tasks_input: ::tasks::__private::serde_json::Value,
-            ) -> ::tasks::__private::EntryFuture {
+                __tasks_ctx: #private::WorkflowContext,
+                __tasks_input: #private::serde_json::Value,
+            ) -> #private::EntryFuture {
+                #assert_error
                 #boxed_run
             }
 
-            ::tasks::__private::inventory::submit! {
-                ::tasks::__private::WorkflowRegistration(&__TASKS_WORKFLOW_DEFINITION)
+            #private::inventory::submit! {
+                #private::WorkflowRegistration(&__TASKS_WORKFLOW_DEFINITION)
             }
         };
     }
 }
 
-fn struct_doc(workflow: &WorkflowFn) -> String {
+fn struct_doc(workflow: &Workflow) -> String {
     let ident = workflow.item.sig.ident.to_string();
     let registered = match &workflow.version {
         Some(version) => format!("{}@{}", workflow.name.value(), version.value()),

@@ -3,51 +3,9 @@
 use syn::{FnArg, GenericArgument, GenericParam, PathArguments, ReturnType, Type, WherePredicate};
 
 use crate::errors::Errors;
-use crate::item::ItemFn;
-
-/// Which attribute is being expanded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MacroKind {
-    /// `#[workflow]`.
-    Workflow,
-    /// `#[step]`.
-    Step,
-}
-
-impl MacroKind {
-    /// The attribute as users write it, for messages.
-    pub(crate) fn attribute(self) -> &'static str {
-        match self {
-            MacroKind::Workflow => "#[workflow]",
-            MacroKind::Step => "#[step]",
-        }
-    }
-
-    /// A plausible name for messages: `name = "checkout"`.
-    pub(crate) fn example_name(self) -> &'static str {
-        match self {
-            MacroKind::Workflow => "checkout",
-            MacroKind::Step => "charge-card",
-        }
-    }
-
-    /// The last path segment of the attribute (`tasks::step` ends in `step`).
-    fn segment(self) -> &'static str {
-        match self {
-            MacroKind::Workflow => "workflow",
-            MacroKind::Step => "step",
-        }
-    }
-}
-
-/// The two halves of a `Result<Ok, Err>` return type.
-#[derive(Clone, Copy)]
-pub(crate) struct ResultTypes<'a> {
-    /// The success type.
-    pub ok: &'a Type,
-    /// The error type.
-    pub err: &'a Type,
-}
+use crate::kind::MacroKind;
+use crate::model::ResultTypes;
+use crate::parse::ItemFn;
 
 /// Whether `item` carries another `kind` attribute besides the one being expanded.
 pub(crate) fn repeats_attribute(kind: MacroKind, item: &ItemFn) -> bool {
@@ -173,11 +131,11 @@ fn check_generics(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
 
 /// The `Ok` and `Err` types of the return type, which must be `Result<Ok, Err>` with both
 /// written out (any path ending in `Result`, so `std::result::Result` works too).
-pub(crate) fn result_types<'a>(
+pub(crate) fn result_types(
     kind: MacroKind,
-    item: &'a ItemFn,
+    item: &ItemFn,
     errors: &mut Errors,
-) -> Option<ResultTypes<'a>> {
+) -> Option<ResultTypes> {
     let attribute = kind.attribute();
     let ty = match &item.sig.output {
         ReturnType::Type(_, ty) => &**ty,
@@ -228,7 +186,10 @@ pub(crate) fn result_types<'a>(
                     ),
                 );
             }
-            impl_trait.is_empty().then_some(ResultTypes { ok, err })
+            impl_trait.is_empty().then(|| ResultTypes {
+                ok: (*ok).clone(),
+                err: (*err).clone(),
+            })
         }
         _ => {
             errors.spanned(

@@ -1,4 +1,5 @@
-//! Parsing the macro arguments: `name = "..."`, `version = "..."` and `retry(...)`.
+//! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)` and
+//! `crate = "..."`.
 //!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
@@ -12,9 +13,9 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
 
-use crate::check::MacroKind;
-use crate::duration::parse_duration;
+use super::duration::parse_duration;
 use crate::errors::Errors;
+use crate::kind::MacroKind;
 
 /// The options given in `#[workflow(...)]` or `#[step(...)]`, each validated.
 #[derive(Default)]
@@ -25,6 +26,8 @@ pub(crate) struct Options {
     pub version: Option<LitStr>,
     /// `retry(...)`.
     pub retry: Option<RetryOptions>,
+    /// `crate = "..."`: the path of the `tasks` crate, for crates that re-export it.
+    pub krate: Option<Path>,
 }
 
 impl Options {
@@ -107,6 +110,14 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     }
                 }
             }
+            "crate" => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(path) = crate_path(&meta, errors) {
+                    if fresh {
+                        options.krate = Some(path);
+                    }
+                }
+            }
             other => errors.spanned(meta.path(), unknown_option(kind, other)),
         }
     }
@@ -116,12 +127,16 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
 fn unknown_option(kind: MacroKind, key: &str) -> String {
     match kind {
         MacroKind::Workflow => {
-            format!("unknown #[workflow] option `{key}`; expected `name`, `version` or `retry`")
+            format!(
+                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry` or `crate`"
+            )
         }
         MacroKind::Step if key == "version" => {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
         }
-        MacroKind::Step => format!("unknown #[step] option `{key}`; expected `name` or `retry`"),
+        MacroKind::Step => {
+            format!("unknown #[step] option `{key}`; expected `name`, `retry` or `crate`")
+        }
     }
 }
 
@@ -196,6 +211,26 @@ fn non_empty_string(meta: &Meta, key: &str, example: &str, errors: &mut Errors) 
             errors.spanned(
                 expr,
                 format_args!("`{key}` must be a string literal, as in `{key} = \"{example}\"`"),
+            );
+            None
+        }
+    }
+}
+
+/// `crate = "path::to::tasks"`: a string literal holding a module-style path (no generics),
+/// re-spanned on the literal so that a path that does not resolve is reported there.
+fn crate_path(meta: &Meta, errors: &mut Errors) -> Option<Path> {
+    const EXAMPLE: &str = "my_crate::tasks";
+    let lit = non_empty_string(meta, "crate", EXAMPLE, errors)?;
+    match lit.parse_with(Path::parse_mod_style) {
+        Ok(path) => Some(path),
+        Err(_) => {
+            errors.spanned(
+                &lit,
+                format_args!(
+                    "`crate` must be the path of the `tasks` crate, as in `crate = \"{EXAMPLE}\"`; found {:?}",
+                    lit.value()
+                ),
             );
             None
         }

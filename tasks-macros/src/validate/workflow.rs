@@ -1,90 +1,19 @@
-//! `#[workflow]`: parse, validate, then expand (or fall back to stubs on error).
+//! The checks only `#[workflow]` makes: the context parameter, the single input, and the
+//! doc comment that becomes the description.
 
-use proc_macro2::TokenStream;
-use quote::{quote, ToTokens};
 use syn::punctuated::Punctuated;
-use syn::{Expr, FnArg, Lit, LitStr, Meta, PatType, Token, Type};
+use syn::{Expr, FnArg, Lit, Meta, PatType, Token, Type};
 
-use crate::attr::{parse_options, RetryOptions};
-use crate::check::{
-    check_common, repeats_attribute, result_types, strip_parens, MacroKind, ResultTypes,
-};
+use super::common::{repeats_attribute, strip_parens};
 use crate::errors::Errors;
-use crate::expand;
-use crate::item::{parse_item_fn, ItemFn};
-
-/// A `#[workflow]` function that passed every check.
-pub(crate) struct WorkflowFn<'a> {
-    /// The function itself.
-    pub item: &'a ItemFn,
-    /// The registered name: `name = "..."` or the function name.
-    pub name: LitStr,
-    /// `version = "..."`.
-    pub version: Option<LitStr>,
-    /// The function's doc comment.
-    pub description: Option<String>,
-    /// `retry(...)`.
-    pub retry: Option<RetryOptions>,
-    /// What the workflow takes after its context.
-    pub input: WorkflowInput<'a>,
-    /// The return type's halves.
-    pub result: ResultTypes<'a>,
-}
-
-/// What a workflow takes after its context.
-#[derive(Clone, Copy)]
-pub(crate) enum WorkflowInput<'a> {
-    /// `async fn nightly(ctx: WorkflowContext)`: the input type is `()`.
-    Unit,
-    /// `async fn checkout(ctx: WorkflowContext, order: Order)`.
-    Typed(&'a Type),
-}
-
-/// Expands `#[workflow(args)] item`.
-pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
-    let kind = MacroKind::Workflow;
-    let item_fn = match parse_item_fn(kind, item.clone()) {
-        Ok(item_fn) => item_fn,
-        Err(error) => {
-            let error = error.into_compile_error();
-            return quote!(#item #error);
-        }
-    };
-    let mut errors = Errors::default();
-    let options = parse_options(kind, args, &mut errors);
-    check_common(kind, &item_fn, &mut errors);
-    let input = workflow_input(&item_fn, &mut errors);
-    let result = result_types(kind, &item_fn, &mut errors);
-    match (errors.finish(), input, result) {
-        (Ok(()), Some(input), Some(result)) => {
-            let workflow = WorkflowFn {
-                item: &item_fn,
-                name: options.name_or(&item_fn.sig.ident),
-                version: options.version,
-                description: description(&item_fn),
-                retry: options.retry,
-                input,
-                result,
-            };
-            expand::workflow::expand(item, &workflow)
-        }
-        (errors, input, result) => {
-            // A missing input or result always records an error, so `errors` is never empty.
-            let errors = errors.err().unwrap_or_default();
-            let fallback = if needs_fallback(&item_fn) {
-                expand::fallback::workflow(&item_fn, input, result)
-            } else {
-                TokenStream::new()
-            };
-            quote!(#item #fallback #errors)
-        }
-    }
-}
+use crate::kind::MacroKind;
+use crate::model::WorkflowInput;
+use crate::parse::ItemFn;
 
 /// Whether the failed function still needs a stand-in type. Not inside an `impl` (a
 /// receiver says we are in one, and a struct would not be allowed there), and not when a
 /// second `#[workflow]` on the same function will define the type itself.
-fn needs_fallback(item: &ItemFn) -> bool {
+pub(super) fn needs_stand_in(item: &ItemFn) -> bool {
     let in_impl = item
         .sig
         .inputs
@@ -95,7 +24,7 @@ fn needs_fallback(item: &ItemFn) -> bool {
 
 /// Checks `(ctx: WorkflowContext)` or `(ctx: WorkflowContext, input: In)` and returns the
 /// input, or `None` after recording why the parameters are wrong.
-fn workflow_input<'a>(item: &'a ItemFn, errors: &mut Errors) -> Option<WorkflowInput<'a>> {
+pub(super) fn workflow_input(item: &ItemFn, errors: &mut Errors) -> Option<WorkflowInput> {
     const SHAPE: &str = "`async fn name(ctx: WorkflowContext, input: Input)`";
     let params: Vec<&PatType> = item
         .sig
@@ -160,7 +89,7 @@ fn workflow_input<'a>(item: &'a ItemFn, errors: &mut Errors) -> Option<WorkflowI
                 errors.spanned(input, "a workflow takes the `WorkflowContext` only once");
                 return None;
             }
-            Some(WorkflowInput::Typed(&input.ty))
+            Some(WorkflowInput::Typed(input.ty.clone()))
         }
         [_, extra @ ..] => {
             let extra: Punctuated<&PatType, Token![,]> = extra.iter().copied().collect();
@@ -203,7 +132,7 @@ fn context_type(ty: &Type) -> ContextType {
 /// The doc comment, one string: lines joined with `\n`, the space after `///` removed, and
 /// leading and trailing blank lines dropped. Non-literal docs (`#[doc = include_str!(..)]`)
 /// are skipped.
-fn description(item: &ItemFn) -> Option<String> {
+pub(super) fn description(item: &ItemFn) -> Option<String> {
     let lines: Vec<String> = item
         .attrs
         .iter()
@@ -229,13 +158,4 @@ fn description(item: &ItemFn) -> Option<String> {
     let text = lines.join("\n");
     let text = text.trim_matches('\n');
     (!text.trim().is_empty()).then(|| text.to_owned())
-}
-
-impl ToTokens for WorkflowInput<'_> {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        match self {
-            WorkflowInput::Unit => tokens.extend(quote!(())),
-            WorkflowInput::Typed(ty) => ty.to_tokens(tokens),
-        }
-    }
 }

@@ -8,7 +8,7 @@ use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
 use syn::parse::{ParseStream, Parser};
 use syn::{Attribute, Signature, Token, Visibility};
 
-use crate::check::MacroKind;
+use crate::kind::MacroKind;
 
 /// A function item: attributes, visibility, signature and a braced body.
 pub(crate) struct ItemFn {
