@@ -516,10 +516,10 @@ async fn replay_in(
             if let (Some(claimed), Some(park)) = (
                 parked.started_at,
                 steps_done.iter().find(|s| s.step_name == "park"),
-            ) {
-                if steps > 0 && !warmup {
-                    first[i].push(db::seconds(claimed, park.created_at) * 1000.0 / steps as f64);
-                }
+            ) && steps > 0
+                && !warmup
+            {
+                first[i].push(db::seconds(claimed, park.created_at) * 1000.0 / steps as f64);
             }
             tokio::time::sleep(REPLAY_SLEEP + Duration::from_millis(50)).await;
 

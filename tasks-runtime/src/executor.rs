@@ -147,13 +147,11 @@ impl Executor {
                 | Finished::DeadlineExceeded
                 | Finished::Halted(Halt::Sleep(_) | Halt::Fail(_))
         );
-        if writes_other {
-            if let Err(halt) = session.write_held().await {
-                tracing::debug!(
-                    ?halt,
-                    "a held step record was refused; the run's write will say why"
-                );
-            }
+        if writes_other && let Err(halt) = session.write_held().await {
+            tracing::debug!(
+                ?halt,
+                "a held step record was refused; the run's write will say why"
+            );
         }
         let written = match finished {
             Finished::ShutDown => {

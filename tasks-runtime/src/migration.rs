@@ -75,13 +75,13 @@ pub(crate) fn pending(
     applied: &[(i64, String)],
 ) -> Result<Vec<(&'static Migration, String)>, MigrateError> {
     let known = migrations.last().map_or(0, |m| m.version);
-    if let Some(&(newest, _)) = applied.last() {
-        if newest > known {
-            return Err(MigrateError::TooNew {
-                applied: newest,
-                known,
-            });
-        }
+    if let Some(&(newest, _)) = applied.last()
+        && newest > known
+    {
+        return Err(MigrateError::TooNew {
+            applied: newest,
+            known,
+        });
     }
     let mut todo = Vec::new();
     for migration in migrations {

@@ -31,9 +31,11 @@ fn ui() {
     if std::env::var_os("RUSTFLAGS").is_none()
         && std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_none()
     {
-        // The only test of this binary sets the variable before trybuild starts any thread.
-        // (Edition 2024 makes `set_var` an `unsafe fn`; this call is sound for that reason.)
-        std::env::set_var("CARGO_ENCODED_RUSTFLAGS", TRYBUILD_RUSTFLAGS.join("\x1f"));
+        // SAFETY: the only test of this binary sets the variable before trybuild starts any
+        // thread, and nothing else of this process reads or writes the environment meanwhile.
+        unsafe {
+            std::env::set_var("CARGO_ENCODED_RUSTFLAGS", TRYBUILD_RUSTFLAGS.join("\x1f"));
+        }
     }
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui/fail/*.rs");

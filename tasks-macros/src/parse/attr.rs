@@ -88,34 +88,34 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
         match key.as_str() {
             "name" => {
                 let fresh = seen.first(meta.path(), errors);
-                if let Some(lit) = non_empty_string(&meta, "name", kind.example_name(), errors) {
-                    if fresh {
-                        options.name = Some(lit);
-                    }
+                if let Some(lit) = non_empty_string(&meta, "name", kind.example_name(), errors)
+                    && fresh
+                {
+                    options.name = Some(lit);
                 }
             }
             "version" if kind == MacroKind::Workflow => {
                 let fresh = seen.first(meta.path(), errors);
-                if let Some(lit) = non_empty_string(&meta, "version", "2", errors) {
-                    if fresh {
-                        options.version = Some(lit);
-                    }
+                if let Some(lit) = non_empty_string(&meta, "version", "2", errors)
+                    && fresh
+                {
+                    options.version = Some(lit);
                 }
             }
             "retry" => {
                 let fresh = seen.first(meta.path(), errors);
-                if let Some(retry) = parse_retry(&meta, errors) {
-                    if fresh {
-                        options.retry = Some(retry);
-                    }
+                if let Some(retry) = parse_retry(&meta, errors)
+                    && fresh
+                {
+                    options.retry = Some(retry);
                 }
             }
             "crate" => {
                 let fresh = seen.first(meta.path(), errors);
-                if let Some(path) = crate_path(&meta, errors) {
-                    if fresh {
-                        options.krate = Some(path);
-                    }
+                if let Some(path) = crate_path(&meta, errors)
+                    && fresh
+                {
+                    options.krate = Some(path);
                 }
             }
             other => errors.spanned(meta.path(), unknown_option(kind, other)),
@@ -299,15 +299,14 @@ fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
             span,
         }),
     ) = (&retry.initial_interval, &retry.max_interval)
+        && initial > max
     {
-        if initial > max {
-            errors.at(
-                *span,
-                format_args!(
-                    "`max_interval` ({max_text}) is shorter than `initial_interval` ({initial_text})"
-                ),
-            );
-        }
+        errors.at(
+            *span,
+            format_args!(
+                "`max_interval` ({max_text}) is shorter than `initial_interval` ({initial_text})"
+            ),
+        );
     }
     Some(retry)
 }

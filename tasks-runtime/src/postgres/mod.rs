@@ -236,14 +236,13 @@ impl PgStore {
     {
         let operation = transition.operation;
         let run = self.fetch_run(run_id, operation).await?;
-        if let Some(run) = &run {
-            if let Some(mark) = interrupted(run.status) {
-                if interrupt(mark).await? {
-                    return Ok(StepUpdate::Interrupted {
-                        run_status: run.status,
-                    });
-                }
-            }
+        if let Some(run) = &run
+            && let Some(mark) = interrupted(run.status)
+            && interrupt(mark).await?
+        {
+            return Ok(StepUpdate::Interrupted {
+                run_status: run.status,
+            });
         }
         let Some(step_id) = step_id else {
             return Err(transition.miss(run_id, Some(worker_id), run.as_ref()));
