@@ -47,6 +47,7 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   echo "cargo-nextest is missing; installing it..." >&2
   cargo install cargo-nextest --locked
 fi
-cargo nextest run --workspace --locked "$@"
-# nextest does not run doc tests.
+# nextest does not run doc tests: they go first, so that the run ends with nextest's summary
+# of every other test.
 cargo test --workspace --doc --locked
+cargo nextest run --workspace --locked "$@"

@@ -1,5 +1,6 @@
 //! The Postgres store: the production backend, shared by workers on many machines.
 
+mod background;
 mod migrate;
 mod notify;
 mod recorder;
@@ -29,6 +30,7 @@ use crate::transition::{
     Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
     EXTEND_LEASE, FAIL, MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP,
 };
+use background::Background;
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
 use rows::{ClaimRow, RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
@@ -42,11 +44,20 @@ pub const MAX_CONNECTIONS: u32 = 16;
 /// Cloning is cheap and shares the pool. [`PgStore::with_namespace`] gives a store on the
 /// same pool that sees another namespace.
 ///
-/// A store belongs to the Tokio runtime it is first used on: its pool's connections and its
-/// background tasks (the `LISTEN` connection, the batched writers of step records, run
-/// completions and wake-ups) live there, and stop with that runtime. Open one store per
-/// runtime; in particular, give each `#[tokio::test]` its own store rather than sharing a
-/// `static` one, since every such test runs on a runtime of its own.
+/// # Background tasks
+///
+/// A worker's store runs a few tasks beside its callers: the `LISTEN` pump behind
+/// [`Store::subscribe`](crate::Store::subscribe), and the batch writers that put the step
+/// records, run completions and wake-ups of many runs into one statement each. They start
+/// when first needed, belong to the store (every clone and namespace shares them), and stop
+/// with [`PgStore::close`]; [`PgStore::background_tasks`] counts them. A process that only
+/// starts, reads and operates on runs starts none: a new run's wake-up is sent by its own
+/// insert.
+///
+/// A pool's connections, and these tasks, live on the Tokio runtime that made them. Open one
+/// store per runtime (give each `#[tokio::test]` its own). A task whose runtime shut down is
+/// noticed on the next use and started again on the caller's runtime, with a warning; the
+/// pool replaces the connections that runtime took with it as they fail.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -61,6 +72,7 @@ pub const MAX_CONNECTIONS: u32 = 16;
 pub struct PgStore {
     pool: PgPool,
     namespace: Arc<str>,
+    background: Arc<Background>,
     hub: Arc<Hub>,
     batcher: Arc<Batcher>,
     recorder: Arc<Recorder>,
@@ -78,11 +90,13 @@ impl std::fmt::Debug for PgStore {
 impl PgStore {
     /// A store on an existing pool, in the [default namespace](DEFAULT_NAMESPACE).
     pub fn new(pool: PgPool) -> Self {
+        let background = Arc::new(Background::default());
         PgStore {
-            hub: Arc::new(Hub::new(pool.clone())),
-            batcher: Arc::new(Batcher::new(pool.clone())),
-            recorder: Arc::new(Recorder::new(pool.clone())),
-            completer: Arc::new(Completer::new(pool.clone())),
+            hub: Arc::new(Hub::new(pool.clone(), background.clone())),
+            batcher: Arc::new(Batcher::new(pool.clone(), background.clone())),
+            recorder: Arc::new(Recorder::new(pool.clone(), background.clone())),
+            completer: Arc::new(Completer::new(pool.clone(), background.clone())),
+            background,
             pool,
             namespace: Arc::from(DEFAULT_NAMESPACE),
         }
@@ -138,6 +152,7 @@ impl PgStore {
         PgStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace.into()),
+            background: self.background.clone(),
             hub: self.hub.clone(),
             batcher: self.batcher.clone(),
             recorder: self.recorder.clone(),
@@ -153,6 +168,21 @@ impl PgStore {
     /// Applies the schema migrations; see [`migrate`].
     pub async fn migrate(&self) -> Result<(), MigrateError> {
         migrate(&self.pool).await
+    }
+
+    /// How many of the store's background tasks are running now (see the type's docs):
+    /// none until a worker (or a wait for a result) needs them.
+    pub fn background_tasks(&self) -> usize {
+        self.background.running()
+    }
+
+    /// Stops the store's background tasks and waits for them to end. They are shared by
+    /// every clone and namespace of the store, so close it when nothing uses it any more:
+    /// afterwards its batched writes and subscriptions fail with
+    /// [`StoreError::Database`](crate::StoreError::Database) and it sends no wake-ups.
+    /// The pool stays open (see [`PgPool::close`]).
+    pub async fn close(&self) {
+        self.background.close().await;
     }
 
     async fn fetch_run(
@@ -201,7 +231,11 @@ impl PgStore {
             .await
             .map_err(db(transition.operation))?;
         match updated {
-            Some(row) => Ok(self.announce(transition, row.into_run(transition.operation)?)),
+            Some(row) => {
+                let run = row.into_run(transition.operation)?;
+                self.announce_now(transition, &run).await;
+                Ok(run)
+            }
             None => {
                 tracing::debug!(%run_id, worker_id, operation = %transition.operation, "fenced update matched no run");
                 let current = self.fetch_run(run_id, transition.operation).await?;
@@ -212,11 +246,30 @@ impl PgStore {
 
     /// Sends what `transition` announces about `run` (after its write committed), and
     /// returns the run.
+    /// The batched path: the wake-up joins the next batch of the store's wake-up sender.
     fn announce(&self, transition: &Transition, run: WorkflowRun) -> WorkflowRun {
         if let Some(notification) = transition.announcement(&run) {
             self.batcher.send(&notification);
         }
         run
+    }
+
+    /// Sends what `transition` announces about `run` now, in a statement of its own, after
+    /// the transition committed: the path of single writes (an operator's cancel, pause or
+    /// resume, a failure), which starts no background task. A wake-up that cannot be sent
+    /// is logged: the run changed, and pollers find it.
+    async fn announce_now(&self, transition: &Transition, run: &WorkflowRun) {
+        let Some(notification) = transition.announcement(run) else {
+            return;
+        };
+        let sent = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(notify::CHANNEL)
+            .bind(notify::payload(&notification))
+            .execute(&self.pool)
+            .await;
+        if let Err(error) = sent {
+            tracing::warn!(%error, run.id = %run.id, "could not send a wake-up; workers and waiters will find the run by polling");
+        }
     }
 
     /// A step attempt of `run_id` could not be written because the run is not running under
@@ -364,16 +417,26 @@ impl Store for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         let config = params.stored_config()?;
+        // The wake-up goes out with the insert, delivered when it commits (and only if a
+        // run was created): starting a run needs no background task and no second trip.
         let sql = format!(
-            "INSERT INTO tasks.workflow_runs
-                 (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-                  input, attempts, available_at, deadline_at, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
-                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now())
-             ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
-             DO NOTHING
-             RETURNING {RUN_COLUMNS}"
+            "WITH created AS (
+                INSERT INTO tasks.workflow_runs
+                     (namespace, id, workflow_name, version, status, idempotency_key, config,
+                      context, input, attempts, available_at, deadline_at, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+                         COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(),
+                         now())
+                 ON CONFLICT (namespace, workflow_name, idempotency_key)
+                    WHERE idempotency_key IS NOT NULL
+                 DO NOTHING
+                 RETURNING {RUN_COLUMNS}
+             )
+             SELECT created.* FROM created CROSS JOIN LATERAL (SELECT pg_notify($12, $13)) wake"
         );
+        let wake_up = notify::payload(&Notification::RunAvailable {
+            namespace: self.namespace.to_string(),
+        });
         let inserted = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)
             .bind(Uuid::now_v7())
@@ -386,17 +449,13 @@ impl Store for PgStore {
             .bind(params.available_at)
             .bind(params.deadline_at)
             .bind(params.delay.map(millis))
+            .bind(notify::CHANNEL)
+            .bind(wake_up)
             .fetch_optional(&self.pool)
             .await
             .map_err(db(OPERATION))?;
         match inserted {
-            Some(row) => {
-                let run = row.into_run(OPERATION)?;
-                self.batcher.send(&Notification::RunAvailable {
-                    namespace: run.namespace.clone(),
-                });
-                Ok(run)
-            }
+            Some(row) => row.into_run(OPERATION),
             None => {
                 // Lost the idempotency race (or a plain repeat): hand back the first run.
                 let sql = format!(
@@ -604,7 +663,11 @@ impl Store for PgStore {
             .await
             .map_err(db(FAIL.operation))?;
         match updated {
-            Some(row) => Ok(self.announce(&FAIL, row.into_run(FAIL.operation)?)),
+            Some(row) => {
+                let run = row.into_run(FAIL.operation)?;
+                self.announce_now(&FAIL, &run).await;
+                Ok(run)
+            }
             None => {
                 let current = self.fetch_run(run_id, FAIL.operation).await?;
                 Err(FAIL.miss(run_id, Some(worker_id), current.as_ref()))

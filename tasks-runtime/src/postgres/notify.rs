@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::{broadcast, Mutex};
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::error::{db, Operation, StoreResult};
+use super::background::{Background, Task};
+use crate::error::{db, Operation, StoreError, StoreResult};
 use crate::store::{Notification, NotificationStream};
 
 /// The channel every notification of ours travels on.
@@ -34,7 +36,7 @@ enum Event {
     Reconnected,
 }
 
-fn payload(notification: &Notification) -> String {
+pub(crate) fn payload(notification: &Notification) -> String {
     let payload = match notification {
         Notification::RunAvailable { namespace } => Payload::Available {
             ns: namespace.clone(),
@@ -57,26 +59,31 @@ fn payload(notification: &Notification) -> String {
 /// pays one commit for many notifications instead of one each.
 pub(crate) struct Batcher {
     pool: PgPool,
-    queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>,
+    background: Arc<Background>,
+    queue: Task<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// Most notifications sent in one statement.
 const BATCH: usize = 256;
 
 impl Batcher {
-    pub(crate) fn new(pool: PgPool) -> Self {
+    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
         Batcher {
             pool,
-            queue: std::sync::OnceLock::new(),
+            background,
+            queue: Task::new("wake-up sender"),
         }
     }
 
     /// Queues `notification`; never waits for the database.
     pub(crate) fn send(&self, notification: &Notification) {
-        let queue = self.queue.get_or_init(|| {
+        if self.background.is_closed() {
+            tracing::debug!("the store was closed; no wake-up sent");
+            return;
+        }
+        let queue = self.queue.get_or_start(|| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(drain(self.pool.clone(), rx));
-            tx
+            (tx, self.background.spawn(drain(self.pool.clone(), rx)))
         });
         // The drain task only stops when every sender is gone, so this cannot fail while
         // `self` is alive.
@@ -101,23 +108,46 @@ async fn drain(pool: PgPool, mut queue: tokio::sync::mpsc::UnboundedReceiver<Str
     }
 }
 
+/// The broadcast channel a running pump feeds, and the pump.
+type Pump = (Arc<broadcast::Sender<Event>>, JoinHandle<()>);
+
 pub(crate) struct Hub {
     pool: PgPool,
-    sender: Mutex<Option<Arc<broadcast::Sender<Event>>>>,
+    background: Arc<Background>,
+    /// The channel the pump feeds, and the pump.
+    sender: Mutex<Option<Pump>>,
 }
 
 impl Hub {
-    pub(crate) fn new(pool: PgPool) -> Self {
+    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
         Hub {
             pool,
+            background,
             sender: Mutex::new(None),
         }
     }
 
     pub(crate) async fn subscribe(&self, namespace: String) -> StoreResult<NotificationStream> {
+        if self.background.is_closed() {
+            return Err(StoreError::database(
+                Operation::Subscribe,
+                "the store was closed",
+            ));
+        }
         let mut sender = self.sender.lock().await;
-        let tx = match sender.as_ref() {
-            Some(tx) => tx.clone(),
+        let running = match sender.as_ref() {
+            Some((tx, pump)) if !pump.is_finished() => Some(tx.clone()),
+            Some(_) => {
+                tracing::warn!(
+                    "the notification listener of the Postgres store ended (did the Tokio \
+                     runtime it ran on shut down?); starting it again on this runtime"
+                );
+                None
+            }
+            None => None,
+        };
+        let tx = match running {
+            Some(tx) => tx,
             None => {
                 let mut listener = PgListener::connect_with(&self.pool)
                     .await
@@ -128,8 +158,8 @@ impl Hub {
                     .map_err(db(Operation::Subscribe))?;
                 let (tx, _) = broadcast::channel(1024);
                 let tx = Arc::new(tx);
-                tokio::spawn(pump(listener, Arc::downgrade(&tx)));
-                *sender = Some(tx.clone());
+                let pump = self.background.spawn(pump(listener, Arc::downgrade(&tx)));
+                *sender = Some((tx.clone(), pump));
                 tx
             }
         };

@@ -19,7 +19,7 @@
 //! and goes back to the caller like any other refusal.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 use futures::future::BoxFuture;
 
+use super::background::{Background, Task};
 use super::rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
@@ -53,7 +54,8 @@ type WriteBatch<T, O> =
 /// out in the next single statement (at most [`BATCH`] items).
 struct Coalescer<T, O> {
     pool: PgPool,
-    queue: OnceLock<mpsc::UnboundedSender<Job<T, O>>>,
+    background: Arc<Background>,
+    queue: Task<mpsc::UnboundedSender<Job<T, O>>>,
     key: fn(&T) -> Uuid,
     write: WriteBatch<T, O>,
     operation: Operation,
@@ -62,13 +64,15 @@ struct Coalescer<T, O> {
 impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
     fn new(
         pool: PgPool,
+        background: Arc<Background>,
         key: fn(&T) -> Uuid,
         write: WriteBatch<T, O>,
         operation: Operation,
     ) -> Self {
         Coalescer {
             pool,
-            queue: OnceLock::new(),
+            background,
+            queue: Task::new("batch writer"),
             key,
             write,
             operation,
@@ -78,16 +82,13 @@ impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
     /// Writes `item` in the next batch. `Ok(Err(item))`: the fence refused it, nothing
     /// written.
     async fn submit(&self, item: T) -> StoreResult<Result<O, T>> {
-        let queue = self.queue.get_or_init(|| {
+        if self.background.is_closed() {
+            return Err(lost(self.operation, "the store was closed"));
+        }
+        let queue = self.queue.get_or_start(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(drain(
-                self.pool.clone(),
-                rx,
-                self.key,
-                self.write,
-                self.operation,
-            ));
-            tx
+            let drain = drain(self.pool.clone(), rx, self.key, self.write, self.operation);
+            (tx, self.background.spawn(drain))
         });
         let (reply, answer) = oneshot::channel();
         if queue.send(Job { item, reply }).is_err() {
@@ -155,9 +156,10 @@ struct StepRecord {
 pub(crate) struct Recorder(Coalescer<StepRecord, StepAttempt>);
 
 impl Recorder {
-    pub(crate) fn new(pool: PgPool) -> Self {
+    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
         Recorder(Coalescer::new(
             pool,
+            background,
             |record| record.id,
             |pool, batch| Box::pin(insert(pool, batch)),
             OPERATION,
@@ -193,9 +195,10 @@ struct Completion {
 pub(crate) struct Completer(Coalescer<Completion, WorkflowRun>);
 
 impl Completer {
-    pub(crate) fn new(pool: PgPool) -> Self {
+    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
         Completer(Coalescer::new(
             pool,
+            background,
             |completion| completion.run_id,
             |pool, batch| Box::pin(complete(pool, batch)),
             COMPLETE_OPERATION,
