@@ -43,7 +43,7 @@ async fn a_client_starts_no_background_task() {
 
     let mut events = store.subscribe().await.unwrap();
     assert_eq!(store.background_tasks(), 1, "the LISTEN pump");
-    // The wake-up of a new run travels with its insert.
+    // A new run sends its wake-up itself.
     store.create_run(CreateRun::new("client")).await.unwrap();
     let woken = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
     assert_eq!(

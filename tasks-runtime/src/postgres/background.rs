@@ -7,8 +7,8 @@
 //! one task tracker shared by every clone and namespace of the store, so that
 //! [`PgStore::close`](super::PgStore::close) stops them all and waits for them.
 //!
-//! A process that only starts runs and reads them starts none of them: a new run's wake-up
-//! is sent by its own insert statement. A task whose runtime shut down (a store kept
+//! A process that only starts runs and reads them starts none of them: it sends its
+//! wake-ups itself, after each write. A task whose runtime shut down (a store kept
 //! past the `#[tokio::test]` or runtime that first used it) is noticed on the next use and
 //! started again on the caller's runtime, with a warning, instead of leaving the store
 //! without it.
@@ -75,6 +75,14 @@ impl<T: Clone> Task<T> {
             what,
             running: Mutex::new(None),
         }
+    }
+
+    /// The handle of the task if it is running, without starting it.
+    pub(crate) fn running(&self) -> Option<T> {
+        lock(&self.running)
+            .as_ref()
+            .filter(|(_, task)| !task.is_finished())
+            .map(|(handle, _)| handle.clone())
     }
 
     /// The handle of the running task, starting it with `start` when it is not running:

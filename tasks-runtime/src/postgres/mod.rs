@@ -51,8 +51,9 @@ pub const MAX_CONNECTIONS: u32 = 16;
 /// records, run completions and wake-ups of many runs into one statement each. They start
 /// when first needed, belong to the store (every clone and namespace shares them), and stop
 /// with [`PgStore::close`]; [`PgStore::background_tasks`] counts them. A process that only
-/// starts, reads and operates on runs starts none: a new run's wake-up is sent by its own
-/// insert.
+/// starts, reads and operates on runs starts none: it sends its wake-ups itself, each in a
+/// statement of its own after the write committed (one more round trip per start; a store
+/// whose wake-up sender already runs queues a new run's wake-up there instead).
 ///
 /// A pool's connections, and these tasks, live on the Tokio runtime that made them. Open one
 /// store per runtime (give each `#[tokio::test]` its own). A task whose runtime shut down is
@@ -259,16 +260,20 @@ impl PgStore {
     /// resume, a failure), which starts no background task. A wake-up that cannot be sent
     /// is logged: the run changed, and pollers find it.
     async fn announce_now(&self, transition: &Transition, run: &WorkflowRun) {
-        let Some(notification) = transition.announcement(run) else {
-            return;
-        };
+        if let Some(notification) = transition.announcement(run) {
+            self.notify_now(&notification).await;
+        }
+    }
+
+    /// Sends `notification` in a statement of its own, now.
+    async fn notify_now(&self, notification: &Notification) {
         let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(notify::CHANNEL)
-            .bind(notify::payload(&notification))
+            .bind(notify::payload(notification))
             .execute(&self.pool)
             .await;
         if let Err(error) = sent {
-            tracing::warn!(%error, run.id = %run.id, "could not send a wake-up; workers and waiters will find the run by polling");
+            tracing::warn!(%error, "could not send a wake-up; workers and waiters will find the run by polling");
         }
     }
 
@@ -417,26 +422,16 @@ impl Store for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         let config = params.stored_config()?;
-        // The wake-up goes out with the insert, delivered when it commits (and only if a
-        // run was created): starting a run needs no background task and no second trip.
         let sql = format!(
-            "WITH created AS (
-                INSERT INTO tasks.workflow_runs
-                     (namespace, id, workflow_name, version, status, idempotency_key, config,
-                      context, input, attempts, available_at, deadline_at, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
-                         COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(),
-                         now())
-                 ON CONFLICT (namespace, workflow_name, idempotency_key)
-                    WHERE idempotency_key IS NOT NULL
-                 DO NOTHING
-                 RETURNING {RUN_COLUMNS}
-             )
-             SELECT created.* FROM created CROSS JOIN LATERAL (SELECT pg_notify($12, $13)) wake"
+            "INSERT INTO tasks.workflow_runs
+                 (namespace, id, workflow_name, version, status, idempotency_key, config, context,
+                  input, attempts, available_at, deadline_at, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now())
+             ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
+             DO NOTHING
+             RETURNING {RUN_COLUMNS}"
         );
-        let wake_up = notify::payload(&Notification::RunAvailable {
-            namespace: self.namespace.to_string(),
-        });
         let inserted = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)
             .bind(Uuid::now_v7())
@@ -449,13 +444,22 @@ impl Store for PgStore {
             .bind(params.available_at)
             .bind(params.deadline_at)
             .bind(params.delay.map(millis))
-            .bind(notify::CHANNEL)
-            .bind(wake_up)
             .fetch_optional(&self.pool)
             .await
             .map_err(db(OPERATION))?;
         match inserted {
-            Some(row) => row.into_run(OPERATION),
+            Some(row) => {
+                let run = row.into_run(OPERATION)?;
+                // After the insert committed: a NOTIFY in the insert's own transaction would
+                // serialize every start on Postgres's notify queue lock at its commit.
+                let wake_up = Notification::RunAvailable {
+                    namespace: run.namespace.clone(),
+                };
+                if !self.batcher.try_send(&wake_up) {
+                    self.notify_now(&wake_up).await;
+                }
+                Ok(run)
+            }
             None => {
                 // Lost the idempotency race (or a plain repeat): hand back the first run.
                 let sql = format!(

@@ -75,6 +75,15 @@ impl Batcher {
         }
     }
 
+    /// Queues `notification` when the sender is already running (a worker started it);
+    /// `false` when it is not, and nothing was queued.
+    pub(crate) fn try_send(&self, notification: &Notification) -> bool {
+        match self.queue.running() {
+            Some(queue) => queue.send(payload(notification)).is_ok(),
+            None => false,
+        }
+    }
+
     /// Queues `notification`; never waits for the database.
     pub(crate) fn send(&self, notification: &Notification) {
         if self.background.is_closed() {
