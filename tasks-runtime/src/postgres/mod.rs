@@ -255,8 +255,8 @@ impl PgStore {
         run
     }
 
-    /// Sends what `transition` announces about `run` now, in a statement of its own, after
-    /// the transition committed: the path of single writes (an operator's cancel, pause or
+    /// Sends what `transition` announces about `run` after the transition committed (see
+    /// [`PgStore::notify_now`]): the path of single writes (an operator's cancel, pause or
     /// resume, a failure), which starts no background task. A wake-up that cannot be sent
     /// is logged: the run changed, and pollers find it.
     async fn announce_now(&self, transition: &Transition, run: &WorkflowRun) {
@@ -265,8 +265,12 @@ impl PgStore {
         }
     }
 
-    /// Sends `notification` in a statement of its own, now.
+    /// Sends `notification` now: into the store's wake-up sender when a worker already runs
+    /// it, else in a statement of its own.
     async fn notify_now(&self, notification: &Notification) {
+        if self.batcher.try_send(notification) {
+            return;
+        }
         let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(notify::CHANNEL)
             .bind(notify::payload(notification))
@@ -455,9 +459,7 @@ impl Store for PgStore {
                 let wake_up = Notification::RunAvailable {
                     namespace: run.namespace.clone(),
                 };
-                if !self.batcher.try_send(&wake_up) {
-                    self.notify_now(&wake_up).await;
-                }
+                self.notify_now(&wake_up).await;
                 Ok(run)
             }
             None => {
