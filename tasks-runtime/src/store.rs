@@ -371,9 +371,56 @@ pub enum Notification {
     },
 }
 
+impl Notification {
+    /// The namespace the notification is about.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Notification::RunAvailable { namespace }
+            | Notification::RunFinished { namespace, .. }
+            | Notification::Missed { namespace } => namespace,
+        }
+    }
+}
+
 /// A stream of notifications for the subscriber's namespace. Dropped connections are
 /// reconnected behind the stream; the stream ends only when the store is closed.
 pub type NotificationStream = BoxStream<'static, Notification>;
+
+/// The notifications of `namespace` among the events a store broadcasts to every subscriber
+/// of its database: `notification` turns an event into a notification, or into `None` when
+/// notifications may have been lost (a reconnect), which reaches the subscriber as
+/// [`Notification::Missed`], as does falling behind the channel. The stream ends when the
+/// channel closes.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn namespace_stream<E: Clone + Send + 'static>(
+    receiver: tokio::sync::broadcast::Receiver<E>,
+    namespace: String,
+    notification: fn(E) -> Option<Notification>,
+) -> NotificationStream {
+    use futures::StreamExt as _;
+    use tokio::sync::broadcast::error::RecvError;
+
+    futures::stream::unfold(receiver, move |mut receiver| {
+        let namespace = namespace.clone();
+        async move {
+            loop {
+                let missed = match receiver.recv().await {
+                    Ok(event) => match notification(event) {
+                        Some(notification) if notification.namespace() == namespace => {
+                            return Some((notification, receiver));
+                        }
+                        Some(_) => continue,
+                        None => Notification::Missed { namespace },
+                    },
+                    Err(RecvError::Lagged(_)) => Notification::Missed { namespace },
+                    Err(RecvError::Closed) => return None,
+                };
+                return Some((missed, receiver));
+            }
+        }
+    })
+    .boxed()
+}
 
 /// A run as a claim returned it.
 #[derive(Debug, Clone, PartialEq)]

@@ -47,7 +47,7 @@ pub const MAX_CONNECTIONS: u32 = 16;
 /// # Background tasks
 ///
 /// A worker's store runs a few tasks beside its callers: the `LISTEN` pump behind
-/// [`Store::subscribe`](crate::Store::subscribe), and the batch writers that put the step
+/// [`Store::subscribe`], and the batch writers that put the step
 /// records, run completions and wake-ups of many runs into one statement each. They start
 /// when first needed, belong to the store (every clone and namespace shares them), and stop
 /// with [`PgStore::close`]; [`PgStore::background_tasks`] counts them. A process that only

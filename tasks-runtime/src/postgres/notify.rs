@@ -7,7 +7,6 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
@@ -17,7 +16,7 @@ use uuid::Uuid;
 
 use super::background::{Background, Task};
 use crate::error::{db, Operation, StoreError, StoreResult};
-use crate::store::{Notification, NotificationStream};
+use crate::store::{namespace_stream, Notification, NotificationStream};
 
 /// The channel every notification of ours travels on.
 pub(crate) const CHANNEL: &str = "tasks_events";
@@ -213,28 +212,8 @@ async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) 
 }
 
 fn stream(receiver: broadcast::Receiver<Event>, namespace: String) -> NotificationStream {
-    futures::stream::unfold(receiver, move |mut receiver| {
-        let namespace = namespace.clone();
-        async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(Event::Notification(notification)) => {
-                        let ours = match &notification {
-                            Notification::RunAvailable { namespace: ns }
-                            | Notification::RunFinished { namespace: ns, .. }
-                            | Notification::Missed { namespace: ns } => *ns == namespace,
-                        };
-                        if ours {
-                            return Some((notification, receiver));
-                        }
-                    }
-                    Ok(Event::Reconnected) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((Notification::Missed { namespace }, receiver));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        }
+    namespace_stream(receiver, namespace, |event| match event {
+        Event::Notification(notification) => Some(notification),
+        Event::Reconnected => None,
     })
-    .boxed()
 }

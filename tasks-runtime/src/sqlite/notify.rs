@@ -15,10 +15,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use futures::StreamExt;
 use tokio::sync::broadcast;
 
-use crate::store::{Notification, NotificationStream};
+use crate::store::{namespace_stream, Notification, NotificationStream};
 
 /// How many notifications a slow subscriber may fall behind before it gets a `Missed`.
 const CAPACITY: usize = 1024;
@@ -69,37 +68,16 @@ pub(crate) fn shared(key: PathBuf) -> Arc<Shared> {
     shared
 }
 
-/// Filters the database's notifications down to `namespace`. A subscriber that fell behind
-/// gets a `Missed`; the stream ends when every store on the database is gone.
+/// Filters the database's notifications down to `namespace` (see
+/// [`namespace_stream`]).
 fn stream(receiver: broadcast::Receiver<Notification>, namespace: String) -> NotificationStream {
-    futures::stream::unfold(receiver, move |mut receiver| {
-        let namespace = namespace.clone();
-        async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(notification) => {
-                        let ours = match &notification {
-                            Notification::RunAvailable { namespace: ns }
-                            | Notification::RunFinished { namespace: ns, .. }
-                            | Notification::Missed { namespace: ns } => *ns == namespace,
-                        };
-                        if ours {
-                            return Some((notification, receiver));
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((Notification::Missed { namespace }, receiver));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        }
-    })
-    .boxed()
+    namespace_stream(receiver, namespace, Some)
 }
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
 
     #[tokio::test]
