@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{step, workflow, Client, RunStatus, Worker, WorkflowContext, WorkflowError};
+use tasks::{Client, RunStatus, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Reminder {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{step, workflow, Client, Worker, WorkflowContext, WorkflowError};
+use tasks::{Client, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Cities {

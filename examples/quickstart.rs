@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{step, workflow, Client, Worker, WorkflowContext, WorkflowError};
+use tasks::{Client, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 /// The workflow input. `JsonSchema` lets the client reject bad input before a run is stored.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

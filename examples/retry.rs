@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{step, workflow, Client, StepStatus, Worker, WorkflowContext, WorkflowError};
+use tasks::{Client, StepStatus, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
 

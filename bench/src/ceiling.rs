@@ -2,21 +2,21 @@
 //! engine around them, so the rate they commit at is the physical limit for steps on this
 //! machine and database.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{json, Value};
-use sqlx::postgres::{PgListener, PgPool};
+use serde_json::{Value, json};
 use sqlx::Row as _;
+use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use crate::Result;
 use crate::db::{self, Costs, Counters, Cpu, CpuUse};
 use crate::stats::Summary;
-use crate::Result;
 
 /// The worker id the ceiling's runs are leased to, so that the fences match.
 const WORKER_ID: &str = "tasks-bench-ceiling";

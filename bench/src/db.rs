@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};

@@ -5,16 +5,16 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
-use sqlx::postgres::PgPool;
 use sqlx::Row as _;
+use sqlx::postgres::PgPool;
 use tasks::postgres::PgStore;
 use tasks::{Client, RunStatus, Worker};
 use uuid::Uuid;
 
-use crate::db::{self, Costs, Counters, Cpu, CpuUse};
-use crate::stats::{median, Summary};
-use crate::workflows::{bench_replay, bench_steps, Replay, Steps};
 use crate::Result;
+use crate::db::{self, Costs, Counters, Cpu, CpuUse};
+use crate::stats::{Summary, median};
+use crate::workflows::{Replay, Steps, bench_replay, bench_steps};
 
 /// How many runs a client starts at once while enqueueing.
 pub const ENQUEUE_CONCURRENCY: usize = 16;

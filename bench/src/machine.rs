@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::postgres::PgPool;
 use tasks::postgres::PgStore;
 
-use crate::db;
 use crate::Result;
+use crate::db;
 
 /// The machine and database the figures come from.
 #[derive(Debug, Clone, Serialize)]

@@ -10,9 +10,9 @@ use tasks::Worker;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use crate::Result;
 use crate::db::{self, Costs, Counters, Cpu, CpuUse};
 use crate::engine;
-use crate::Result;
 
 /// The result for one number of processes.
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{step, workflow, WorkflowContext, WorkflowError};
+use tasks::{WorkflowContext, WorkflowError, step, workflow};
 
 /// Input of [`bench_steps()`]: how many no-op steps to run.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -10,8 +10,8 @@ use tasks::{CreateRun, FailRun, RunStatus, Store, StoreError};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// A claim takes the run under a lease; nobody else can claim it until the lease expires,
 /// after which another worker reclaims it as a second attempt, keeping `started_at`.
@@ -72,11 +72,13 @@ pub async fn claim_prefers_pending_over_expired_leases(setup: impl Setup) {
 pub async fn claim_returns_none_when_nothing_is_available(setup: impl Setup) {
     let store = setup.store().await;
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
-    assert!(store
-        .claim_runs("w", LONG_LEASE, 5)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w", LONG_LEASE, 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     create_claimed(&store).await;
     create_sleeping(&store).await;
@@ -87,11 +89,13 @@ pub async fn claim_returns_none_when_nothing_is_available(setup: impl Setup) {
     store.pause_run(paused.id).await.unwrap();
 
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
-    assert!(store
-        .claim_runs("w", LONG_LEASE, 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w", LONG_LEASE, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Runs become claimable at `available_at`, earliest first.
@@ -126,11 +130,13 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
     for _ in 0..5 {
         created.push(create_pending(&store).await.id);
     }
-    assert!(store
-        .claim_runs("w0", LONG_LEASE, 0)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w0", LONG_LEASE, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let first = claimed_runs(store.claim_runs("w1", LONG_LEASE, 3).await.unwrap());
     let first_ids: HashSet<Uuid> = first.iter().map(|run| run.id).collect();
@@ -146,15 +152,19 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
     let second_ids: HashSet<Uuid> = second.iter().map(|run| run.id).collect();
     assert_eq!(second.len(), 2);
     assert_eq!(second_ids, created[3..5].iter().copied().collect());
-    assert!(second
-        .iter()
-        .all(|run| run.worker_id.as_deref() == Some("w2")));
+    assert!(
+        second
+            .iter()
+            .all(|run| run.worker_id.as_deref() == Some("w2"))
+    );
 
-    assert!(store
-        .claim_runs("w3", LONG_LEASE, 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w3", LONG_LEASE, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A batch claim fills up with pending runs first, oldest first, and only then takes runs
@@ -182,11 +192,13 @@ pub async fn claim_runs_fills_a_batch_pending_first(setup: impl Setup) {
     let rest = claimed_runs(store.claim_runs("w", LONG_LEASE, 3).await.unwrap());
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].id, expired_second.id);
-    assert!(store
-        .claim_runs("w", LONG_LEASE, 3)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w", LONG_LEASE, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Concurrent batch claimers split the runs between them: every run is claimed exactly once.

@@ -12,8 +12,8 @@ use tasks::{
 };
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// How long a notification may take to arrive.
 const NOTIFICATION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,12 +63,13 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     for id in [running.id, pending.id, paused.id] {
         assert_eq!(b.get_run(id).await.unwrap(), None);
     }
-    assert!(b
-        .list_runs(ListRuns::default())
-        .await
-        .unwrap()
-        .data
-        .is_empty());
+    assert!(
+        b.list_runs(ListRuns::default())
+            .await
+            .unwrap()
+            .data
+            .is_empty()
+    );
     assert_eq!(b.get_step_attempt(step.id).await.unwrap(), None);
     let steps = b
         .list_step_attempts(ListStepAttempts::new(running.id))
@@ -78,11 +79,12 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     assert!(b.step_history(running.id).await.unwrap().is_empty());
     // Claims take nothing.
     assert_eq!(b.claim_run("intruder", LONG_LEASE).await.unwrap(), None);
-    assert!(b
-        .claim_runs("intruder", LONG_LEASE, 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        b.claim_runs("intruder", LONG_LEASE, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Every write is "not found".
     macro_rules! not_found {

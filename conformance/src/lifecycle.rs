@@ -10,8 +10,8 @@ use tasks::{
 };
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// Asserts what every cancel leaves behind.
 #[track_caller]
@@ -242,11 +242,13 @@ pub async fn paused_run_is_not_claimed(setup: impl Setup) {
     let created = create_pending(&store).await;
     store.pause_run(created.id).await.unwrap();
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
-    assert!(store
-        .claim_runs("w", LONG_LEASE, 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .claim_runs("w", LONG_LEASE, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Resuming makes a paused run pending and available at once.

@@ -7,8 +7,8 @@ use serde_json::json;
 use tasks::{CreateRun, Cursor, ListRuns, ListStepAttempts, Order, RunStatus, Store, StoreError};
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// Listings are oldest first by default.
 pub async fn list_runs_ordered_by_creation_time(setup: impl Setup) {

@@ -7,8 +7,8 @@ use chrono::Utc;
 use serde_json::json;
 use tasks::{CreateRun, FailRun, ListRuns, RetryPolicy, RunStatus, Store, StoreError};
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// Completing records the output and finishes the run.
 pub async fn complete_run_marks_completed(setup: impl Setup) {

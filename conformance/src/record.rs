@@ -9,8 +9,8 @@ use tasks::{
 };
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 fn record_params(run: &tasks::WorkflowRun, worker: &str, status: StepStatus) -> RecordStepAttempt {
     RecordStepAttempt {

@@ -9,8 +9,8 @@ use tasks::{CreateRun, ListRuns, RetryPolicy, RunStatus, Store, WorkflowRun};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// A run created with every field set reads back with exactly those values.
 pub async fn create_run_with_all_fields(setup: impl Setup) {
@@ -247,9 +247,11 @@ pub async fn create_run_with_delay_starts_later(setup: impl Setup) {
         (29_990..=30_010).contains(&offset),
         "available {offset} ms after creation"
     );
-    assert!(store
-        .claim_run(&new_worker(), LONG_LEASE)
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        store
+            .claim_run(&new_worker(), LONG_LEASE)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

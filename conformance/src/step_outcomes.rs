@@ -8,8 +8,8 @@ use serde_json::json;
 use tasks::{CreateStepAttempt, RunStatus, StepStatus, StepUpdate, Store, StoreError};
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// Completing a running attempt records its output.
 pub async fn complete_step_attempt_records_output(setup: impl Setup) {

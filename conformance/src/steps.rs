@@ -8,8 +8,8 @@ use tasks::{
 };
 use uuid::Uuid;
 
-use super::support::*;
 use super::Setup;
+use super::support::*;
 
 /// A step attempt starts running, with exactly the given fields.
 pub async fn create_step_attempt_returns_running_attempt(setup: impl Setup) {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tasks::{
     ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy,
     RunStatus, StepAttempt, StepKind, StepUpdate, Store, StoreError, WorkflowRun,

@@ -2,7 +2,7 @@
 //! check, so expansion cannot fail; it is built only by `validate`.
 
 use proc_macro2::TokenStream;
-use quote::{quote, ToTokens};
+use quote::{ToTokens, quote};
 use syn::{LitStr, PatType, Path, Type};
 
 pub(crate) use crate::parse::{DurationValue, ItemFn, RetryOptions};

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -398,7 +398,7 @@ impl<T: DeserializeOwned> RunHandle<T> {
                             Some(Notification::RunFinished { run_id, .. })
                                 if run_id == self.run_id =>
                             {
-                                return
+                                return;
                             }
                             Some(Notification::Missed { .. }) => return,
                             Some(_) => continue,

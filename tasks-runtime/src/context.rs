@@ -11,9 +11,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -22,7 +22,7 @@ use crate::failure::{ErrorRecord, RecordError, WorkflowError};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
-use crate::session::{lock, Halt, RunSession};
+use crate::session::{Halt, RunSession, lock};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -311,7 +311,7 @@ where
         Err(_) => {
             return ctx
                 .halt(Halt::Fail(ErrorRecord::new("step limit exceeded")))
-                .await
+                .await;
         }
     };
     ctx.check_interrupted().await;

@@ -3,8 +3,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::WorkflowContext;

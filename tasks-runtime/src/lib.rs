@@ -36,9 +36,9 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 pub use registry::{DuplicateWorkflow, InvalidInput, Registry, Violation};
 pub use retry::RetryPolicy;
 pub use store::{
-    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts,
-    Notification, NotificationStream, Order, Page, RecordStepAttempt, SharedStore, StepUpdate,
-    Store, DEFAULT_NAMESPACE,
+    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
+    ListStepAttempts, Notification, NotificationStream, Order, Page, RecordStepAttempt,
+    SharedStore, StepUpdate, Store,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
@@ -48,6 +48,6 @@ mod connect;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub use connect::{
-    connect, connect_from_env, database_url_from_env, ConnectError, DATABASE_URL_VAR,
-    DEFAULT_DATABASE_URL,
+    ConnectError, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, connect, connect_from_env,
+    database_url_from_env,
 };

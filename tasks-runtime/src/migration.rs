@@ -26,7 +26,9 @@ pub enum MigrateError {
         source: crate::error::BoxError,
     },
     /// A migration that was applied earlier has different SQL now.
-    #[error("migration {version} ({name}) was applied with different SQL (checksum {applied}, expected {expected})")]
+    #[error(
+        "migration {version} ({name}) was applied with different SQL (checksum {applied}, expected {expected})"
+    )]
     Changed {
         /// The migration's version.
         version: i64,
@@ -93,7 +95,7 @@ pub(crate) fn pending(
                     name: migration.name,
                     applied: recorded.clone(),
                     expected,
-                })
+                });
             }
             Some(_) => {}
             None => todo.push((migration, expected)),
@@ -104,7 +106,7 @@ pub(crate) fn pending(
 
 #[cfg(test)]
 mod tests {
-    use super::{checksum, pending, MigrateError, Migration};
+    use super::{MigrateError, Migration, checksum, pending};
 
     const MIGRATIONS: &[Migration] = &[
         Migration {

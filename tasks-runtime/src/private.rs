@@ -11,12 +11,12 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use crate::client::{Client, ClientError, RunHandle};
-pub use crate::context::{run_step, WorkflowContext};
+pub use crate::context::{WorkflowContext, run_step};
 pub use crate::definition::{
     EntryFuture, SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowRegistration,
 };

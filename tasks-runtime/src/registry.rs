@@ -211,7 +211,7 @@ fn validate(entry: &Entry, input: &Value) -> Result<(), InvalidInput> {
                     path: String::new(),
                     message: format!("the workflow's input schema is invalid: {error}"),
                 }],
-            })
+            });
         }
     };
     let violations: Vec<Violation> = validator

@@ -104,7 +104,7 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
-    use serde_json::{json, Value};
+    use serde_json::{Value, json};
     use uuid::Uuid;
 
     use super::*;

@@ -86,7 +86,7 @@ impl CreateRun {
             other => {
                 return Err(StoreError::InvalidArgument(format!(
                     "run config must be a JSON object, got {other}"
-                )))
+                )));
             }
         };
         if let Some(policy) = self.retry_policy {
@@ -738,20 +738,12 @@ impl PageQuery {
 
     /// The comparison against the cursor: rows strictly after it in scan order.
     pub(crate) fn cursor_operator(&self) -> &'static str {
-        if self.scan_ascending() {
-            ">"
-        } else {
-            "<"
-        }
+        if self.scan_ascending() { ">" } else { "<" }
     }
 
     /// `ASC` or `DESC` for the scan.
     pub(crate) fn sql_direction(&self) -> &'static str {
-        if self.scan_ascending() {
-            "ASC"
-        } else {
-            "DESC"
-        }
+        if self.scan_ascending() { "ASC" } else { "DESC" }
     }
 
     /// Turns the `limit + 1` rows fetched in scan order into a page.

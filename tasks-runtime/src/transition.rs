@@ -367,9 +367,11 @@ mod tests {
         ));
         // Operator transitions: a repeat is done, a terminal run is the wrong state.
         assert!(CANCEL.settle(id, None, Some(run(Canceled, None))).is_ok());
-        assert!(RESUME
-            .settle(id, None, Some(run(Running, Some("w"))))
-            .is_ok());
+        assert!(
+            RESUME
+                .settle(id, None, Some(run(Running, Some("w"))))
+                .is_ok()
+        );
         assert!(matches!(
             PAUSE.settle(id, None, Some(run(RunStatus::Completed, None))),
             Err(StoreError::WrongState { .. })

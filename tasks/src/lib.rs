@@ -59,8 +59,8 @@ pub use tasks_runtime::*;
 /// The names most programs need: `use tasks::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        step, workflow, Client, RunHandle, RunStatus, StartOptions, Worker, WorkflowContext,
-        WorkflowError,
+        Client, RunHandle, RunStatus, StartOptions, Worker, WorkflowContext, WorkflowError, step,
+        workflow,
     };
 }
 

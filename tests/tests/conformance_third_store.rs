@@ -7,8 +7,8 @@
 //! only through the public `Store` contract, so the suite exercises exactly what a new
 //! backend would have to provide.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;

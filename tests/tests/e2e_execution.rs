@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use support::{bump, calls, client, worker, Backend};
+use support::{Backend, bump, calls, client, worker};
 use tasks::{
-    step, workflow, CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind,
-    StepStatus, WorkflowContext, WorkflowError,
+    CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus,
+    WorkflowContext, WorkflowError, step, workflow,
 };
 use uuid::Uuid;
 
@@ -485,10 +485,12 @@ async fn unregistered_workflows_are_rescheduled_not_failed(backend: Backend) {
     let error = released.error.unwrap();
     assert_eq!(error["kind"], "unregistered");
     assert_eq!(error["deferrals"], 1);
-    assert!(error["message"]
-        .as_str()
-        .unwrap()
-        .contains("not-in-this-binary"));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("not-in-this-binary")
+    );
     let wait = released.available_at.unwrap() - released.updated_at;
     assert!(
         wait >= chrono::Duration::seconds(59),

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use sqlx::{PgPool, Row};
-use support::{bump, calls, client, worker, Backend};
+use support::{Backend, bump, calls, client, worker};
 use tasks::{
-    step, workflow, CreateRun, ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError,
+    CreateRun, ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError, step, workflow,
 };
 
 struct KillOnDrop(Child);

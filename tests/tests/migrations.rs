@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use sqlx::{Executor, PgPool, Row};
-use tasks::postgres::{migrate, PgStore, MIGRATIONS};
+use tasks::postgres::{MIGRATIONS, PgStore, migrate};
 use tasks::{CreateRun, Store};
 use tasks_tests::{connect_options, connect_pool};
 use uuid::Uuid;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::postgres::{PgStore, MAX_CONNECTIONS};
-use tasks::{step, workflow, Client, Worker, WorkflowContext, WorkflowError};
+use tasks::postgres::{MAX_CONNECTIONS, PgStore};
+use tasks::{Client, Worker, WorkflowContext, WorkflowError, step, workflow};
 use tasks_tests::{database_url, unique_namespace};
 
 /// `PgStore::connect` opens the pool `PgStore::pool_options` describes.

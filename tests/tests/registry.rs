@@ -7,10 +7,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use support::{client, worker, Backend};
+use support::{Backend, client, worker};
 use tasks::{
-    workflow, ClientError, ListRuns, Registry, SourceLocation, StartOptions, Workflow,
-    WorkflowContext, WorkflowDefinition, WorkflowError,
+    ClientError, ListRuns, Registry, SourceLocation, StartOptions, Workflow, WorkflowContext,
+    WorkflowDefinition, WorkflowError, workflow,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

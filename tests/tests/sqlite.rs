@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
 use tasks::{
-    connect, step, workflow, Client, ConnectError, CreateRun, ListRuns, Notification, RetryPolicy,
-    RunStatus, Store, Worker, WorkflowContext, WorkflowError, WorkflowRun,
+    Client, ConnectError, CreateRun, ListRuns, Notification, RetryPolicy, RunStatus, Store, Worker,
+    WorkflowContext, WorkflowError, WorkflowRun, connect, step, workflow,
 };
 use tasks_tests::sqlite::{open_sqlite, temp_database_path};
 use tasks_tests::unique_namespace;
@@ -211,10 +211,12 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
     let unique: HashSet<Uuid> = claimed.iter().copied().collect();
     assert_eq!(unique.len(), claimed.len(), "a run was claimed twice");
     assert_eq!(unique, seeded);
-    assert!(all_runs(&shared)
-        .await
-        .iter()
-        .all(|run| run.status == RunStatus::Completed && run.attempts == 1));
+    assert!(
+        all_runs(&shared)
+            .await
+            .iter()
+            .all(|run| run.status == RunStatus::Completed && run.attempts == 1)
+    );
 }
 
 /// Stores opened separately on one file in one process (a worker's and a client's) wake each

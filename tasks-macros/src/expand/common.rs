@@ -2,7 +2,7 @@
 //! optional strings, as expressions.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{ToTokens, quote, quote_spanned};
 
 use crate::model::{DurationValue, PrivatePath, RetryOptions};
 

@@ -3,7 +3,7 @@
 //! add a second wave of "cannot find type" errors (the `fallback.rs` of thiserror).
 
 use proc_macro2::TokenStream;
-use quote::{quote, ToTokens};
+use quote::{ToTokens, quote};
 
 use crate::model::{Invalid, StandIn};
 

@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, Signature};
 
-use super::common::{retry_policy, source_location, RetryDefault};
+use super::common::{RetryDefault, retry_policy, source_location};
 use crate::model::{ItemFn, Step};
 
 /// Rewrites the step function:

@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::common::{optional_str, retry_policy, source_location, RetryDefault};
+use super::common::{RetryDefault, optional_str, retry_policy, source_location};
 use super::start;
 use crate::model::{Workflow, WorkflowInput};
 

@@ -39,7 +39,10 @@ impl fmt::Display for DurationError {
         const UNIT_LIST: &str = "`ms`, `s`, `m`, `h` or `d`";
         match self {
             DurationError::Empty => {
-                write!(f, "it is empty; write a number and a unit, e.g. \"250ms\", \"1s\" or \"1m30s\"")
+                write!(
+                    f,
+                    "it is empty; write a number and a unit, e.g. \"250ms\", \"1s\" or \"1m30s\""
+                )
             }
             DurationError::ExpectedNumber { found } => {
                 write!(f, "expected a number, found `{found}`")
@@ -54,7 +57,10 @@ impl fmt::Display for DurationError {
                 write!(f, "it contains spaces; write \"1m30s\", not \"1m 30s\"")
             }
             DurationError::Fraction => {
-                write!(f, "fractions are not supported; write \"1s500ms\" instead of \"1.5s\"")
+                write!(
+                    f,
+                    "fractions are not supported; write \"1s500ms\" instead of \"1.5s\""
+                )
             }
             DurationError::Order { unit } => write!(
                 f,

@@ -3,8 +3,8 @@
 //! We do not use `sqlx::migrate!`: its bookkeeping table lives in the application's search
 //! path and would collide with the application's own `_sqlx_migrations`.
 
-use crate::migration::{database, pending};
 pub use crate::migration::{MigrateError, Migration};
+use crate::migration::{database, pending};
 use sqlx::{Executor as _, PgPool, Row};
 
 /// Every migration this version of the runtime knows, in order.

@@ -16,24 +16,24 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS, SCHEMA};
+pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 
-use crate::error::{db, Operation, StoreResult};
+use crate::error::{Operation, StoreResult, db};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
-    complete_separately, ClaimedRun, CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns,
+    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,
-    SharedStore, StepUpdate, Store, DEFAULT_NAMESPACE,
+    SharedStore, StepUpdate, Store, complete_separately,
 };
 use crate::transition::{
-    deadline_error, explain_step_miss, interrupted, retry_after, status_in, step_status_in,
-    Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
-    EXTEND_LEASE, FAIL, MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP,
+    CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE, EXTEND_LEASE,
+    FAIL, MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP, Transition, deadline_error,
+    explain_step_miss, interrupted, retry_after, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
-use rows::{ClaimRow, RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
+use rows::{ClaimRow, RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
 /// another size.

@@ -8,15 +8,15 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::{broadcast, Mutex};
+use sqlx::postgres::PgListener;
+use tokio::sync::{Mutex, broadcast};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::background::{Background, Task};
-use crate::error::{db, Operation, StoreError, StoreResult};
-use crate::store::{namespace_stream, Notification, NotificationStream};
+use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::store::{Notification, NotificationStream, namespace_stream};
 
 /// The channel every notification of ours travels on.
 pub(crate) const CHANNEL: &str = "tasks_events";

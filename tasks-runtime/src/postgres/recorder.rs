@@ -28,7 +28,7 @@ use uuid::Uuid;
 use futures::future::BoxFuture;
 
 use super::background::{Background, Task};
-use super::rows::{RunRow, StepRow, RUN_COLUMNS, STEP_COLUMNS};
+use super::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::RecordStepAttempt;

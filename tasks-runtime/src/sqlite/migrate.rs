@@ -3,8 +3,8 @@
 //! Like the Postgres migrations, these do not use `sqlx::migrate!`, whose bookkeeping table
 //! would collide with an application's own `_sqlx_migrations` in the same file.
 
-use crate::migration::{database, pending};
 pub use crate::migration::{MigrateError, Migration};
+use crate::migration::{database, pending};
 use sqlx::{Executor as _, Row, SqlitePool};
 
 /// Every SQLite migration this version of the runtime knows, in order.

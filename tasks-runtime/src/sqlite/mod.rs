@@ -38,16 +38,17 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use uuid::Uuid;
 
-pub use migrate::{migrate, MigrateError, Migration, MIGRATIONS};
+pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
-use crate::error::{db, Operation, StoreError, StoreResult};
+use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
-    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Page, RecordStepAttempt, SharedStore, StepUpdate, Store, DEFAULT_NAMESPACE,
+    ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
+    ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
+    StepUpdate, Store,
 };
 use notify::Shared;
-use rows::{RunRow, RUN_COLUMNS};
+use rows::{RUN_COLUMNS, RunRow};
 
 /// How long a write waits for another process to release SQLite's write lock before it
 /// fails with a "database is locked" [`StoreError::Database`].

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::sync::broadcast;
 
-use crate::store::{namespace_stream, Notification, NotificationStream};
+use crate::store::{Notification, NotificationStream, namespace_stream};
 
 /// How many notifications a slow subscriber may fall behind before it gets a `Missed`.
 const CAPACITY: usize = 1024;

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
-use crate::store::{status_of, step_status_of, ClaimedRun};
+use crate::store::{ClaimedRun, status_of, step_status_of};
 
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \

@@ -11,16 +11,16 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{self, ClaimRow, RunRow, RUN_COLUMNS};
-use super::{fetch_run, SqliteStore, Write};
-use crate::error::{db, Operation, StoreResult};
+use super::rows::{self, ClaimRow, RUN_COLUMNS, RunRow};
+use super::{SqliteStore, Write, fetch_run};
+use crate::error::{Operation, StoreResult, db};
 use crate::model::WorkflowRun;
 use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    deadline_error, retry_after, status_in, Transition, CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE,
-    EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME, SLEEP,
+    CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME,
+    SLEEP, Transition, deadline_error, retry_after, status_in,
 };
 
 /// A query returning runs, with its arguments.

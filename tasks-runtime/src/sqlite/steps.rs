@@ -8,17 +8,17 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{self, StepRow, STEP_COLUMNS};
-use super::{fetch_run, SqliteStore, Write};
-use crate::error::{db, Operation, StoreResult};
+use super::rows::{self, STEP_COLUMNS, StepRow};
+use super::{SqliteStore, Write, fetch_run};
+use crate::error::{Operation, StoreResult, db};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
-    complete_separately, CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery,
-    RecordStepAttempt, StepUpdate,
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
+    complete_separately,
 };
 use crate::transition::{
-    explain_step_miss, interrupted, step_status_in, Transition, COMPLETE, COMPLETE_STEP,
-    CREATE_STEP, MARKABLE_STEP, RECORD_STEP,
+    COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
+    explain_step_miss, interrupted, step_status_in,
 };
 
 /// How a step write found the run, read under the write lock.
@@ -179,7 +179,7 @@ impl SqliteStore {
                 }
             }
             RunState::Refused(run) => {
-                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()))
+                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
             }
         };
         write.commit().await?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
-use tasks::{step, workflow, Worker, WorkflowContext, WorkflowError};
+use tasks::{Worker, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

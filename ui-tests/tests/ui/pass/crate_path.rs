@@ -5,7 +5,7 @@ mod reexport {
     pub use ::tasks;
 }
 
-use crate::reexport::tasks::{step, workflow, Workflow, WorkflowContext, WorkflowError};
+use crate::reexport::tasks::{Workflow, WorkflowContext, WorkflowError, step, workflow};
 
 #[step(crate = "crate::reexport::tasks", retry(max_attempts = 2))]
 async fn double(value: u64) -> Result<u64, WorkflowError> {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tasks::{step, workflow, Workflow, WorkflowContext, WorkflowError};
+use tasks::{Workflow, WorkflowContext, WorkflowError, step, workflow};
 
 const ATTEMPTS: u32 = 4;
 const BACKOFF: f64 = 1.5;

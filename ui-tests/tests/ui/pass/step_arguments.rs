@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tasks::{step, workflow, WorkflowContext, WorkflowError};
+use tasks::{WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Order {

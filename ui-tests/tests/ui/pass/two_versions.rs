@@ -1,7 +1,7 @@
 //! Two versions of one workflow side by side: one name, two types, two registrations.
 
-use tasks::__private::{inventory, WorkflowRegistration};
-use tasks::{workflow, Workflow, WorkflowContext, WorkflowError};
+use tasks::__private::{WorkflowRegistration, inventory};
+use tasks::{Workflow, WorkflowContext, WorkflowError, workflow};
 
 #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SignupV1 {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tasks::__private::{inventory, Workflow, WorkflowRegistration};
-use tasks::{step, workflow, WorkflowContext, WorkflowError};
+use tasks::__private::{Workflow, WorkflowRegistration, inventory};
+use tasks::{WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Order {
