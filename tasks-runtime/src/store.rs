@@ -478,8 +478,8 @@ pub trait Store: Send + Sync + 'static {
     /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>>;
 
-    /// Fails runs whose deadline passed (with a non-retryable `deadline` error, announced as
-    /// finished), then claims up to `limit` available runs for `worker_id` with a lease of
+    /// Fails runs whose deadline passed (with a non-retryable `deadline` error; no wake-up is
+    /// sent for them), then claims up to `limit` available runs for `worker_id` with a lease of
     /// `lease`: pending runs first, then runs whose lease expired or whose sleep ended, each
     /// group by `available_at` then `created_at`. A claim counts an attempt, except waking
     /// from a sleep, which continues the attempt. Concurrent claims never return the same

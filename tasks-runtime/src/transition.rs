@@ -130,13 +130,15 @@ pub(crate) const CLAIM_DUE: Transition = Transition {
     ..CLAIM_PENDING
 };
 
-/// Fails runs whose deadline passed before they finished (done by every claim).
+/// Fails runs whose deadline passed before they finished (done by every claim). It
+/// announces nothing yet: the claim statements do not return the runs they expire, so a
+/// waiter learns of them by polling.
 pub(crate) const EXPIRE: Transition = Transition {
     operation: Operation::ClaimRuns,
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[],
-    announce: Announce::Finished,
+    announce: Announce::Nothing,
 };
 
 /// Starts a step attempt of a running run (durable sleeps; function steps are recorded
