@@ -19,6 +19,9 @@ pub(crate) struct Workflow {
     pub description: Option<String>,
     /// `retry(...)`.
     pub retry: Option<RetryOptions>,
+    /// The type of the first parameter, as written: `WorkflowContext`, or an alias of it,
+    /// which `expand` asserts on the user's tokens.
+    pub context: Box<Type>,
     /// What the workflow takes after its context.
     pub input: WorkflowInput,
     /// The return type's halves.

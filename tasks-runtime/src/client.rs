@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
@@ -203,10 +202,7 @@ impl Client {
     pub async fn start<W: Workflow>(
         &self,
         input: W::Input,
-    ) -> Result<RunHandle<W::Output>, ClientError>
-    where
-        W::Input: Serialize,
-    {
+    ) -> Result<RunHandle<W::Output>, ClientError> {
         self.start_with::<W>(input, StartOptions::new()).await
     }
 
@@ -215,10 +211,7 @@ impl Client {
         &self,
         input: W::Input,
         options: StartOptions,
-    ) -> Result<RunHandle<W::Output>, ClientError>
-    where
-        W::Input: Serialize,
-    {
+    ) -> Result<RunHandle<W::Output>, ClientError> {
         let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
         let run = self.create(W::definition(), input, options).await?;
         Ok(self.handle(run.id))

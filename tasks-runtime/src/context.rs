@@ -296,12 +296,15 @@ impl WorkflowContext {
 /// Outside a workflow run (no [`WorkflowContext`] on the task) the step is an ordinary
 /// async function call: it runs once, is not recorded and is not retried. That keeps steps
 /// usable from unit tests and plain code.
-pub async fn run_step<T, E, F, Fut>(definition: &'static StepDefinition, mut f: F) -> Result<T, E>
+pub async fn run_step<T, E, F, Fut, Via>(
+    definition: &'static StepDefinition,
+    mut f: F,
+) -> Result<T, E>
 where
     F: FnMut() -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
-    E: RecordError + Send,
+    E: RecordError<Via> + Send,
 {
     let Some(ctx) = WorkflowContext::current() else {
         return f().await;

@@ -84,12 +84,47 @@ inventory::collect!(WorkflowRegistration);
 /// `checkout::start(&client, input)` or `client.start::<checkout>(input)`.
 pub trait Workflow: 'static {
     /// The input type: it round-trips through JSON and has a JSON Schema.
-    type Input: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static;
+    type Input: WorkflowInput;
     /// The output type: it round-trips through JSON and has a JSON Schema.
-    type Output: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static;
+    type Output: WorkflowOutput;
     /// The static definition registered for this workflow.
     fn definition() -> &'static WorkflowDefinition;
 }
+
+/// A type a workflow may take as its input: `Serialize + DeserializeOwned + JsonSchema + Send +
+/// 'static`, implemented for every such type.
+///
+/// The input is checked against its JSON Schema when a run starts, stored as JSON, and decoded
+/// again for every attempt, so it must be owned data that round-trips through JSON. The trait
+/// exists so that a type missing one of these says why, in one error, on the workflow's input.
+#[diagnostic::on_unimplemented(
+    message = "the input of a workflow must be `Serialize + DeserializeOwned + JsonSchema + Send + 'static`, and `{Self}` is not",
+    label = "a workflow's input is checked against its JSON Schema, stored as JSON, and decoded again for every attempt",
+    note = "derive `serde::Serialize`, `serde::Deserialize` and `schemars::JsonSchema`, and own the data (no borrowed fields)"
+)]
+pub trait WorkflowInput:
+    Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static
+{
+}
+
+impl<T: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static> WorkflowInput for T {}
+
+/// A type a workflow may return as its output: `Serialize + DeserializeOwned + JsonSchema +
+/// Send + 'static`, implemented for every such type.
+///
+/// The output is stored as JSON when the run completes and decoded by whoever awaits the
+/// result, possibly in another process; its JSON Schema describes it to operators.
+#[diagnostic::on_unimplemented(
+    message = "the output of a workflow must be `Serialize + DeserializeOwned + JsonSchema + Send + 'static`, and `{Self}` is not",
+    label = "a workflow's output is stored as JSON when the run completes, and decoded by whoever awaits the result",
+    note = "derive `serde::Serialize`, `serde::Deserialize` and `schemars::JsonSchema`, and own the data (no borrowed fields)"
+)]
+pub trait WorkflowOutput:
+    Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static
+{
+}
+
+impl<T: Serialize + DeserializeOwned + schemars::JsonSchema + Send + 'static> WorkflowOutput for T {}
 
 /// Everything the runtime knows about one `#[step]` function.
 #[derive(Debug)]

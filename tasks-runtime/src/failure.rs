@@ -128,6 +128,26 @@ impl WorkflowError {
         }
     }
 
+    /// An error from a boxed one, keeping its source chain: what `?` cannot do, because
+    /// `Box<dyn Error + Send + Sync>` is not itself a `std::error::Error`.
+    ///
+    /// ```
+    /// use tasks_runtime::WorkflowError;
+    ///
+    /// let boxed: Box<dyn std::error::Error + Send + Sync> = "card declined".into();
+    /// let error = WorkflowError::from_boxed(boxed);
+    /// assert_eq!(error.to_string(), "card declined");
+    /// ```
+    ///
+    /// `anyhow::Error` converts into such a box, so `WorkflowError::from_boxed(error.into())`
+    /// works for it too.
+    pub fn from_boxed(error: Box<dyn std::error::Error + Send + Sync + 'static>) -> Self {
+        WorkflowError {
+            record: ErrorRecord::from_error(&*error).with_kind("workflow"),
+            inner: Some(error),
+        }
+    }
+
     /// Marks the error as permanent: the run fails without using its retry policy.
     pub fn non_retryable(mut self) -> Self {
         self.record.retryable = false;
@@ -186,13 +206,47 @@ impl fmt::Debug for WorkflowError {
 }
 
 /// Errors that a workflow or step may return: anything that can be turned into an
-/// [`ErrorRecord`]. Implemented for every `std::error::Error` and for [`WorkflowError`].
-pub trait RecordError {
+/// [`ErrorRecord`].
+///
+/// Implemented for
+/// - every `std::error::Error + 'static` (your own `thiserror` enums, `std::io::Error`, ...);
+/// - `Box<dyn Error + Send + Sync>`, `Box<dyn Error + Send>` and `Box<dyn Error>`, which are
+///   not themselves `std::error::Error`;
+/// - [`WorkflowError`];
+/// - `anyhow::Error`, with the `anyhow` feature.
+///
+/// The parameter `Via` only tells these impls apart, so that they do not overlap (a boxed
+/// error and `anyhow::Error` could one day implement `std::error::Error`, and Rust refuses
+/// two impls that might then both apply). It is always inferred: write `E: RecordError<V>`
+/// with a generic `V` to accept them all, or `E: RecordError` for `std::error::Error` types
+/// only.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be recorded as the error of a workflow or step",
+    label = "an error is recorded with the run, to decide on a retry and to report it",
+    note = "use a type that implements `std::error::Error + 'static`, `Box<dyn std::error::Error + Send + Sync>`, `tasks::WorkflowError`, or `anyhow::Error` with the `anyhow` feature"
+)]
+pub trait RecordError<Via = via::StdError> {
     /// The error as it will be stored.
     fn to_record(&self) -> ErrorRecord;
 }
 
-impl<E> RecordError for E
+/// The `Via` parameters of [`RecordError`]: one per family of impls. Never named by hand.
+pub mod via {
+    /// Through `std::error::Error`.
+    #[derive(Debug)]
+    pub enum StdError {}
+    /// Through a boxed `dyn std::error::Error`.
+    #[derive(Debug)]
+    pub enum Boxed {}
+    /// [`WorkflowError`](super::WorkflowError) itself.
+    #[derive(Debug)]
+    pub enum Itself {}
+    /// Through `anyhow::Error` (the `anyhow` feature).
+    #[derive(Debug)]
+    pub enum Anyhow {}
+}
+
+impl<E> RecordError<via::StdError> for E
 where
     E: std::error::Error + 'static,
 {
@@ -201,8 +255,34 @@ where
     }
 }
 
-impl RecordError for WorkflowError {
+impl RecordError<via::Boxed> for Box<dyn std::error::Error + Send + Sync + 'static> {
+    fn to_record(&self) -> ErrorRecord {
+        ErrorRecord::from_error(&**self)
+    }
+}
+
+impl RecordError<via::Boxed> for Box<dyn std::error::Error + Send + 'static> {
+    fn to_record(&self) -> ErrorRecord {
+        ErrorRecord::from_error(&**self)
+    }
+}
+
+impl RecordError<via::Boxed> for Box<dyn std::error::Error + 'static> {
+    fn to_record(&self) -> ErrorRecord {
+        ErrorRecord::from_error(&**self)
+    }
+}
+
+impl RecordError<via::Itself> for WorkflowError {
     fn to_record(&self) -> ErrorRecord {
         self.record.clone()
+    }
+}
+
+#[cfg(feature = "anyhow")]
+impl RecordError<via::Anyhow> for anyhow::Error {
+    fn to_record(&self) -> ErrorRecord {
+        let error: &(dyn std::error::Error + Send + Sync + 'static) = self.as_ref();
+        ErrorRecord::from_error(error)
     }
 }

@@ -28,7 +28,9 @@ pub mod private;
 
 pub use client::{Client, ClientError, RunError, RunHandle, StartOptions};
 pub use context::WorkflowContext;
-pub use definition::{SourceLocation, StepDefinition, Workflow, WorkflowDefinition};
+pub use definition::{
+    SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowInput, WorkflowOutput,
+};
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
 pub use migration::{MigrateError, Migration};
@@ -41,6 +43,13 @@ pub use store::{
     SharedStore, StepUpdate, Store,
 };
 pub use tokio_util::sync::CancellationToken;
+
+/// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
+/// so that your `chrono` is always the version this crate was built with.
+pub use chrono;
+/// The `uuid` crate: runs and step attempts are named by `uuid::Uuid`. Re-exported so that
+/// your `uuid` is always the version this crate was built with.
+pub use uuid;
 pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 // The embedded SQLite store, and choosing a store from `DATABASE_URL`.

@@ -27,6 +27,28 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 
+/// The type of a workflow's first parameter: [`WorkflowContext`], however it is spelled.
+#[diagnostic::on_unimplemented(
+    message = "the first parameter of a workflow must be its `WorkflowContext`, and `{Self}` is not",
+    label = "the runtime passes the run's context here",
+    note = "write `async fn name(ctx: WorkflowContext, input: Input)`, or `async fn name(ctx: WorkflowContext)` for a workflow without input"
+)]
+pub trait IsWorkflowContext {
+    /// The context, as this type.
+    fn from_context(ctx: WorkflowContext) -> Self;
+}
+
+impl IsWorkflowContext for WorkflowContext {
+    fn from_context(ctx: WorkflowContext) -> Self {
+        ctx
+    }
+}
+
+/// Passes the run's context as the workflow's first parameter, of type `C`.
+pub fn context_as<C: IsWorkflowContext>(ctx: WorkflowContext) -> C {
+    C::from_context(ctx)
+}
+
 /// A type a `#[step]` may take as an argument.
 #[diagnostic::on_unimplemented(
     message = "step arguments must be `Clone`, and `{Self}` is not",
@@ -51,21 +73,21 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> StepOutput for T {}
 #[diagnostic::on_unimplemented(
     message = "the error of a step must be recordable and `Send`, and `{Self}` is not",
     label = "a step's error is recorded with the run, to decide on a retry and to report it",
-    note = "use a type that implements `std::error::Error + Send + 'static`, or `tasks::WorkflowError`"
+    note = "use a type that implements `std::error::Error + Send + 'static`, `Box<dyn std::error::Error + Send + Sync>`, `tasks::WorkflowError`, or `anyhow::Error` with the `anyhow` feature"
 )]
-pub trait StepError {}
+pub trait StepError<Via> {}
 
-impl<E: RecordError + Send> StepError for E {}
+impl<E: RecordError<Via> + Send, Via> StepError<Via> for E {}
 
 /// A type a `#[workflow]` may return as its error.
 #[diagnostic::on_unimplemented(
     message = "the error of a workflow must be recordable, and `{Self}` is not",
     label = "a workflow's error is recorded as the run's failure",
-    note = "use a type that implements `std::error::Error + 'static`, or `tasks::WorkflowError`"
+    note = "use a type that implements `std::error::Error + 'static`, `Box<dyn std::error::Error + Send + Sync>`, `tasks::WorkflowError`, or `anyhow::Error` with the `anyhow` feature"
 )]
-pub trait WorkflowFnError {}
+pub trait WorkflowFnError<Via> {}
 
-impl<E: RecordError> WorkflowFnError for E {}
+impl<E: RecordError<Via>, Via> WorkflowFnError<Via> for E {}
 
 /// Compile-time check of a step argument.
 pub const fn assert_step_arg<T: StepArg>() {}
@@ -74,10 +96,10 @@ pub const fn assert_step_arg<T: StepArg>() {}
 pub const fn assert_step_output<T: StepOutput>() {}
 
 /// Compile-time check of a step's error type.
-pub const fn assert_step_error<E: StepError>() {}
+pub const fn assert_step_error<E: StepError<Via>, Via>() {}
 
 /// Compile-time check of a workflow's error type.
-pub const fn assert_workflow_error<E: WorkflowFnError>() {}
+pub const fn assert_workflow_error<E: WorkflowFnError<Via>, Via>() {}
 
 /// The JSON Schema of `T`, as stored in a workflow definition.
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
@@ -137,7 +159,9 @@ where
 }
 
 /// Records the error a workflow function returned.
-pub fn record_workflow_error<E: WorkflowFnError + RecordError>(error: &E) -> ErrorRecord {
+pub fn record_workflow_error<E: WorkflowFnError<Via> + RecordError<Via>, Via>(
+    error: &E,
+) -> ErrorRecord {
     error.to_record()
 }
 
@@ -147,11 +171,27 @@ pub fn invalid_workflow_definition() -> &'static WorkflowDefinition {
     unreachable!("`#[workflow]` reported an error for this function")
 }
 
+/// Fails the build, in a `const` item, when a `retry(...)` given through constants or
+/// expressions breaks a rule that literals are checked against by the macro.
+pub const fn assert_retry_policy(policy: Option<RetryPolicy>) {
+    if let Some(policy) = policy
+        && let Some(problem) = policy.problem()
+    {
+        panic!("{}", problem);
+    }
+}
+
+/// Always `None`: `#[step]` returns it from the `async` block that holds the step's body, so
+/// that the block's output type is `Result<T, E>` before the body is type-checked.
+pub const fn declared_output<T, E>() -> Option<Result<T, E>> {
+    None
+}
+
 /// The future of a step call, boxed: `#[step]` awaits this rather than [`run_step`].
 ///
 /// Through a plain function, a type that misses a bound is reported once, at the generic
 /// argument `#[step]` spans on the user's type, instead of at the call and the `.await` too.
-pub fn run_step_boxed<'a, T, E, F, Fut>(
+pub fn run_step_boxed<'a, T, E, F, Fut, Via>(
     definition: &'static StepDefinition,
     f: F,
 ) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>
@@ -159,7 +199,8 @@ where
     F: FnMut() -> Fut + Send + 'a,
     Fut: Future<Output = Result<T, E>> + Send + 'a,
     T: StepOutput + Serialize + DeserializeOwned + Send + 'a,
-    E: StepError + RecordError + Send + 'a,
+    E: StepError<Via> + RecordError<Via> + Send + 'a,
+    Via: 'a,
 {
     Box::pin(run_step(definition, f))
 }

@@ -54,6 +54,32 @@ impl RetryPolicy {
         ..RetryPolicy::DEFAULT_RUN
     };
 
+    /// What is wrong with this policy, or `None` when it is valid: at least one attempt, a
+    /// `backoff_coefficient` of at least 1.0, and an `initial_interval` no longer than the
+    /// `max_interval`. `#[workflow(retry(...))]` and `#[step(retry(...))]` check this at
+    /// compile time, constants and expressions included.
+    ///
+    /// ```
+    /// use tasks_runtime::RetryPolicy;
+    ///
+    /// assert_eq!(RetryPolicy::DEFAULT_STEP.problem(), None);
+    /// assert!(RetryPolicy::new(0).problem().is_some());
+    /// ```
+    pub const fn problem(&self) -> Option<&'static str> {
+        if self.max_attempts == 0 {
+            return Some("`max_attempts` counts the first attempt too: it must be at least 1");
+        }
+        if self.backoff_coefficient.is_nan() || self.backoff_coefficient < 1.0 {
+            return Some(
+                "`backoff` multiplies the delay after each failed attempt: it must be at least 1.0",
+            );
+        }
+        if self.initial_interval.as_nanos() > self.max_interval.as_nanos() {
+            return Some("`max_interval` is shorter than `initial_interval`");
+        }
+        None
+    }
+
     /// A policy with `max_attempts` and the default intervals.
     pub const fn new(max_attempts: u32) -> Self {
         RetryPolicy {

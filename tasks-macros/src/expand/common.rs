@@ -50,6 +50,48 @@ pub(super) fn retry_policy(
     }
 }
 
+/// A `const` item that fails the build when `retry(...)` breaks a rule the macro could not
+/// check itself, because a value was a constant or an expression (`max_attempts = ATTEMPTS`).
+/// Nothing when every value was a literal, already checked, or without `retry(...)`.
+pub(super) fn retry_assertion(
+    private: &PrivatePath,
+    retry: Option<&RetryOptions>,
+    policy: &TokenStream,
+) -> TokenStream {
+    let Some(retry) = retry else {
+        return TokenStream::new();
+    };
+    let expressions: Vec<&TokenStream> = [&retry.max_attempts, &retry.backoff]
+        .into_iter()
+        .flatten()
+        .filter(|tokens| !is_literal(tokens))
+        .collect();
+    let durations = [&retry.initial_interval, &retry.max_interval]
+        .into_iter()
+        .flatten()
+        .any(|duration| matches!(duration, DurationValue::Expr(_)));
+    if expressions.is_empty() && !durations {
+        return TokenStream::new();
+    }
+    // Spanned on the first expression, so the build error points into the attribute.
+    let span = expressions
+        .first()
+        .and_then(|tokens| (*tokens).clone().into_iter().next())
+        .map_or_else(Span::call_site, |token| token.span());
+    quote_spanned! {span=>
+        const _: () = #private::assert_retry_policy(#policy);
+    }
+}
+
+/// Whether `tokens` is one literal (what the macro re-emits for a checked literal value).
+fn is_literal(tokens: &TokenStream) -> bool {
+    let mut tokens = tokens.clone().into_iter();
+    matches!(
+        (tokens.next(), tokens.next()),
+        (Some(proc_macro2::TokenTree::Literal(_)), None)
+    )
+}
+
 impl ToTokens for DurationValue {
     fn to_tokens(&self, tokens: &mut TokenStream) {
         match self {

@@ -4,28 +4,33 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, Pat, PatIdent, Signature};
+use syn::{FnArg, Pat, PatIdent, PatType, Signature};
 
-use super::common::{RetryDefault, retry_policy, source_location};
+use super::common::{RetryDefault, retry_assertion, retry_policy, source_location};
 use crate::model::{ItemFn, Step};
 
 /// Rewrites the step function:
 ///
 /// ```text
-/// #[attrs] vis async fn charge(__tasks_arg0: &Order, __tasks_arg1: u32) -> Result<T, E> {
+/// #[attrs] vis async fn charge(&self, __tasks_arg0: &Order, __tasks_arg1: u32) -> Result<T, E> {
 ///     assert_step_arg::<&Order>(); assert_step_arg::<u32>(); // and the output and error
-///     async fn __tasks_step_impl(order: &Order, mut count: u32) -> Result<T, E> { <body> }
 ///     static __TASKS_STEP_DEFINITION: StepDefinition = ...;
-///     run_step_boxed::<T, E, _, _>(&__TASKS_STEP_DEFINITION, move || __tasks_step_impl(
-///         <&Order as Clone>::clone(&__tasks_arg0), <u32 as Clone>::clone(&__tasks_arg1),
-///     ))
+///     run_step_boxed::<T, E, _, _, _>(&__TASKS_STEP_DEFINITION, move || {
+///         let order: &Order = <&Order as Clone>::clone(&__tasks_arg0);
+///         let mut count: u32 = <u32 as Clone>::clone(&__tasks_arg1);
+///         async move {
+///             if let Some(never) = declared_output::<T, E>() { return never; } // types the block
+///             <body>
+///         }
+///     })
 ///     .await
 /// }
 /// ```
 ///
-/// The original parameters, patterns included, move to the inner function, whose body is the
-/// user's block with its own spans. The outer parameters get plain generated names, so every
-/// attempt can clone them.
+/// The original parameters, patterns included, are bound again for every attempt from fresh
+/// clones of the outer parameters, which get plain generated names. The body stays inside the
+/// function as an `async` block with its own spans, so `Self` and a `&self` receiver (a shared
+/// reference, copied into each attempt) work in steps that are associated functions.
 pub(crate) fn step(step: &Step) -> TokenStream {
     let ItemFn {
         attrs,
@@ -39,8 +44,6 @@ pub(crate) fn step(step: &Step) -> TokenStream {
         .collect();
 
     let outer_sig = outer_signature(sig, &arg_idents);
-    let mut inner_sig = sig.clone();
-    inner_sig.ident = format_ident!("__tasks_step_impl", span = sig.ident.span());
 
     // Each assertion is spanned on the user's type, so a missing trait is reported there, with
     // the reason the marker trait gives; the same bounds on `run_step_boxed` then add nothing.
@@ -51,14 +54,16 @@ pub(crate) fn step(step: &Step) -> TokenStream {
     let ok = &step.result.ok;
     let err = &step.result.err;
     let ok_assertion = quote_spanned!(ok.span()=> #private::assert_step_output::<#ok>(););
-    let err_assertion = quote_spanned!(err.span()=> #private::assert_step_error::<#err>(););
-    let clones = step.args.iter().zip(&arg_idents).map(|(arg, ident)| {
-        let ty = &arg.ty;
-        quote_spanned!(ty.span()=> <#ty as ::core::clone::Clone>::clone(&#ident))
+    let err_assertion = quote_spanned!(err.span()=> #private::assert_step_error::<#err, _>(););
+    let bindings = step.args.iter().zip(&arg_idents).map(|(arg, ident)| {
+        let PatType { attrs, pat, ty, .. } = arg;
+        let clone = quote_spanned!(ty.span()=> <#ty as ::core::clone::Clone>::clone(&#ident));
+        quote!(#(#attrs)* let #pat: #ty = #clone;)
     });
 
     let name = &step.name;
     let retry_policy = retry_policy(private, step.retry.as_ref(), RetryDefault::Step);
+    let retry_assertion = retry_assertion(private, step.retry.as_ref(), &retry_policy);
     let location = source_location(private, sig.ident.span());
 
     quote! {
@@ -68,8 +73,7 @@ pub(crate) fn step(step: &Step) -> TokenStream {
             #ok_assertion
             #err_assertion
 
-            #inner_sig #body
-
+            #retry_assertion
             static __TASKS_STEP_DEFINITION: #private::StepDefinition =
                 #private::StepDefinition {
                     name: #name,
@@ -77,9 +81,22 @@ pub(crate) fn step(step: &Step) -> TokenStream {
                     location: #location,
                 };
 
-            #private::run_step_boxed::<#ok, #err, _, _>(
+            #private::run_step_boxed::<#ok, #err, _, _, _>(
                 &__TASKS_STEP_DEFINITION,
-                move || __tasks_step_impl(#(#clones),*),
+                move || {
+                    #(#bindings)*
+                    async move {
+                        // Fixes the block's output type before the body is checked, so a type
+                        // error in the body is reported on the user's expression, as in a
+                        // function with this return type, not on the attribute.
+                        if let ::core::option::Option::Some(__tasks_never) =
+                            #private::declared_output::<#ok, #err>()
+                        {
+                            return __tasks_never;
+                        }
+                        #body
+                    }
+                },
             )
             .await
         }

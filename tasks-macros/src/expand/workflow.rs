@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::common::{RetryDefault, optional_str, retry_policy, source_location};
+use super::common::{RetryDefault, optional_str, retry_assertion, retry_policy, source_location};
 use super::start;
 use crate::model::{Workflow, WorkflowInput};
 
@@ -25,17 +25,24 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
     let version = optional_str(workflow.version.as_ref());
     let description = optional_str(workflow.description.as_deref());
     let retry_policy = retry_policy(private, workflow.retry.as_ref(), RetryDefault::Run);
+    let retry_assertion = retry_assertion(private, workflow.retry.as_ref(), &retry_policy);
     let location = source_location(private, ident.span());
 
     // The assertion and the recorder share the span and the predicate, so rustc reports an
     // error type that cannot be recorded once, on the user's type.
     let err = &workflow.result.err;
-    let assert_error = quote_spanned!(err.span()=> #private::assert_workflow_error::<#err>(););
-    let record = quote_spanned!(err.span()=> #private::record_workflow_error::<#err>);
+    let assert_error = quote_spanned!(err.span()=> #private::assert_workflow_error::<#err, _>(););
+    let record = quote_spanned!(err.span()=> #private::record_workflow_error::<#err, _>);
+    // The context goes through a conversion that only `WorkflowContext` has, spanned on the
+    // first parameter's type: any alias of it compiles, and anything else is one error, on
+    // the user's token, saying what the first parameter must be.
+    let context_ty = &workflow.context;
+    let context =
+        quote_spanned!(context_ty.span()=> #private::context_as::<#context_ty>(__tasks_ctx));
     let call = match workflow.input {
-        WorkflowInput::Unit => quote!(|__tasks_ctx, ()| #ident(__tasks_ctx)),
+        WorkflowInput::Unit => quote!(|__tasks_ctx, ()| #ident(#context)),
         WorkflowInput::Typed(_) => {
-            quote!(|__tasks_ctx, __tasks_input| #ident(__tasks_ctx, __tasks_input))
+            quote!(|__tasks_ctx, __tasks_input| #ident(#context, __tasks_input))
         }
     };
     // Spanned on the function name, so "future cannot be sent between threads safely"
@@ -60,6 +67,9 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
         #start
 
         #(#cfgs)*
+        // The entry function calls the workflow function, which may be `#[deprecated]`: an
+        // old version kept for the runs still in flight. That use is ours, not the user's.
+        #[allow(deprecated)]
         const _: () = {
             // The associated types are the trait assertions for the input and output: the
             // trait's bounds are checked on the user's tokens, and the generic helpers only
@@ -73,6 +83,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
                 }
             }
 
+            #retry_assertion
             static __TASKS_WORKFLOW_DEFINITION: #private::WorkflowDefinition =
                 #private::WorkflowDefinition {
                     name: #name,

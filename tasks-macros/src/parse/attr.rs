@@ -89,6 +89,7 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
             "name" => {
                 let fresh = seen.first(meta.path(), errors);
                 if let Some(lit) = non_empty_string(&meta, "name", kind.example_name(), errors)
+                    .and_then(|lit| allowed_name(lit, "name", errors))
                     && fresh
                 {
                     options.name = Some(lit);
@@ -97,6 +98,7 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
             "version" if kind == MacroKind::Workflow => {
                 let fresh = seen.first(meta.path(), errors);
                 if let Some(lit) = non_empty_string(&meta, "version", "2", errors)
+                    .and_then(|lit| allowed_name(lit, "version", errors))
                     && fresh
                 {
                     options.version = Some(lit);
@@ -211,6 +213,30 @@ fn non_empty_string(meta: &Meta, key: &str, example: &str, errors: &mut Errors) 
             errors.spanned(
                 expr,
                 format_args!("`{key}` must be a string literal, as in `{key} = \"{example}\"`"),
+            );
+            None
+        }
+    }
+}
+
+/// The characters a name or version may hold: letters and digits (any script, as in Rust
+/// identifiers), `_`, `-`, `.` and `/`. The runtime refuses the same at `Registry::register`
+/// and at start; this reports a literal on its token.
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')
+}
+
+/// `lit` when every character of it is allowed in a name.
+fn allowed_name(lit: LitStr, key: &str, errors: &mut Errors) -> Option<LitStr> {
+    let value = lit.value();
+    match value.char_indices().find(|(_, c)| !is_name_char(*c)) {
+        None => Some(lit),
+        Some((at, c)) => {
+            errors.spanned(
+                &lit,
+                format_args!(
+                    "`{key}` may hold only letters, digits, `_`, `-`, `.` and `/`; {c:?} at byte {at} of {value:?} is not allowed"
+                ),
             );
             None
         }

@@ -1,5 +1,7 @@
 //! Signature checks shared by `#[workflow]` and `#[step]`.
 
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::{FnArg, GenericArgument, GenericParam, PathArguments, ReturnType, Type, WherePredicate};
 
 use crate::errors::Errors;
@@ -18,7 +20,7 @@ pub(crate) fn repeats_attribute(kind: MacroKind, item: &ItemFn) -> bool {
 }
 
 /// Checks what both attributes require of a function: `async`, not `unsafe`/`const`/`extern`,
-/// no `self`, no `impl Trait` parameters, no second `#[workflow]`/`#[step]`, and generics only
+/// no `self` (but `&self` for steps), no `impl Trait` parameters, no second `#[workflow]`/`#[step]`, and generics only
 /// where `kind` supports them (steps accept lifetime parameters, workflows nothing).
 pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) {
     let attribute = kind.attribute();
@@ -71,13 +73,18 @@ pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) 
 
     for input in &sig.inputs {
         match input {
-            FnArg::Receiver(receiver) => errors.spanned(
-                receiver,
-                match kind {
-                    MacroKind::Workflow => "#[workflow] functions cannot take `self`: the runtime calls them with only a context and an input; make it a free function",
-                    MacroKind::Step => "#[step] functions cannot take `self`; make it a free function and pass what it needs as arguments",
-                },
-            ),
+            FnArg::Receiver(receiver) => match kind {
+                MacroKind::Workflow => errors.spanned(
+                    receiver,
+                    "#[workflow] functions cannot take `self`: the runtime calls them with only a context and an input; make it a free function, or an associated function without `self` that a module-level #[workflow] calls",
+                ),
+                // `&self` is a shared reference: each attempt gets a copy of it.
+                MacroKind::Step if is_shared_self(receiver) => {}
+                MacroKind::Step => errors.spanned(
+                    receiver,
+                    "#[step] methods take `&self`: a retry calls the step again, so it cannot consume `self` or hold a `&mut self` borrow across attempts; use `&self` (with interior mutability if it must change), or pass what the step needs as arguments",
+                ),
+            },
             FnArg::Typed(arg) => {
                 if let Type::ImplTrait(_) = strip_parens(&arg.ty) {
                     errors.spanned(
@@ -87,6 +94,20 @@ pub(crate) fn check_common(kind: MacroKind, item: &ItemFn, errors: &mut Errors) 
                 }
             }
         }
+    }
+}
+
+/// `&self`, or `self: &Self`.
+fn is_shared_self(receiver: &syn::Receiver) -> bool {
+    match &receiver.reference {
+        Some(_) => receiver.mutability.is_none() && receiver.colon_token.is_none(),
+        None => match strip_parens(&receiver.ty) {
+            Type::Reference(reference) => {
+                reference.mutability.is_none()
+                    && matches!(strip_parens(&reference.elem), Type::Path(path) if path.path.is_ident("Self"))
+            }
+            _ => false,
+        },
     }
 }
 
@@ -186,7 +207,16 @@ pub(crate) fn result_types(
                     ),
                 );
             }
-            impl_trait.is_empty().then(|| ResultTypes {
+            let borrowed = borrows(ok);
+            if borrowed {
+                errors.spanned(
+                    ok,
+                    format_args!(
+                        "the output of {attribute} functions is stored as JSON and read back later, so it must be owned: use an owned type (`String` for `&str`, `Vec<T>` for `&[T]`) without borrowed lifetimes"
+                    ),
+                );
+            }
+            (impl_trait.is_empty() && !borrowed).then(|| ResultTypes {
                 ok: (*ok).clone(),
                 err: (*err).clone(),
             })
@@ -201,6 +231,30 @@ pub(crate) fn result_types(
             None
         }
     }
+}
+
+/// Whether `ty` borrows: it has a `&` or a lifetime other than `'static`. Such a type cannot
+/// be `DeserializeOwned`, and rustc would say so with a higher-ranked lifetime error (or E0637
+/// for `'_`) instead of the reason.
+pub(crate) fn borrows(ty: &Type) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        let mut tokens = tokens.into_iter();
+        while let Some(token) = tokens.next() {
+            let borrows = match token {
+                TokenTree::Group(group) => scan(group.stream()),
+                TokenTree::Punct(punct) if punct.as_char() == '&' => true,
+                TokenTree::Punct(punct) if punct.as_char() == '\'' => {
+                    !matches!(tokens.next(), Some(TokenTree::Ident(name)) if name == "static")
+                }
+                _ => false,
+            };
+            if borrows {
+                return true;
+            }
+        }
+        false
+    }
+    scan(ty.to_token_stream())
 }
 
 /// Looks through parentheses and invisible groups around a type.

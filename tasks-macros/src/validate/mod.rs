@@ -23,7 +23,8 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
     let result = common::result_types(kind, &item, &mut errors);
     let private = PrivatePath::new(options.krate.as_ref());
     match (errors.finish(), workflow_input, result) {
-        (Ok(()), Some(workflow_input), Some(result)) => Ok(Workflow {
+        (Ok(()), Some((context, workflow_input)), Some(result)) => Ok(Workflow {
+            context,
             name: options.name_or(&item.sig.ident),
             version: options.version,
             description: workflow::description(&item),
@@ -38,7 +39,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             errors: errors.err().unwrap_or_default(),
             stand_in: workflow::needs_stand_in(&item).then(|| {
                 Box::new(StandIn {
-                    input: workflow_input,
+                    input: workflow_input.map(|(_, input)| input),
                     output: result.map(|result| result.ok),
                     private,
                     item,

@@ -4,7 +4,7 @@
 use syn::punctuated::Punctuated;
 use syn::{Expr, FnArg, Lit, Meta, PatType, Token, Type};
 
-use super::common::{repeats_attribute, strip_parens};
+use super::common::{borrows, repeats_attribute, strip_parens};
 use crate::errors::Errors;
 use crate::kind::MacroKind;
 use crate::model::WorkflowInput;
@@ -23,8 +23,12 @@ pub(super) fn needs_stand_in(item: &ItemFn) -> bool {
 }
 
 /// Checks `(ctx: WorkflowContext)` or `(ctx: WorkflowContext, input: In)` and returns the
-/// input, or `None` after recording why the parameters are wrong.
-pub(super) fn workflow_input(item: &ItemFn, errors: &mut Errors) -> Option<WorkflowInput> {
+/// context's type as written and the input, or `None` after recording why the parameters
+/// are wrong.
+pub(super) fn workflow_input(
+    item: &ItemFn,
+    errors: &mut Errors,
+) -> Option<(Box<Type>, WorkflowInput)> {
     const SHAPE: &str = "`async fn name(ctx: WorkflowContext, input: Input)`";
     let params: Vec<&PatType> = item
         .sig
@@ -54,26 +58,23 @@ pub(super) fn workflow_input(item: &ItemFn, errors: &mut Errors) -> Option<Workf
             return None;
         }
         ContextType::Other => {
+            // Not spelled `WorkflowContext`: an alias or a renamed import still is the context,
+            // and `expand` checks the type itself with a spanned assertion. Only a context
+            // named in a later position is surely misplaced.
             let later = inputs
                 .iter()
                 .find(|arg| context_type(&arg.ty) != ContextType::Other);
-            match later {
-                Some(context) => errors.spanned(
+            if let Some(context) = later {
+                errors.spanned(
                     context,
                     format_args!("the `WorkflowContext` parameter must come first: {SHAPE}"),
-                ),
-                None => errors.spanned(
-                    first,
-                    format_args!(
-                        "the first parameter of a workflow must be `ctx: WorkflowContext`: {SHAPE}"
-                    ),
-                ),
+                );
+                return None;
             }
-            return None;
         }
     }
     match inputs {
-        [] => Some(WorkflowInput::Unit),
+        [] => Some((first.ty.clone(), WorkflowInput::Unit)),
         [input] => {
             if let Type::ImplTrait(_) = strip_parens(&input.ty) {
                 return None; // reported by `check_common`
@@ -85,11 +86,18 @@ pub(super) fn workflow_input(item: &ItemFn, errors: &mut Errors) -> Option<Workf
                 );
                 return None;
             }
+            if borrows(&input.ty) {
+                errors.spanned(
+                    &input.ty,
+                    "a workflow input is decoded from JSON for every attempt, so it must be owned: use an owned type (`String` for `&str`, `Vec<T>` for `&[T]`) without borrowed lifetimes",
+                );
+                return None;
+            }
             if context_type(&input.ty) != ContextType::Other {
                 errors.spanned(input, "a workflow takes the `WorkflowContext` only once");
                 return None;
             }
-            Some(WorkflowInput::Typed(input.ty.clone()))
+            Some((first.ty.clone(), WorkflowInput::Typed(input.ty.clone())))
         }
         [_, extra @ ..] => {
             let extra: Punctuated<&PatType, Token![,]> = extra.iter().copied().collect();

@@ -12,6 +12,11 @@ impl Shop {
     async fn charge(self, amount: u64) -> Result<u64, WorkflowError> {
         Ok(amount)
     }
+
+    #[step]
+    async fn refund(&mut self, amount: u64) -> Result<u64, WorkflowError> {
+        Ok(amount)
+    }
 }
 
 fn main() {}
