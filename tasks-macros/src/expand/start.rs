@@ -5,23 +5,18 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::model::{Workflow, WorkflowInput};
+use crate::model::Workflow;
 
-/// `impl checkout { vis async fn start(client, input) -> Result<RunHandle<Out>, ClientError> }`
-/// (without `input` for a workflow that takes none).
+/// `impl checkout { vis async fn start(client, input) -> Result<RunHandle<Out>, ClientError> }`.
+/// A workflow that takes no input takes `()` here, as `Client::start` does, so every
+/// generated `start` has the same shape.
 pub(super) fn start_method(workflow: &Workflow) -> TokenStream {
     let private = &workflow.private;
     let ident = &workflow.item.sig.ident;
     let vis = &workflow.item.vis;
     let cfgs = workflow.item.cfg_attrs();
     let output = &workflow.result.ok;
-    let (input_param, start) = match &workflow.input {
-        WorkflowInput::Unit => (TokenStream::new(), quote!(client.start::<#ident>(()).await)),
-        WorkflowInput::Typed(ty) => (
-            quote!(input: #ty,),
-            quote!(client.start::<#ident>(input).await),
-        ),
-    };
+    let input = &workflow.input;
     let doc = format!("Starts a run of the `{ident}` workflow and returns a handle to it.");
     quote! {
         #(#cfgs)*
@@ -30,12 +25,12 @@ pub(super) fn start_method(workflow: &Workflow) -> TokenStream {
             #[allow(dead_code)]
             #vis async fn start(
                 client: &#private::Client,
-                #input_param
+                input: #input,
             ) -> ::core::result::Result<
                 #private::RunHandle<#output>,
                 #private::ClientError,
             > {
-                #start
+                client.start::<#ident>(input).await
             }
         }
     }

@@ -65,7 +65,7 @@ async fn main() {
     // The first attempt failed and the step's own policy retried it.
     assert_eq!(ATTEMPTS.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(
-        type_alias::start(&client)
+        type_alias::start(&client, ())
             .await
             .unwrap()
             .result()
