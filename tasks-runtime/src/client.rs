@@ -14,7 +14,7 @@ use crate::definition::{Workflow, WorkflowDefinition};
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
-use crate::registry::{DuplicateWorkflow, InvalidInput, Registry};
+use crate::registry::{InvalidInput, Registry, RegistryError};
 use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
 
 /// Why a run could not be started or looked at.
@@ -35,9 +35,10 @@ pub enum ClientError {
     /// The input could not be serialized or parsed.
     #[error("the input is not valid JSON for this workflow: {0}")]
     Json(#[source] serde_json::Error),
-    /// The registry of linked workflows has duplicates.
+    /// The registry of linked workflows and steps could not be built (duplicates, or an
+    /// invalid name).
     #[error(transparent)]
-    Registry(#[from] DuplicateWorkflow),
+    Registry(#[from] RegistryError),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -173,7 +174,7 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client on `store` that knows every workflow linked into this binary.
-    pub fn new(store: impl Into<SharedStore>) -> Result<Self, DuplicateWorkflow> {
+    pub fn new(store: impl Into<SharedStore>) -> Result<Self, RegistryError> {
         Ok(Client::with_registry(
             store,
             Arc::new(Registry::from_inventory()?),

@@ -136,3 +136,10 @@ pub struct StepDefinition {
     /// Where the step function is.
     pub location: SourceLocation,
 }
+
+/// Link-time registration of a step, collected by `inventory`, so that the registry can
+/// refuse two different steps with one name.
+#[derive(Debug)]
+pub struct StepRegistration(pub &'static StepDefinition);
+
+inventory::collect!(StepRegistration);

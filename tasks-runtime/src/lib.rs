@@ -29,13 +29,16 @@ pub mod private;
 pub use client::{Client, ClientError, RunError, RunHandle, StartOptions};
 pub use context::WorkflowContext;
 pub use definition::{
-    SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowInput, WorkflowOutput,
+    SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
+    WorkflowOutput,
 };
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
-pub use registry::{DuplicateWorkflow, InvalidInput, Registry, Violation};
+#[allow(deprecated)]
+pub use registry::DuplicateWorkflow;
+pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use retry::RetryPolicy;
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,

@@ -18,7 +18,8 @@ use serde_json::Value;
 pub use crate::client::{Client, ClientError, RunHandle};
 pub use crate::context::{WorkflowContext, run_step};
 pub use crate::definition::{
-    EntryFuture, SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowRegistration,
+    EntryFuture, SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition,
+    WorkflowRegistration,
 };
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;

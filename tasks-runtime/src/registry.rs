@@ -6,23 +6,92 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use crate::definition::{SourceLocation, Workflow, WorkflowDefinition, WorkflowRegistration};
+use crate::definition::{
+    SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition,
+    WorkflowRegistration,
+};
 
-/// Two definitions with the same name and version.
+/// Why the registry of workflows and steps could not be built. Nothing is executed with a
+/// registry that has one of these problems.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "workflow {name:?} version {version:?} is defined twice: at {first} and at {second}",
-    version = version.unwrap_or("(none)")
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two workflow definitions with the same name and version.
+    #[error(
+        "workflow {name:?} version {version:?} is defined twice: at {first} and at {second}",
+        version = version.unwrap_or("(none)")
+    )]
+    DuplicateWorkflow {
+        /// The workflow name.
+        name: &'static str,
+        /// The version.
+        version: Option<&'static str>,
+        /// Where the first definition is.
+        first: &'static SourceLocation,
+        /// Where the second definition is.
+        second: &'static SourceLocation,
+    },
+    /// Two different `#[step]` functions with the same name. A run records a step's
+    /// attempts under its name (`name`, `name:1`, ... in call order), so two steps sharing
+    /// one would share one sequence of records, and a replay whose calls came in another
+    /// order would hand one step's stored output to the other.
+    #[error(
+        "step {name:?} is defined twice: at {first} and at {second}; give one of them another `name = \"...\"`"
+    )]
+    DuplicateStep {
+        /// The step name.
+        name: &'static str,
+        /// Where the first definition is.
+        first: &'static SourceLocation,
+        /// Where the second definition is.
+        second: &'static SourceLocation,
+    },
+    /// A workflow name, version or step name with a character outside letters, digits,
+    /// `_`, `-`, `.` and `/` (see [`is_valid_name`]); `#[workflow]` and `#[step]` refuse
+    /// such literals at compile time, this catches definitions built by hand.
+    #[error("{what} {name:?} at {location} is not a valid name: {reason}")]
+    InvalidName {
+        /// `"workflow name"`, `"workflow version"` or `"step name"`.
+        what: &'static str,
+        /// The name as given.
+        name: &'static str,
+        /// Where the definition is.
+        location: &'static SourceLocation,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The former name of [`RegistryError`], whose only problem was a duplicate workflow.
+#[deprecated(
+    note = "renamed to `RegistryError`, which also reports duplicate steps and invalid names"
 )]
-pub struct DuplicateWorkflow {
-    /// The workflow name.
-    pub name: &'static str,
-    /// The version.
-    pub version: Option<&'static str>,
-    /// Where the first definition is.
-    pub first: &'static SourceLocation,
-    /// Where the second definition is.
-    pub second: &'static SourceLocation,
+pub type DuplicateWorkflow = RegistryError;
+
+/// Why `name` is not a valid workflow name, version or step name, or `Ok`: it must hold at
+/// least one character, and only letters and digits (of any script, as in Rust identifiers),
+/// `_`, `-`, `.` and `/`. `:` is reserved for the `name:1` suffix of repeated step calls.
+///
+/// ```
+/// use tasks_runtime::registry::is_valid_name;
+///
+/// assert!(is_valid_name("checkout-v2/eu.west").is_ok());
+/// assert!(is_valid_name(" check out").is_err());
+/// assert!(is_valid_name("charge:1").is_err());
+/// ```
+pub fn is_valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".into());
+    }
+    match name
+        .char_indices()
+        .find(|(_, c)| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
+    {
+        None => Ok(()),
+        Some((at, c)) => Err(format!(
+            "{c:?} at byte {at}; only letters, digits, `_`, `-`, `.` and `/` are allowed"
+        )),
+    }
 }
 
 /// One JSON Schema violation in a workflow input.
@@ -86,8 +155,14 @@ impl Registry {
     }
 
     /// Every workflow registered through `#[workflow]` in this binary. Duplicate
-    /// `(name, version)` pairs are an error naming both source locations.
-    pub fn from_inventory() -> Result<Self, DuplicateWorkflow> {
+    /// `(name, version)` pairs, two `#[step]` functions with one name, and invalid names are
+    /// errors naming the source locations.
+    pub fn from_inventory() -> Result<Self, RegistryError> {
+        check_steps(
+            inventory::iter::<StepRegistration>
+                .into_iter()
+                .map(|registration| registration.0),
+        )?;
         let mut registry = Registry::new();
         for registration in inventory::iter::<WorkflowRegistration> {
             registry.add(registration.0)?;
@@ -100,7 +175,7 @@ impl Registry {
     }
 
     /// Registers the workflow `W` by hand.
-    pub fn register<W: Workflow>(&mut self) -> Result<&mut Self, DuplicateWorkflow> {
+    pub fn register<W: Workflow>(&mut self) -> Result<&mut Self, RegistryError> {
         self.add(W::definition())?;
         Ok(self)
     }
@@ -109,7 +184,21 @@ impl Registry {
     pub fn add(
         &mut self,
         definition: &'static WorkflowDefinition,
-    ) -> Result<&mut Self, DuplicateWorkflow> {
+    ) -> Result<&mut Self, RegistryError> {
+        let names = [
+            ("workflow name", Some(definition.name)),
+            ("workflow version", definition.version),
+        ];
+        for (what, name) in names {
+            if let Some(name) = name {
+                is_valid_name(name).map_err(|reason| RegistryError::InvalidName {
+                    what,
+                    name,
+                    location: &definition.location,
+                    reason,
+                })?;
+            }
+        }
         let key = (
             definition.name.to_owned(),
             definition.version.map(str::to_owned),
@@ -118,7 +207,7 @@ impl Registry {
             if std::ptr::eq(existing.definition, definition) {
                 return Ok(self);
             }
-            return Err(DuplicateWorkflow {
+            return Err(RegistryError::DuplicateWorkflow {
                 name: definition.name,
                 version: definition.version,
                 first: &existing.definition.location,
@@ -193,6 +282,32 @@ impl Registry {
         };
         validate(entry, input)
     }
+}
+
+/// Checks the `#[step]` definitions linked into the binary: valid names, and no name used by
+/// two different steps. (The same definition seen twice is fine.)
+pub(crate) fn check_steps(
+    steps: impl IntoIterator<Item = &'static StepDefinition>,
+) -> Result<(), RegistryError> {
+    let mut seen: BTreeMap<&'static str, &'static StepDefinition> = BTreeMap::new();
+    for step in steps {
+        is_valid_name(step.name).map_err(|reason| RegistryError::InvalidName {
+            what: "step name",
+            name: step.name,
+            location: &step.location,
+            reason,
+        })?;
+        if let Some(first) = seen.insert(step.name, step)
+            && !std::ptr::eq(first, step)
+        {
+            return Err(RegistryError::DuplicateStep {
+                name: step.name,
+                first: &first.location,
+                second: &step.location,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn validate(entry: &Entry, input: &Value) -> Result<(), InvalidInput> {

@@ -17,7 +17,7 @@ use crate::error::StoreError;
 use crate::executor::{Executor, Outcome};
 use crate::failure::ErrorRecord;
 use crate::model::WorkflowRun;
-use crate::registry::{DuplicateWorkflow, Registry};
+use crate::registry::{Registry, RegistryError};
 use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
 
 /// What a worker does with a claimed run whose `(name, version)` is not registered in its
@@ -50,9 +50,10 @@ impl Default for UnknownWorkflowPolicy {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkerError {
-    /// Two workflows share a name and version.
+    /// The registry of linked workflows and steps could not be built (duplicates, or an
+    /// invalid name).
     #[error(transparent)]
-    Registry(#[from] DuplicateWorkflow),
+    Registry(#[from] RegistryError),
     /// A setting is out of range.
     #[error("invalid worker setting: {0}")]
     InvalidSetting(String),

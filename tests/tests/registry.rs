@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, client, worker};
 use tasks::{
-    ClientError, ListRuns, Registry, SourceLocation, StartOptions, Workflow, WorkflowContext,
-    WorkflowDefinition, WorkflowError, workflow,
+    ClientError, ListRuns, Registry, RegistryError, SourceLocation, StartOptions, Workflow,
+    WorkflowContext, WorkflowDefinition, WorkflowError, workflow,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -173,10 +173,37 @@ fn duplicate_name_and_version_are_rejected_with_both_locations() {
         .register::<ship_v1>()
         .expect("registering the same definition twice is a no-op");
     let error = registry.add(copy).unwrap_err();
-    assert_eq!((error.name, error.version), ("reg-ship", Some("1")));
     let message = error.to_string();
+    match error {
+        RegistryError::DuplicateWorkflow { name, version, .. } => {
+            assert_eq!((name, version), ("reg-ship", Some("1")));
+        }
+        other => panic!("expected a duplicate workflow, got {other:?}"),
+    }
     assert!(message.contains("registry.rs"), "{message}");
     assert!(message.contains("elsewhere.rs:99:1"), "{message}");
+}
+
+#[test]
+fn names_outside_the_allowed_characters_are_rejected_by_hand_too() {
+    let original = ship_v1::definition();
+    for (name, version) in [
+        (" reg-ship", Some("1")),
+        ("reg-ship", Some("1\n")),
+        ("a:b", None),
+    ] {
+        let bad: &'static WorkflowDefinition = Box::leak(Box::new(WorkflowDefinition {
+            name: Box::leak(name.to_owned().into_boxed_str()),
+            version,
+            ..*original
+        }));
+        let error = Registry::new().add(bad).unwrap_err();
+        assert!(
+            matches!(error, RegistryError::InvalidName { .. }),
+            "{name:?} {version:?}: {error:?}"
+        );
+        assert!(error.to_string().contains("is not a valid name"), "{error}");
+    }
 }
 
 async fn invalid_input_is_rejected_before_anything_is_stored(backend: Backend) {

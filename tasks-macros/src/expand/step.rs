@@ -80,6 +80,9 @@ pub(crate) fn step(step: &Step) -> TokenStream {
                     retry_policy: #retry_policy,
                     location: #location,
                 };
+            #private::inventory::submit! {
+                #private::StepRegistration(&__TASKS_STEP_DEFINITION)
+            }
 
             #private::run_step_boxed::<#ok, #err, _, _, _>(
                 &__TASKS_STEP_DEFINITION,
