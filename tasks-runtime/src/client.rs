@@ -36,7 +36,7 @@ pub enum ClientError {
     /// stored.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
-    /// A value exceeds one of the [`limits`](crate::limits) (a name or key too long, a
+    /// A value exceeds one of the [`limits`] (a name or key too long, a
     /// payload too large or too deep, NUL, an instant or duration out of range); nothing
     /// was stored. The client checks before the store does, and a store's own
     /// [`StoreError::Limit`] is reported here too.
@@ -245,7 +245,7 @@ impl Client {
     }
 
     /// Starts a run by workflow name with JSON input, as another service or the command
-    /// line would. The input is checked against the [`limits`](crate::limits), then
+    /// line would. The input is checked against the [`limits`], then
     /// validated against the workflow's JSON Schema, then decoded into the workflow's input
     /// type; on any violation nothing is stored and every violation is reported with its
     /// path.

@@ -57,7 +57,7 @@ pub struct WorkflowDefinition {
     /// that passes the schema but would not decode when the run executes (a number out of
     /// the type's range, a `null` where a float was: the JSON of a NaN). `#[workflow]` sets
     /// it to `check_input::<W>`; a definition built by hand may use
-    /// [`check_input`](crate::definition::check_input) too.
+    /// [`check_input`] too.
     pub check_input: fn(&Value) -> Result<(), serde_json::Error>,
     /// The workflow-level retry policy, for errors outside steps.
     pub retry_policy: Option<RetryPolicy>,

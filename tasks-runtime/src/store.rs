@@ -22,7 +22,9 @@
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
 //!    `announce`. Unit-test its policy there.
-//! 3. Add the method to [`Store`], documenting its promise and errors.
+//! 3. Add the method to [`Store`], documenting its promise and errors. Every value it takes
+//!    is checked against the [`limits`] first, in a `check` method of its
+//!    parameters (or a function of `limits`) that each store calls before any SQL.
 //! 4. In each store, write the `SET` list and pass it to the store's generic helper
 //!    (`PgStore::transition`, `SqliteStore::transition`), which renders the fence, settles a
 //!    miss and sends the announcement.
@@ -570,7 +572,9 @@ pub struct ClaimedRun {
 /// Errors common to every method: [`StoreError::Database`] when the database failed (the
 /// operation may or may not have been applied only where the method says so; a single
 /// fenced write either applied fully or not at all), and [`StoreError::Corrupt`] when a row
-/// could not be decoded. Worker-side transitions (those taking a `worker_id`) fail with
+/// could not be decoded, and [`StoreError::Limit`] for a value past the
+/// [`limits`] (checked before the database sees anything, with the `check` method of the
+/// parameters or the functions of [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
 /// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
 /// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
 /// is not running; they never change a run they refused.
