@@ -391,7 +391,17 @@ async fn an_absurd_sleep_is_an_error_not_a_panic(backend: Backend) {
     worker.shutdown().await;
 }
 
+async fn a_worker_lease_past_the_limit_is_refused_at_build(backend: Backend) {
+    let store = backend.store().await;
+    let built = worker(&store).lease(Duration::from_secs(u64::MAX)).build();
+    assert!(
+        matches!(built, Err(tasks::WorkerError::InvalidSetting(ref message)) if message.contains("the lease")),
+        "{built:?}"
+    );
+}
+
 both_backends!(
+    a_worker_lease_past_the_limit_is_refused_at_build,
     hostile_json_inputs_are_refused_and_nothing_is_stored,
     hostile_options_are_refused_and_nothing_is_stored,
     inputs_that_would_not_decode_are_refused,
