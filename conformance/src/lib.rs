@@ -53,6 +53,7 @@ macro_rules! assert_err {
 pub mod claims;
 pub mod isolation;
 pub mod lifecycle;
+pub mod limits;
 pub mod listing;
 pub mod outcomes;
 pub mod record;
@@ -97,7 +98,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -219,6 +220,14 @@ macro_rules! conformance_suite {
             complete_run_with_steps_rejects_bad_attempts,
             first_claim_is_recognisable,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, limits {
+            create_run_refuses_values_past_the_limits,
+            create_run_accepts_values_at_the_limits,
+            list_runs_refuses_hostile_filters_and_cursors,
+            hostile_namespaces_are_refused,
+            worker_writes_past_the_limits_are_refused,
+            cursors_outside_the_time_range_are_invalid,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,
@@ -276,6 +285,7 @@ mod tests {
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
             ("record", include_str!("record.rs")),
+            ("limits", include_str!("limits.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

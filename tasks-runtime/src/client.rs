@@ -13,8 +13,9 @@ use uuid::Uuid;
 use crate::definition::{Workflow, WorkflowDefinition};
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
+use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
-use crate::registry::{InvalidInput, Registry, RegistryError};
+use crate::registry::{InvalidInput, Registry, RegistryError, Violation};
 use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
 
 /// Why a run could not be started or looked at.
@@ -29,9 +30,17 @@ pub enum ClientError {
         /// The version asked for, if any.
         version: Option<String>,
     },
-    /// The input does not match the workflow's input schema; nothing was stored.
+    /// The input does not match the workflow's input schema, or does not decode into its
+    /// input type (a number out of the type's range, a NaN or infinite float); nothing was
+    /// stored.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
+    /// A value exceeds one of the [`limits`] (a name or key too long, a
+    /// payload too large or too deep, NUL, an instant or duration out of range); nothing
+    /// was stored. The client checks before the store does, and a store's own
+    /// [`StoreError::Limit`] is reported here too.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// The input could not be serialized or parsed.
     #[error("the input is not valid JSON for this workflow: {0}")]
     Json(#[source] serde_json::Error),
@@ -41,7 +50,16 @@ pub enum ClientError {
     Registry(#[from] RegistryError),
     /// The store refused or failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for ClientError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Limit(limit) => ClientError::Limit(limit),
+            other => ClientError::Store(other),
+        }
+    }
 }
 
 /// How a run ended, when it did not complete.
@@ -214,13 +232,17 @@ impl Client {
         options: StartOptions,
     ) -> Result<RunHandle<W::Output>, ClientError> {
         let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
-        let run = self.create(W::definition(), input, options).await?;
+        let definition = W::definition();
+        check_type(definition, &input)?;
+        let run = self.create(definition, input, options).await?;
         Ok(self.handle(run.id))
     }
 
     /// Starts a run by workflow name with JSON input, as another service or the command
-    /// line would. The input is validated against the workflow's JSON Schema first; on any
-    /// violation nothing is stored and every violation is reported with its path.
+    /// line would. The input is checked against the [`limits`], then
+    /// validated against the workflow's JSON Schema, then decoded into the workflow's input
+    /// type; on any violation nothing is stored and every violation is reported with its
+    /// path.
     pub async fn start_json(
         &self,
         name: &str,
@@ -235,8 +257,11 @@ impl Client {
             name: name.to_owned(),
             version: options.version.clone(),
         })?;
+        // First: the schema validator recurses through the document.
+        limits::check_json(Field::Input, &input)?;
         self.registry
             .validate_input(definition.name, definition.version, &input)?;
+        check_type(definition, &input)?;
         let run = self.create(definition, input, options).await?;
         Ok(self.handle(run.id))
     }
@@ -259,21 +284,20 @@ impl Client {
         input: Value,
         options: StartOptions,
     ) -> Result<WorkflowRun, ClientError> {
-        let run = self
-            .store
-            .create_run(CreateRun {
-                workflow_name: definition.name.to_owned(),
-                version: definition.version.map(str::to_owned),
-                input: Some(input),
-                config: Value::Object(Default::default()),
-                context: options.context,
-                available_at: options.available_at,
-                delay: options.delay,
-                deadline_at: options.deadline_at,
-                retry_policy: definition.retry_policy,
-                idempotency_key: options.idempotency_key,
-            })
-            .await?;
+        let params = CreateRun {
+            workflow_name: definition.name.to_owned(),
+            version: definition.version.map(str::to_owned),
+            input: Some(input),
+            config: Value::Object(Default::default()),
+            context: options.context,
+            available_at: options.available_at,
+            delay: options.delay,
+            deadline_at: options.deadline_at,
+            retry_policy: definition.retry_policy,
+            idempotency_key: options.idempotency_key,
+        };
+        params.check(self.store.namespace())?;
+        let run = self.store.create_run(params).await?;
         tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
         Ok(run)
     }
@@ -319,6 +343,21 @@ impl Client {
     pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
         self.store.resume_run(run_id).await
     }
+}
+
+/// Refuses an input that would not decode into the workflow's input type when the run
+/// executes.
+fn check_type(definition: &WorkflowDefinition, input: &Value) -> Result<(), InvalidInput> {
+    (definition.check_input)(input).map_err(|error| InvalidInput {
+        workflow: definition.display_name(),
+        violations: vec![Violation {
+            path: String::new(),
+            message: format!(
+                "does not decode into the workflow's input type (a NaN or infinite float \
+                 is stored as null): {error}"
+            ),
+        }],
+    })
 }
 
 /// A started run whose output is a `T`.

@@ -8,9 +8,11 @@
 //! resolves; the executor sees the halt and drops the workflow future.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -18,7 +20,8 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::definition::StepDefinition;
-use crate::failure::{ErrorRecord, RecordError, WorkflowError};
+use crate::failure::{ErrorRecord, RecordError, WorkflowError, panic_message};
+use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
@@ -129,9 +132,12 @@ impl WorkflowContext {
     /// freed; any worker resumes it once the time has passed. `name` identifies the timer on
     /// replay (repeats resolve as `name`, `name:1`, ...).
     ///
-    /// Outside a running workflow (a context is only made by the worker) this cannot
-    /// happen.
+    /// A duration longer than [`MAX_DURATION`](crate::limits::MAX_DURATION) is a
+    /// non-retryable error (a [`LimitError`](crate::LimitError)) returned to the workflow;
+    /// nothing is recorded for it.
     pub async fn sleep(&self, name: &str, duration: Duration) -> Result<(), WorkflowError> {
+        limits::check_duration(Field::Sleep, duration)
+            .map_err(|error| WorkflowError::from(error).non_retryable())?;
         let step_name = self.resolve_name(name)?;
         self.check_interrupted().await;
         let previous = self.last_attempt(&step_name);
@@ -159,8 +165,16 @@ impl WorkflowContext {
             .get("durationMs")
             .and_then(Value::as_u64)
             .unwrap_or(0);
-        let until = attempt.created_at
-            + chrono::Duration::milliseconds(i64::try_from(wait_ms).unwrap_or(i64::MAX));
+        let wait = Duration::from_millis(wait_ms);
+        let until = match limits::add_duration(Field::Sleep, attempt.created_at, wait) {
+            Ok(until) => until,
+            Err(error) => {
+                let record = ErrorRecord::from_error(&error)
+                    .with_kind("limit")
+                    .non_retryable();
+                return self.halt(Halt::Fail(record)).await;
+            }
+        };
         // `updated_at` of the claimed run is the database's clock at claim time.
         if until <= self.inner.run.updated_at {
             self.finish(&attempt).await;
@@ -171,9 +185,18 @@ impl WorkflowContext {
     }
 
     /// Resolves a step name in call order: `name`, then `name:1`, `name:2`, ...; past the
-    /// worker's step limit the run fails.
+    /// worker's step limit, or with a name the stores cannot hold, the run fails.
     fn resolve_name(&self, base: &str) -> Result<String, WorkflowError> {
         let resolved = lock(&self.inner.replay).resolve(base);
+        if let Ok(name) = &resolved
+            && let Err(error) = limits::check_step_name(name)
+        {
+            let record = ErrorRecord::from_error(&error)
+                .with_kind("limit")
+                .non_retryable();
+            self.set_halt(Halt::Fail(record));
+            return Err(WorkflowError::from(error).non_retryable());
+        }
         resolved.map_err(|StepLimitExceeded { limit }| {
             let record = ErrorRecord::new(format!(
                 "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"
@@ -352,19 +375,18 @@ where
             attempt = attempt_number,
         );
         let started = std::time::Instant::now();
-        let result = f().instrument(span).await;
+        // A panic fails this attempt, retried by the step's policy like an error.
+        let result = AssertUnwindSafe(async { f().await })
+            .catch_unwind()
+            .instrument(span)
+            .await;
         let elapsed = started.elapsed();
         // The attempt is written once, when it has finished: at most one commit per step.
-        match result {
-            Ok(value) => {
-                let output = match serde_json::to_value(&value) {
+        let (record, error) = match result {
+            Ok(Ok(value)) => {
+                let output = match storable_output(&step_name, &value) {
                     Ok(output) => output,
-                    Err(error) => {
-                        let record = ErrorRecord::new(format!(
-                            "the output of step {step_name} could not be serialized: {error}"
-                        ))
-                        .with_kind("output")
-                        .non_retryable();
+                    Err(record) => {
                         ctx.record(&step_name, config, Err(record.to_json()), elapsed)
                             .await;
                         return ctx.halt(Halt::Fail(record)).await;
@@ -375,31 +397,67 @@ where
                 session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
-            Err(error) => {
-                let record = error.to_record().with_kind("step");
-                tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
-                let failed = ctx
-                    .record(&step_name, config, Err(record.to_json()), elapsed)
-                    .await;
-                match policy.delay_after(attempt_number) {
-                    Some(delay) if delay <= ctx.inner.limits.park_threshold => {
-                        tokio::time::sleep(delay).await;
-                        ctx.check_interrupted().await;
-                        attempt_number += 1;
-                    }
-                    Some(delay) => {
-                        let since = failed.finished_at.unwrap_or(failed.updated_at);
-                        let until = since
-                            + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                        return ctx.halt(Halt::Sleep(until)).await;
-                    }
-                    None => {
-                        let record = record.non_retryable();
+            Ok(Err(error)) => (error.to_record().with_kind("step"), Some(error)),
+            Err(panic) => {
+                let message = panic_message(panic.as_ref());
+                let record = ErrorRecord::new(format!("step {step_name} panicked: {message}"))
+                    .with_kind("panic");
+                (record, None)
+            }
+        };
+        tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
+        let failed = ctx
+            .record(&step_name, config, Err(record.to_json()), elapsed)
+            .await;
+        match policy.delay_after(attempt_number) {
+            Some(delay) if delay <= ctx.inner.limits.park_threshold => {
+                tokio::time::sleep(delay).await;
+                ctx.check_interrupted().await;
+                attempt_number += 1;
+            }
+            Some(delay) => {
+                let since = failed.finished_at.unwrap_or(failed.updated_at);
+                let until = limits::add_duration(Field::RetryInterval, since, delay)
+                    .unwrap_or(limits::LATEST);
+                return ctx.halt(Halt::Sleep(until)).await;
+            }
+            None => {
+                let record = record.non_retryable();
+                match error {
+                    Some(error) => {
                         *lock(&ctx.inner.exhausted_step) = Some(record);
                         return Err(error);
                     }
+                    // A panic has no error of the step's type to hand back: the run fails.
+                    None => return ctx.halt(Halt::Fail(record)).await,
                 }
             }
         }
     }
+}
+
+/// The JSON of a step's output, if it can be stored and read back as the same value: it
+/// decodes into `T` again (a NaN or infinite float serializes as `null`, which does not)
+/// and fits the [`limits`]. Otherwise the non-retryable error that fails the attempt:
+/// recording it as completed would make a replay disagree with the first execution.
+fn storable_output<T: Serialize + DeserializeOwned>(
+    step_name: &str,
+    value: &T,
+) -> Result<Value, ErrorRecord> {
+    let refuse = |reason: String| {
+        ErrorRecord::new(format!("the output of step {step_name} {reason}"))
+            .with_kind("output")
+            .non_retryable()
+    };
+    let output = serde_json::to_value(value)
+        .map_err(|error| refuse(format!("could not be serialized: {error}")))?;
+    limits::check_json(Field::StepOutput, &output)
+        .map_err(|error| refuse(format!("cannot be stored: {error}")))?;
+    limits::check_round_trip::<T>(&output).map_err(|error| {
+        refuse(format!(
+            "would not read back as the same value (a NaN or infinite float is stored as \
+             null): {error}"
+        ))
+    })?;
+    Ok(output)
 }

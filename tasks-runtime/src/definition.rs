@@ -53,6 +53,12 @@ pub struct WorkflowDefinition {
     pub input_schema: fn() -> Value,
     /// The JSON Schema of the output type.
     pub output_schema: fn() -> Value,
+    /// Decodes a JSON input into the input type and drops it: the client refuses an input
+    /// that passes the schema but would not decode when the run executes (a number out of
+    /// the type's range, a `null` where a float was: the JSON of a NaN). `#[workflow]` sets
+    /// it to `check_input::<W>`; a definition built by hand may use
+    /// [`check_input`] too.
+    pub check_input: fn(&Value) -> Result<(), serde_json::Error>,
     /// The workflow-level retry policy, for errors outside steps.
     pub retry_policy: Option<RetryPolicy>,
     /// Where the workflow function is.
@@ -69,6 +75,11 @@ impl WorkflowDefinition {
             None => self.name.to_owned(),
         }
     }
+}
+
+/// Whether `input` decodes into `W::Input`: the [`WorkflowDefinition::check_input`] of `W`.
+pub fn check_input<W: Workflow>(input: &Value) -> Result<(), serde_json::Error> {
+    crate::limits::check_round_trip::<W::Input>(input)
 }
 
 /// Link-time registration of a workflow, collected by `inventory`.

@@ -166,6 +166,11 @@ pub enum StoreError {
     /// An argument the store cannot accept (for example a negative limit).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A value exceeds one of the [`limits`](crate::limits) every store enforces (too long,
+    /// too large, too deep, NUL, an instant or duration out of range). Checked before the
+    /// database sees anything: nothing was written.
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
     /// The database failed while carrying out `operation`.
     #[error("database error while {operation}: {source}")]
     Database {

@@ -159,7 +159,16 @@ impl Executor {
                 return Outcome::Abandoned;
             }
             Finished::Returned(Ok(output)) => {
-                session.complete(output).await.map(|_| Outcome::Completed)
+                match crate::limits::check_json(crate::limits::Field::WorkflowOutput, &output) {
+                    Ok(()) => session.complete(output).await.map(|_| Outcome::Completed),
+                    // A definition built by hand; `#[workflow]` refuses it already.
+                    Err(error) => {
+                        let record = ErrorRecord::from_error(&error)
+                            .with_kind("output")
+                            .non_retryable();
+                        fail(session, record, true).await
+                    }
+                }
             }
             Finished::Returned(Err(error)) => {
                 // Errors that come from a step whose retries ran out are final: the
@@ -272,11 +281,7 @@ async fn fail(
 }
 
 fn panicked(panic: Box<dyn std::any::Any + Send>) -> ErrorRecord {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".to_owned());
+    let message = crate::failure::panic_message(panic.as_ref());
     ErrorRecord::new(format!("workflow panicked: {message}")).with_kind("panic")
 }
 

@@ -22,6 +22,37 @@ pub struct ErrorRecord {
     pub retryable: bool,
 }
 
+/// Longest message (and source message) of a stored error, in bytes; longer ones are cut
+/// (with `...` at the end). With [`MAX_ERROR_SOURCES`], a stored error always fits
+/// [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// Most sources kept in a stored error.
+pub const MAX_ERROR_SOURCES: usize = 16;
+
+/// `text` without NUL and cut to at most `limit` bytes (on a character boundary).
+fn storable(text: &str, limit: usize) -> String {
+    let mut text = text.replace('\0', "\u{fffd}");
+    if text.len() > limit {
+        let mut end = limit.saturating_sub(3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
+/// The message of a caught panic: its `&str` or `String` payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_owned())
+}
+
 fn yes() -> bool {
     true
 }
@@ -69,10 +100,23 @@ impl ErrorRecord {
         self
     }
 
-    /// The JSON stored in the database.
+    /// The JSON stored in the database, made to fit the [`limits`](crate::limits) so that
+    /// a failure is always recorded: NUL characters become U+FFFD, the message and each
+    /// source are cut to [`MAX_ERROR_MESSAGE_BYTES`], at most [`MAX_ERROR_SOURCES`] sources
+    /// are kept, and the kind is cut to 64 bytes.
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self)
-            .unwrap_or_else(|_| serde_json::json!({ "message": self.message }))
+        let fit = ErrorRecord {
+            message: storable(&self.message, MAX_ERROR_MESSAGE_BYTES),
+            sources: self
+                .sources
+                .iter()
+                .take(MAX_ERROR_SOURCES)
+                .map(|source| storable(source, MAX_ERROR_MESSAGE_BYTES))
+                .collect(),
+            kind: self.kind.as_deref().map(|kind| storable(kind, 64)),
+            retryable: self.retryable,
+        };
+        serde_json::to_value(&fit).unwrap_or_else(|_| serde_json::json!({ "message": fit.message }))
     }
 
     /// Reads a stored error; anything without a `message` string is kept as its JSON text.
@@ -284,5 +328,24 @@ impl RecordError<via::Anyhow> for anyhow::Error {
     fn to_record(&self) -> ErrorRecord {
         let error: &(dyn std::error::Error + Send + Sync + 'static) = self.as_ref();
         ErrorRecord::from_error(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{Field, check_json};
+
+    #[test]
+    fn any_error_is_stored_within_the_limits() {
+        let huge = "é\0\u{1}".repeat(100_000);
+        let mut record = ErrorRecord::new(huge.clone()).with_kind(huge.clone());
+        record.sources = vec![huge; 100];
+        let json = record.to_json();
+        check_json(Field::Error, &json).unwrap();
+        let back = ErrorRecord::from_json(&json);
+        assert!(back.message.len() <= MAX_ERROR_MESSAGE_BYTES);
+        assert!(back.message.starts_with("é\u{fffd}"));
+        assert_eq!(back.sources.len(), MAX_ERROR_SOURCES);
     }
 }

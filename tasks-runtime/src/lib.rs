@@ -11,6 +11,7 @@ pub mod definition;
 pub mod error;
 mod executor;
 pub mod failure;
+pub mod limits;
 mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]
@@ -34,6 +35,7 @@ pub use definition::{
 };
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
+pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 #[allow(deprecated)]

@@ -19,7 +19,7 @@ pub use crate::client::{Client, ClientError, RunHandle};
 pub use crate::context::{WorkflowContext, run_step};
 pub use crate::definition::{
     EntryFuture, SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition,
-    WorkflowRegistration,
+    WorkflowRegistration, check_input,
 };
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
@@ -154,9 +154,30 @@ where
 {
     let input = decode_input::<W::Input>(input)?;
     match call(ctx, input).await {
-        Ok(output) => encode_output(&output),
+        Ok(output) => storable_output::<W::Output>(&output),
         Err(error) => Err(record(&error)),
     }
+}
+
+/// Encodes a workflow's output for storage, refusing (non-retryably) one that cannot be
+/// stored or would not read back as the same value: past the [`limits`](crate::limits), or
+/// not decoding into `T` again (a NaN or infinite float serializes as `null`).
+pub fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<Value, ErrorRecord> {
+    let value = encode_output(output)?;
+    let refuse = |reason: String| {
+        ErrorRecord::new(format!("workflow output {reason}"))
+            .with_kind("output")
+            .non_retryable()
+    };
+    crate::limits::check_json(crate::limits::Field::WorkflowOutput, &value)
+        .map_err(|error| refuse(format!("cannot be stored: {error}")))?;
+    crate::limits::check_round_trip::<T>(&value).map_err(|error| {
+        refuse(format!(
+            "would not read back as the same value (a NaN or infinite float is stored as \
+             null): {error}"
+        ))
+    })?;
+    Ok(value)
 }
 
 /// Records the error a workflow function returned.

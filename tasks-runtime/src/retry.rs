@@ -107,7 +107,8 @@ impl RetryPolicy {
     }
 
     /// The delay before retrying after attempt `attempt` (1-based) failed, or `None` when
-    /// no attempts are left.
+    /// no attempts are left. Never longer than
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
     pub fn delay_after(&self, attempt: u32) -> Option<Duration> {
         if attempt >= self.max_attempts {
             return None;
@@ -115,7 +116,8 @@ impl RetryPolicy {
         let exponent = attempt.saturating_sub(1).min(i32::MAX as u32) as i32;
         let millis =
             self.initial_interval.as_millis() as f64 * self.backoff_coefficient.powi(exponent);
-        let capped = millis.min(self.max_interval.as_millis() as f64).max(0.0);
+        let cap = self.max_interval.min(crate::limits::MAX_DURATION);
+        let capped = millis.min(cap.as_millis() as f64).max(0.0);
         Some(Duration::from_millis(capped as u64))
     }
 }

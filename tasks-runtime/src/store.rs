@@ -22,7 +22,9 @@
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
 //!    `announce`. Unit-test its policy there.
-//! 3. Add the method to [`Store`], documenting its promise and errors.
+//! 3. Add the method to [`Store`], documenting its promise and errors. Every value it takes
+//!    is checked against the [`limits`] first, in a `check` method of its
+//!    parameters (or a function of `limits`) that each store calls before any SQL.
 //! 4. In each store, write the `SET` list and pass it to the store's generic helper
 //!    (`PgStore::transition`, `SqliteStore::transition`), which renders the fence, settles a
 //!    miss and sends the announcement.
@@ -40,6 +42,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
+use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
 
@@ -97,6 +100,48 @@ impl CreateRun {
         Ok(Value::Object(config))
     }
 
+    /// Checks every value against the [`limits`]: the namespace the run goes
+    /// to, the names, the key, the JSON documents, the instants, the delay and the retry
+    /// policy. Every store calls it before writing anything; a third store should too.
+    pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
+        limits::check_namespace(namespace)?;
+        limits::check_text(
+            Field::WorkflowName,
+            &self.workflow_name,
+            limits::MAX_WORKFLOW_NAME_BYTES,
+        )?;
+        if let Some(version) = &self.version {
+            limits::check_text(Field::Version, version, limits::MAX_VERSION_BYTES)?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            limits::check_text(
+                Field::IdempotencyKey,
+                key,
+                limits::MAX_IDEMPOTENCY_KEY_BYTES,
+            )?;
+        }
+        if let Some(input) = &self.input {
+            limits::check_json(Field::Input, input)?;
+        }
+        limits::check_json(Field::Config, &self.config)?;
+        if let Some(context) = &self.context {
+            limits::check_json(Field::Context, context)?;
+        }
+        if let Some(at) = self.available_at {
+            limits::check_time(Field::AvailableAt, at)?;
+        }
+        if let Some(at) = self.deadline_at {
+            limits::check_time(Field::Deadline, at)?;
+        }
+        if let Some(delay) = self.delay {
+            limits::check_duration(Field::Delay, delay)?;
+        }
+        if let Some(policy) = &self.retry_policy {
+            limits::check_retry_policy(policy)?;
+        }
+        Ok(())
+    }
+
     /// A run of `workflow_name` with everything else defaulted.
     pub fn new(workflow_name: impl Into<String>) -> Self {
         CreateRun {
@@ -138,6 +183,36 @@ pub struct ListRuns {
     pub before: Option<Cursor>,
 }
 
+impl ListRuns {
+    /// Checks the namespace, the filters and the cursors against the [`limits`].
+    /// Every store calls it before querying; a third store should too.
+    pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
+        limits::check_namespace(namespace)?;
+        if let Some(name) = &self.workflow_name {
+            limits::check_text(
+                Field::WorkflowNameFilter,
+                name,
+                limits::MAX_WORKFLOW_NAME_BYTES,
+            )?;
+        }
+        if let Some(at) = self.created_after {
+            limits::check_time(Field::CreatedAfter, at)?;
+        }
+        if let Some(at) = self.created_before {
+            limits::check_time(Field::CreatedBefore, at)?;
+        }
+        check_cursors(self.after, self.before)
+    }
+}
+
+/// Checks the instants of listing cursors.
+fn check_cursors(after: Option<Cursor>, before: Option<Cursor>) -> Result<(), LimitError> {
+    for cursor in after.iter().chain(before.iter()) {
+        limits::check_time(Field::Cursor, cursor.created_at)?;
+    }
+    Ok(())
+}
+
 /// Parameters of [`Store::list_step_attempts`].
 #[derive(Debug, Clone)]
 pub struct ListStepAttempts {
@@ -154,6 +229,13 @@ pub struct ListStepAttempts {
 }
 
 impl ListStepAttempts {
+    /// Checks the namespace and the cursors against the [`limits`]. Every
+    /// store calls it before querying; a third store should too.
+    pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
+        limits::check_namespace(namespace)?;
+        check_cursors(self.after, self.before)
+    }
+
     /// The first page of attempts of `workflow_run_id`, oldest first.
     pub fn new(workflow_run_id: Uuid) -> Self {
         ListStepAttempts {
@@ -225,6 +307,7 @@ impl std::str::FromStr for Cursor {
         let (micros, id) = raw.split_once('|').ok_or_else(|| invalid("no separator"))?;
         let micros: i64 = micros.parse().map_err(|_| invalid("bad timestamp"))?;
         let created_at = DateTime::from_timestamp_micros(micros)
+            .filter(|at| limits::check_time(Field::Cursor, *at).is_ok())
             .ok_or_else(|| invalid("timestamp out of range"))?;
         let id = Uuid::parse_str(id).map_err(|_| invalid("bad id"))?;
         Ok(Cursor { created_at, id })
@@ -244,6 +327,15 @@ pub struct FailRun {
     pub force: bool,
 }
 
+impl FailRun {
+    /// Checks the worker id and the error against the [`limits`]. Every store
+    /// calls it before writing; a third store should too.
+    pub fn check(&self) -> Result<(), LimitError> {
+        limits::check_worker_id(&self.worker_id)?;
+        limits::check_json(Field::Error, &self.error)
+    }
+}
+
 /// Parameters of [`Store::create_step_attempt`].
 #[derive(Debug, Clone)]
 pub struct CreateStepAttempt {
@@ -259,6 +351,21 @@ pub struct CreateStepAttempt {
     pub config: Value,
     /// Free-form context.
     pub context: Option<Value>,
+}
+
+impl CreateStepAttempt {
+    /// Checks the worker id, the step name and the JSON documents against the
+    /// [`limits`]. Every store calls it before writing; a third store should
+    /// too.
+    pub fn check(&self) -> Result<(), LimitError> {
+        limits::check_worker_id(&self.worker_id)?;
+        limits::check_step_name(&self.step_name)?;
+        limits::check_json(Field::Config, &self.config)?;
+        if let Some(context) = &self.context {
+            limits::check_json(Field::Context, context)?;
+        }
+        Ok(())
+    }
 }
 
 /// Parameters of [`Store::record_step_attempt`]: an attempt that already finished.
@@ -286,16 +393,32 @@ pub struct RecordStepAttempt {
 }
 
 impl RecordStepAttempt {
-    /// Refuses attempts that have not finished: only completed and failed ones are recorded.
+    /// Checks the worker id, the step name, the JSON documents and the running time
+    /// against the [`limits`]. Every store calls it before writing; a third
+    /// store should too.
+    pub fn check(&self) -> Result<(), LimitError> {
+        limits::check_worker_id(&self.worker_id)?;
+        limits::check_step_name(&self.step_name)?;
+        limits::check_json(Field::Config, &self.config)?;
+        if let Some(output) = &self.output {
+            limits::check_json(Field::StepOutput, output)?;
+        }
+        if let Some(error) = &self.error {
+            limits::check_json(Field::Error, error)?;
+        }
+        limits::check_duration(Field::Elapsed, self.elapsed)
+    }
+
+    /// Refuses attempts that have not finished (only completed and failed ones are
+    /// recorded) and values past the [`limits`].
     pub(crate) fn check_finished(&self) -> StoreResult<()> {
-        if matches!(self.status, StepStatus::Completed | StepStatus::Failed) {
-            Ok(())
-        } else {
-            Err(StoreError::InvalidArgument(format!(
+        if !matches!(self.status, StepStatus::Completed | StepStatus::Failed) {
+            return Err(StoreError::InvalidArgument(format!(
                 "a recorded attempt is completed or failed, not {}",
                 self.status
-            )))
+            )));
         }
+        Ok(self.check()?)
     }
 
     /// Checks the attempts given to [`Store::complete_run_with_steps`]: finished, and all of
@@ -304,7 +427,10 @@ impl RecordStepAttempt {
         steps: &[RecordStepAttempt],
         run_id: Uuid,
         worker_id: &str,
+        output: &Value,
     ) -> StoreResult<()> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::WorkflowOutput, output)?;
         for step in steps {
             step.check_finished()?;
             if step.run_id != run_id || step.worker_id != worker_id {
@@ -446,7 +572,9 @@ pub struct ClaimedRun {
 /// Errors common to every method: [`StoreError::Database`] when the database failed (the
 /// operation may or may not have been applied only where the method says so; a single
 /// fenced write either applied fully or not at all), and [`StoreError::Corrupt`] when a row
-/// could not be decoded. Worker-side transitions (those taking a `worker_id`) fail with
+/// could not be decoded, and [`StoreError::Limit`] for a value past the
+/// [`limits`] (checked before the database sees anything, with the `check` method of the
+/// parameters or the functions of [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
 /// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
 /// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
 /// is not running; they never change a run they refused.
@@ -538,7 +666,7 @@ pub trait Store: Send + Sync + 'static {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
         complete_separately(self, run_id, worker_id, output, steps).await
     }
 

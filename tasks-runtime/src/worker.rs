@@ -171,6 +171,9 @@ impl WorkerBuilder {
                 "lease must be at least 100 ms".into(),
             ));
         }
+        if let Err(error) = crate::limits::check_duration(crate::limits::Field::Lease, self.lease) {
+            return Err(WorkerError::InvalidSetting(error.to_string()));
+        }
         if self.poll_min.is_zero() || self.poll_min > self.poll_max {
             return Err(WorkerError::InvalidSetting(
                 "poll interval bounds must satisfy 0 < min <= max".into(),

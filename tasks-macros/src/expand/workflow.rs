@@ -91,6 +91,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
                     description: #description,
                     input_schema: #private::input_schema::<#ident>,
                     output_schema: #private::output_schema::<#ident>,
+                    check_input: #private::check_input::<#ident>,
                     retry_policy: #retry_policy,
                     location: #location,
                     entry: __tasks_entry,

@@ -12,6 +12,11 @@ const UNITS: [(&str, u64); 5] = [
     ("ms", 1),
 ];
 
+/// The longest duration accepted, in milliseconds: 100 years of 365.25 days, the
+/// `tasks_runtime::limits::MAX_DURATION` every store accepts (a longer retry interval would
+/// be cut to it at run time).
+pub(crate) const MAX_MILLIS: u64 = 36_525 * 86_400_000;
+
 /// Why a duration string was rejected. Its `Display` completes the sentence
 /// "invalid duration `...`: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +37,8 @@ pub(crate) enum DurationError {
     Order { unit: String },
     /// More milliseconds than fit in a `u64`.
     Overflow,
+    /// Longer than [`MAX_MILLIS`].
+    TooLong,
 }
 
 impl fmt::Display for DurationError {
@@ -67,6 +74,10 @@ impl fmt::Display for DurationError {
                 "`{unit}` comes after a unit that is not larger; write units from largest to smallest, each once, as in \"1h30m\""
             ),
             DurationError::Overflow => write!(f, "it is too large"),
+            DurationError::TooLong => write!(
+                f,
+                "it is longer than 100 years (36525d), the longest duration the stores accept"
+            ),
         }
     }
 }
@@ -133,12 +144,57 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
             .ok_or(DurationError::Overflow)?;
         rest = after_unit;
     }
+    if total_millis > MAX_MILLIS {
+        return Err(DurationError::TooLong);
+    }
     Ok(Duration::from_millis(total_millis))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Any durations written largest unit first parse to their sum, or are too long.
+        #[test]
+        fn written_durations_parse_to_their_sum(
+            parts in prop::collection::vec(proptest::option::of(0u64..100_000), 5)
+        ) {
+            let mut text = String::new();
+            let mut total: u128 = 0;
+            for ((unit, millis), part) in UNITS.iter().zip(&parts) {
+                if let Some(value) = part {
+                    text.push_str(&format!("{value}{unit}"));
+                    total += u128::from(*value) * u128::from(*millis);
+                }
+            }
+            let parsed = parse_duration(&text);
+            if text.is_empty() {
+                prop_assert_eq!(parsed, Err(DurationError::Empty));
+            } else if total > u128::from(MAX_MILLIS) {
+                prop_assert_eq!(parsed, Err(DurationError::TooLong));
+            } else {
+                prop_assert_eq!(parsed, Ok(Duration::from_millis(total as u64)));
+            }
+        }
+
+        /// Any text is parsed or refused, never a panic, and what parses is within the limit.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in prop_oneof!["[0-9dhms. -]{0,14}", ".{0,14}"]) {
+            if let Ok(duration) = parse_duration(&text) {
+                prop_assert!(duration <= Duration::from_millis(MAX_MILLIS));
+            }
+        }
+    }
+
+    #[test]
+    fn the_limit_is_one_hundred_years() {
+        assert_eq!(parse_duration("36525d"), ms(MAX_MILLIS));
+        assert_eq!(parse_duration("36525d1ms"), Err(DurationError::TooLong));
+    }
 
     fn ms(millis: u64) -> Result<Duration, DurationError> {
         Ok(Duration::from_millis(millis))

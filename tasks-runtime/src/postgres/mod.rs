@@ -19,6 +19,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 
 use crate::error::{Operation, StoreResult, db};
+use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
@@ -425,6 +426,7 @@ impl Store for PgStore {
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
+        params.check(&self.namespace)?;
         let config = params.stored_config()?;
         let sql = format!(
             "INSERT INTO tasks.workflow_runs
@@ -486,6 +488,7 @@ impl Store for PgStore {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         const OPERATION: Operation = Operation::ListRuns;
+        params.check(&self.namespace)?;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Postgres>::new(format!(
             "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
@@ -539,6 +542,7 @@ impl Store for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<ClaimedRun>> {
         const OPERATION: Operation = Operation::ClaimRuns;
+        limits::check_lease(worker_id, lease)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -566,6 +570,7 @@ impl Store for PgStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_lease(worker_id, lease)?;
         let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
         self.transition(&EXTEND_LEASE, set, run_id, Some(worker_id), |q| {
             q.bind(millis(lease))
@@ -579,6 +584,8 @@ impl Store for PgStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_time(Field::Sleep, until)?;
         let set = "status = 'sleeping', available_at = $4, worker_id = NULL";
         self.transition(&SLEEP, set, run_id, Some(worker_id), |q| q.bind(until))
             .await
@@ -590,6 +597,8 @@ impl Store for PgStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::WorkflowOutput, &output)?;
         // Completions of many runs share one statement and one commit (see `Completer`).
         let batched = self
             .completer
@@ -613,7 +622,7 @@ impl Store for PgStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
         if steps.is_empty() {
             return self.complete_run(run_id, worker_id, output).await;
         }
@@ -631,6 +640,7 @@ impl Store for PgStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        params.check()?;
         let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
         let current = self.fetch_run(run_id, FAIL.operation).await?;
         let run = match current {
@@ -688,6 +698,9 @@ impl Store for PgStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_duration(Field::Delay, delay)?;
+        limits::check_json(Field::Error, &reason)?;
         let set = "status = 'pending', attempts = GREATEST(attempts - 1, 0), worker_id = NULL,
                    available_at = now() + $4 * INTERVAL '1 millisecond', error = $5";
         self.transition(&RELEASE, set, run_id, Some(worker_id), |q| {
@@ -713,6 +726,7 @@ impl Store for PgStore {
 
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         let operation = CREATE_STEP.operation;
+        params.check()?;
         // clock_timestamp(), not now(): attempts created in one transaction still get
         // increasing timestamps; `id` (UUIDv7) breaks any remaining tie.
         let sql = format!(
@@ -763,6 +777,7 @@ impl Store for PgStore {
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
         const OPERATION: Operation = Operation::ListStepAttempts;
+        params.check(&self.namespace)?;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Postgres>::new(format!(
             "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = "
@@ -820,6 +835,8 @@ impl Store for PgStore {
         output: Value,
     ) -> StoreResult<StepUpdate> {
         let operation = COMPLETE_STEP.operation;
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::StepOutput, &output)?;
         let sql = format!(
             "UPDATE tasks.step_attempts sa
                 SET status = 'completed', output = $4, finished_at = now(), updated_at = now()

@@ -41,6 +41,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
 use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::limits::{self, Field};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
@@ -337,6 +338,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        params.check(&self.namespace)?;
         self.create_run_impl(params).await
     }
 
@@ -347,6 +349,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        params.check(&self.namespace)?;
         self.list_runs_impl(params).await
     }
 
@@ -356,6 +359,7 @@ impl Store for SqliteStore {
         lease: Duration,
         limit: u32,
     ) -> StoreResult<Vec<ClaimedRun>> {
+        limits::check_lease(worker_id, lease)?;
         self.claim_runs_impl(worker_id, lease, limit).await
     }
 
@@ -365,6 +369,7 @@ impl Store for SqliteStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_lease(worker_id, lease)?;
         self.extend_lease_impl(run_id, worker_id, lease).await
     }
 
@@ -374,6 +379,8 @@ impl Store for SqliteStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_time(Field::Sleep, until)?;
         self.sleep_run_impl(run_id, worker_id, until).await
     }
 
@@ -383,6 +390,8 @@ impl Store for SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::WorkflowOutput, &output)?;
         self.complete_run_impl(run_id, worker_id, output).await
     }
 
@@ -398,6 +407,7 @@ impl Store for SqliteStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        params.check()?;
         self.fail_run_impl(params).await
     }
 
@@ -408,6 +418,9 @@ impl Store for SqliteStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_duration(Field::Delay, delay)?;
+        limits::check_json(Field::Error, &reason)?;
         self.release_run_impl(run_id, worker_id, delay, reason)
             .await
     }
@@ -425,6 +438,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        params.check()?;
         self.create_step_attempt_impl(params).await
     }
 
@@ -433,6 +447,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        params.check(&self.namespace)?;
         self.list_step_attempts_impl(params).await
     }
 
@@ -447,6 +462,8 @@ impl Store for SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::StepOutput, &output)?;
         self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
             .await
     }

@@ -239,7 +239,7 @@ impl SqliteStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id)?;
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
         if steps.is_empty() {
             return self.complete_run_impl(run_id, worker_id, output).await;
         }
