@@ -11,6 +11,7 @@ pub mod definition;
 pub mod error;
 mod executor;
 pub mod failure;
+mod liveness;
 mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]
