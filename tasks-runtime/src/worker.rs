@@ -152,8 +152,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long shutdown waits for in-flight runs before abandoning them to their leases
-    /// (default 30 s).
+    /// How long shutdown waits for in-flight runs before abandoning them (default 30 s):
+    /// the worker then marks its heartbeat row stale, so other workers take them at once.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
         self

@@ -181,7 +181,7 @@ impl PgStore {
     /// Stops the store's background tasks and waits for them to end. They are shared by
     /// every clone and namespace of the store, so close it when nothing uses it any more:
     /// afterwards its batched writes and subscriptions fail with
-    /// [`StoreError::Database`](crate::StoreError::Database) and it sends no wake-ups.
+    /// [`StoreError::Database`] and it sends no wake-ups.
     /// The pool stays open (see [`PgPool::close`]).
     pub async fn close(&self) {
         self.background.close().await;

@@ -28,8 +28,11 @@ use tasks::{
 use uuid::Uuid;
 
 const WORKERS: usize = 4;
-const RUNS: usize = 120;
-const STEPS: u32 = 6;
+const RUNS: usize = 200;
+const STEPS: u32 = 20;
+/// Runs each worker process executes at once: with the step times below, the runs take
+/// about a minute to drain, so the kills and the restart hit work in flight.
+const CONCURRENCY: usize = 8;
 /// The whole run, checks included, stays under two minutes.
 const CHAOS_FOR: Duration = Duration::from_secs(45);
 const DRAIN_WITHIN: Duration = Duration::from_secs(60);
@@ -50,7 +53,7 @@ async fn logged(database_url: &str, run_id: Uuid, index: u32) -> Result<u32, sql
         .execute(&mut conn)
         .await?;
     conn.close().await?;
-    let millis = random(50..300);
+    let millis = random(100..500);
     tokio::time::sleep(Duration::from_millis(millis)).await;
     Ok(index)
 }
@@ -80,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn worker(url: &str, namespace: &str) -> Result<(), Box<dyn std::error::Error>> {
     let store = PgStore::connect(url).await?.with_namespace(namespace);
-    let worker = Worker::builder(store).concurrency(16).build()?;
+    let worker = Worker::builder(store).concurrency(CONCURRENCY).build()?;
     worker.run_until_ctrl_c().await?;
     Ok(())
 }
@@ -150,13 +153,17 @@ async fn orchestrate(url: &str, restart: &str) -> Result<(), Box<dyn std::error:
         kills += 1;
         workers.push(spawn_worker(url, &namespace)?);
         if !restarted && chaos_began.elapsed() > CHAOS_FOR / 3 {
-            println!("chaos: restarting Postgres: {restart}");
+            let open = open_runs(&store).await.unwrap_or(usize::MAX);
+            println!("chaos: restarting Postgres with {open} runs open: {restart}");
             let status = Command::new("sh").args(["-c", restart]).status()?;
             println!("chaos: restart exited with {status}");
             restarted = true;
         }
     }
-    println!("chaos: {kills} workers killed; waiting for the runs to drain");
+    println!(
+        "chaos: {kills} workers killed; waiting for the {} open runs to drain",
+        open_runs(&store).await.unwrap_or(usize::MAX)
+    );
 
     // The admin pool may have lost its connections in the restart: a fresh one.
     let admin = PgPool::connect(url).await?;
