@@ -149,6 +149,10 @@ pub async fn cleanup(admin: &PgPool, namespace: &str) -> Result<u64> {
             .await?
             .rows_affected()
     };
+    sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1")
+        .bind(namespace)
+        .execute(admin)
+        .await?;
     if let Err(error) = sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts")
         .execute(admin)
         .await

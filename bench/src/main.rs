@@ -13,6 +13,7 @@ mod ceiling;
 mod db;
 mod engine;
 mod machine;
+mod recovery;
 mod report;
 mod scaleout;
 mod stats;
@@ -40,7 +41,8 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
   --json PATH             where to write the figures as JSON (default bench-results.json)
   --database-url URL      Postgres to use (default: $DATABASE_URL, else
                           postgres://postgres@127.0.0.1:5432/test)
-  --only LIST             comma-separated subset of: ceiling,throughput,latency,replay,scale
+  --only LIST             comma-separated subset of:
+                          ceiling,throughput,latency,replay,scale,recovery
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -119,8 +121,15 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
             "--only" => {
                 let list: Vec<String> = value()?.split(',').map(|s| s.trim().to_owned()).collect();
                 for scenario in &list {
-                    if !["ceiling", "throughput", "latency", "replay", "scale"]
-                        .contains(&scenario.as_str())
+                    if ![
+                        "ceiling",
+                        "throughput",
+                        "latency",
+                        "replay",
+                        "scale",
+                        "recovery",
+                    ]
+                    .contains(&scenario.as_str())
                     {
                         return Err(format!("unknown scenario {scenario}"));
                     }
@@ -179,6 +188,10 @@ struct Sizes {
     replay_repetitions: usize,
     scale_processes: &'static [usize],
     scale_steps: u32,
+    /// Worker processes killed in the recovery scenario.
+    kills: usize,
+    /// How long the idle worker's heartbeats are watched, seconds.
+    idle_seconds: u64,
     /// Rounds of the ceiling, throughput and scale-out measurements (medians are shown).
     rounds: usize,
 }
@@ -194,6 +207,8 @@ const FULL: Sizes = Sizes {
     replay_repetitions: 3,
     scale_processes: &[1, 2, 4],
     scale_steps: 10,
+    kills: 5,
+    idle_seconds: 10,
     rounds: 3,
 };
 
@@ -208,6 +223,8 @@ const QUICK: Sizes = Sizes {
     replay_repetitions: 2,
     scale_processes: &[1, 2, 4],
     scale_steps: 4,
+    kills: 2,
+    idle_seconds: 4,
     rounds: 1,
 };
 
@@ -268,6 +285,7 @@ async fn bench(options: Options) -> Result<()> {
         replay: Vec::new(),
         replay_fit: None,
         scale_out: Vec::new(),
+        recovery: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -491,6 +509,21 @@ async fn bench(options: Options) -> Result<()> {
             }
         }
         report.scale_out = scaleout::median_rounds(rounds);
+    }
+
+    if options.wants("recovery") {
+        eprintln!("recovery");
+        report.recovery = note(
+            errors,
+            "recovery",
+            recovery::measure(
+                url,
+                &admin,
+                sizes.kills,
+                std::time::Duration::from_secs(sizes.idle_seconds),
+            )
+            .await,
+        );
     }
 
     if options.wants("ceiling") {

@@ -65,6 +65,8 @@ pub struct Report {
     pub replay_fit: Option<ReplayFit>,
     /// Scale-out rows.
     pub scale_out: Vec<ScaleRow>,
+    /// Kill → reclaim and the idle heartbeat cost.
+    pub recovery: Option<crate::recovery::RecoveryResult>,
     /// The issue's targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -245,6 +247,17 @@ impl Report {
                 });
             }
         }
+        if let Some(r) = &self.recovery {
+            targets.push(Target {
+                goal: "median kill -> reclaim <= 5 s (issue #15)".into(),
+                measured: format!(
+                    "{:.2} s over {} kills",
+                    r.median_reclaim_s,
+                    r.reclaim_s.len()
+                ),
+                met: r.median_reclaim_s <= 5.0,
+            });
+        }
         self.targets = targets;
     }
 
@@ -263,6 +276,7 @@ impl Report {
         self.write_latency(out)?;
         self.write_replay(out)?;
         self.write_scale_out(out)?;
+        self.write_recovery(out)?;
         self.write_footer(out)
     }
 
@@ -580,6 +594,32 @@ impl Report {
             )?;
         }
         Ok(())
+    }
+
+    fn write_recovery(&self, out: &mut String) -> std::fmt::Result {
+        let Some(r) = &self.recovery else {
+            return Ok(());
+        };
+        writeln!(out)?;
+        writeln!(
+            out,
+            "RECOVERY  a worker process holding {} runs is SIGKILLed; another is idle",
+            r.runs_per_kill
+        )?;
+        let each: Vec<String> = r.reclaim_s.iter().map(|s| format!("{s:.2}")).collect();
+        writeln!(
+            out,
+            "  kill -> reclaim          median {:.2} s, max {:.2} s  (each: {} s; lease {:.0} s)",
+            r.median_reclaim_s,
+            r.max_reclaim_s,
+            each.join(", "),
+            r.lease_s
+        )?;
+        writeln!(
+            out,
+            "  idle worker heartbeats   {:.2} write transactions/s",
+            r.idle_heartbeats_per_s
+        )
     }
 
     fn write_scale_out(&self, out: &mut String) -> std::fmt::Result {

@@ -67,14 +67,19 @@ impl PerProcess {
 }
 
 /// One child worker process.
-struct WorkerProcess {
+pub(crate) struct WorkerProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl WorkerProcess {
-    async fn spawn(url: &str, namespace: &str, concurrency: usize, pool: u32) -> Result<Self> {
+    pub(crate) async fn spawn(
+        url: &str,
+        namespace: &str,
+        concurrency: usize,
+        pool: u32,
+    ) -> Result<Self> {
         let mut child = Command::new(std::env::current_exe()?)
             .arg("worker")
             .arg("--database-url")
@@ -99,7 +104,7 @@ impl WorkerProcess {
         })
     }
 
-    async fn expect(&mut self, word: &str) -> Result<()> {
+    pub(crate) async fn expect(&mut self, word: &str) -> Result<()> {
         let mut line = String::new();
         tokio::time::timeout(Duration::from_secs(60), self.stdout.read_line(&mut line)).await??;
         if line.trim() != word {
@@ -108,15 +113,22 @@ impl WorkerProcess {
         Ok(())
     }
 
-    async fn say(&mut self, word: &str) -> Result<()> {
+    pub(crate) async fn say(&mut self, word: &str) -> Result<()> {
         self.stdin.write_all(format!("{word}\n").as_bytes()).await?;
         self.stdin.flush().await?;
         Ok(())
     }
 
+    /// Kills the process with SIGKILL (this child, by its handle) and reaps it: a worker
+    /// that dies without a word.
+    pub(crate) async fn kill(mut self) -> Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
     /// Asks the process to stop and waits for it; kills it (this child, by its handle) if
     /// it does not exit in time.
-    async fn stop(mut self) -> Result<()> {
+    pub(crate) async fn stop(mut self) -> Result<()> {
         let _ = self.say("stop").await;
         drop(self.stdin);
         match tokio::time::timeout(Duration::from_secs(40), self.child.wait()).await {

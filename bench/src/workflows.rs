@@ -49,3 +49,29 @@ pub async fn bench_replay(ctx: WorkflowContext, input: Replay) -> Result<u32, Wo
         .await?;
     Ok(input.steps)
 }
+
+/// Input of [`bench_hold()`].
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Hold {
+    /// Number of sequential steps.
+    pub steps: u32,
+    /// How long each step takes, ms.
+    pub step_ms: u64,
+}
+
+/// A step that takes `ms` milliseconds.
+#[step]
+async fn pause(ms: u64) -> Result<(), std::io::Error> {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(())
+}
+
+/// Keeps a worker busy for `steps` × `step_ms` (recovery: a run held by a worker that is
+/// killed).
+#[workflow(name = "bench-hold")]
+pub async fn bench_hold(_ctx: WorkflowContext, input: Hold) -> Result<u32, WorkflowError> {
+    for _ in 0..input.steps {
+        pause(input.step_ms).await?;
+    }
+    Ok(input.steps)
+}

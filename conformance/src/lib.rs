@@ -55,6 +55,7 @@ pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
 pub mod listing;
+pub mod liveness;
 pub mod outcomes;
 pub mod record;
 pub mod runs;
@@ -98,7 +99,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `liveness`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -228,6 +229,16 @@ macro_rules! conformance_suite {
             worker_writes_past_the_limits_are_refused,
             cursors_outside_the_time_range_are_invalid,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, liveness {
+            stale_heartbeat_makes_runs_claimable,
+            fresh_heartbeat_keeps_runs,
+            heartbeat_again_refreshes_the_row,
+            worker_without_heartbeat_keeps_its_lease,
+            removed_worker_falls_back_to_its_lease,
+            stale_worker_does_not_reclaim_its_own_runs,
+            heartbeats_are_scoped_to_namespace,
+            stale_workers_runs_come_after_pending_runs,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,
@@ -286,6 +297,7 @@ mod tests {
             ("step_outcomes", include_str!("step_outcomes.rs")),
             ("record", include_str!("record.rs")),
             ("limits", include_str!("limits.rs")),
+            ("liveness", include_str!("liveness.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

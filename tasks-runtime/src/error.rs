@@ -56,6 +56,10 @@ pub enum Operation {
     StepHistory,
     /// [`Store::subscribe`](crate::Store::subscribe), and the listener behind it.
     Subscribe,
+    /// [`Store::heartbeat`](crate::Store::heartbeat).
+    Heartbeat,
+    /// [`Store::remove_worker`](crate::Store::remove_worker).
+    RemoveWorker,
 }
 
 impl Operation {
@@ -83,6 +87,8 @@ impl Operation {
             Operation::ListStepAttempts => "listing step attempts",
             Operation::StepHistory => "loading step history",
             Operation::Subscribe => "listening for notifications",
+            Operation::Heartbeat => "recording a worker heartbeat",
+            Operation::RemoveWorker => "removing a worker's heartbeat",
         }
     }
 
@@ -188,6 +194,19 @@ pub enum StoreError {
         /// What could not be decoded.
         reason: String,
     },
+    /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
+    /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.
+    /// A claim never returns this: it fails such a run for good instead (see
+    /// [`Store::claim_runs`](crate::Store::claim_runs)), after which the run reads again.
+    #[error("corrupt row of workflow run {id} while {operation}: {reason}")]
+    CorruptRun {
+        /// The run.
+        id: Uuid,
+        /// What the store was doing.
+        operation: Operation,
+        /// What could not be decoded.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -197,6 +216,13 @@ impl StoreError {
             self,
             StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. }
         )
+    }
+
+    /// `true` when the database failed (a lost connection, a restart, a timeout): the
+    /// operation may be tried again. Refusals (not found, wrong state, lease lost), invalid
+    /// arguments and corrupt rows are not: trying again gives the same answer.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Database { .. })
     }
 
     /// A [`StoreError::Database`] of `operation` caused by `source`.

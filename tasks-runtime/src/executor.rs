@@ -108,7 +108,12 @@ impl Executor {
             tokio::time::Instant::now() + remaining
         });
         let input = run.input.clone().unwrap_or(Value::Null);
-        let session = RunSession::new(self.store.clone(), run_id, self.worker_id.clone());
+        let session = RunSession::new(
+            self.store.clone(),
+            run_id,
+            self.worker_id.clone(),
+            self.lease,
+        );
         let ctx = WorkflowContext::new(session.clone(), run, history, self.limits.clone());
         let _heartbeat = self.heartbeat(&session, ctx.clone());
 

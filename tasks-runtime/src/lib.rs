@@ -12,6 +12,7 @@ pub mod error;
 mod executor;
 pub mod failure;
 pub mod limits;
+mod liveness;
 mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]

@@ -7,6 +7,15 @@
 //! ([`Store::complete_run_with_steps`](crate::Store::complete_run_with_steps)). Every write
 //! of the run, and every step before it runs, writes what is held first; a timer writes it
 //! after [`HOLD_WINDOW`] if nothing else did.
+//!
+//! A write that fails because the database failed (a lost connection, a restart) is tried
+//! again with backoff for up to the run's lease ([`retrying`]) instead of abandoning the run
+//! to it: the worker is alive and still holds the run. Refusals (lease lost, wrong state,
+//! not found) are answers, not failures, and are never retried. A retried write is fenced
+//! like the first, so a write that did commit before its connection broke is refused the
+//! second time (a completion, a failure, a sleep), except a step record, which may then be
+//! stored twice: replay reads the newest attempt of a step, so a duplicate completed
+//! record changes nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,7 +47,7 @@ pub(crate) enum Halt {
     LeaseLost,
     /// The run cannot continue: fail it for good.
     Fail(ErrorRecord),
-    /// The store failed; leave the run for its lease to expire and be retried.
+    /// The store kept failing (past the session's retries); leave the run to other workers.
     Store(StoreError),
 }
 
@@ -57,11 +66,41 @@ impl Halt {
     }
 }
 
+/// First pause before a write that failed on a database error is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+
+/// Longest pause between two tries of a write.
+const LONGEST_RETRY: Duration = Duration::from_secs(2);
+
+/// Runs `write` until it succeeds or fails with anything but a transient database error
+/// ([`StoreError::is_transient`]), pausing between tries from [`FIRST_RETRY`], doubling up
+/// to [`LONGEST_RETRY`], for up to `budget` in all; then returns the last error.
+pub(crate) async fn retrying<T, F, Fut>(budget: Duration, mut write: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut pause = FIRST_RETRY;
+    loop {
+        match write().await {
+            Err(error) if error.is_transient() && started.elapsed() + pause < budget => {
+                tracing::warn!(%error, retry_in = ?pause, "a write of the run failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LONGEST_RETRY);
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// The writes of one claimed run, under its worker's lease.
 pub(crate) struct RunSession {
     store: SharedStore,
     run_id: Uuid,
     worker_id: String,
+    /// How long a write failing on database errors is tried again (the run's lease).
+    retry_for: Duration,
     /// Finished function-step attempts not written yet, with when each was held.
     held: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
     /// Held while held records are written, so that whoever writes next waits for a write
@@ -82,12 +121,19 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl RunSession {
-    /// The session of `run_id`, claimed by `worker_id`.
-    pub(crate) fn new(store: SharedStore, run_id: Uuid, worker_id: String) -> Arc<Self> {
+    /// The session of `run_id`, claimed by `worker_id`; writes failing on database errors
+    /// are tried again for up to `retry_for`.
+    pub(crate) fn new(
+        store: SharedStore,
+        run_id: Uuid,
+        worker_id: String,
+        retry_for: Duration,
+    ) -> Arc<Self> {
         Arc::new(RunSession {
             store,
             run_id,
             worker_id,
+            retry_for,
             held: Mutex::new(Vec::new()),
             writing: tokio::sync::Mutex::new(()),
             timer_scheduled: AtomicBool::new(false),
@@ -203,9 +249,11 @@ impl RunSession {
         }
         // Several only after parallel steps; their records share the store's next batch.
         let store = &self.store;
-        let writes = held
-            .into_iter()
-            .map(|(_, params)| store.record_step_attempt(params));
+        let writes = held.into_iter().map(|(_, params)| {
+            retrying(self.retry_for, move || {
+                store.record_step_attempt(params.clone())
+            })
+        });
         let mut written = Vec::new();
         let mut halt = None;
         for result in futures::future::join_all(writes).await {
@@ -236,7 +284,9 @@ impl RunSession {
 
     /// Writes a finished function-step attempt in one statement.
     pub(crate) async fn record(&self, params: RecordStepAttempt) -> Result<StepAttempt, Halt> {
-        match self.store.record_step_attempt(params).await {
+        let store = &self.store;
+        let recorded = retrying(self.retry_for, || store.record_step_attempt(params.clone()));
+        match recorded.await {
             Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
             Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
             Err(error) => Err(Halt::after(error)),
@@ -250,25 +300,28 @@ impl RunSession {
         kind: StepKind,
         config: Value,
     ) -> Result<StepAttempt, Halt> {
-        self.store
-            .create_step_attempt(CreateStepAttempt {
-                run_id: self.run_id,
-                worker_id: self.worker_id.clone(),
-                step_name: step_name.to_owned(),
-                kind,
-                config,
-                context: None,
-            })
-            .await
-            .map_err(Halt::after)
+        let params = CreateStepAttempt {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            kind,
+            config,
+            context: None,
+        };
+        retrying(self.retry_for, || {
+            self.store.create_step_attempt(params.clone())
+        })
+        .await
+        .map_err(Halt::after)
     }
 
     /// Completes a running attempt (a durable sleep that ended).
     pub(crate) async fn finish_attempt(&self, attempt_id: Uuid) -> Result<StepAttempt, Halt> {
-        let update = self
-            .store
-            .complete_step_attempt(self.run_id, attempt_id, &self.worker_id, Value::Null)
-            .await;
+        let update = retrying(self.retry_for, || {
+            self.store
+                .complete_step_attempt(self.run_id, attempt_id, &self.worker_id, Value::Null)
+        })
+        .await;
         match update {
             Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
             Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
@@ -281,28 +334,34 @@ impl RunSession {
     /// Completes the run with `output`, together with the records still held.
     pub(crate) async fn complete(&self, output: Value) -> StoreResult<WorkflowRun> {
         let steps = self.take_held().await;
-        self.store
-            .complete_run_with_steps(self.run_id, &self.worker_id, output, steps)
-            .await
+        retrying(self.retry_for, || {
+            self.store.complete_run_with_steps(
+                self.run_id,
+                &self.worker_id,
+                output.clone(),
+                steps.clone(),
+            )
+        })
+        .await
     }
 
     /// Records a failed attempt of the run: retried by its policy unless `force`.
     pub(crate) async fn fail(&self, record: &ErrorRecord, force: bool) -> StoreResult<WorkflowRun> {
-        self.store
-            .fail_run(FailRun {
-                run_id: self.run_id,
-                worker_id: self.worker_id.clone(),
-                error: record.to_json(),
-                force,
-            })
-            .await
+        let params = FailRun {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            error: record.to_json(),
+            force,
+        };
+        retrying(self.retry_for, || self.store.fail_run(params.clone())).await
     }
 
     /// Parks the run until `until`.
     pub(crate) async fn sleep(&self, until: DateTime<Utc>) -> StoreResult<WorkflowRun> {
-        self.store
-            .sleep_run(self.run_id, &self.worker_id, until)
-            .await
+        retrying(self.retry_for, || {
+            self.store.sleep_run(self.run_id, &self.worker_id, until)
+        })
+        .await
     }
 
     /// Extends the run's lease to `lease` from now.
@@ -310,5 +369,60 @@ impl RunSession {
         self.store
             .extend_lease(self.run_id, &self.worker_id, lease)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+
+    fn database_error() -> StoreError {
+        StoreError::database(crate::error::Operation::CompleteRun, "connection reset")
+    }
+
+    #[tokio::test]
+    async fn database_errors_are_retried_until_the_write_goes_through() {
+        let tries = AtomicU32::new(0);
+        let outcome = retrying(Duration::from_secs(30), || async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0..3 => Err(database_error()),
+                _ => Ok("written"),
+            }
+        })
+        .await;
+        assert_eq!(outcome.ok(), Some("written"));
+        assert_eq!(tries.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn refusals_are_not_retried() {
+        let tries = AtomicU32::new(0);
+        let outcome: StoreResult<()> = retrying(Duration::from_secs(30), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(StoreError::LeaseLost {
+                id: Uuid::nil(),
+                worker_id: "w".into(),
+            })
+        })
+        .await;
+        assert!(matches!(outcome, Err(StoreError::LeaseLost { .. })));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_the_budget() {
+        let started = tokio::time::Instant::now();
+        let tries = AtomicU32::new(0);
+        let outcome: StoreResult<()> = retrying(Duration::from_millis(300), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err(database_error())
+        })
+        .await;
+        assert!(matches!(outcome, Err(StoreError::Database { .. })));
+        assert!(started.elapsed() < Duration::from_millis(300));
+        // Tried at 0, 50 and 150 ms; the next pause would end past the budget.
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
     }
 }

@@ -571,10 +571,11 @@ pub struct ClaimedRun {
 ///
 /// Errors common to every method: [`StoreError::Database`] when the database failed (the
 /// operation may or may not have been applied only where the method says so; a single
-/// fenced write either applied fully or not at all), and [`StoreError::Corrupt`] when a row
-/// could not be decoded, and [`StoreError::Limit`] for a value past the
-/// [`limits`] (checked before the database sees anything, with the `check` method of the
-/// parameters or the functions of [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
+/// fenced write either applied fully or not at all), [`StoreError::CorruptRun`] (or
+/// [`StoreError::Corrupt`] when the row's id is unknown) when a row could not be decoded,
+/// and [`StoreError::Limit`] for a value past the [`limits`] (checked before the database
+/// sees anything, with the `check` method of the parameters or the functions of
+/// [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
 /// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
 /// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
 /// is not running; they never change a run they refused.
@@ -609,9 +610,17 @@ pub trait Store: Send + Sync + 'static {
     /// Fails runs whose deadline passed (with a non-retryable `deadline` error; no wake-up is
     /// sent for them), then claims up to `limit` available runs for `worker_id` with a lease of
     /// `lease`: pending runs first, then runs whose lease expired or whose sleep ended, each
-    /// group by `available_at` then `created_at`. A claim counts an attempt, except waking
-    /// from a sleep, which continues the attempt. Concurrent claims never return the same
-    /// run. The claimed runs are returned oldest (by `created_at`) first.
+    /// group by `available_at` then `created_at`, then running runs of *another* worker whose
+    /// heartbeat row is stale (see [`Store::heartbeat`]; by the store's clock), before their
+    /// lease expires. A claim counts an attempt, except waking from a sleep, which continues
+    /// the attempt. Concurrent claims never return the same run. The claimed runs are
+    /// returned oldest (by `created_at`) first.
+    ///
+    /// A claimed run whose stored row cannot be decoded (a "poison row": JSON that the
+    /// decoder refuses, say) is not returned and does not fail the claim: it is failed for
+    /// good, fenced on this claim, with a non-retryable error of kind `corrupt` that names
+    /// the run, and its undecodable JSON columns are moved into that error as text under
+    /// `quarantined` (so the row reads again), then announced as finished.
     async fn claim_runs(
         &self,
         worker_id: &str,
@@ -751,6 +760,23 @@ pub trait Store: Send + Sync + 'static {
     /// Subscribes to the notifications of this store's namespace. Dropped connections are
     /// reconnected behind the stream, which then yields [`Notification::Missed`].
     async fn subscribe(&self) -> StoreResult<NotificationStream>;
+
+    /// Records that `worker_id` is alive: writes its heartbeat row in this namespace (one
+    /// row per worker, whatever number of runs it holds), stale `stale_after` from now by
+    /// the store's clock. While the row is stale, [`Store::claim_runs`] of other workers
+    /// takes the runs the worker holds; once they are taken, every write of the worker on
+    /// them fails with [`StoreError::LeaseLost`]. A worker that never beats keeps the
+    /// lease-only behaviour. `stale_after` of zero makes the row stale at once (a worker
+    /// giving its runs up).
+    ///
+    /// The same write forgets the stale rows of this namespace whose workers hold no running
+    /// run any more (their runs were all claimed).
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()>;
+
+    /// Deletes the heartbeat row of `worker_id` in this namespace (a worker that shut down
+    /// gracefully): the runs it may still hold are left to their leases. Removing a worker
+    /// without a row does nothing.
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -124,11 +124,80 @@ pub(crate) const CLAIM_PENDING: Transition = Transition {
     announce: Announce::Nothing,
 };
 
-/// Claims runs whose lease expired (their worker died) or whose sleep is over.
+/// Claims runs whose lease expired (their worker died) or whose sleep is over; with
+/// [`CLAIM_ORPHANED`], also running runs whose worker's heartbeat went stale. Claims take
+/// these after pending runs.
 pub(crate) const CLAIM_DUE: Transition = Transition {
     from: &[Running, Sleeping],
     ..CLAIM_PENDING
 };
+
+/// The second half of [`CLAIM_DUE`]: running runs held by a worker whose heartbeat row is
+/// stale (see [`stale_workers`]), claimable before their lease expires. A worker without
+/// a heartbeat row is never stale: its runs wait for their lease. The claiming worker never
+/// takes its own runs this way (it is executing them), and the claim writes its own worker
+/// id, so every later write of the stale worker misses the fence ([`StoreError::LeaseLost`]).
+pub(crate) const CLAIM_ORPHANED: Transition = Transition {
+    from: &[Running],
+    ..CLAIM_PENDING
+};
+
+/// Fails for good a run the claiming worker just took whose stored row cannot be decoded (a
+/// "poison row"): its undecodable JSON columns are moved, as text, into the error record
+/// ([`quarantine_error`]), so the row reads again and the claim goes on with the others.
+/// Fenced like a worker's own write: only while the run is running under the claimer.
+pub(crate) const QUARANTINE: Transition = Transition {
+    announce: Announce::Finished,
+    ..Transition::leased(Operation::ClaimRuns)
+};
+
+/// The JSON columns of a run that a quarantine may move into the error record, with what
+/// the column is reset to: `config` is required (an empty object), the others become SQL
+/// NULL. Our own constants, rendered into statements.
+pub(crate) const JSON_COLUMNS: &[(&str, &str)] = &[
+    ("config", "'{}'"),
+    ("context", "NULL"),
+    ("input", "NULL"),
+    ("output", "NULL"),
+    ("error", "NULL"),
+];
+
+/// The stale workers of a namespace, in SQL: `SELECT worker_id` of the heartbeat rows in
+/// `workers_table` of namespace `namespace` (a placeholder) whose `stale_at` is at or before
+/// `now` (a SQL expression: the database clock). Both stores' claims take running runs whose
+/// `worker_id` is in this set ([`CLAIM_ORPHANED`]).
+///
+/// Every heartbeat forgets the stale rows of its namespace whose worker holds no running run
+/// any more ([`forgettable_workers`]): a stale row lives only until the dead worker's runs
+/// are claimed, so the set stays as small as the number of workers that just died.
+pub(crate) fn stale_workers(workers_table: &str, namespace: &str, now: &str) -> String {
+    format!(
+        "SELECT w.worker_id FROM {workers_table} w
+          WHERE w.namespace = {namespace} AND w.stale_at <= {now}"
+    )
+}
+
+/// The condition, in SQL, under which the heartbeat row aliased `w` may be forgotten: it is
+/// stale at `now` and its worker holds no running run in `runs_table`.
+pub(crate) fn forgettable_workers(runs_table: &str, now: &str) -> String {
+    format!(
+        "w.stale_at <= {now} AND NOT EXISTS (
+             SELECT 1 FROM {runs_table} wr
+              WHERE wr.namespace = w.namespace AND wr.worker_id = w.worker_id AND {running})",
+        running = status_in("wr.", CLAIM_ORPHANED.from),
+    )
+}
+
+/// The error a quarantine records on a run whose stored row cannot be decoded; the store
+/// adds the moved columns under `quarantined`.
+pub(crate) fn quarantine_error(run_id: Uuid, reason: &str) -> Value {
+    serde_json::json!({
+        "message": format!("the stored row of workflow run {run_id} cannot be decoded: {reason}"),
+        "kind": "corrupt",
+        "retryable": false,
+        "run_id": run_id,
+    })
+}
 
 /// Fails runs whose deadline passed before they finished (done by every claim). It
 /// announces nothing yet: the claim statements do not return the runs they expire, so a

@@ -16,6 +16,7 @@ use crate::context::ExecutionLimits;
 use crate::error::StoreError;
 use crate::executor::{Executor, Outcome};
 use crate::failure::ErrorRecord;
+use crate::liveness::Liveness;
 use crate::model::WorkflowRun;
 use crate::registry::{Registry, RegistryError};
 use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
@@ -89,6 +90,8 @@ pub struct WorkerBuilder {
     park_threshold: Duration,
     unknown_workflow: UnknownWorkflowPolicy,
     worker_id: Option<String>,
+    heartbeat_interval: Duration,
+    heartbeat_timeout: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -100,10 +103,33 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a claim lasts without a heartbeat (default 30 s). Heartbeats run every half
-    /// lease.
+    /// How long a claim lasts without being extended (default 30 s); the worker extends the
+    /// lease of each run it executes every half lease. Leases are the fallback of
+    /// [heartbeats](WorkerBuilder::heartbeat_interval): the runs of a worker that died are
+    /// claimed when its heartbeat goes stale, or at the latest when their leases expire.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// How often the worker writes its heartbeat row (default 1 s): one write per worker,
+    /// whatever number of runs it holds ([`Store::heartbeat`](crate::Store::heartbeat)).
+    /// When the row has not been rewritten for the
+    /// [heartbeat timeout](WorkerBuilder::heartbeat_timeout), other workers presume this one
+    /// dead and claim its runs. The task that writes it belongs to the worker: it stops with
+    /// the worker, and a graceful shutdown removes the row.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// How long after its last heartbeat the worker is presumed dead, by the database clock
+    /// (default three heartbeat intervals: 3 s). Its runs are then claimable by other
+    /// workers, and every later write of this worker on a run taken over is refused. Must be
+    /// longer than the heartbeat interval; a longer timeout tolerates longer database
+    /// hiccups and pauses, at the price of slower recovery.
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = Some(timeout);
         self
     }
 
@@ -127,8 +153,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long shutdown waits for in-flight runs before abandoning them to their leases
-    /// (default 30 s).
+    /// How long shutdown waits for in-flight runs before abandoning them (default 30 s):
+    /// the worker then marks its heartbeat row stale, so other workers take them at once.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
         self
@@ -179,6 +205,20 @@ impl WorkerBuilder {
                 "poll interval bounds must satisfy 0 < min <= max".into(),
             ));
         }
+        if self.heartbeat_interval < Duration::from_millis(10) {
+            return Err(WorkerError::InvalidSetting(
+                "heartbeat interval must be at least 10 ms".into(),
+            ));
+        }
+        let stale_after = self.heartbeat_timeout.unwrap_or(
+            self.heartbeat_interval
+                .saturating_mul(crate::liveness::DEFAULT_STALE_INTERVALS),
+        );
+        if stale_after <= self.heartbeat_interval {
+            return Err(WorkerError::InvalidSetting(
+                "heartbeat timeout must be longer than the heartbeat interval".into(),
+            ));
+        }
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
@@ -190,6 +230,12 @@ impl WorkerBuilder {
         let worker_id = self.worker_id.unwrap_or_else(|| Uuid::new_v4().to_string());
         Ok(Worker {
             inner: Arc::new(WorkerInner {
+                liveness: Liveness {
+                    store: store.clone(),
+                    worker_id: worker_id.clone(),
+                    interval: self.heartbeat_interval,
+                    stale_after,
+                },
                 executor: Executor {
                     store: store.clone(),
                     worker_id,
@@ -220,6 +266,7 @@ pub struct Worker {
 
 struct WorkerInner {
     store: SharedStore,
+    liveness: Liveness,
     executor: Executor,
     registry: Registry,
     concurrency: usize,
@@ -263,7 +310,8 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A builder with the defaults: concurrency 10, lease 30 s, polling 50 ms–1 s, grace 30 s.
+    /// A builder with the defaults: concurrency 10, lease 30 s, heartbeat every 1 s (stale
+    /// after 3 s), polling 50 ms–1 s, grace 30 s.
     pub fn builder(store: impl Into<SharedStore>) -> WorkerBuilder {
         WorkerBuilder {
             store: store.into(),
@@ -278,6 +326,8 @@ impl Worker {
             park_threshold: Duration::from_secs(5),
             unknown_workflow: UnknownWorkflowPolicy::default(),
             worker_id: None,
+            heartbeat_interval: crate::liveness::DEFAULT_INTERVAL,
+            heartbeat_timeout: None,
         }
     }
 
@@ -321,7 +371,9 @@ impl Worker {
 
     /// Claims and executes runs until `shutdown` is cancelled. Then it stops claiming,
     /// waits up to the grace period for in-flight runs, and abandons the rest without
-    /// writing anything: their leases expire and other workers replay them.
+    /// writing to them: it marks its heartbeat row stale, so other workers replay them at
+    /// once (or when their leases expire). A worker that stopped with nothing in flight
+    /// removes its heartbeat row.
     pub async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
         tracing::info!(
@@ -338,6 +390,8 @@ impl Worker {
         let abandon = CancellationToken::new();
         let mut notifications = self.subscribe().await;
         let mut idle = inner.poll_min;
+        // Beats until every run in flight has finished or been abandoned.
+        let beating = inner.liveness.start().await;
 
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
@@ -413,17 +467,18 @@ impl Worker {
             in_flight = tracker.len(),
             "worker stopping; waiting for in-flight runs"
         );
-        if tokio::time::timeout(inner.shutdown_grace, tracker.wait())
+        let abandoned = tokio::time::timeout(inner.shutdown_grace, tracker.wait())
             .await
-            .is_err()
-        {
+            .is_err();
+        if abandoned {
             tracing::warn!(
                 abandoned = tracker.len(),
-                "grace period over; abandoning in-flight runs to their leases"
+                "grace period over; abandoning in-flight runs to other workers"
             );
             abandon.cancel();
             tracker.wait().await;
         }
+        inner.liveness.stop(beating, abandoned).await;
         tracing::info!("worker stopped");
     }
 

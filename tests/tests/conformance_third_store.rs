@@ -160,6 +160,14 @@ impl Store for Counting {
     async fn subscribe(&self) -> StoreResult<NotificationStream> {
         self.inner.subscribe().await
     }
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.write().heartbeat(worker_id, stale_after).await
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        self.write().remove_worker(worker_id).await
+    }
 }
 
 /// A counting store over a fresh SQLite namespace.

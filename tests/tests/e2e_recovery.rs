@@ -244,7 +244,323 @@ async fn runs_shared_by_several_workers_complete_exactly_once(backend: Backend) 
     );
 }
 
+/// Runs held by a worker process that is SIGKILLed are claimed by another worker within
+/// seconds (its heartbeat goes stale), far sooner than their 30 s leases.
+async fn a_killed_workers_runs_are_reclaimed_within_seconds(backend: Backend) {
+    const RUNS: usize = 3;
+    let store = backend.store().await;
+    let _effects = effects_pool().await;
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let run = store
+            .create_run(CreateRun {
+                input: Some(json!({
+                    "effects_database_url": tasks_tests::database_url(),
+                    "steps": 200,
+                    "step_millis": 50,
+                })),
+                ..CreateRun::new("test-effects")
+            })
+            .await
+            .unwrap();
+        runs.push(run.id);
+    }
+    let mut first = spawn_worker(&store.url(), store.namespace(), 30_000);
+    let holder: String = eventually!(Duration::from_secs(30), {
+        let mut holders = HashSet::new();
+        let mut running = true;
+        for id in &runs {
+            let run = store.get_run(*id).await.unwrap().unwrap();
+            running &= run.status == RunStatus::Running;
+            holders.insert(run.worker_id);
+        }
+        if running && holders.len() == 1 {
+            holders.into_iter().next().flatten()
+        } else {
+            None
+        }
+    });
+    // The rescuer is up and idle before the kill, as in production.
+    let _second = spawn_worker(&store.url(), store.namespace(), 30_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.0.kill().expect("SIGKILL the first worker");
+    let killed = std::time::Instant::now();
+    first.0.wait().unwrap();
+    eventually!(Duration::from_secs(20), {
+        let mut all = true;
+        for id in &runs {
+            let run = store.get_run(*id).await.unwrap().unwrap();
+            all &= run.status == RunStatus::Running && run.worker_id != Some(holder.clone());
+        }
+        all.then_some(())
+    });
+    let reclaim = killed.elapsed();
+    eprintln!("kill -> reclaim of {RUNS} runs: {reclaim:?}");
+    assert!(
+        reclaim < Duration::from_secs(15),
+        "reclaimed after {reclaim:?}, not well under the 30 s lease"
+    );
+}
+
+/// A store that fails the first `failures` writes a worker makes for its runs with a
+/// database error, as during a database restart, then passes everything through.
+struct Flaky {
+    inner: tasks::SharedStore,
+    failures: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Flaky {
+    fn fail(&self, operation: tasks::Operation) -> tasks::StoreResult<()> {
+        let left = self.failures.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |left| left.checked_sub(1),
+        );
+        match left {
+            Ok(_) => Err(tasks::StoreError::database(
+                operation,
+                "injected: connection reset by peer",
+            )),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl tasks::Store for Flaky {
+    fn namespace(&self) -> &str {
+        self.inner.namespace()
+    }
+    fn scoped(&self, namespace: &str) -> tasks::SharedStore {
+        tasks::SharedStore::new(Flaky {
+            inner: self.inner.scoped(namespace),
+            failures: self.failures.clone(),
+        })
+    }
+    async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.create_run(params).await
+    }
+    async fn get_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Option<tasks::WorkflowRun>> {
+        self.inner.get_run(run_id).await
+    }
+    async fn list_runs(
+        &self,
+        params: ListRuns,
+    ) -> tasks::StoreResult<tasks::Page<tasks::WorkflowRun>> {
+        self.inner.list_runs(params).await
+    }
+    async fn claim_runs(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> tasks::StoreResult<Vec<tasks::ClaimedRun>> {
+        self.inner.claim_runs(worker_id, lease, limit).await
+    }
+    async fn extend_lease(
+        &self,
+        run_id: uuid::Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.extend_lease(run_id, worker_id, lease).await
+    }
+    async fn sleep_run(
+        &self,
+        run_id: uuid::Uuid,
+        worker_id: &str,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::Operation::SleepRun)?;
+        self.inner.sleep_run(run_id, worker_id, until).await
+    }
+    async fn complete_run(
+        &self,
+        run_id: uuid::Uuid,
+        worker_id: &str,
+        output: serde_json::Value,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::Operation::CompleteRun)?;
+        self.inner.complete_run(run_id, worker_id, output).await
+    }
+    async fn complete_run_with_steps(
+        &self,
+        run_id: uuid::Uuid,
+        worker_id: &str,
+        output: serde_json::Value,
+        steps: Vec<tasks::RecordStepAttempt>,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::Operation::CompleteRun)?;
+        self.inner
+            .complete_run_with_steps(run_id, worker_id, output, steps)
+            .await
+    }
+    async fn fail_run(&self, params: tasks::FailRun) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::Operation::FailRun)?;
+        self.inner.fail_run(params).await
+    }
+    async fn release_run(
+        &self,
+        run_id: uuid::Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: serde_json::Value,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner
+            .release_run(run_id, worker_id, delay, reason)
+            .await
+    }
+    async fn cancel_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.cancel_run(run_id).await
+    }
+    async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.pause_run(run_id).await
+    }
+    async fn resume_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.resume_run(run_id).await
+    }
+    async fn create_step_attempt(
+        &self,
+        params: tasks::CreateStepAttempt,
+    ) -> tasks::StoreResult<tasks::StepAttempt> {
+        self.fail(tasks::Operation::CreateStepAttempt)?;
+        self.inner.create_step_attempt(params).await
+    }
+    async fn get_step_attempt(
+        &self,
+        step_attempt_id: uuid::Uuid,
+    ) -> tasks::StoreResult<Option<tasks::StepAttempt>> {
+        self.inner.get_step_attempt(step_attempt_id).await
+    }
+    async fn list_step_attempts(
+        &self,
+        params: tasks::ListStepAttempts,
+    ) -> tasks::StoreResult<tasks::Page<tasks::StepAttempt>> {
+        self.inner.list_step_attempts(params).await
+    }
+    async fn step_history(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::StoreResult<Vec<tasks::StepAttempt>> {
+        self.inner.step_history(run_id).await
+    }
+    async fn complete_step_attempt(
+        &self,
+        run_id: uuid::Uuid,
+        step_attempt_id: uuid::Uuid,
+        worker_id: &str,
+        output: serde_json::Value,
+    ) -> tasks::StoreResult<tasks::StepUpdate> {
+        self.fail(tasks::Operation::CompleteStepAttempt)?;
+        self.inner
+            .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
+            .await
+    }
+    async fn record_step_attempt(
+        &self,
+        params: tasks::RecordStepAttempt,
+    ) -> tasks::StoreResult<tasks::StepUpdate> {
+        self.fail(tasks::Operation::RecordStepAttempt)?;
+        self.inner.record_step_attempt(params).await
+    }
+    async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
+        self.inner.subscribe().await
+    }
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> tasks::StoreResult<()> {
+        self.inner.heartbeat(worker_id, stale_after).await
+    }
+    async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
+        self.inner.remove_worker(worker_id).await
+    }
+}
+
+/// A worker whose run's writes fail on database errors (a restart) tries them again and
+/// finishes the run itself, instead of leaving it to its (here 60 s) lease.
+async fn a_worker_retries_its_writes_through_database_errors(backend: Backend) {
+    let store = backend.store().await;
+    let failures = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(5));
+    let flaky = tasks::SharedStore::new(Flaky {
+        inner: store.shared(),
+        failures: failures.clone(),
+    });
+    let client = tasks::Client::new(flaky.clone()).unwrap();
+    let handle = many::start(&client, 10).await.unwrap();
+    let worker = tasks::Worker::builder(flaky)
+        .lease(Duration::from_secs(60))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .spawn();
+    let output = handle
+        .result_within(Duration::from_secs(20))
+        .await
+        .expect("the run completes without waiting for its lease");
+    worker.shutdown().await;
+    assert_eq!(output, 33);
+    assert_eq!(
+        failures.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every failure was injected"
+    );
+    let run = store.get_run(handle.id()).await.unwrap().unwrap();
+    assert_eq!(run.attempts, 1, "one worker, one attempt");
+    for k in 0..3 {
+        assert_eq!(calls(handle.id(), &format!("work:{}", 10 + k)), 1);
+    }
+}
+
+/// A run whose stored row cannot be decoded (a poison row) is failed with an error naming
+/// it, while the worker drains the other runs; listings name it while it is corrupt and
+/// read again once it was failed.
+async fn a_poison_row_is_failed_and_the_others_complete(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let mut handles = Vec::new();
+    for n in 0..6 {
+        handles.push(many::start(&client, 100 + n).await.unwrap());
+    }
+    let poison = handles[2].id();
+    store.poison_input(poison).await;
+    match store.list_runs(ListRuns::default()).await {
+        Err(tasks::StoreError::CorruptRun { id, .. }) => assert_eq!(id, poison),
+        other => panic!("expected the listing to name the corrupt run, got {other:?}"),
+    }
+    let worker = worker(&store).build().unwrap().spawn();
+    for (i, handle) in handles.iter().enumerate() {
+        if i != 2 {
+            handle.result_within(Duration::from_secs(20)).await.unwrap();
+        }
+    }
+    let failed = eventually!(Duration::from_secs(10), {
+        let run = store.get_run(poison).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    worker.shutdown().await;
+    assert_eq!(failed.status, RunStatus::Failed);
+    let error = failed.error.expect("an error record");
+    assert_eq!(error["kind"], "corrupt");
+    assert_eq!(error["retryable"], false);
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(&poison.to_string()), "{message}");
+    assert!(error["quarantined"]["input"].is_string(), "{error}");
+    assert_eq!(
+        failed.input, None,
+        "the undecodable input was moved into the error"
+    );
+    let page = store.list_runs(ListRuns::default()).await.unwrap();
+    assert_eq!(page.data.len(), 6);
+    let completed = page
+        .data
+        .iter()
+        .filter(|run| run.status == RunStatus::Completed)
+        .count();
+    assert_eq!(completed, 5);
+}
+
 both_backends!(
     a_killed_worker_is_replaced_and_no_completed_step_runs_again,
     runs_shared_by_several_workers_complete_exactly_once,
+    a_killed_workers_runs_are_reclaimed_within_seconds,
+    a_worker_retries_its_writes_through_database_errors,
+    a_poison_row_is_failed_and_the_others_complete,
 );

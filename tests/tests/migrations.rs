@@ -87,7 +87,12 @@ async fn check_migrations(database: &str) {
     .unwrap();
     assert_eq!(
         tables,
-        ["schema_migrations", "step_attempts", "workflow_runs"],
+        [
+            "schema_migrations",
+            "step_attempts",
+            "workers",
+            "workflow_runs"
+        ],
         "tables of the tasks schema"
     );
 

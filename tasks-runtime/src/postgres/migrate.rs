@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim indexes",
         sql: include_str!("../../migrations/postgres/0003_claim_indexes.sql"),
     },
+    Migration {
+        version: 4,
+        name: "workers",
+        sql: include_str!("../../migrations/postgres/0004_workers.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

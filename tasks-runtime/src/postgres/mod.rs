@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 
-use crate::error::{Operation, StoreResult, db};
+use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
@@ -27,14 +27,15 @@ use crate::store::{
     SharedStore, StepUpdate, Store, complete_separately,
 };
 use crate::transition::{
-    CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE, EXTEND_LEASE,
-    FAIL, MARKABLE_STEP, PAUSE, RECORD_STEP, RELEASE, RESUME, SLEEP, Transition, deadline_error,
-    explain_step_miss, interrupted, retry_after, status_in, step_status_in,
+    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
+    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, QUARANTINE, RECORD_STEP, RELEASE,
+    RESUME, SLEEP, Transition, deadline_error, explain_step_miss, forgettable_workers, interrupted,
+    quarantine_error, retry_after, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
-use rows::{ClaimRow, RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_claimed, decode_run};
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
 /// another size.
@@ -181,7 +182,7 @@ impl PgStore {
     /// Stops the store's background tasks and waits for them to end. They are shared by
     /// every clone and namespace of the store, so close it when nothing uses it any more:
     /// afterwards its batched writes and subscriptions fail with
-    /// [`StoreError::Database`](crate::StoreError::Database) and it sends no wake-ups.
+    /// [`StoreError::Database`] and it sends no wake-ups.
     /// The pool stays open (see [`PgPool::close`]).
     pub async fn close(&self) {
         self.background.close().await;
@@ -195,13 +196,13 @@ impl PgStore {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2"
         );
-        sqlx::query_as::<_, RunRow>(&sql)
+        sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await
             .map_err(db(operation))?
-            .map(|row| row.into_run(operation))
+            .map(|row| decode_run(&row, operation))
             .transpose()
     }
 
@@ -224,7 +225,7 @@ impl PgStore {
           RETURNING {RUN_COLUMNS}",
             fence = transition.fence("", "$3"),
         );
-        let query = sqlx::query_as::<_, RunRow>(&sql)
+        let query = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
             .bind(worker_id.map(str::to_owned));
@@ -234,7 +235,7 @@ impl PgStore {
             .map_err(db(transition.operation))?;
         match updated {
             Some(row) => {
-                let run = row.into_run(transition.operation)?;
+                let run = decode_run(&row, transition.operation)?;
                 self.announce_now(transition, &run).await;
                 Ok(run)
             }
@@ -279,6 +280,59 @@ impl PgStore {
             .await;
         if let Err(error) = sent {
             tracing::warn!(%error, "could not send a wake-up; workers and waiters will find the run by polling");
+        }
+    }
+
+    /// Fails for good run `run_id`, just claimed by `worker_id`, whose row did not decode
+    /// ([`QUARANTINE`]): its undecodable JSON `columns` are moved into the error record as
+    /// text and reset, so the row reads again. A failure is logged, not returned: the claim
+    /// goes on with the other runs, and the run's lease brings it back.
+    async fn quarantine(&self, run_id: Uuid, worker_id: &str, reason: &str, columns: &[&str]) {
+        tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
+        // Every right-hand side reads the row as it was; `error` is replaced in any case.
+        let mut moved = Vec::new();
+        let mut set = String::from(
+            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = now(), \
+             updated_at = now()",
+        );
+        for (column, empty) in JSON_COLUMNS {
+            if columns.contains(column) {
+                moved.push(format!("'{column}', {column}::text"));
+                if *column != "error" {
+                    set.push_str(&format!(", {column} = {empty}"));
+                }
+            }
+        }
+        let sql = format!(
+            "UPDATE tasks.workflow_runs
+                SET {set}, error = $4::jsonb
+                        || jsonb_build_object('quarantined', jsonb_build_object({moved}))
+              WHERE namespace = $1 AND id = $2 AND {fence}",
+            moved = moved.join(", "),
+            fence = QUARANTINE.fence("", "$3"),
+        );
+        let error = quarantine_error(run_id, reason);
+        let failed = sqlx::query(&sql)
+            .bind(&*self.namespace)
+            .bind(run_id)
+            .bind(worker_id)
+            .bind(error)
+            .execute(&self.pool)
+            .await;
+        match failed {
+            Ok(done) if done.rows_affected() > 0 => {
+                self.notify_now(&Notification::RunFinished {
+                    namespace: self.namespace.to_string(),
+                    run_id,
+                })
+                .await;
+            }
+            Ok(_) => {
+                tracing::warn!(run.id = %run_id, "the corrupt run changed before it could be failed")
+            }
+            Err(error) => {
+                tracing::warn!(run.id = %run_id, %error, "could not fail a corrupt run; its lease will bring it back")
+            }
         }
     }
 
@@ -353,6 +407,21 @@ fn claim_runs_sql() -> &'static str {
                  ORDER BY available_at, created_at
                  LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
+             ),
+             -- Then running runs of other workers whose heartbeat went stale, before their
+             -- leases expire: found from the (few) stale workers of the namespace through
+             -- the index on running runs by worker (an array, so the planner probes that
+             -- index instead of joining every running run of the namespace).
+             orphaned AS (
+                SELECT ctid FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND {orphaned} AND worker_id <> $2
+                   AND worker_id = ANY(ARRAY({stale}))
+                   -- Expired leases are the due group's.
+                   AND available_at > now()
+                   AND (deadline_at IS NULL OR deadline_at > now())
+                 ORDER BY available_at, created_at
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
+                 FOR UPDATE SKIP LOCKED
              )
              UPDATE tasks.workflow_runs wr
                 SET status = 'running', worker_id = $2,
@@ -366,11 +435,14 @@ fn claim_runs_sql() -> &'static str {
               -- statistics are stale, once per claimed row. A row a concurrent writer
               -- changed after this statement's snapshot is locked but not updated: it is
               -- simply not claimed this time.
-              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due))
+              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
+                                        UNION ALL SELECT ctid FROM orphaned))
           RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now()) AS first_execution",
             expire = status_in("", EXPIRE.from),
             pending = status_in("", CLAIM_PENDING.from),
             due = status_in("", CLAIM_DUE.from),
+            orphaned = status_in("", CLAIM_ORPHANED.from),
+            stale = stale_workers("tasks.workers", "$1", "now()"),
             returning = prefixed("wr", RUN_COLUMNS)
         )
     });
@@ -399,7 +471,7 @@ pub mod __bench {
     }
 }
 
-type RunQuery<'q> = sqlx::query::QueryAs<'q, Postgres, RunRow, sqlx::postgres::PgArguments>;
+type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
 fn prefixed(alias: &str, columns: &str) -> String {
@@ -527,11 +599,11 @@ impl Store for PgStore {
         ));
         query.push_bind(i64::from(page.limit) + 1);
         let rows = query
-            .build_query_as::<RunRow>()
+            .build()
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        let runs = rows::runs(rows, OPERATION)?;
+        let runs = rows::runs(&rows, OPERATION)?;
         Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
@@ -546,7 +618,7 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query_as::<_, ClaimRow>(claim_runs_sql())
+        let rows = sqlx::query(claim_runs_sql())
             .bind(&*self.namespace)
             .bind(worker_id)
             .bind(millis(lease))
@@ -555,10 +627,18 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        let mut runs = rows
-            .into_iter()
-            .map(|row| row.into_claimed(OPERATION))
-            .collect::<StoreResult<Vec<_>>>()?;
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match decode_claimed(row, OPERATION) {
+                Ok(claimed) => runs.push(claimed),
+                // A poison row must not strand the batch: fail it and go on with the others.
+                Err(StoreError::CorruptRun { id, reason, .. }) => {
+                    self.quarantine(id, worker_id, &reason, &rows::undecodable_json(row))
+                        .await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
         // Oldest first, so callers start work in the order it was queued.
         runs.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
         Ok(runs)
@@ -668,7 +748,7 @@ impl Store for PgStore {
             fence = FAIL.fence("wr.", "$3"),
             returning = prefixed("wr", RUN_COLUMNS),
         );
-        let updated = sqlx::query_as::<_, RunRow>(&sql)
+        let updated = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
             .bind(worker_id)
@@ -680,7 +760,7 @@ impl Store for PgStore {
             .map_err(db(FAIL.operation))?;
         match updated {
             Some(row) => {
-                let run = row.into_run(FAIL.operation)?;
+                let run = decode_run(&row, FAIL.operation)?;
                 self.announce_now(&FAIL, &run).await;
                 Ok(run)
             }
@@ -957,5 +1037,42 @@ impl Store for PgStore {
 
     async fn subscribe(&self) -> StoreResult<NotificationStream> {
         self.hub.subscribe(self.namespace.to_string()).await
+    }
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        const OPERATION: Operation = Operation::Heartbeat;
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                // One statement: forget the namespace's dead workers whose runs were all
+                // claimed, then write this one's row.
+                "WITH forgotten AS (
+                    DELETE FROM tasks.workers w
+                     WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
+                 )
+                 INSERT INTO tasks.workers (namespace, worker_id, beat_at, stale_at)
+                 VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
+                 ON CONFLICT (namespace, worker_id)
+                 DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
+                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
+            )
+        });
+        sqlx::query(&SQL)
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .bind(millis(stale_after))
+            .execute(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        Ok(())
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db(Operation::RemoveWorker))?;
+        Ok(())
     }
 }

@@ -2,11 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{ClaimedRun, status_of, step_status_of};
+use crate::transition::JSON_COLUMNS;
 
 /// Columns of `workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
@@ -44,8 +47,57 @@ pub(crate) struct RunRow {
     updated_at: DateTime<Utc>,
 }
 
+/// Decodes a run from a returned row; a row that does not decode (JSON the decoder refuses,
+/// an unknown status) is a [`StoreError::CorruptRun`] naming the run.
+pub(crate) fn decode_run(row: &PgRow, operation: Operation) -> StoreResult<WorkflowRun> {
+    RunRow::from_row(row)
+        .map_err(|error| corrupt_row(row, operation, error))?
+        .into_run(operation)
+}
+
+/// Decodes a claimed run from a row of the claim statement, like [`decode_run`].
+pub(crate) fn decode_claimed(row: &PgRow, operation: Operation) -> StoreResult<ClaimedRun> {
+    ClaimRow::from_row(row)
+        .map_err(|error| corrupt_row(row, operation, error))?
+        .into_claimed(operation)
+}
+
+/// The JSON columns of a run row that do not decode (see [`JSON_COLUMNS`]).
+pub(crate) fn undecodable_json(row: &PgRow) -> Vec<&'static str> {
+    JSON_COLUMNS
+        .iter()
+        .map(|(column, _)| *column)
+        .filter(|column| row.try_get::<Option<Value>, _>(*column).is_err())
+        .collect()
+}
+
+fn corrupt_row(row: &PgRow, operation: Operation, error: sqlx::Error) -> StoreError {
+    let reason = error.to_string();
+    match row.try_get::<Uuid, _>("id") {
+        Ok(id) => StoreError::CorruptRun {
+            id,
+            operation,
+            reason,
+        },
+        Err(_) => StoreError::Corrupt { operation, reason },
+    }
+}
+
 impl RunRow {
     pub(crate) fn into_run(self, operation: Operation) -> StoreResult<WorkflowRun> {
+        let id = self.id;
+        self.into_run_unnamed(operation)
+            .map_err(|error| match error {
+                StoreError::Corrupt { operation, reason } => StoreError::CorruptRun {
+                    id,
+                    operation,
+                    reason,
+                },
+                other => other,
+            })
+    }
+
+    fn into_run_unnamed(self, operation: Operation) -> StoreResult<WorkflowRun> {
         Ok(WorkflowRun {
             status: status_of(&self.status, operation)?,
             namespace: self.namespace,
@@ -144,10 +196,8 @@ fn json_null_to_none(value: Option<Value>) -> Option<Value> {
     value.filter(|v| !v.is_null())
 }
 
-pub(crate) fn runs(rows: Vec<RunRow>, operation: Operation) -> StoreResult<Vec<WorkflowRun>> {
-    rows.into_iter()
-        .map(|row| row.into_run(operation))
-        .collect()
+pub(crate) fn runs(rows: &[PgRow], operation: Operation) -> StoreResult<Vec<WorkflowRun>> {
+    rows.iter().map(|row| decode_run(row, operation)).collect()
 }
 
 pub(crate) fn steps(rows: Vec<StepRow>, operation: Operation) -> StoreResult<Vec<StepAttempt>> {

@@ -19,6 +19,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "parent step index",
         sql: include_str!("../../migrations/sqlite/0002_parent_step_index.sql"),
     },
+    Migration {
+        version: 3,
+        name: "workers",
+        sql: include_str!("../../migrations/sqlite/0003_workers.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

@@ -475,4 +475,12 @@ impl Store for SqliteStore {
     async fn subscribe(&self) -> StoreResult<NotificationStream> {
         Ok(self.shared.subscribe(self.namespace.to_string()))
     }
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.heartbeat_impl(worker_id, stale_after).await
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        self.remove_worker_impl(worker_id).await
+    }
 }

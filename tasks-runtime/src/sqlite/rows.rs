@@ -20,6 +20,7 @@ use uuid::Uuid;
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{ClaimedRun, status_of, step_status_of};
+use crate::transition::JSON_COLUMNS;
 
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
@@ -160,7 +161,44 @@ pub(crate) struct RunRow {
 }
 
 impl RunRow {
+    /// The run; a row that does not decode is a [`StoreError::CorruptRun`] naming the run
+    /// (a [`StoreError::Corrupt`] when even its id does not parse).
     pub(crate) fn into_run(self, operation: Operation) -> StoreResult<WorkflowRun> {
+        let id = Uuid::parse_str(&self.id).ok();
+        self.into_run_unnamed(operation)
+            .map_err(|error| match (error, id) {
+                (StoreError::Corrupt { operation, reason }, Some(id)) => StoreError::CorruptRun {
+                    id,
+                    operation,
+                    reason,
+                },
+                (other, _) => other,
+            })
+    }
+
+    /// The JSON columns of the row that do not parse, with their stored text (see
+    /// [`JSON_COLUMNS`]).
+    pub(crate) fn undecodable_json(&self) -> Vec<(&'static str, &str)> {
+        let values = [
+            Some(self.config.as_str()),
+            self.context.as_deref(),
+            self.input.as_deref(),
+            self.output.as_deref(),
+            self.error.as_deref(),
+        ];
+        JSON_COLUMNS
+            .iter()
+            .zip(values)
+            .filter_map(|((column, _), value)| {
+                let value = value?;
+                serde_json::from_str::<Value>(value)
+                    .is_err()
+                    .then_some((*column, value))
+            })
+            .collect()
+    }
+
+    fn into_run_unnamed(self, operation: Operation) -> StoreResult<WorkflowRun> {
         let op = operation;
         Ok(WorkflowRun {
             status: status_of(&self.status, op)?,
@@ -197,6 +235,11 @@ pub(crate) struct ClaimRow {
 }
 
 impl ClaimRow {
+    /// The row of the claimed run, as stored.
+    pub(crate) fn run_row(&self) -> &RunRow {
+        &self.run
+    }
+
     pub(crate) fn into_claimed(self, operation: Operation) -> StoreResult<ClaimedRun> {
         Ok(ClaimedRun {
             run: self.run.into_run(operation)?,

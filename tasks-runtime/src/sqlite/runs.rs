@@ -13,14 +13,15 @@ use uuid::Uuid;
 
 use super::rows::{self, ClaimRow, RUN_COLUMNS, RunRow};
 use super::{SqliteStore, Write, fetch_run};
-use crate::error::{Operation, StoreResult, db};
+use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::model::WorkflowRun;
 use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    CANCEL, CLAIM_DUE, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME,
-    SLEEP, Transition, deadline_error, retry_after, status_in,
+    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
+    JSON_COLUMNS, PAUSE, QUARANTINE, RELEASE, RESUME, SLEEP, Transition, deadline_error,
+    forgettable_workers, quarantine_error, retry_after, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -252,14 +253,19 @@ impl SqliteStore {
                     available_at = ?4, started_at = COALESCE(started_at, ?2), updated_at = ?2
               WHERE namespace = ?1 AND id IN (
                     SELECT id FROM tasks_workflow_runs
-                     WHERE namespace = ?1 AND {claimable}
-                       AND available_at <= ?2
+                     WHERE namespace = ?1
+                       AND (({claimable} AND available_at <= ?2)
+                            -- Running runs of other workers whose heartbeat went stale.
+                            OR ({orphaned} AND worker_id <> ?3 AND worker_id IN ({stale})))
                        AND (deadline_at IS NULL OR deadline_at > ?2)
-                     ORDER BY CASE WHEN {pending} THEN 0 ELSE 1 END, available_at, created_at
+                     ORDER BY CASE WHEN {pending} THEN 0 WHEN available_at <= ?2 THEN 1 ELSE 2 END,
+                              available_at, created_at
                      LIMIT ?5)
           RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
             claimable = status_in("", &claimable),
             pending = status_in("", CLAIM_PENDING.from),
+            orphaned = status_in("", CLAIM_ORPHANED.from),
+            stale = stale_workers("tasks_workers", "?1", "?2"),
         );
         let claimed = sqlx::query_as::<_, ClaimRow>(&sql)
             .bind(&*self.namespace)
@@ -270,14 +276,130 @@ impl SqliteStore {
             .fetch_all(write.conn())
             .await
             .map_err(db(OPERATION))?;
+        let mut runs = Vec::with_capacity(claimed.len());
+        let mut quarantined = Vec::new();
+        for row in claimed {
+            let columns: Vec<(&'static str, String)> = row
+                .run_row()
+                .undecodable_json()
+                .into_iter()
+                .map(|(column, text)| (column, text.to_owned()))
+                .collect();
+            match row.into_claimed(OPERATION) {
+                Ok(claimed) => runs.push(claimed),
+                // A poison row must not strand the batch: fail it, in this transaction, and
+                // go on with the others.
+                Err(StoreError::CorruptRun { id, reason, .. }) => {
+                    self.quarantine(&mut write, id, worker_id, &reason, &columns)
+                        .await?;
+                    quarantined.push(id);
+                }
+                Err(error) => return Err(error),
+            }
+        }
         write.commit().await?;
-        let mut runs = claimed
-            .into_iter()
-            .map(|row| row.into_claimed(OPERATION))
-            .collect::<StoreResult<Vec<_>>>()?;
+        for run_id in quarantined {
+            self.notify(Notification::RunFinished {
+                namespace: self.namespace.to_string(),
+                run_id,
+            });
+        }
         // Oldest first, so callers start work in the order it was queued.
         runs.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
         Ok(runs)
+    }
+
+    /// Fails for good run `run_id`, just claimed by `worker_id` in `write`, whose row did
+    /// not decode ([`QUARANTINE`]): its undecodable JSON `columns` (with their stored text)
+    /// are moved into the error record and reset, so the row reads again.
+    async fn quarantine(
+        &self,
+        write: &mut Write<'_>,
+        run_id: Uuid,
+        worker_id: &str,
+        reason: &str,
+        columns: &[(&'static str, String)],
+    ) -> StoreResult<()> {
+        tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
+        let mut error = quarantine_error(run_id, reason);
+        let moved: serde_json::Map<String, Value> = columns
+            .iter()
+            .map(|(column, text)| ((*column).to_owned(), Value::String(text.clone())))
+            .collect();
+        error["quarantined"] = Value::Object(moved);
+        let mut set = String::from(
+            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = ?4, \
+             updated_at = ?4, error = ?5",
+        );
+        for (column, empty) in JSON_COLUMNS {
+            if *column != "error" && columns.iter().any(|(bad, _)| bad == column) {
+                set.push_str(&format!(", {column} = {empty}"));
+            }
+        }
+        let sql = format!(
+            "UPDATE tasks_workflow_runs SET {set}
+              WHERE namespace = ?1 AND id = ?2 AND {fence}",
+            fence = QUARANTINE.fence("", "?3"),
+        );
+        sqlx::query(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(run_id))
+            .bind(worker_id)
+            .bind(write.now())
+            .bind(rows::json(&error))
+            .execute(write.conn())
+            .await
+            .map_err(db(QUARANTINE.operation))?;
+        Ok(())
+    }
+
+    pub(super) async fn heartbeat_impl(
+        &self,
+        worker_id: &str,
+        stale_after: Duration,
+    ) -> StoreResult<()> {
+        const OPERATION: Operation = Operation::Heartbeat;
+        let mut write = self.begin_write(OPERATION).await?;
+        let stale_at = write.now_plus(stale_after)?;
+        // Forget the namespace's dead workers whose runs were all claimed.
+        let forget = format!(
+            "DELETE FROM tasks_workers AS w
+              WHERE w.namespace = ?1 AND w.worker_id <> ?2 AND {}",
+            forgettable_workers("tasks_workflow_runs", "?3"),
+        );
+        sqlx::query(&forget)
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .bind(write.now())
+            .execute(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        sqlx::query(
+            "INSERT INTO tasks_workers (namespace, worker_id, beat_at, stale_at)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (namespace, worker_id)
+             DO UPDATE SET beat_at = excluded.beat_at, stale_at = excluded.stale_at",
+        )
+        .bind(&*self.namespace)
+        .bind(worker_id)
+        .bind(write.now())
+        .bind(stale_at)
+        .execute(write.conn())
+        .await
+        .map_err(db(OPERATION))?;
+        write.commit().await
+    }
+
+    pub(super) async fn remove_worker_impl(&self, worker_id: &str) -> StoreResult<()> {
+        const OPERATION: Operation = Operation::RemoveWorker;
+        let mut write = self.begin_write(OPERATION).await?;
+        sqlx::query("DELETE FROM tasks_workers WHERE namespace = ?1 AND worker_id = ?2")
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .execute(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        write.commit().await
     }
 
     pub(super) async fn extend_lease_impl(

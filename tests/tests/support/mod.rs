@@ -132,6 +132,37 @@ impl TestStore {
     }
 }
 
+impl TestStore {
+    /// Corrupts the stored input of `run_id` behind the store's back so that it no longer
+    /// decodes: on Postgres a JSON array nested 200 deep (valid `jsonb`, refused by
+    /// serde_json's recursion limit of 128), on SQLite text that is not JSON.
+    pub async fn poison_input(&self, run_id: Uuid) {
+        let updated = match &self.kind {
+            Kind::Postgres(store) => sqlx::query(
+                "UPDATE tasks.workflow_runs SET input = (repeat('[', 200) || repeat(']', 200))::jsonb
+                  WHERE namespace = $1 AND id = $2",
+            )
+            .bind(store.namespace())
+            .bind(run_id)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+            Kind::Sqlite { store, .. } => sqlx::query(
+                "UPDATE tasks_workflow_runs SET input = '{not json'
+                  WHERE namespace = ?1 AND id = ?2",
+            )
+            .bind(store.namespace())
+            .bind(run_id.hyphenated().to_string())
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+        };
+        assert_eq!(updated, 1, "run {run_id} not found to poison");
+    }
+}
+
 /// A worker builder tuned for tests: fast polling, short lease.
 pub fn worker(store: &TestStore) -> WorkerBuilder {
     Worker::builder(store.shared())
