@@ -242,7 +242,7 @@ impl Client {
     /// line would. The input is checked against the [`limits`], then
     /// validated against the workflow's JSON Schema, then decoded into the workflow's input
     /// type; on any violation nothing is stored and every violation is reported with its
-    /// path.
+    /// path. A workflow without input takes `null`, or `{}`.
     pub async fn start_json(
         &self,
         name: &str,
@@ -257,6 +257,7 @@ impl Client {
             name: name.to_owned(),
             version: options.version.clone(),
         })?;
+        let input = unit_input(definition, input);
         // First: the schema validator recurses through the document.
         limits::check_json(Field::Input, &input)?;
         self.registry
@@ -365,6 +366,17 @@ pub struct RunHandle<T> {
     run_id: Uuid,
     store: SharedStore,
     output: PhantomData<fn() -> T>,
+}
+
+/// The input of a workflow that takes none is `null`; an empty object, which is what a form
+/// or a webhook sends for "nothing", means the same.
+fn unit_input(definition: &WorkflowDefinition, input: Value) -> Value {
+    let empty_object = matches!(&input, Value::Object(map) if map.is_empty());
+    if empty_object && (definition.input_schema)().get("type") == Some(&Value::from("null")) {
+        Value::Null
+    } else {
+        input
+    }
 }
 
 impl<T> Clone for RunHandle<T> {

@@ -327,7 +327,31 @@ async fn an_explicit_registry_is_the_fallback_to_link_time_registration(backend:
     handle.shutdown().await;
 }
 
+async fn a_workflow_without_input_takes_null_or_an_empty_object(backend: Backend) {
+    let store = backend.store().await;
+    let handle = worker(&store).build().unwrap().spawn();
+    let client = client(&store);
+    for input in [json!(null), json!({})] {
+        let run = client
+            .start_json("reg_unversioned", input.clone(), StartOptions::new())
+            .await
+            .unwrap_or_else(|error| panic!("{input}: {error}"));
+        run.result_within(Duration::from_secs(20)).await.unwrap();
+    }
+    // Anything else is still refused, with nothing stored.
+    assert!(matches!(
+        client
+            .start_json("reg_unversioned", json!({ "a": 1 }), StartOptions::new())
+            .await,
+        Err(ClientError::InvalidInput(_))
+    ));
+    let typed = reg_unversioned::start(&client, ()).await.unwrap();
+    typed.result_within(Duration::from_secs(20)).await.unwrap();
+    handle.shutdown().await;
+}
+
 both_backends!(
+    a_workflow_without_input_takes_null_or_an_empty_object,
     invalid_input_is_rejected_before_anything_is_stored,
     each_run_executes_with_the_version_it_was_started_with,
     an_explicit_registry_is_the_fallback_to_link_time_registration,
