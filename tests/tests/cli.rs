@@ -262,9 +262,9 @@ async fn runs_list_prints_a_table_or_json_with_cursors(backend: Backend) {
     let ran = cli(&store, &["runs", "list", "--workflow", "other"]).await;
     assert_eq!(ran.out, "no runs\n");
 
-    let ran = cli(&store, &["runs", "list", "--after", "garbage"]).await;
-    assert_eq!(ran.exit, Exit::Usage);
-    assert!(ran.err.starts_with("error: invalid cursor"), "{}", ran.err);
+    let error = Cli::try_parse_from(["tasks", "runs", "list", "--after", "garbage"]).unwrap_err();
+    assert_eq!(error.exit_code(), 2);
+    assert!(error.to_string().contains("invalid cursor"), "{error}");
 
     // Through the URL and namespace flags too.
     let ran = cli_url(&store, &["runs", "list", "--json"]).await;
