@@ -82,7 +82,8 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             if index + 1 == row.len() {
                 line.push_str(cell);
             } else {
-                let pad = widths[index].saturating_sub(cell.chars().count());
+                let width = widths.get(index).copied().unwrap_or(0);
+                let pad = width.saturating_sub(cell.chars().count());
                 line.push_str(cell);
                 line.push_str(&" ".repeat(pad + 2));
             }

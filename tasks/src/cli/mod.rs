@@ -262,7 +262,8 @@ pub enum RunsCommand {
 /// Arguments of `runs list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Keep runs in these statuses (comma-separated or repeated).
+    /// Keep runs in these statuses, comma-separated or repeated: pending, running, sleeping,
+    /// paused, completed, failed, canceled.
     #[arg(long, short = 's', value_delimiter = ',')]
     pub status: Vec<RunStatus>,
     /// Keep runs of this workflow.
