@@ -434,6 +434,18 @@ async fn workflows_list_and_schema(backend: Backend) {
     assert_eq!(ran.exit, Exit::NotFound);
 }
 
+async fn worker_settings_are_checked_before_it_runs(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli(&store, &["worker", "--concurrency", "0"]).await;
+    assert_eq!(ran.exit, Exit::Usage);
+    assert!(
+        ran.err.contains("concurrency must be at least 1"),
+        "{}",
+        ran.err
+    );
+    assert!(ran.out.is_empty());
+}
+
 async fn doctor_passes_on_a_healthy_store(backend: Backend) {
     let store = backend.store().await;
     let ran = cli_url(&store, &["doctor"]).await;
@@ -448,6 +460,12 @@ async fn doctor_passes_on_a_healthy_store(backend: Backend) {
     }
     assert!(ran.out.lines().any(|l| l.contains("worker")));
     assert!(!ran.out.contains("FAIL"));
+
+    // On a store the application opened, the schema is not checked (it did not connect).
+    let ran = cli(&store, &["doctor"]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}{}", ran.out, ran.err);
+    assert!(ran.out.contains("skip  schema"), "{}", ran.out);
+    assert!(ran.out.contains("ok    notifications"), "{}", ran.out);
 }
 
 #[tokio::test]
@@ -497,5 +515,6 @@ both_backends!(
     cancel_pause_and_resume_change_the_status,
     unknown_runs_are_not_found,
     workflows_list_and_schema,
+    worker_settings_are_checked_before_it_runs,
     doctor_passes_on_a_healthy_store,
 );
