@@ -64,6 +64,9 @@ pub mod prelude {
     };
 }
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 #[doc(hidden)]
 pub mod __private {
     pub use tasks_runtime::private::*;

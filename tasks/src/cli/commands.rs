@@ -1,0 +1,236 @@
+//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume.
+
+use std::io::Read as _;
+
+use serde_json::{Value, json};
+
+use super::{Exit, Output, StartArgs, WorkerArgs, connect_failed, fail, format, store_failed};
+use crate::{Client, ClientError, Registry, StartOptions, StoreError, Worker, WorkflowRun};
+
+/// The same definitions in a new registry (a registry is not `Clone`).
+pub(super) fn copy_registry(registry: &Registry) -> Registry {
+    let mut copy = Registry::new();
+    for definition in registry.iter() {
+        // The definitions come from a registry, so they cannot be duplicates.
+        let _ = copy.add(definition);
+    }
+    copy
+}
+
+pub(super) async fn worker(
+    client: &Client,
+    args: &WorkerArgs,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let worker = Worker::builder(client.store().clone())
+        .registry(copy_registry(client.registry()))
+        .concurrency(args.concurrency)
+        .shutdown_grace(args.shutdown_grace)
+        .build();
+    let worker = match worker {
+        Ok(worker) => worker,
+        Err(error) => return fail(err, Exit::Usage, &error),
+    };
+    let names: Vec<String> = worker
+        .registry()
+        .iter()
+        .map(|definition| definition.display_name())
+        .collect();
+    let _ = writeln!(
+        out,
+        "worker {} executing {} workflow(s) [{}] in namespace {:?}, concurrency {}; Ctrl-C stops it",
+        worker.id(),
+        names.len(),
+        names.join(", "),
+        client.store().namespace(),
+        args.concurrency
+    );
+    let _ = out.flush();
+    match worker.run_until_ctrl_c().await {
+        Ok(()) => {
+            let _ = writeln!(out, "worker {} stopped", worker.id());
+            Exit::Success
+        }
+        Err(error) => fail(err, Exit::Failure, &error),
+    }
+}
+
+pub(super) async fn migrate(url: &str, out: Output<'_>, err: Output<'_>) -> Exit {
+    match crate::connect(url).await {
+        Ok(_) => {
+            let _ = writeln!(out, "the database schema is up to date");
+            Exit::Success
+        }
+        Err(error) => connect_failed(&error, err),
+    }
+}
+
+pub(super) fn workflows_list(registry: &Registry, json: bool, out: Output<'_>) -> Exit {
+    if json {
+        let workflows: Vec<Value> = registry
+            .iter()
+            .map(|definition| {
+                json!({
+                    "name": definition.name,
+                    "version": definition.version,
+                    "description": definition.description,
+                })
+            })
+            .collect();
+        let _ = writeln!(out, "{}", Value::Array(workflows));
+        return Exit::Success;
+    }
+    let rows: Vec<Vec<String>> = registry
+        .iter()
+        .map(|definition| {
+            vec![
+                definition.name.to_owned(),
+                definition.version.unwrap_or("-").to_owned(),
+                definition
+                    .description
+                    .and_then(|text| text.lines().map(str::trim).find(|l| !l.is_empty()))
+                    .unwrap_or("")
+                    .to_owned(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        let _ = writeln!(out, "no workflows are linked into this binary");
+    } else {
+        let _ = write!(
+            out,
+            "{}",
+            format::table(&["NAME", "VERSION", "DESCRIPTION"], &rows)
+        );
+    }
+    Exit::Success
+}
+
+pub(super) fn workflow_schema(
+    registry: &Registry,
+    name: &str,
+    version: Option<&str>,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let definition = match version {
+        Some(version) => registry.get(name, Some(version)),
+        None => registry.latest(name),
+    };
+    let Some(definition) = definition else {
+        let error = ClientError::UnknownWorkflow {
+            name: name.to_owned(),
+            version: version.map(str::to_owned),
+        };
+        return fail(err, Exit::NotFound, &error);
+    };
+    let document = json!({
+        "name": definition.name,
+        "version": definition.version,
+        "input": (definition.input_schema)(),
+        "output": (definition.output_schema)(),
+    });
+    let text = serde_json::to_string_pretty(&document).unwrap_or_else(|_| document.to_string());
+    let _ = writeln!(out, "{text}");
+    Exit::Success
+}
+
+/// The `--input` argument as JSON text: literal, `@file` or `@-` (standard input).
+fn input_text(input: &str) -> std::io::Result<String> {
+    match input.strip_prefix('@') {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text)?;
+            Ok(text)
+        }
+        Some(path) => std::fs::read_to_string(path),
+        None => Ok(input.to_owned()),
+    }
+}
+
+pub(super) async fn start(
+    client: &Client,
+    args: &StartArgs,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let text = match input_text(&args.input) {
+        Ok(text) => text,
+        Err(error) => {
+            let _ = writeln!(err, "error: cannot read the input {}: {error}", args.input);
+            return Exit::Usage;
+        }
+    };
+    let input: Value = match serde_json::from_str(&text) {
+        Ok(input) => input,
+        Err(error) => {
+            let _ = writeln!(err, "error: the input is not valid JSON: {error}");
+            return Exit::Usage;
+        }
+    };
+    let mut options = StartOptions::new();
+    if let Some(version) = &args.version {
+        options = options.version(version);
+    }
+    if let Some(key) = &args.idempotency_key {
+        options = options.idempotency_key(key);
+    }
+    if let Some(delay) = args.delay {
+        options = options.delay(delay);
+    }
+    match client.start_json(&args.name, input, options).await {
+        Ok(handle) => {
+            if args.quiet {
+                let _ = writeln!(out, "{}", handle.id());
+            } else {
+                let workflow = match &args.version {
+                    Some(version) => format!("{}@{version}", args.name),
+                    None => client
+                        .registry()
+                        .latest(&args.name)
+                        .map_or_else(|| args.name.clone(), |d| d.display_name()),
+                };
+                let _ = writeln!(out, "started run {} of {workflow}", handle.id());
+            }
+            Exit::Success
+        }
+        Err(ClientError::InvalidInput(invalid)) => {
+            let _ = writeln!(
+                err,
+                "error: invalid input for workflow {} ({} violation{}); nothing was stored",
+                invalid.workflow,
+                invalid.violations.len(),
+                if invalid.violations.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            );
+            for violation in &invalid.violations {
+                let _ = writeln!(err, "  {violation}");
+            }
+            Exit::Usage
+        }
+        Err(error @ ClientError::UnknownWorkflow { .. }) => fail(err, Exit::NotFound, &error),
+        Err(ClientError::Store(error)) => store_failed(&error, err),
+        Err(error @ ClientError::Json(_)) => fail(err, Exit::Usage, &error),
+        Err(error) => fail(err, Exit::Failure, &error),
+    }
+}
+
+/// Reports the outcome of cancel, pause or resume.
+pub(super) fn operate(
+    result: Result<WorkflowRun, StoreError>,
+    done: &str,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    match result {
+        Ok(run) => {
+            let _ = writeln!(out, "run {} {done}: now {}", run.id, run.status);
+            Exit::Success
+        }
+        Err(error) => store_failed(&error, err),
+    }
+}

@@ -1,0 +1,210 @@
+//! `runs list` and `runs show`.
+
+use std::collections::HashMap;
+
+use crate::chrono::Utc;
+use crate::uuid::Uuid;
+use serde_json::{Value, json};
+
+use super::{Exit, ListArgs, Output, fail, format, store_failed};
+use crate::{Client, ErrorRecord, ListRuns, Order, RunError, StepAttempt, WorkflowRun};
+
+pub(super) async fn list(
+    client: &Client,
+    args: &ListArgs,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let query = ListRuns {
+        statuses: args.status.clone(),
+        workflow_name: args.workflow.clone(),
+        order: if args.oldest_first {
+            Order::Asc
+        } else {
+            Order::Desc
+        },
+        limit: Some(args.limit),
+        after: args.after,
+        before: args.before,
+        ..ListRuns::default()
+    };
+    let page = match client.list_runs(query).await {
+        Ok(page) => page,
+        Err(error) => return store_failed(&error, err),
+    };
+    let next = page.next.map(|cursor| cursor.to_string());
+    let prev = page.prev.map(|cursor| cursor.to_string());
+    if args.json {
+        let document = json!({ "runs": page.data, "next": next, "prev": prev });
+        let _ = writeln!(out, "{document}");
+        return Exit::Success;
+    }
+    if page.data.is_empty() {
+        let _ = writeln!(out, "no runs");
+    } else {
+        let rows: Vec<Vec<String>> = page
+            .data
+            .iter()
+            .map(|run| {
+                vec![
+                    run.id.to_string(),
+                    workflow_of(run),
+                    run.status.to_string(),
+                    run.attempts.to_string(),
+                    format::time(run.created_at),
+                    format::time(run.updated_at),
+                ]
+            })
+            .collect();
+        let headers = ["ID", "WORKFLOW", "STATUS", "ATTEMPTS", "CREATED", "UPDATED"];
+        let _ = write!(out, "{}", format::table(&headers, &rows));
+    }
+    if let Some(next) = next {
+        let _ = writeln!(out, "next page: --after {next}");
+    }
+    if let Some(prev) = prev {
+        let _ = writeln!(out, "previous page: --before {prev}");
+    }
+    Exit::Success
+}
+
+/// `name` or `name@version`.
+pub(super) fn workflow_of(run: &WorkflowRun) -> String {
+    match &run.version {
+        Some(version) => format!("{}@{version}", run.workflow_name),
+        None => run.workflow_name.clone(),
+    }
+}
+
+/// The message of a stored error.
+pub(super) fn error_text(error: &Value) -> String {
+    ErrorRecord::from_json(error).to_string()
+}
+
+/// Each attempt's number among the attempts of the same step, oldest first.
+pub(super) fn attempt_numbers(steps: &[StepAttempt]) -> Vec<u32> {
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    steps
+        .iter()
+        .map(|step| {
+            let count = seen.entry(step.step_name.as_str()).or_insert(0);
+            *count += 1;
+            *count
+        })
+        .collect()
+}
+
+/// How long an attempt ran (so far, while running).
+pub(super) fn step_duration(step: &StepAttempt) -> String {
+    let started = step.started_at.unwrap_or(step.created_at);
+    match step.finished_at {
+        Some(finished) => format::duration(finished - started),
+        None => format!("{} so far", format::duration(Utc::now() - started)),
+    }
+}
+
+/// A run with its steps, or the exit code of why not.
+pub(super) async fn fetch(
+    client: &Client,
+    id: Uuid,
+    err: Output<'_>,
+) -> Result<(WorkflowRun, Vec<StepAttempt>), Exit> {
+    let run = match client.get_run(id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => {
+            return Err(fail(
+                err,
+                Exit::NotFound,
+                &RunError::NotFound { run_id: id },
+            ));
+        }
+        Err(error) => return Err(store_failed(&error, err)),
+    };
+    match client.store().step_history(id).await {
+        Ok(steps) => Ok((run, steps)),
+        Err(error) => Err(store_failed(&error, err)),
+    }
+}
+
+pub(super) async fn show(
+    client: &Client,
+    id: Uuid,
+    json: bool,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let (run, steps) = match fetch(client, id, err).await {
+        Ok(found) => found,
+        Err(exit) => return exit,
+    };
+    if json {
+        let _ = writeln!(out, "{}", json!({ "run": run, "steps": steps }));
+        return Exit::Success;
+    }
+    let mut fields = vec![
+        ("run", run.id.to_string()),
+        ("workflow", workflow_of(&run)),
+        ("namespace", run.namespace.clone()),
+        ("status", run.status.to_string()),
+        ("attempts", run.attempts.to_string()),
+    ];
+    if let Some(key) = &run.idempotency_key {
+        fields.push(("idempotency key", key.clone()));
+    }
+    fields.extend([
+        ("created", format::time(run.created_at)),
+        ("started", format::maybe_time(run.started_at)),
+        ("finished", format::maybe_time(run.finished_at)),
+    ]);
+    if !run.status.is_terminal()
+        && let Some(at) = run.available_at
+    {
+        fields.push(("available at", format::time(at)));
+    }
+    if let Some(worker) = &run.worker_id {
+        fields.push(("worker", worker.clone()));
+    }
+    fields.push((
+        "input",
+        run.input
+            .as_ref()
+            .map_or_else(|| "-".into(), Value::to_string),
+    ));
+    if let Some(output) = &run.output {
+        fields.push(("output", output.to_string()));
+    }
+    if let Some(error) = &run.error {
+        fields.push(("error", error_text(error)));
+    }
+    for (name, value) in fields {
+        let _ = writeln!(out, "{name:<16}{value}");
+    }
+    let _ = writeln!(out);
+    if steps.is_empty() {
+        let _ = writeln!(out, "no steps yet");
+        return Exit::Success;
+    }
+    let numbers = attempt_numbers(&steps);
+    let rows: Vec<Vec<String>> = steps
+        .iter()
+        .zip(numbers)
+        .enumerate()
+        .map(|(index, (step, attempt))| {
+            vec![
+                (index + 1).to_string(),
+                step.step_name.clone(),
+                step.kind.to_string(),
+                step.status.to_string(),
+                attempt.to_string(),
+                format::time(step.started_at.unwrap_or(step.created_at)),
+                step_duration(step),
+                step.error.as_ref().map(error_text).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "#", "STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "DURATION", "ERROR",
+    ];
+    let _ = write!(out, "{}", format::table(&headers, &rows));
+    Exit::Success
+}

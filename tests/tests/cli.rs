@@ -1,0 +1,520 @@
+//! The command line (`tasks::cli`), parsed from argument lists and executed against each
+//! store with its output captured.
+
+mod support;
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use support::{Backend, TestStore, bump, client, worker};
+use tasks::cli::clap::Parser as _;
+use tasks::cli::{Cli, Exit};
+use tasks::{ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step, workflow};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Greeting {
+    name: String,
+    /// How many greetings.
+    #[schemars(range(min = 1, max = 5))]
+    times: u32,
+}
+
+#[step]
+async fn compose(name: &str, times: u32) -> Result<String, std::io::Error> {
+    Ok(format!("hello {name}").repeat(times as usize))
+}
+
+#[derive(Debug)]
+struct Flaky;
+
+impl std::fmt::Display for Flaky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("flaky on purpose")
+    }
+}
+
+impl std::error::Error for Flaky {}
+
+#[step(retry(max_attempts = 3, initial_interval = "10ms"))]
+async fn deliver(text: &str) -> Result<usize, Flaky> {
+    let run_id = WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default();
+    if bump(run_id, "deliver") == 1 {
+        return Err(Flaky);
+    }
+    Ok(text.len())
+}
+
+/// Greets someone, a few times.
+///
+/// Second paragraph, not shown in listings.
+#[workflow(name = "cli-greet", version = "2")]
+async fn greet(_ctx: WorkflowContext, input: Greeting) -> Result<usize, WorkflowError> {
+    let text = compose(&input.name, input.times).await?;
+    Ok(deliver(&text).await?)
+}
+
+/// The outcome of one command line.
+struct Ran {
+    exit: Exit,
+    out: String,
+    err: String,
+}
+
+fn parse(args: &[&str]) -> Cli {
+    let args = std::iter::once("tasks").chain(args.iter().copied());
+    Cli::try_parse_from(args).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// Runs `args` on the test store's client (as an application that mounts the CLI does).
+async fn cli(store: &TestStore, args: &[&str]) -> Ran {
+    let cli = parse(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli
+        .tasks
+        .execute_with(&client(store), &mut out, &mut err)
+        .await;
+    ran(exit, out, err)
+}
+
+/// Runs `args` connecting by URL, as the standalone program does.
+async fn cli_url(store: &TestStore, args: &[&str]) -> Ran {
+    let url = store.url();
+    let mut full = vec!["--database-url", &url, "--namespace", store.namespace()];
+    full.extend_from_slice(args);
+    let cli = parse(&full);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli.execute(&mut out, &mut err).await;
+    ran(exit, out, err)
+}
+
+fn ran(exit: Exit, out: Vec<u8>, err: Vec<u8>) -> Ran {
+    let ran = Ran {
+        exit,
+        out: String::from_utf8(out).unwrap(),
+        err: String::from_utf8(err).unwrap(),
+    };
+    eprintln!("exit {exit:?}\n--- out\n{}--- err\n{}", ran.out, ran.err);
+    ran
+}
+
+async fn run_count(store: &TestStore) -> usize {
+    store
+        .list_runs(ListRuns::default())
+        .await
+        .unwrap()
+        .data
+        .len()
+}
+
+fn started_id(ran: &Ran) -> Uuid {
+    ran.out.trim().parse().expect("--quiet prints the run id")
+}
+
+async fn start_with_valid_input_stores_the_run(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli_url(
+        &store,
+        &[
+            "start",
+            "cli-greet",
+            "--input",
+            r#"{"name":"ada","times":2}"#,
+            "--idempotency-key",
+            "k1",
+            "--delay",
+            "1h",
+            "-q",
+        ],
+    )
+    .await;
+    assert_eq!(ran.exit, Exit::Success);
+    let id = started_id(&ran);
+    let run = store.get_run(id).await.unwrap().expect("the run is stored");
+    assert_eq!(run.workflow_name, "cli-greet");
+    assert_eq!(run.version.as_deref(), Some("2"));
+    assert_eq!(run.input, Some(json!({"name": "ada", "times": 2})));
+    assert_eq!(run.idempotency_key.as_deref(), Some("k1"));
+    let delay = run.available_at.unwrap() - run.created_at;
+    assert!(delay > chrono::TimeDelta::minutes(59), "{delay}");
+
+    // From a file, not quiet.
+    let path = std::env::temp_dir().join(format!("cli-input-{}.json", Uuid::new_v4()));
+    std::fs::write(&path, r#"{"name":"bob","times":1}"#).unwrap();
+    let input = format!("@{}", path.display());
+    let ran = cli(&store, &["start", "cli-greet", "--input", &input]).await;
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(
+        ran.out.starts_with("started run ") && ran.out.contains("cli-greet@2"),
+        "{}",
+        ran.out
+    );
+    assert_eq!(run_count(&store).await, 2);
+}
+
+async fn start_with_invalid_input_prints_every_violation_and_stores_nothing(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli(
+        &store,
+        &[
+            "start",
+            "cli-greet",
+            "--input",
+            r#"{"times":9,"extra":true}"#,
+        ],
+    )
+    .await;
+    assert_eq!(ran.exit, Exit::Usage);
+    assert_eq!(ran.exit.code(), 2);
+    assert!(
+        ran.err
+            .starts_with("error: invalid input for workflow cli-greet@2"),
+        "{}",
+        ran.err
+    );
+    assert!(ran.err.contains("at /times:"), "{}", ran.err);
+    assert!(
+        ran.err.contains("at /:") && ran.err.contains("name"),
+        "{}",
+        ran.err
+    );
+    assert!(ran.out.is_empty());
+
+    let ran = cli(&store, &["start", "cli-greet", "--input", "{not json"]).await;
+    assert_eq!(ran.exit, Exit::Usage);
+    assert!(
+        ran.err.starts_with("error: the input is not valid JSON"),
+        "{}",
+        ran.err
+    );
+
+    let ran = cli(&store, &["start", "no-such-workflow"]).await;
+    assert_eq!(ran.exit, Exit::NotFound);
+    assert_eq!(ran.err.lines().count(), 1, "{}", ran.err);
+
+    assert_eq!(run_count(&store).await, 0);
+}
+
+async fn runs_list_prints_a_table_or_json_with_cursors(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c"] {
+        let input = json!({"name": name, "times": 1});
+        ids.push(
+            client
+                .start_json("cli-greet", input, StartOptions::new())
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    client.cancel(ids[0]).await.unwrap();
+
+    let ran = cli(&store, &["runs", "list"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let lines: Vec<&str> = ran.out.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATUS"),
+        "{}",
+        ran.out
+    );
+    assert_eq!(lines.len(), 4, "{}", ran.out);
+    assert!(
+        lines[1].starts_with(&ids[2].to_string()),
+        "newest first: {}",
+        ran.out
+    );
+
+    let ran = cli(&store, &["runs", "list", "--status", "canceled", "--json"]).await;
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    let runs = document["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["id"], json!(ids[0]));
+    assert_eq!(runs[0]["status"], json!("canceled"));
+
+    // Pages of two, newest first, following the printed cursor.
+    let ran = cli(&store, &["runs", "list", "--limit", "2", "--json"]).await;
+    let first: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(first["runs"].as_array().unwrap().len(), 2);
+    let next = first["next"].as_str().expect("a next cursor").to_owned();
+    let ran = cli(
+        &store,
+        &["runs", "list", "--limit", "2", "--after", &next, "--json"],
+    )
+    .await;
+    let second: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(second["runs"][0]["id"], json!(ids[0]));
+    assert_eq!(second["next"], Value::Null);
+
+    let ran = cli(&store, &["runs", "list", "--limit", "2"]).await;
+    assert!(
+        ran.out.contains(&format!("next page: --after {next}")),
+        "{}",
+        ran.out
+    );
+
+    let ran = cli(&store, &["runs", "list", "--workflow", "other"]).await;
+    assert_eq!(ran.out, "no runs\n");
+
+    let error = Cli::try_parse_from(["tasks", "runs", "list", "--after", "garbage"]).unwrap_err();
+    assert_eq!(error.exit_code(), 2);
+    assert!(error.to_string().contains("invalid cursor"), "{error}");
+
+    // Through the URL and namespace flags too.
+    let ran = cli_url(&store, &["runs", "list", "--json"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(document["runs"].as_array().unwrap().len(), 3);
+}
+
+async fn runs_show_and_watch_give_the_step_timeline(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let ran = cli(
+        &store,
+        &[
+            "start",
+            "cli-greet",
+            "--input",
+            r#"{"name":"ada","times":2}"#,
+            "-q",
+        ],
+    )
+    .await;
+    let id = started_id(&ran).to_string();
+
+    let ran = cli(&store, &["runs", "watch", &id, "--interval", "50ms"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains("✓ compose completed"), "{}", ran.out);
+    assert!(
+        ran.out.contains("✗ deliver failed") && ran.out.contains("flaky on purpose"),
+        "{}",
+        ran.out
+    );
+    assert!(
+        ran.out.contains("✓ deliver completed") && ran.out.contains("(attempt 2)"),
+        "{}",
+        ran.out
+    );
+    assert!(ran.out.contains("run is completed"), "{}", ran.out);
+    worker.shutdown().await;
+
+    let ran = cli(&store, &["runs", "show", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains("status          completed"), "{}", ran.out);
+    assert!(
+        ran.out
+            .contains(r#"input           {"name":"ada","times":2}"#),
+        "{}",
+        ran.out
+    );
+    assert!(ran.out.contains("output          18"), "{}", ran.out);
+    let timeline: Vec<&str> = ran
+        .out
+        .lines()
+        .skip_while(|l| !l.starts_with('#'))
+        .collect();
+    assert_eq!(timeline.len(), 4, "{}", ran.out);
+    assert!(timeline[0].contains("DURATION") && timeline[0].contains("ATTEMPT"));
+    let columns = |line: &str| {
+        line.split_whitespace()
+            .take(5)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        columns(timeline[1]),
+        ["1", "compose", "function", "completed", "1"]
+    );
+    assert_eq!(
+        columns(timeline[2]),
+        ["2", "deliver", "function", "failed", "1"]
+    );
+    assert!(timeline[2].ends_with("flaky on purpose"), "{}", timeline[2]);
+    assert_eq!(
+        columns(timeline[3]),
+        ["3", "deliver", "function", "completed", "2"]
+    );
+
+    let ran = cli(&store, &["runs", "show", &id, "--json"]).await;
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(document["run"]["output"], json!(18));
+    assert_eq!(document["steps"].as_array().unwrap().len(), 3);
+}
+
+async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let input = json!({"name": "x", "times": 1});
+    let run = client
+        .start_json("cli-greet", input, StartOptions::new())
+        .await
+        .unwrap();
+    let id = run.id().to_string();
+    let status = || async { store.get_run(run.id()).await.unwrap().unwrap().status };
+
+    let ran = cli(&store, &["pause", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert_eq!(status().await, RunStatus::Paused);
+    let ran = cli(&store, &["resume", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert_eq!(status().await, RunStatus::Pending);
+    let ran = cli(&store, &["cancel", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains("now canceled"), "{}", ran.out);
+    assert_eq!(status().await, RunStatus::Canceled);
+
+    // A canceled run cannot be resumed; watching it says how it ended.
+    let ran = cli(&store, &["resume", &id]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+    assert!(
+        ran.err.starts_with("error: ") && ran.err.lines().count() == 1,
+        "{}",
+        ran.err
+    );
+    let ran = cli(&store, &["runs", "watch", &id]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+}
+
+async fn unknown_runs_are_not_found(backend: Backend) {
+    let store = backend.store().await;
+    let missing = Uuid::now_v7().to_string();
+    for args in [
+        vec!["runs", "show", &missing],
+        vec!["runs", "watch", &missing],
+        vec!["cancel", &missing],
+        vec!["pause", &missing],
+        vec!["resume", &missing],
+    ] {
+        let ran = cli(&store, &args).await;
+        assert_eq!(ran.exit, Exit::NotFound, "{args:?}");
+        assert_eq!(ran.exit.code(), 3);
+        assert!(
+            ran.err.starts_with("error: ") && ran.err.contains(&missing),
+            "{}",
+            ran.err
+        );
+        assert_eq!(ran.err.lines().count(), 1, "{}", ran.err);
+    }
+}
+
+async fn workflows_list_and_schema(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli(&store, &["workflows", "list"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let line = ran
+        .out
+        .lines()
+        .find(|l| l.starts_with("cli-greet"))
+        .expect("listed");
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["cli-greet", "2", "Greets", "someone,", "a", "few", "times."]
+    );
+
+    let ran = cli(&store, &["workflows", "schema", "cli-greet"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let schema: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(schema["version"], json!("2"));
+    assert_eq!(schema["input"]["properties"]["times"]["maximum"], json!(5));
+    assert_eq!(schema["output"]["type"], json!("integer"));
+    assert!(ran.out.contains("\n  \"input\""), "pretty printed");
+
+    let ran = cli(
+        &store,
+        &["workflows", "schema", "cli-greet", "--version", "7"],
+    )
+    .await;
+    assert_eq!(ran.exit, Exit::NotFound);
+}
+
+async fn worker_settings_are_checked_before_it_runs(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli(&store, &["worker", "--concurrency", "0"]).await;
+    assert_eq!(ran.exit, Exit::Usage);
+    assert!(
+        ran.err.contains("concurrency must be at least 1"),
+        "{}",
+        ran.err
+    );
+    assert!(ran.out.is_empty());
+}
+
+async fn doctor_passes_on_a_healthy_store(backend: Backend) {
+    let store = backend.store().await;
+    let ran = cli_url(&store, &["doctor"]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}{}", ran.out, ran.err);
+    for check in ["connection", "schema", "notifications", "clock"] {
+        let line = ran
+            .out
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(check))
+            .expect(check);
+        assert!(line.starts_with("ok "), "{line}");
+    }
+    assert!(ran.out.lines().any(|l| l.contains("worker")));
+    assert!(!ran.out.contains("FAIL"));
+
+    // On a store the application opened, the schema is not checked (it did not connect).
+    let ran = cli(&store, &["doctor"]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}{}", ran.out, ran.err);
+    assert!(ran.out.contains("skip  schema"), "{}", ran.out);
+    assert!(ran.out.contains("ok    notifications"), "{}", ran.out);
+}
+
+#[tokio::test]
+async fn an_unreachable_store_is_a_store_error() {
+    // An unreachable Postgres fails the same way, once the pool gives up connecting (30 s).
+    let cli = parse(&[
+        "--database-url",
+        "sqlite:///nonexistent-dir/deeper/x.sqlite",
+        "runs",
+        "list",
+    ]);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = tokio::time::timeout(Duration::from_secs(60), cli.execute(&mut out, &mut err))
+        .await
+        .unwrap();
+    let err = String::from_utf8(err).unwrap();
+    assert_eq!(exit, Exit::Store, "{err}");
+    assert!(
+        err.starts_with("error: cannot open the SQLite store"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let cli = parse(&["--database-url", "mysql://x@h/db", "migrate"]);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(cli.execute(&mut out, &mut err).await, Exit::Usage);
+}
+
+#[test]
+fn usage_errors_are_clap_errors_with_exit_code_2() {
+    for args in [
+        vec!["tasks", "runs", "show", "not-a-uuid"],
+        vec!["tasks", "start", "x", "--delay", "soon"],
+        vec!["tasks", "runs", "list", "--status", "done"],
+        vec!["tasks", "nope"],
+    ] {
+        let error = Cli::try_parse_from(&args).expect_err("a usage error");
+        assert_eq!(error.exit_code(), 2, "{args:?}");
+    }
+}
+
+both_backends!(
+    start_with_valid_input_stores_the_run,
+    start_with_invalid_input_prints_every_violation_and_stores_nothing,
+    runs_list_prints_a_table_or_json_with_cursors,
+    runs_show_and_watch_give_the_step_timeline,
+    cancel_pause_and_resume_change_the_status,
+    unknown_runs_are_not_found,
+    workflows_list_and_schema,
+    worker_settings_are_checked_before_it_runs,
+    doctor_passes_on_a_healthy_store,
+);
