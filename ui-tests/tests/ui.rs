@@ -2,7 +2,9 @@
 //!
 //! The compile-pass cases in `tests/ui/pass/` are test binaries of their own (see
 //! `Cargo.toml`): they reuse the workspace's build, and without them trybuild only has to
-//! type-check, which spares code generation for the whole dependency tree.
+//! type-check, which spares code generation for the whole dependency tree. The pass cases
+//! that run workflows on a store live in the `tests` crate (`tests/macros/`), so that
+//! trybuild's copy of this crate's dependencies has no database driver to type-check.
 //!
 //! Regenerate the `.stderr` snapshots with `TRYBUILD=overwrite cargo test -p tasks-ui-tests`
 //! and review every diff: each error must point at the user's token.
@@ -25,14 +27,22 @@ const TRYBUILD_RUSTFLAGS: &[&str] = &[
     "--diagnostic-width=140",
 ];
 
+/// Variables with which CI builds the workspace under Clippy (see `.ci/run`). The cases'
+/// snapshots are the compiler's own errors: trybuild's build must not inherit them.
+const CLIPPY_WRAPPER_VARS: &[&str] = &["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"];
+
 #[test]
 fn ui() {
+    // SAFETY (both blocks): the only test of this binary changes the environment before
+    // trybuild starts any thread, and nothing else of this process reads or writes it
+    // meanwhile.
+    for var in CLIPPY_WRAPPER_VARS {
+        unsafe { std::env::remove_var(var) };
+    }
     // Flags the caller set (coverage, say) are left to trybuild's own handling.
     if std::env::var_os("RUSTFLAGS").is_none()
         && std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_none()
     {
-        // SAFETY: the only test of this binary sets the variable before trybuild starts any
-        // thread, and nothing else of this process reads or writes the environment meanwhile.
         unsafe {
             std::env::set_var("CARGO_ENCODED_RUSTFLAGS", TRYBUILD_RUSTFLAGS.join("\x1f"));
         }
