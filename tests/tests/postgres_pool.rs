@@ -29,6 +29,30 @@ async fn connect_opens_the_documented_pool() {
     store.pool().close().await;
 }
 
+/// A server that refuses connections fails `connect` at once, with a database error that
+/// says so, instead of after the pool's 30 s of retries.
+#[tokio::test]
+async fn connect_to_a_refusing_server_fails_at_once() {
+    let started = std::time::Instant::now();
+    // Port 1 on loopback: nothing listens there.
+    let error = PgStore::connect("postgres://postgres@127.0.0.1:1/test")
+        .await
+        .expect_err("nothing listens on port 1");
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(error, tasks::StoreError::Database { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().to_lowercase().contains("refused"),
+        "the error says why: {error}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "failed after {elapsed:?}; the pool's own retries take 30 s"
+    );
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Number {
     n: u32,

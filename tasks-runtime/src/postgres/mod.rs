@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::{Connection as _, PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
@@ -40,6 +40,9 @@ use rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_claimed, decode_ru
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
 /// another size.
 pub const MAX_CONNECTIONS: u32 = 16;
+
+/// How long [`PgStore::connect`] waits for the server to accept its first connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The store on Postgres.
 ///
@@ -141,8 +144,26 @@ impl PgStore {
     /// Connects a pool with [the store's settings](PgStore::pool_options) to `url` (a
     /// `postgres://` URL) and returns a store on it. Does not migrate: call
     /// [`PgStore::migrate`].
+    ///
+    /// A server that refuses the connection, or does not answer within
+    /// [`CONNECT_TIMEOUT`], fails the call at once with [`StoreError::Database`] saying why
+    /// (the pool alone would keep retrying the first connection for its whole acquire
+    /// timeout, 30 s).
     pub async fn connect(url: &str) -> StoreResult<Self> {
         let options: PgConnectOptions = url.parse().map_err(db(Operation::Connect))?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
+            Ok(Ok(first)) => {
+                // Only a probe: the pool opens its own connections.
+                let _ = first.close().await;
+            }
+            Ok(Err(error)) => return Err(db(Operation::Connect)(error)),
+            Err(_) => {
+                return Err(StoreError::database(
+                    Operation::Connect,
+                    format!("the server did not answer within {CONNECT_TIMEOUT:?}"),
+                ));
+            }
+        }
         let pool = PgStore::pool_options()
             .connect_with(options)
             .await
