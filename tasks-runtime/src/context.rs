@@ -20,12 +20,13 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::definition::StepDefinition;
-use crate::failure::{ErrorRecord, RecordError, WorkflowError, panic_message};
+use crate::failure::{ErrorRecord, WorkflowError, panic_message};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
+use crate::step_failure::{ReplayError, final_error_json, rebuild_final};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -313,8 +314,8 @@ impl WorkflowContext {
 }
 
 /// Runs one call of a `#[step]` function: returns the memoized output when the step
-/// already completed in this run, and otherwise executes it, retrying with the step's
-/// policy.
+/// already completed in this run, the stored final error when its retries ran out (rebuilt
+/// through [`ReplayError`]), and otherwise executes it, retrying with the step's policy.
 ///
 /// Outside a workflow run (no [`WorkflowContext`] on the task) the step is an ordinary
 /// async function call: it runs once, is not recorded and is not retried. That keeps steps
@@ -327,7 +328,7 @@ where
     F: FnMut() -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
-    E: RecordError<Via> + Send,
+    E: ReplayError<Via> + Send,
 {
     let Some(ctx) = WorkflowContext::current() else {
         return f().await;
@@ -349,6 +350,30 @@ where
             Err(error) => {
                 let record = ErrorRecord::new(format!(
                     "the stored output of step {step_name} no longer matches its type ({error}); \
+                     was the step changed without changing the workflow version?"
+                ))
+                .with_kind("replay")
+                .non_retryable();
+                ctx.halt(Halt::Fail(record)).await
+            }
+        };
+    }
+
+    // A final error handed to the workflow before: handed back again, so that the workflow
+    // takes the same branch as the first time.
+    if let Some(last) = ctx.last_attempt(&step_name)
+        && last.status == StepStatus::Failed
+        && let Some(stored) = &last.error
+        && let Some((record, rebuilt)) = rebuild_final::<E, Via>(stored)
+    {
+        return match rebuilt {
+            Ok(error) => {
+                *lock(&ctx.inner.exhausted_step) = Some(record.non_retryable());
+                Err(error)
+            }
+            Err(reason) => {
+                let record = ErrorRecord::new(format!(
+                    "the stored error of step {step_name} no longer matches its type ({reason}); \
                      was the step changed without changing the workflow version?"
                 ))
                 .with_kind("replay")
@@ -397,7 +422,7 @@ where
                 session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
-            Ok(Err(error)) => (error.to_record().with_kind("step"), Some(error)),
+            Ok(Err(error)) => (error.failure_record().with_kind("step"), Some(error)),
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
                 let record = ErrorRecord::new(format!("step {step_name} panicked: {message}"))
@@ -406,10 +431,30 @@ where
             }
         };
         tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
-        let failed = ctx
-            .record(&step_name, config, Err(record.to_json()), elapsed)
-            .await;
-        match policy.delay_after(attempt_number) {
+        let delay = policy.delay_after(attempt_number);
+        // The final error goes back to the workflow: it is stored so that a replay can hand
+        // it back without running the step; one that cannot be stored fails the run.
+        let stored = match (&delay, &error) {
+            (None, Some(error)) => match error
+                .replay_data()
+                .and_then(|data| final_error_json(&record, data))
+            {
+                Ok(stored) => stored,
+                Err(reason) => {
+                    let refused = ErrorRecord::new(format!(
+                        "the error of step {step_name} cannot be stored for replay ({reason}): {record}"
+                    ))
+                    .with_kind("output")
+                    .non_retryable();
+                    ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                        .await;
+                    return ctx.halt(Halt::Fail(refused)).await;
+                }
+            },
+            _ => record.to_json(),
+        };
+        let failed = ctx.record(&step_name, config, Err(stored), elapsed).await;
+        match delay {
             Some(delay) if delay <= ctx.inner.limits.park_threshold => {
                 tokio::time::sleep(delay).await;
                 ctx.check_interrupted().await;

@@ -23,6 +23,7 @@ pub use crate::definition::{
 };
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
+pub use crate::step_failure::ReplayError;
 pub use inventory;
 pub use schemars;
 pub use serde;
@@ -72,13 +73,13 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> StepOutput for T {}
 
 /// A type a `#[step]` may return as its error.
 #[diagnostic::on_unimplemented(
-    message = "the error of a step must be recordable and `Send`, and `{Self}` is not",
-    label = "a step's error is recorded with the run, to decide on a retry and to report it",
-    note = "use a type that implements `std::error::Error + Send + 'static`, `Box<dyn std::error::Error + Send + Sync>`, `tasks::WorkflowError`, or `anyhow::Error` with the `anyhow` feature"
+    message = "the error of a step must be recordable, replayable and `Send`, and `{Self}` is not",
+    label = "a step's final error is stored, and a replay hands it back to the workflow without running the step again",
+    note = "derive `serde::Serialize` and `serde::Deserialize` on your `std::error::Error` type, or use `tasks::WorkflowError`, `Box<dyn std::error::Error + Send + Sync>`, `std::io::Error`, or `anyhow::Error` with the `anyhow` feature"
 )]
 pub trait StepError<Via> {}
 
-impl<E: RecordError<Via> + Send, Via> StepError<Via> for E {}
+impl<E: ReplayError<Via> + Send, Via> StepError<Via> for E {}
 
 /// A type a `#[workflow]` may return as its error.
 #[diagnostic::on_unimplemented(
@@ -221,7 +222,7 @@ where
     F: FnMut() -> Fut + Send + 'a,
     Fut: Future<Output = Result<T, E>> + Send + 'a,
     T: StepOutput + Serialize + DeserializeOwned + Send + 'a,
-    E: StepError<Via> + RecordError<Via> + Send + 'a,
+    E: StepError<Via> + ReplayError<Via> + Send + 'a,
     Via: 'a,
 {
     Box::pin(run_step(definition, f))
