@@ -26,7 +26,9 @@ use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
-use crate::step_failure::{ReplayError, final_error_json, rebuild_final};
+use crate::step_failure::{
+    ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
+};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -388,10 +390,13 @@ where
     // Earlier steps are durable before this one has any effect.
     ctx.flush().await;
     loop {
-        let config = json!({
+        let mut config = json!({
             "attempt": attempt_number,
             "retryPolicy": policy,
         });
+        if let Some(timeout) = definition.timeout {
+            config["timeoutMs"] = json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        }
         let span = tracing::info_span!(
             "step",
             run.id = %ctx.run_id(),
@@ -400,15 +405,24 @@ where
             attempt = attempt_number,
         );
         let started = std::time::Instant::now();
-        // A panic fails this attempt, retried by the step's policy like an error.
-        let result = AssertUnwindSafe(async { f().await })
+        // A panic fails this attempt, retried by the step's policy like an error; so does
+        // running past the step's timeout, which drops the attempt's future.
+        let attempt = async {
+            match definition.timeout {
+                Some(timeout) => tokio::time::timeout(timeout, f())
+                    .await
+                    .map_err(|_| timeout),
+                None => Ok(f().await),
+            }
+        };
+        let result = AssertUnwindSafe(attempt)
             .catch_unwind()
             .instrument(span)
             .await;
         let elapsed = started.elapsed();
         // The attempt is written once, when it has finished: at most one commit per step.
         let (record, error) = match result {
-            Ok(Ok(value)) => {
+            Ok(Ok(Ok(value))) => {
                 let output = match storable_output(&step_name, &value) {
                     Ok(output) => output,
                     Err(record) => {
@@ -422,7 +436,14 @@ where
                 session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
-            Ok(Err(error)) => (error.failure_record().with_kind("step"), Some(error)),
+            Ok(Ok(Err(error))) => (error.failure_record().with_kind("step"), Some(error)),
+            Ok(Err(timeout)) => {
+                let record =
+                    ErrorRecord::new(format!("step {step_name} timed out after {timeout:?}"))
+                        .with_kind(TIMEOUT_KIND);
+                let error = timeout_error::<E, Via>(&record);
+                (record, error)
+            }
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
                 let record = ErrorRecord::new(format!("step {step_name} panicked: {message}"))
@@ -473,7 +494,8 @@ where
                         *lock(&ctx.inner.exhausted_step) = Some(record);
                         return Err(error);
                     }
-                    // A panic has no error of the step's type to hand back: the run fails.
+                    // A panic (or a timeout of a step whose error type has no room for
+                    // one) has no error of the step's type to hand back: the run fails.
                     None => return ctx.halt(Halt::Fail(record)).await,
                 }
             }

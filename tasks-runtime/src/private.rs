@@ -204,6 +204,14 @@ pub const fn assert_retry_policy(policy: Option<RetryPolicy>) {
     }
 }
 
+/// Fails the build, in a `const` item, when a step's `timeout` given as an expression is
+/// zero (a literal is checked by the macro).
+pub const fn assert_step_timeout(timeout: std::time::Duration) {
+    if timeout.is_zero() {
+        panic!("a step's `timeout` limits each attempt: it must be longer than zero");
+    }
+}
+
 /// Always `None`: `#[step]` returns it from the `async` block that holds the step's body, so
 /// that the block's output type is `Result<T, E>` before the body is type-checked.
 pub const fn declared_output<T, E>() -> Option<Result<T, E>> {

@@ -65,6 +65,23 @@ impl StepFailure {
     pub fn message(&self) -> &str {
         &self.record.message
     }
+
+    /// Whether the attempt ran past its `#[step(timeout = "...")]` (the record's kind is
+    /// `"timeout"`).
+    pub fn is_timeout(&self) -> bool {
+        self.record.kind.as_deref() == Some(TIMEOUT_KIND)
+    }
+}
+
+/// The kind of the error recorded for an attempt that ran past its timeout.
+pub(crate) const TIMEOUT_KIND: &str = "timeout";
+
+/// The error of an attempt that ran past its timeout, as `E`: a [`StepFailure`] (for which
+/// [`StepFailure::is_timeout`] holds) in `E`, or `None` when `E` has no room for one (your own
+/// serde error types).
+pub(crate) fn timeout_error<E: ReplayError<Via>, Via>(record: &ErrorRecord) -> Option<E> {
+    let data = json!({ "ioKind": "TimedOut" });
+    E::rebuild(StepFailure::new(record.clone()), &data).ok()
 }
 
 impl fmt::Display for StepFailure {
@@ -366,6 +383,18 @@ mod tests {
         let back = round_trip(&error);
         assert_eq!(back.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(back.to_string(), "slow");
+    }
+
+    #[test]
+    fn a_timeout_is_a_step_failure_in_every_type_with_room_for_one() {
+        let record = ErrorRecord::new("step slow timed out after 1s").with_kind(TIMEOUT_KIND);
+        let error: WorkflowError = timeout_error(&record).unwrap();
+        assert!(error.downcast_ref::<StepFailure>().unwrap().is_timeout());
+        let error: std::io::Error = timeout_error(&record).unwrap();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        let error: Box<dyn std::error::Error + Send + Sync> = timeout_error(&record).unwrap();
+        assert!(error.downcast_ref::<StepFailure>().unwrap().is_timeout());
+        assert!(timeout_error::<Payment, _>(&record).is_none());
     }
 
     #[test]

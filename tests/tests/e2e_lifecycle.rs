@@ -1,5 +1,5 @@
 //! End to end: the lifecycle of runs (issue #14) against each store (Postgres and SQLite):
-//! handled step errors replay deterministically.
+//! handled step errors replay deterministically; step timeouts.
 
 mod support;
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use support::{Backend, bump, calls, client, worker};
-use tasks::{RunError, StepStatus, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{RunError, StepFailure, StepStatus, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
 fn run_id() -> Uuid {
@@ -166,7 +166,126 @@ async fn a_replayed_step_error_that_the_workflow_returns_fails_the_run(backend: 
     worker.shutdown().await;
 }
 
+/// Hangs on its first call in a run (until the timeout drops it), answers at once after.
+#[step(timeout = "300ms", retry(max_attempts = 2, initial_interval = "10ms"))]
+async fn hangs_once() -> Result<String, std::io::Error> {
+    let run = run_id();
+    if bump(run, "hangs_once") == 1 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Never reached: the timeout dropped this future.
+        bump(run, "hangs_once finished");
+    }
+    Ok("answered".into())
+}
+
+#[workflow(name = "e2e-timeout-retried")]
+async fn timeout_retried(_ctx: WorkflowContext, _input: ()) -> Result<String, WorkflowError> {
+    Ok(hangs_once().await?)
+}
+
+async fn a_timed_out_attempt_is_dropped_recorded_and_retried(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let run = timeout_retried::start(&client(&store), ()).await.unwrap();
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        "answered"
+    );
+    let steps = run.steps().await.unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0].status, StepStatus::Failed);
+    let error = steps[0].error.as_ref().unwrap();
+    assert_eq!(error["kind"], "timeout");
+    assert_eq!(error["message"], "step hangs_once timed out after 300ms");
+    assert_eq!(steps[0].config["timeoutMs"], 300);
+    let took = steps[0].finished_at.unwrap() - steps[0].started_at.unwrap();
+    assert!(
+        took >= chrono::Duration::milliseconds(250) && took < chrono::Duration::seconds(3),
+        "the attempt ended at its timeout, not when its body would have: {took}"
+    );
+    assert_eq!(steps[1].status, StepStatus::Completed);
+    // The hung attempt's future was dropped: its body never went on past the sleep.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(calls(run.id(), "hangs_once finished"), 0);
+    worker.shutdown().await;
+}
+
+#[step(timeout = "100ms", retry(max_attempts = 2, initial_interval = "10ms"))]
+async fn always_slow() -> Result<(), WorkflowError> {
+    bump(run_id(), "always_slow");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+#[step(timeout = "100ms", retry(max_attempts = 1))]
+async fn slow_io() -> Result<(), std::io::Error> {
+    bump(run_id(), "slow_io");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+/// Handles the timeouts of two steps, then sleeps so that they replay.
+#[workflow(name = "e2e-timeout-handled")]
+async fn timeout_handled(ctx: WorkflowContext, _input: ()) -> Result<Vec<String>, WorkflowError> {
+    let mut seen = Vec::new();
+    if let Err(error) = always_slow().await {
+        let failure = error.downcast_ref::<StepFailure>().expect("a StepFailure");
+        seen.push(format!("timeout: {}, {error}", failure.is_timeout()));
+    }
+    if let Err(error) = slow_io().await {
+        seen.push(format!("{:?}: {error}", error.kind()));
+    }
+    ctx.sleep("replay", Duration::from_millis(200)).await?;
+    Ok(seen)
+}
+
+async fn an_exhausted_timeout_is_a_typed_error_that_replays(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let run = timeout_handled::start(&client(&store), ()).await.unwrap();
+    let seen = run.result_within(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(
+        seen,
+        [
+            "timeout: true, step always_slow timed out after 100ms",
+            "TimedOut: step slow_io timed out after 100ms",
+        ]
+    );
+    assert_eq!(calls(run.id(), "always_slow"), 2, "retried by its policy");
+    assert_eq!(calls(run.id(), "slow_io"), 1, "not run again on replay");
+    worker.shutdown().await;
+}
+
+/// A step whose own error type has no room for a timeout: an exhausted timeout fails the run.
+#[step(timeout = "100ms", retry(max_attempts = 1))]
+async fn slow_payment() -> Result<(), Payment> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Err(Payment::Unavailable)
+}
+
+#[workflow(name = "e2e-timeout-serde")]
+async fn timeout_serde(_ctx: WorkflowContext, _input: ()) -> Result<bool, WorkflowError> {
+    Ok(slow_payment().await.is_err())
+}
+
+async fn an_exhausted_timeout_of_a_serde_error_type_fails_the_run(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let run = timeout_serde::start(&client(&store), ()).await.unwrap();
+    match run.result_within(Duration::from_secs(20)).await {
+        Err(RunError::Failed { error, .. }) => {
+            assert_eq!(error.kind.as_deref(), Some("timeout"));
+            assert_eq!(error.message, "step slow_payment timed out after 100ms");
+        }
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+    worker.shutdown().await;
+}
+
 both_backends!(
     a_handled_step_error_replays_without_running_the_step,
     a_replayed_step_error_that_the_workflow_returns_fails_the_run,
+    a_timed_out_attempt_is_dropped_recorded_and_retried,
+    an_exhausted_timeout_is_a_typed_error_that_replays,
+    an_exhausted_timeout_of_a_serde_error_type_fails_the_run,
 );
