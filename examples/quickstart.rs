@@ -29,7 +29,9 @@ struct Receipt {
     emailed_to: String,
 }
 
-#[derive(Debug)]
+/// A step's error. When a step's retries run out, its last error is stored and a replay hands
+/// it back without running the step again: `Serialize + Deserialize` let it come back equal.
+#[derive(Debug, Serialize, Deserialize)]
 struct PaymentError(String);
 
 impl std::fmt::Display for PaymentError {

@@ -1,5 +1,6 @@
 //! A step that fails twice, then succeeds: the step is retried with its own backoff, and the
-//! steps before it are not run again.
+//! steps before it are not run again. Then a step that hangs past its timeout: the workflow
+//! handles the timeout error (and would get the same error on any replay).
 //!
 //! ```sh
 //! cargo run --example retry
@@ -44,10 +45,26 @@ async fn upload(file: &str, checksum: u64) -> Result<String, std::io::Error> {
     Ok(format!("s3://bucket/{file}#{checksum}"))
 }
 
+/// A webhook that never answers: each attempt is dropped after 300 ms.
+#[step(timeout = "300ms", retry(max_attempts = 2, initial_interval = "50ms"))]
+async fn notify(url: &str) -> Result<(), WorkflowError> {
+    println!("  notifying {url} ...");
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
 #[workflow(name = "upload-file")]
 async fn upload_file(_ctx: WorkflowContext, input: Upload) -> Result<String, WorkflowError> {
     let sum = checksum(&input.file).await?;
-    Ok(upload(&input.file, sum).await?)
+    let location = upload(&input.file, sum).await?;
+    // A timed-out notification is not worth failing the upload for.
+    if let Err(error) = notify("https://example.com/hook").await {
+        let timed_out = error
+            .downcast_ref::<tasks::StepFailure>()
+            .is_some_and(tasks::StepFailure::is_timeout);
+        println!("  notification skipped ({error}; timeout: {timed_out})");
+    }
+    Ok(location)
 }
 
 #[tokio::main]
@@ -73,6 +90,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  {:<10} {:<9} {}", step.step_name, step.status, error);
         if step.step_name == "checksum" {
             assert_eq!(step.status, StepStatus::Completed);
+        }
+        if step.step_name == "notify" {
+            assert_eq!(step.status, StepStatus::Failed);
         }
     }
     worker.shutdown().await;

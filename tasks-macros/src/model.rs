@@ -38,6 +38,8 @@ pub(crate) struct Step {
     pub name: LitStr,
     /// `retry(...)`.
     pub retry: Option<RetryOptions>,
+    /// `timeout = "..."`.
+    pub timeout: Option<DurationValue>,
     /// The parameters, in order (a step has no receiver).
     pub args: Vec<PatType>,
     /// The return type's halves.

@@ -20,12 +20,15 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::definition::StepDefinition;
-use crate::failure::{ErrorRecord, RecordError, WorkflowError, panic_message};
+use crate::failure::{ErrorRecord, WorkflowError, panic_message};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
+use crate::step_failure::{
+    ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
+};
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;
@@ -313,8 +316,8 @@ impl WorkflowContext {
 }
 
 /// Runs one call of a `#[step]` function: returns the memoized output when the step
-/// already completed in this run, and otherwise executes it, retrying with the step's
-/// policy.
+/// already completed in this run, the stored final error when its retries ran out (rebuilt
+/// through [`ReplayError`]), and otherwise executes it, retrying with the step's policy.
 ///
 /// Outside a workflow run (no [`WorkflowContext`] on the task) the step is an ordinary
 /// async function call: it runs once, is not recorded and is not retried. That keeps steps
@@ -327,7 +330,7 @@ where
     F: FnMut() -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
-    E: RecordError<Via> + Send,
+    E: ReplayError<Via> + Send,
 {
     let Some(ctx) = WorkflowContext::current() else {
         return f().await;
@@ -358,15 +361,42 @@ where
         };
     }
 
+    // A final error handed to the workflow before: handed back again, so that the workflow
+    // takes the same branch as the first time.
+    if let Some(last) = ctx.last_attempt(&step_name)
+        && last.status == StepStatus::Failed
+        && let Some(stored) = &last.error
+        && let Some((record, rebuilt)) = rebuild_final::<E, Via>(stored)
+    {
+        return match rebuilt {
+            Ok(error) => {
+                *lock(&ctx.inner.exhausted_step) = Some(record.non_retryable());
+                Err(error)
+            }
+            Err(reason) => {
+                let record = ErrorRecord::new(format!(
+                    "the stored error of step {step_name} no longer matches its type ({reason}); \
+                     was the step changed without changing the workflow version?"
+                ))
+                .with_kind("replay")
+                .non_retryable();
+                ctx.halt(Halt::Fail(record)).await
+            }
+        };
+    }
+
     let policy = definition.retry_policy.unwrap_or(RetryPolicy::DEFAULT_STEP);
     let mut attempt_number = ctx.failed_attempts(&step_name) + 1;
     // Earlier steps are durable before this one has any effect.
     ctx.flush().await;
     loop {
-        let config = json!({
+        let mut config = json!({
             "attempt": attempt_number,
             "retryPolicy": policy,
         });
+        if let Some(timeout) = definition.timeout {
+            config["timeoutMs"] = json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        }
         let span = tracing::info_span!(
             "step",
             run.id = %ctx.run_id(),
@@ -375,15 +405,24 @@ where
             attempt = attempt_number,
         );
         let started = std::time::Instant::now();
-        // A panic fails this attempt, retried by the step's policy like an error.
-        let result = AssertUnwindSafe(async { f().await })
+        // A panic fails this attempt, retried by the step's policy like an error; so does
+        // running past the step's timeout, which drops the attempt's future.
+        let attempt = async {
+            match definition.timeout {
+                Some(timeout) => tokio::time::timeout(timeout, f())
+                    .await
+                    .map_err(|_| timeout),
+                None => Ok(f().await),
+            }
+        };
+        let result = AssertUnwindSafe(attempt)
             .catch_unwind()
             .instrument(span)
             .await;
         let elapsed = started.elapsed();
         // The attempt is written once, when it has finished: at most one commit per step.
         let (record, error) = match result {
-            Ok(Ok(value)) => {
+            Ok(Ok(Ok(value))) => {
                 let output = match storable_output(&step_name, &value) {
                     Ok(output) => output,
                     Err(record) => {
@@ -397,7 +436,14 @@ where
                 session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
                 return Ok(value);
             }
-            Ok(Err(error)) => (error.to_record().with_kind("step"), Some(error)),
+            Ok(Ok(Err(error))) => (error.failure_record().with_kind("step"), Some(error)),
+            Ok(Err(timeout)) => {
+                let record =
+                    ErrorRecord::new(format!("step {step_name} timed out after {timeout:?}"))
+                        .with_kind(TIMEOUT_KIND);
+                let error = timeout_error::<E, Via>(&record);
+                (record, error)
+            }
             Err(panic) => {
                 let message = panic_message(panic.as_ref());
                 let record = ErrorRecord::new(format!("step {step_name} panicked: {message}"))
@@ -406,10 +452,30 @@ where
             }
         };
         tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
-        let failed = ctx
-            .record(&step_name, config, Err(record.to_json()), elapsed)
-            .await;
-        match policy.delay_after(attempt_number) {
+        let delay = policy.delay_after(attempt_number);
+        // The final error goes back to the workflow: it is stored so that a replay can hand
+        // it back without running the step; one that cannot be stored fails the run.
+        let stored = match (&delay, &error) {
+            (None, Some(error)) => match error
+                .replay_data()
+                .and_then(|data| final_error_json(&record, data))
+            {
+                Ok(stored) => stored,
+                Err(reason) => {
+                    let refused = ErrorRecord::new(format!(
+                        "the error of step {step_name} cannot be stored for replay ({reason}): {record}"
+                    ))
+                    .with_kind("output")
+                    .non_retryable();
+                    ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                        .await;
+                    return ctx.halt(Halt::Fail(refused)).await;
+                }
+            },
+            _ => record.to_json(),
+        };
+        let failed = ctx.record(&step_name, config, Err(stored), elapsed).await;
+        match delay {
             Some(delay) if delay <= ctx.inner.limits.park_threshold => {
                 tokio::time::sleep(delay).await;
                 ctx.check_interrupted().await;
@@ -428,7 +494,8 @@ where
                         *lock(&ctx.inner.exhausted_step) = Some(record);
                         return Err(error);
                     }
-                    // A panic has no error of the step's type to hand back: the run fails.
+                    // A panic (or a timeout of a step whose error type has no room for
+                    // one) has no error of the step's type to hand back: the run fails.
                     None => return ctx.halt(Halt::Fail(record)).await,
                 }
             }

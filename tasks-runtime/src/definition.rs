@@ -144,6 +144,9 @@ pub struct StepDefinition {
     pub name: &'static str,
     /// The step-level retry policy; `None` uses [`RetryPolicy::DEFAULT_STEP`].
     pub retry_policy: Option<RetryPolicy>,
+    /// The limit of each attempt (`#[step(timeout = "30s")]`); `None` waits as long as the
+    /// attempt takes.
+    pub timeout: Option<std::time::Duration>,
     /// Where the step function is.
     pub location: SourceLocation,
 }

@@ -250,7 +250,8 @@ impl fmt::Debug for WorkflowError {
 }
 
 /// Errors that a workflow or step may return: anything that can be turned into an
-/// [`ErrorRecord`].
+/// [`ErrorRecord`]. A step's error type must also be rebuildable from its record, which
+/// [`ReplayError`](crate::ReplayError) checks.
 ///
 /// Implemented for
 /// - every `std::error::Error + 'static` (your own `thiserror` enums, `std::io::Error`, ...);
@@ -288,6 +289,13 @@ pub mod via {
     /// Through `anyhow::Error` (the `anyhow` feature).
     #[derive(Debug)]
     pub enum Anyhow {}
+    /// Through `Serialize + DeserializeOwned` (replaying a step's error, see
+    /// [`ReplayError`](crate::ReplayError)).
+    #[derive(Debug)]
+    pub enum Serde {}
+    /// `std::io::Error` (replaying a step's error, see [`ReplayError`](crate::ReplayError)).
+    #[derive(Debug)]
+    pub enum Io {}
 }
 
 impl<E> RecordError<via::StdError> for E

@@ -21,6 +21,7 @@ pub mod registry;
 mod replay;
 pub mod retry;
 mod session;
+pub mod step_failure;
 pub mod store;
 mod transition;
 pub mod worker;
@@ -43,6 +44,7 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use retry::RetryPolicy;
+pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Order, Page, RecordStepAttempt,

@@ -23,6 +23,7 @@ pub use crate::definition::{
 };
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
+pub use crate::step_failure::ReplayError;
 pub use inventory;
 pub use schemars;
 pub use serde;
@@ -72,13 +73,13 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> StepOutput for T {}
 
 /// A type a `#[step]` may return as its error.
 #[diagnostic::on_unimplemented(
-    message = "the error of a step must be recordable and `Send`, and `{Self}` is not",
-    label = "a step's error is recorded with the run, to decide on a retry and to report it",
-    note = "use a type that implements `std::error::Error + Send + 'static`, `Box<dyn std::error::Error + Send + Sync>`, `tasks::WorkflowError`, or `anyhow::Error` with the `anyhow` feature"
+    message = "the error of a step must be recordable, replayable and `Send`, and `{Self}` is not",
+    label = "a step's final error is stored, and a replay hands it back to the workflow without running the step again",
+    note = "derive `serde::Serialize` and `serde::Deserialize` on your `std::error::Error` type, or use `tasks::WorkflowError`, `Box<dyn std::error::Error + Send + Sync>`, `std::io::Error`, or `anyhow::Error` with the `anyhow` feature"
 )]
 pub trait StepError<Via> {}
 
-impl<E: RecordError<Via> + Send, Via> StepError<Via> for E {}
+impl<E: ReplayError<Via> + Send, Via> StepError<Via> for E {}
 
 /// A type a `#[workflow]` may return as its error.
 #[diagnostic::on_unimplemented(
@@ -203,6 +204,14 @@ pub const fn assert_retry_policy(policy: Option<RetryPolicy>) {
     }
 }
 
+/// Fails the build, in a `const` item, when a step's `timeout` given as an expression is
+/// zero (a literal is checked by the macro).
+pub const fn assert_step_timeout(timeout: std::time::Duration) {
+    if timeout.is_zero() {
+        panic!("a step's `timeout` limits each attempt: it must be longer than zero");
+    }
+}
+
 /// Always `None`: `#[step]` returns it from the `async` block that holds the step's body, so
 /// that the block's output type is `Result<T, E>` before the body is type-checked.
 pub const fn declared_output<T, E>() -> Option<Result<T, E>> {
@@ -221,7 +230,7 @@ where
     F: FnMut() -> Fut + Send + 'a,
     Fut: Future<Output = Result<T, E>> + Send + 'a,
     T: StepOutput + Serialize + DeserializeOwned + Send + 'a,
-    E: StepError<Via> + RecordError<Via> + Send + 'a,
+    E: StepError<Via> + ReplayError<Via> + Send + 'a,
     Via: 'a,
 {
     Box::pin(run_step(definition, f))

@@ -1,6 +1,8 @@
 //! The error types applications actually write: `Box<dyn Error + Send + Sync>`, `anyhow::Error`
-//! (the `anyhow` feature), `WorkflowError` and `std::error::Error` types, in steps and
-//! workflows; and an old, `#[deprecated]` version, whose generated code must not warn.
+//! (the `anyhow` feature), `WorkflowError`, `std::io::Error` and `std::error::Error` types, in
+//! steps and workflows (a step's own error type derives `Serialize + Deserialize`, so that its
+//! final error replays; a workflow's needs nothing more); and an old, `#[deprecated]` version,
+//! whose generated code must not warn.
 #![deny(deprecated)]
 
 use std::error::Error;
@@ -20,9 +22,43 @@ async fn parse_anyhow(text: String) -> Result<u32, anyhow::Error> {
     text.parse::<u32>().context("not a count")
 }
 
+/// A step's own error type: replayed as an equal value.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct NotANumber(String);
+
+impl std::fmt::Display for NotANumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not a number: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotANumber {}
+
 #[step]
-async fn parse_std(text: String) -> Result<u32, std::num::ParseIntError> {
-    text.parse()
+async fn parse_std(text: String) -> Result<u32, NotANumber> {
+    text.parse().map_err(|_| NotANumber(text))
+}
+
+#[step]
+async fn parse_io(text: String) -> Result<u32, std::io::Error> {
+    text.parse().map_err(std::io::Error::other)
+}
+
+/// A workflow's error type needs no serde: it is only recorded.
+#[derive(Debug)]
+struct Plain;
+
+impl std::fmt::Display for Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("plain")
+    }
+}
+
+impl std::error::Error for Plain {}
+
+#[workflow]
+async fn plain(_ctx: WorkflowContext, text: String) -> Result<u32, Plain> {
+    parse_io(text).await.map_err(|_| Plain)
 }
 
 #[workflow]
@@ -98,6 +134,15 @@ async fn main() {
     );
     assert_eq!(
         with_anyhow::start(&client, "1".into())
+            .await
+            .unwrap()
+            .result()
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        plain::start(&client, "2".into())
             .await
             .unwrap()
             .result()

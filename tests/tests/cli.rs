@@ -27,7 +27,7 @@ async fn compose(name: &str, times: u32) -> Result<String, std::io::Error> {
     Ok(format!("hello {name}").repeat(times as usize))
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Flaky;
 
 impl std::fmt::Display for Flaky {

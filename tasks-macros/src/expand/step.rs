@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, PatType, Signature};
 
 use super::common::{RetryDefault, retry_assertion, retry_policy, source_location};
-use crate::model::{ItemFn, Step};
+use crate::model::{DurationValue, ItemFn, Step};
 
 /// Rewrites the step function:
 ///
@@ -65,6 +65,17 @@ pub(crate) fn step(step: &Step) -> TokenStream {
     let retry_policy = retry_policy(private, step.retry.as_ref(), RetryDefault::Step);
     let retry_assertion = retry_assertion(private, step.retry.as_ref(), &retry_policy);
     let location = source_location(private, sig.ident.span());
+    let (timeout, timeout_assertion) = match &step.timeout {
+        None => (quote!(::core::option::Option::None), TokenStream::new()),
+        Some(timeout @ DurationValue::Parsed { .. }) => (
+            quote!(::core::option::Option::Some(#timeout)),
+            TokenStream::new(),
+        ),
+        Some(DurationValue::Expr(expr)) => (
+            quote!(::core::option::Option::Some(#expr)),
+            quote_spanned!(expr.span()=> const _: () = #private::assert_step_timeout(#expr);),
+        ),
+    };
 
     quote! {
         #(#attrs)*
@@ -74,10 +85,12 @@ pub(crate) fn step(step: &Step) -> TokenStream {
             #err_assertion
 
             #retry_assertion
+            #timeout_assertion
             static __TASKS_STEP_DEFINITION: #private::StepDefinition =
                 #private::StepDefinition {
                     name: #name,
                     retry_policy: #retry_policy,
+                    timeout: #timeout,
                     location: #location,
                 };
             #private::inventory::submit! {

@@ -1,5 +1,5 @@
-//! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)` and
-//! `crate = "..."`.
+//! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)`,
+//! `timeout = "..."` (steps) and `crate = "..."`.
 //!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
@@ -28,6 +28,8 @@ pub(crate) struct Options {
     pub retry: Option<RetryOptions>,
     /// `crate = "..."`: the path of the `tasks` crate, for crates that re-export it.
     pub krate: Option<Path>,
+    /// `timeout = "30s"` (steps only): the limit of each attempt.
+    pub timeout: Option<DurationValue>,
 }
 
 impl Options {
@@ -120,14 +122,42 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     options.krate = Some(path);
                 }
             }
+            "timeout" if kind == MacroKind::Step => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(timeout) =
+                    name_value(&meta, "\"30s\"", errors).and_then(|expr| step_timeout(expr, errors))
+                    && fresh
+                {
+                    options.timeout = Some(timeout);
+                }
+            }
             other => errors.spanned(meta.path(), unknown_option(kind, other)),
         }
     }
     options
 }
 
+/// `timeout = "30s"`: a duration longer than zero (a literal is checked here, an expression
+/// by a `const` assertion).
+fn step_timeout(expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
+    let timeout = duration("timeout", expr, errors)?;
+    if let DurationValue::Parsed { value, span, .. } = &timeout
+        && value.is_zero()
+    {
+        errors.at(
+            *span,
+            "`timeout` limits each attempt of the step: it must be longer than zero",
+        );
+        return None;
+    }
+    Some(timeout)
+}
+
 fn unknown_option(kind: MacroKind, key: &str) -> String {
     match kind {
+        MacroKind::Workflow if key == "timeout" => {
+            "#[workflow] has no `timeout`: set it on each `#[step]`, or give the run a deadline when it starts".to_owned()
+        }
         MacroKind::Workflow => {
             format!(
                 "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry` or `crate`"
@@ -137,7 +167,9 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
         }
         MacroKind::Step => {
-            format!("unknown #[step] option `{key}`; expected `name`, `retry` or `crate`")
+            format!(
+                "unknown #[step] option `{key}`; expected `name`, `retry`, `timeout` or `crate`"
+            )
         }
     }
 }

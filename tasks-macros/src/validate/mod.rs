@@ -65,6 +65,7 @@ pub(crate) fn step(input: Input) -> Result<Step, Invalid> {
         (Ok(()), Some(result)) => Ok(Step {
             name: options.name_or(&item.sig.ident),
             retry: options.retry,
+            timeout: options.timeout,
             args: step::step_args(&item),
             result,
             private: PrivatePath::new(options.krate.as_ref()),

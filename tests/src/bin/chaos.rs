@@ -45,7 +45,12 @@ struct ChaosInput {
 
 /// Logs its execution, then takes a little while.
 #[step(retry(max_attempts = 30, initial_interval = "200ms", backoff = 1.5))]
-async fn logged(database_url: &str, run_id: Uuid, index: u32) -> Result<u32, sqlx::Error> {
+async fn logged(
+    database_url: &str,
+    run_id: Uuid,
+    index: u32,
+) -> Result<u32, Box<dyn std::error::Error + Send + Sync>> {
+    // Boxed: a step's final error is replayed, and `sqlx::Error` cannot be rebuilt.
     let mut conn = PgConnection::connect(database_url).await?;
     sqlx::query("INSERT INTO tasks_chaos.executions (run_id, step_index) VALUES ($1, $2)")
         .bind(run_id)
@@ -61,7 +66,9 @@ async fn logged(database_url: &str, run_id: Uuid, index: u32) -> Result<u32, sql
 #[workflow(name = "chaos-steps")]
 async fn chaos_steps(ctx: WorkflowContext, input: ChaosInput) -> Result<u32, WorkflowError> {
     for index in 0..input.steps {
-        logged(&input.database_url, ctx.run_id(), index).await?;
+        logged(&input.database_url, ctx.run_id(), index)
+            .await
+            .map_err(WorkflowError::from_boxed)?;
     }
     Ok(input.steps)
 }

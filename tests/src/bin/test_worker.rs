@@ -31,7 +31,8 @@ async fn record_effect(
     run_id: Uuid,
     label: String,
     millis: u64,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Box<dyn std::error::Error + Send + Sync>> {
+    // Boxed: a step's final error is replayed, and `sqlx::Error` cannot be rebuilt.
     let mut conn = PgConnection::connect(effects_database_url).await?;
     let (count,): (i32,) = sqlx::query_as(
         "INSERT INTO tasks_test.effects (run_id, step, count) VALUES ($1, $2, 1)
@@ -56,7 +57,8 @@ async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, Workf
             format!("step-{i:03}"),
             input.step_millis,
         )
-        .await?;
+        .await
+        .map_err(WorkflowError::from_boxed)?;
     }
     Ok(input.steps)
 }

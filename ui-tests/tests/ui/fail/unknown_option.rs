@@ -5,7 +5,7 @@ async fn checkout(_ctx: WorkflowContext, order: u64) -> Result<u64, WorkflowErro
     Ok(order)
 }
 
-#[step(version = "2", timeout = "1s")]
+#[step(version = "2", deadline = "1s")]
 async fn charge(amount: u64) -> Result<u64, WorkflowError> {
     Ok(amount)
 }

@@ -1,4 +1,4 @@
-//! `retry(...)` values given as `const` expressions instead of literals.
+//! `retry(...)` values and step timeouts given as `const` expressions instead of literals.
 
 use std::time::Duration;
 
@@ -21,12 +21,20 @@ async fn report(_ctx: WorkflowContext, day: String) -> Result<String, WorkflowEr
     fetch(&day).await
 }
 
-#[step(retry(initial_interval = Duration::from_millis(250), max_interval = "2s"))]
+#[step(retry(initial_interval = Duration::from_millis(250), max_interval = "2s"), timeout = intervals::MAX)]
 async fn fetch(day: &str) -> Result<String, WorkflowError> {
     Ok(day.to_uppercase())
 }
 
-fn main() {
+#[step(timeout = "1m30s")]
+async fn parse(day: &str) -> Result<usize, std::io::Error> {
+    Ok(day.len())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    // Outside a run a step is a plain call: no timeout applies.
+    assert_eq!(parse("monday").await.unwrap(), 6);
     let retry = report::definition().retry_policy.expect("retry was given");
     assert_eq!(retry.max_attempts, 5);
     assert_eq!(retry.initial_interval, Duration::from_secs(1));

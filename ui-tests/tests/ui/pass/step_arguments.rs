@@ -11,7 +11,7 @@ pub struct Order {
     pub lines: Vec<u64>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct PaymentError;
 
 impl std::fmt::Display for PaymentError {
