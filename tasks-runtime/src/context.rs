@@ -27,6 +27,8 @@ use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
 
+pub(crate) mod events;
+
 tokio::task_local! {
     static CURRENT: WorkflowContext;
 }
