@@ -542,6 +542,19 @@ impl tasks::Store for Flaky {
     async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
         self.inner.remove_worker(worker_id).await
     }
+    // Events sent to a run (issue #11).
+    async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
+        self.inner.send_event(params).await
+    }
+    async fn wait_for_event(
+        &self,
+        params: tasks::WaitForEvent,
+    ) -> tasks::StoreResult<tasks::EventWait> {
+        self.inner.wait_for_event(params).await
+    }
+    async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
+        self.inner.list_events(run_id).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and
