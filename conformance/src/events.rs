@@ -26,7 +26,12 @@ fn send(run_id: Uuid, topic: &str, payload: Value) -> SendEvent {
 }
 
 /// The wait `step_name` on `topic` of a claimed run, by its worker.
-fn wait(run: &WorkflowRun, step_name: &str, topic: &str, timeout: Option<Duration>) -> WaitForEvent {
+fn wait(
+    run: &WorkflowRun,
+    step_name: &str,
+    topic: &str,
+    timeout: Option<Duration>,
+) -> WaitForEvent {
     WaitForEvent {
         run_id: run.id,
         worker_id: owner(run).to_owned(),
@@ -112,7 +117,11 @@ pub async fn event_sent_before_the_wait_is_delivered(setup: impl Setup) {
     let history = store.step_history(run.id).await.unwrap();
     assert_eq!(history, vec![attempt]);
     let still = store.get_run(run.id).await.unwrap().unwrap();
-    assert_eq!(still.status, RunStatus::Running, "a delivered wait does not park");
+    assert_eq!(
+        still.status,
+        RunStatus::Running,
+        "a delivered wait does not park"
+    );
 }
 
 /// A wait without an event parks the run (sleeping, no worker, until the end of time); a
@@ -134,7 +143,11 @@ pub async fn wait_parks_and_a_send_wakes_the_run(setup: impl Setup) {
     assert_eq!(history[0].kind, StepKind::Event);
     assert_eq!(history[0].status, StepStatus::Running);
     assert!(
-        store.claim_run(&new_worker(), LONG_LEASE).await.unwrap().is_none(),
+        store
+            .claim_run(&new_worker(), LONG_LEASE)
+            .await
+            .unwrap()
+            .is_none(),
         "a waiting run is not claimable"
     );
 
@@ -216,20 +229,14 @@ pub async fn events_are_delivered_in_order_once_per_topic(setup: impl Setup) {
 pub async fn a_completed_wait_is_not_repeated(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    store
-        .send_event(send(run.id, "t", json!(1)))
-        .await
-        .unwrap();
+    store.send_event(send(run.id, "t", json!(1))).await.unwrap();
     let first = done(
         store
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
-    store
-        .send_event(send(run.id, "t", json!(2)))
-        .await
-        .unwrap();
+    store.send_event(send(run.id, "t", json!(2))).await.unwrap();
     let again = done(
         store
             .wait_for_event(wait(&run, "event/t", "t", None))

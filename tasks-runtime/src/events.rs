@@ -46,7 +46,9 @@ use crate::model::{StepAttempt, WorkflowRun};
     label = "an event type binds a topic to its payload type",
     note = "derive `Serialize`, `Deserialize` and `JsonSchema`, then implement `tasks::Event` for it with its `TOPIC`"
 )]
-pub trait Event: Serialize + DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static {
+pub trait Event:
+    Serialize + DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static
+{
     /// The topic: the name of the run's mailbox this event goes to.
     const TOPIC: &'static str;
 }
@@ -243,7 +245,6 @@ impl WaitForEvent {
             "timeoutMs": self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         })
     }
-
 }
 
 /// When the wait of `attempt` times out: its creation plus the timeout stored in its config

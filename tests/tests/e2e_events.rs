@@ -65,7 +65,10 @@ async fn approval(ctx: WorkflowContext) -> Result<String, WorkflowError> {
 
 /// Waits for an approval for `ms` milliseconds.
 #[workflow(name = "e2e-approval-timeout", events(Approval))]
-async fn approval_timeout(ctx: WorkflowContext, ms: u64) -> Result<Option<Approval>, WorkflowError> {
+async fn approval_timeout(
+    ctx: WorkflowContext,
+    ms: u64,
+) -> Result<Option<Approval>, WorkflowError> {
     Ok(ctx
         .wait_for_event_timeout::<Approval>(Duration::from_millis(ms))
         .await?
@@ -254,7 +257,11 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
         .await
         .unwrap();
     let keyed_run = client
-        .start_json("e2e-notes", json!(null), StartOptions::new().idempotency_key("order-9"))
+        .start_json(
+            "e2e-notes",
+            json!(null),
+            StartOptions::new().idempotency_key("order-9"),
+        )
         .await
         .unwrap();
     let target = EventTarget::Key {
@@ -262,7 +269,12 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
         idempotency_key: "order-9".into(),
     };
     let sent = client
-        .send_event_json(target.clone(), "e2e-note", json!({ "text": "two" }), options())
+        .send_event_json(
+            target.clone(),
+            "e2e-note",
+            json!({ "text": "two" }),
+            options(),
+        )
         .await
         .unwrap();
     assert_eq!(sent.event.workflow_run_id, keyed_run.id());

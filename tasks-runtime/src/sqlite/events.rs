@@ -164,7 +164,9 @@ impl SqliteStore {
                 .transpose()?
         };
         write.commit().await?;
-        if let Some(notification) = woken.as_ref().and_then(|run| WAKE_ON_EVENT.announcement(run))
+        if let Some(notification) = woken
+            .as_ref()
+            .and_then(|run| WAKE_ON_EVENT.announcement(run))
         {
             self.notify(notification);
         }

@@ -41,8 +41,8 @@ use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
-use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
