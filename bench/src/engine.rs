@@ -355,9 +355,7 @@ async fn latency_in(
         }
         tokio::time::sleep(LATENCY_GAP).await;
         let started = Instant::now();
-        client
-            .send_event(run.id(), &Ping { n: n as u32 })
-            .await?;
+        client.send_event(run.id(), &Ping { n: n as u32 }).await?;
         run.result().await?;
         event_ms.push(started.elapsed().as_secs_f64() * 1000.0);
     }
