@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::Result;
 use crate::db::{self, Costs, Counters, Cpu, CpuUse};
 use crate::stats::{Summary, median};
-use crate::workflows::{Replay, Steps, bench_replay, bench_steps};
+use crate::workflows::{Ping, Replay, Steps, bench_event, bench_replay, bench_steps};
 
 /// How many runs a client starts at once while enqueueing.
 pub const ENQUEUE_CONCURRENCY: usize = 16;
@@ -276,6 +276,9 @@ pub struct LatencyResult {
     pub breakdown: LatencyBreakdown,
     /// Write transactions per run (exact).
     pub write_txns_per_run: f64,
+    /// Event wake-up: `send_event` → the run's `result()` returned, for runs parked on an
+    /// event wait on the same idle worker, ms.
+    pub event_ms: Summary,
 }
 
 /// Starts `samples` one-step runs one at a time against an idle, already started worker and
@@ -342,6 +345,20 @@ async fn latency_in(
         });
     }
     let after = Counters::read(admin).await?;
+
+    // Event wake-up: runs parked on an event wait, woken by a send (the same worker, idle).
+    let mut event_ms = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let run = bench_event::start(&client, ()).await?;
+        while client.get_run(run.id()).await?.map(|r| r.status) != Some(RunStatus::Sleeping) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(LATENCY_GAP).await;
+        let started = Instant::now();
+        client.send_event(run.id(), &Ping { n: n as u32 }).await?;
+        run.result().await?;
+        event_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
     worker.shutdown().await;
     drop((client, store));
     db::close(pool).await;
@@ -397,6 +414,7 @@ async fn latency_in(
             run_done_to_result: median(&columns[5]),
         },
         write_txns_per_run: counters.per(&after, samples as f64).write_txns,
+        event_ms: Summary::of(&event_ms),
     })
 }
 

@@ -541,6 +541,14 @@ impl Report {
             b.step,
             b.step_to_run_done,
             b.run_done_to_result
+        )?;
+        writeln!(
+            out,
+            "   event wake-up (send_event -> result() of a run parked on its wait, same idle \
+             worker): p50 {:.2} ms   p99 {:.2} ms   ({:.2} x start -> result at p50)",
+            l.event_ms.p50,
+            l.event_ms.p99,
+            l.event_ms.p50 / l.total_ms.p50
         )
     }
 

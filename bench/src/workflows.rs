@@ -75,3 +75,20 @@ pub async fn bench_hold(_ctx: WorkflowContext, input: Hold) -> Result<u32, Workf
     }
     Ok(input.steps)
 }
+
+/// The event [`bench_event()`] waits for.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Ping {
+    /// Anything.
+    pub n: u32,
+}
+
+impl tasks::Event for Ping {
+    const TOPIC: &'static str = "bench-ping";
+}
+
+/// Waits for one [`Ping`] and returns it (latency: event wake-up, send -> wait returns).
+#[workflow(name = "bench-event", events(Ping))]
+pub async fn bench_event(ctx: WorkflowContext) -> Result<u32, WorkflowError> {
+    Ok(ctx.wait_for_event::<Ping>().await?.n)
+}

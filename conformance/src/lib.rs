@@ -51,6 +51,7 @@ macro_rules! assert_err {
 }
 
 pub mod claims;
+pub mod events;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
@@ -99,7 +100,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `liveness`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `liveness`, `events`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -239,6 +240,23 @@ macro_rules! conformance_suite {
             heartbeats_are_scoped_to_namespace,
             stale_workers_runs_come_after_pending_runs,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, events {
+            event_sent_before_the_wait_is_delivered,
+            wait_parks_and_a_send_wakes_the_run,
+            events_are_delivered_in_order_once_per_topic,
+            a_completed_wait_is_not_repeated,
+            duplicate_sends_store_one_event,
+            wait_times_out,
+            send_is_refused_for_unknown_and_finished_runs,
+            send_by_workflow_and_idempotency_key,
+            wait_is_fenced,
+            paused_waiting_run_keeps_its_event,
+            send_does_not_wake_a_durable_sleep,
+            waking_send_is_announced,
+            event_values_past_the_limits_are_refused,
+        } multi_thread {
+            send_racing_a_park_never_loses_the_wake_up,
+        } }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,

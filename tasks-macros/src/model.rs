@@ -28,6 +28,8 @@ pub(crate) struct Workflow {
     pub result: ResultTypes,
     /// Where generated code finds the runtime.
     pub private: PrivatePath,
+    /// `events(...)`: the event types the workflow accepts.
+    pub events: Vec<Path>,
 }
 
 /// A `#[step]` function that passed every check.

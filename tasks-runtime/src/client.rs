@@ -10,6 +10,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
+mod events;
+
+pub use events::SendOptions;
+
 use crate::definition::{Workflow, WorkflowDefinition};
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
@@ -51,6 +55,29 @@ pub enum ClientError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(StoreError),
+    // Events sent to a run (issue #11).
+    /// A JSON event whose topic the run's workflow does not declare
+    /// (`#[workflow(events(...))]`); nothing was stored.
+    #[error("workflow {workflow:?} does not accept events on topic {topic:?} (it declares: {})", if declared.is_empty() { "none".to_owned() } else { declared.join(", ") })]
+    UndeclaredEvent {
+        /// The workflow of the run.
+        workflow: String,
+        /// The topic of the event.
+        topic: String,
+        /// The topics the workflow declares.
+        declared: Vec<&'static str>,
+    },
+    /// A JSON event payload that does not match the payload type's JSON Schema, or does not
+    /// decode into it; nothing was stored. Every violation is reported with its path.
+    #[error("invalid payload for event {topic:?} of workflow {workflow:?}: {}", violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidEvent {
+        /// The workflow of the run.
+        workflow: String,
+        /// The topic of the event.
+        topic: String,
+        /// Every violation, each with its JSON path.
+        violations: Vec<Violation>,
+    },
 }
 
 impl From<StoreError> for ClientError {

@@ -60,6 +60,13 @@ pub enum Operation {
     Heartbeat,
     /// [`Store::remove_worker`](crate::Store::remove_worker).
     RemoveWorker,
+    // Events sent to a run (issue #11).
+    /// [`Store::send_event`](crate::Store::send_event).
+    SendEvent,
+    /// [`Store::wait_for_event`](crate::Store::wait_for_event).
+    WaitForEvent,
+    /// [`Store::list_events`](crate::Store::list_events).
+    ListEvents,
 }
 
 impl Operation {
@@ -89,6 +96,9 @@ impl Operation {
             Operation::Subscribe => "listening for notifications",
             Operation::Heartbeat => "recording a worker heartbeat",
             Operation::RemoveWorker => "removing a worker's heartbeat",
+            Operation::SendEvent => "sending an event to a workflow run",
+            Operation::WaitForEvent => "waiting for an event",
+            Operation::ListEvents => "listing the events of a workflow run",
         }
     }
 
@@ -107,6 +117,8 @@ impl Operation {
             Operation::CompleteStepAttempt => "complete a step of",
             Operation::RecordStepAttempt => "record a step of",
             Operation::ClaimRuns => "claim",
+            Operation::SendEvent => "send an event to",
+            Operation::WaitForEvent => "wait for an event in",
             _ => "change",
         }
     }
@@ -194,6 +206,15 @@ pub enum StoreError {
         /// What could not be decoded.
         reason: String,
     },
+    /// No run of this workflow has this idempotency key in the store's namespace (an event
+    /// addressed by workflow and key, see [`EventTarget`](crate::events::EventTarget)).
+    #[error("no workflow run of {workflow_name} has the idempotency key {idempotency_key:?}")]
+    RunKeyNotFound {
+        /// The workflow name that was looked up.
+        workflow_name: String,
+        /// The idempotency key that was looked up.
+        idempotency_key: String,
+    },
     /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
     /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.
     /// A claim never returns this: it fails such a run for good instead (see
@@ -214,7 +235,9 @@ impl StoreError {
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,
-            StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. }
+            StoreError::RunNotFound { .. }
+                | StoreError::StepNotFound { .. }
+                | StoreError::RunKeyNotFound { .. }
         )
     }
 

@@ -36,6 +36,8 @@ pub(crate) enum Outcome {
     Retrying,
     /// Parked; claimable again after this long.
     Sleeping(Duration),
+    /// Parked by an event wait without a timeout: claimable again when an event is sent.
+    Waiting,
     Interrupted,
     LeaseLost,
     Abandoned,
@@ -199,6 +201,14 @@ impl Executor {
                     .unwrap_or(Duration::ZERO);
                 Outcome::Sleeping(wait)
             }),
+            Finished::Halted(Halt::Parked { until, parked_at }) => {
+                tracing::debug!(%until, "run parked waiting for an event");
+                if until >= crate::limits::LATEST {
+                    return Outcome::Waiting;
+                }
+                let wait = (until - parked_at).to_std().unwrap_or(Duration::ZERO);
+                return Outcome::Sleeping(wait);
+            }
             Finished::Halted(Halt::Fail(record)) => fail(session, record, true).await,
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");

@@ -9,6 +9,7 @@ pub mod client;
 mod context;
 pub mod definition;
 pub mod error;
+pub mod events;
 mod executor;
 pub mod failure;
 pub mod limits;
@@ -29,13 +30,15 @@ pub mod worker;
 #[doc(hidden)]
 pub mod private;
 
-pub use client::{Client, ClientError, RunError, RunHandle, StartOptions};
+pub use client::{Client, ClientError, RunError, RunHandle, SendOptions, StartOptions};
 pub use context::WorkflowContext;
+pub use context::events::EventOutcome;
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
     WorkflowOutput,
 };
 pub use error::{BoxError, Operation, StoreError, StoreResult};
+pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};

@@ -38,6 +38,8 @@ pub const MAX_STEP_NAME_BYTES: usize = 255;
 pub const MAX_NAMESPACE_BYTES: usize = 255;
 /// Longest idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
+/// Longest event topic, in bytes (an event wait's step name is `event/` and the topic).
+pub const MAX_TOPIC_BYTES: usize = 200;
 /// Longest worker id, in bytes.
 pub const MAX_WORKER_ID_BYTES: usize = 255;
 /// Largest JSON payload (input, context, config, step output, workflow output), in bytes of
@@ -124,6 +126,15 @@ pub enum Field {
     CreatedBefore,
     /// A pagination cursor.
     Cursor,
+    // Events sent to a run (issue #11).
+    /// The topic of an event.
+    Topic,
+    /// The payload of an event.
+    EventPayload,
+    /// The deduplication key of an event.
+    DedupKey,
+    /// How long a wait for an event may last.
+    EventTimeout,
 }
 
 impl Field {
@@ -154,6 +165,10 @@ impl Field {
             Field::CreatedAfter => "the created-after filter",
             Field::CreatedBefore => "the created-before filter",
             Field::Cursor => "the cursor",
+            Field::Topic => "the event topic",
+            Field::EventPayload => "the event payload",
+            Field::DedupKey => "the deduplication key",
+            Field::EventTimeout => "the event timeout",
         }
     }
 }
@@ -273,6 +288,11 @@ pub fn check_text(field: Field, value: &str, limit: usize) -> Result<(), LimitEr
 /// Checks a namespace ([`MAX_NAMESPACE_BYTES`], no NUL).
 pub fn check_namespace(namespace: &str) -> Result<(), LimitError> {
     check_text(Field::Namespace, namespace, MAX_NAMESPACE_BYTES)
+}
+
+/// Checks an event topic ([`MAX_TOPIC_BYTES`], no NUL).
+pub fn check_topic(topic: &str) -> Result<(), LimitError> {
+    check_text(Field::Topic, topic, MAX_TOPIC_BYTES)
 }
 
 /// Checks a worker id ([`MAX_WORKER_ID_BYTES`], no NUL).

@@ -147,6 +147,9 @@ pub enum StepKind {
     Function,
     /// A durable timer started by `WorkflowContext::sleep`.
     Sleep,
+    /// A wait for an event sent to the run (`WorkflowContext::wait_for_event`); its output
+    /// is the consumed event, or that the wait timed out.
+    Event,
 }
 
 impl StepKind {
@@ -155,6 +158,7 @@ impl StepKind {
         match self {
             StepKind::Function => "function",
             StepKind::Sleep => "sleep",
+            StepKind::Event => "event",
         }
     }
 }
@@ -172,6 +176,7 @@ impl FromStr for StepKind {
         match s {
             "function" => Ok(StepKind::Function),
             "sleep" => Ok(StepKind::Sleep),
+            "event" => Ok(StepKind::Event),
             other => Err(UnknownStatus(other.to_owned())),
         }
     }

@@ -21,6 +21,7 @@ pub use crate::definition::{
     EntryFuture, SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition,
     WorkflowRegistration, check_input,
 };
+pub use crate::events::{Event, EventDeclaration, EventRegistration, check_payload};
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
 pub use crate::step_failure::ReplayError;

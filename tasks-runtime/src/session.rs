@@ -49,6 +49,15 @@ pub(crate) enum Halt {
     Fail(ErrorRecord),
     /// The store kept failing (past the session's retries); leave the run to other workers.
     Store(StoreError),
+    /// The store already parked the run (an event wait with no event yet): it sleeps until
+    /// `until` (the wait's timeout, or `limits::LATEST`), as of `parked_at` by the store's
+    /// clock. Nothing is left to write.
+    Parked {
+        /// When the run is claimable again without a send.
+        until: DateTime<Utc>,
+        /// The store's clock when it parked the run.
+        parked_at: DateTime<Utc>,
+    },
 }
 
 impl Halt {
@@ -327,6 +336,25 @@ impl RunSession {
             Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
             Err(error) => Err(Halt::after(error)),
         }
+    }
+
+    /// An event wait (see [`Store::wait_for_event`](crate::Store::wait_for_event)).
+    pub(crate) async fn wait_for_event(
+        &self,
+        step_name: &str,
+        topic: &str,
+        timeout: Option<Duration>,
+    ) -> Result<crate::events::EventWait, Halt> {
+        let params = crate::events::WaitForEvent {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            topic: topic.to_owned(),
+            timeout,
+        };
+        retrying(self.retry_for, || self.store.wait_for_event(params.clone()))
+            .await
+            .map_err(Halt::after)
     }
 
     // ---- The run's outcome ----

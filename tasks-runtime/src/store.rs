@@ -42,6 +42,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
+use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
@@ -777,6 +778,34 @@ pub trait Store: Send + Sync + 'static {
     /// gracefully): the runs it may still hold are left to their leases. Removing a worker
     /// without a row does nothing.
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()>;
+
+    // ---- Events sent to a run (issue #11; see the `events` module) ----
+
+    /// Sends an event to a live run, in one transaction that first locks the run: stores it
+    /// in the run's mailbox for `topic` (FIFO), and when the run is parked waiting on that
+    /// topic makes it available now and announces it with [`Notification::RunAvailable`].
+    /// With a deduplication key already used for this run and topic, nothing is stored and
+    /// the first event is returned (`duplicate`). A paused run keeps the event for when it
+    /// is resumed.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] (or [`StoreError::RunKeyNotFound`] for a target
+    /// by workflow and key); [`StoreError::WrongState`] for a completed, failed or canceled
+    /// run. Nothing is stored then.
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent>;
+
+    /// The event wait `params.step_name` of a run that `params.worker_id` is running, in one
+    /// transaction that first locks the run: creates the wait's running step attempt (kind
+    /// [`StepKind::Event`], with the topic and timeout in its config) unless it exists, then
+    /// consumes the oldest unconsumed event of the topic, marking it consumed by the step,
+    /// and completes the attempt with it ([`EventWait::Done`]); else, when the timeout
+    /// (counted from the attempt's creation, by the store's clock) has passed, completes the
+    /// attempt as timed out; else parks the run (sleeping until the timeout, or
+    /// [`limits::LATEST`]) waiting on the topic ([`EventWait::Parked`]). A wait whose attempt
+    /// is already completed returns it as it is. Worker-side errors.
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait>;
+
+    /// Every event sent to a run, oldest first, consumed or not.
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -210,6 +210,36 @@ pub(crate) const EXPIRE: Transition = Transition {
     announce: Announce::Nothing,
 };
 
+// ---- Events sent to a run (issue #11) ----
+
+/// Sends an event to a live run. The run is locked first; a terminal run refuses it and
+/// nothing is stored. What it announces is [`WAKE_ON_EVENT`]'s.
+pub(crate) const SEND_EVENT: Transition = Transition {
+    operation: Operation::SendEvent,
+    from: &[Pending, Running, Sleeping, Paused],
+    leased: false,
+    done: &[],
+    announce: Announce::Nothing,
+};
+
+/// The half of a send that wakes the run: a run sleeping with `wait_topic` equal to the
+/// event's topic becomes available now (`available_at` = the store's clock), and the wake-up
+/// is announced so that an idle worker claims it without polling. A run sleeping for another
+/// reason (a durable sleep, a retry backoff, a wait on another topic) is left alone.
+pub(crate) const WAKE_ON_EVENT: Transition = Transition {
+    operation: Operation::SendEvent,
+    from: &[Sleeping],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+};
+
+/// An event wait of a running run by its worker: consumes an event, times out, or parks the
+/// run (`status` sleeping until the timeout, `worker_id` cleared, `wait_topic` set). Every
+/// outcome that ends the wait clears `wait_topic`, so a later durable sleep is not woken by
+/// a send.
+pub(crate) const WAIT_EVENT: Transition = Transition::leased(Operation::WaitForEvent);
+
 /// Starts a step attempt of a running run (durable sleeps; function steps are recorded
 /// finished).
 pub(crate) const CREATE_STEP: Transition = Transition::leased(Operation::CreateStepAttempt);

@@ -58,6 +58,23 @@ async fn greet(_ctx: WorkflowContext, input: Greeting) -> Result<usize, Workflow
     Ok(deliver(&text).await?)
 }
 
+/// An approval, sent to `cli-approve` runs.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Approval {
+    approved: bool,
+    by: String,
+}
+
+impl tasks::Event for Approval {
+    const TOPIC: &'static str = "cli-approval";
+}
+
+/// Waits for an approval and returns who gave it.
+#[workflow(name = "cli-approve", events(Approval))]
+async fn approve(ctx: WorkflowContext) -> Result<String, WorkflowError> {
+    Ok(ctx.wait_for_event::<Approval>().await?.by)
+}
+
 /// The outcome of one command line.
 struct Ran {
     exit: Exit,
@@ -507,7 +524,89 @@ fn usage_errors_are_clap_errors_with_exit_code_2() {
     }
 }
 
+async fn events_send_validates_the_payload_and_wakes_the_run(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let run = client
+        .start_json(
+            "cli-approve",
+            json!(null),
+            StartOptions::new().idempotency_key("exp-1"),
+        )
+        .await
+        .unwrap();
+    let id = run.id().to_string();
+
+    let bad = cli(
+        &store,
+        &[
+            "events",
+            "send",
+            "cli-approval",
+            "--run",
+            &id,
+            "--payload",
+            r#"{"approved": 1}"#,
+        ],
+    )
+    .await;
+    assert_eq!(bad.exit, Exit::Usage, "{}", bad.err);
+    assert!(bad.err.contains("2 violations"), "{}", bad.err);
+    assert!(bad.err.contains("/approved"), "{}", bad.err);
+    let undeclared = cli(&store, &["events", "send", "nope", "--run", &id]).await;
+    assert_eq!(undeclared.exit, Exit::Usage);
+    assert!(
+        undeclared.err.contains("cli-approval"),
+        "{}",
+        undeclared.err
+    );
+    let unknown = cli(
+        &store,
+        &[
+            "events",
+            "send",
+            "cli-approval",
+            "--run",
+            &Uuid::now_v7().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(unknown.exit, Exit::NotFound, "{}", unknown.err);
+    assert!(store.list_events(run.id()).await.unwrap().is_empty());
+
+    let worker = worker(&store).build().unwrap().spawn();
+    eventually!(Duration::from_secs(20), {
+        let run = store.get_run(run.id()).await.unwrap().unwrap();
+        (run.status == RunStatus::Sleeping).then_some(())
+    });
+    let sent = cli(
+        &store,
+        &[
+            "events",
+            "send",
+            "cli-approval",
+            "--workflow",
+            "cli-approve",
+            "--key",
+            "exp-1",
+            "--payload",
+            r#"{"approved": true, "by": "ann"}"#,
+            "--dedup-key",
+            "d-1",
+        ],
+    )
+    .await;
+    assert_eq!(sent.exit, Exit::Success, "{}", sent.err);
+    assert!(sent.out.contains("woken"), "{}", sent.out);
+    assert_eq!(
+        run.result_within(Duration::from_secs(20)).await.unwrap(),
+        json!("ann")
+    );
+    worker.shutdown().await;
+}
+
 both_backends!(
+    events_send_validates_the_payload_and_wakes_the_run,
     start_with_valid_input_stores_the_run,
     start_with_invalid_input_prints_every_violation_and_stores_nothing,
     runs_list_prints_a_table_or_json_with_cursors,

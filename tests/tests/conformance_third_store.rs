@@ -15,9 +15,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
-    ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, RecordStepAttempt, SharedStore, StepAttempt, StepUpdate, Store,
-    StoreResult, WorkflowRun,
+    ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
+    NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
+    StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -167,6 +167,20 @@ impl Store for Counting {
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
         self.write().remove_worker(worker_id).await
+    }
+
+    // ---- Events sent to a run (issue #11) ----
+
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.write().send_event(params).await
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.write().wait_for_event(params).await
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.inner.list_events(run_id).await
     }
 }
 

@@ -164,6 +164,76 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again(backend: B
     );
 }
 
+/// The payload `test_worker`'s `test-approval` workflow waits for (same topic, same shape).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct TestApproval {
+    by: String,
+}
+
+impl tasks::Event for TestApproval {
+    const TOPIC: &'static str = "test-approval";
+}
+
+/// A worker process is SIGKILLed while its run waits for an event; the event is sent while
+/// no worker is alive, and a new worker process delivers it: the step before the wait does
+/// not run again, the run completes with the event.
+async fn a_run_waiting_for_an_event_survives_a_killed_worker(backend: Backend) {
+    let store = backend.store().await;
+    let effects = effects_pool().await;
+    let run = store
+        .create_run(CreateRun {
+            input: Some(json!({ "effects_database_url": tasks_tests::database_url() })),
+            ..CreateRun::new("test-approval")
+        })
+        .await
+        .unwrap();
+
+    let mut first = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let waiting = eventually!(Duration::from_secs(30), {
+        let run = store.get_run(run.id).await.unwrap().unwrap();
+        (run.status == RunStatus::Sleeping).then_some(run)
+    });
+    assert_eq!(waiting.worker_id, None, "a waiting run holds no worker");
+    first.0.kill().expect("SIGKILL the first worker");
+    first.0.wait().unwrap();
+
+    let client = client(&store);
+    let sent = client
+        .send_event(run.id, &TestApproval { by: "ops".into() })
+        .await
+        .unwrap();
+    assert!(sent.woke, "the send finds the run waiting on its topic");
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let finished = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(run.id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
+    assert_eq!(finished.output, Some(json!("ops")));
+    let counts = effect_counts(&effects, run.id).await;
+    assert_eq!(counts.get("before"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("after"), Some(&1), "{counts:?}");
+    let steps = store.step_history(run.id).await.unwrap();
+    let kinds: Vec<(&str, tasks::StepKind)> = steps
+        .iter()
+        .map(|s| (s.step_name.as_str(), s.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("record_effect", tasks::StepKind::Function),
+            ("event/test-approval", tasks::StepKind::Event),
+            ("record_effect:1", tasks::StepKind::Function),
+        ]
+    );
+}
+
 #[step]
 async fn unit_of_work(n: u32) -> Result<u32, std::io::Error> {
     let run_id = WorkflowContext::current()
@@ -472,6 +542,19 @@ impl tasks::Store for Flaky {
     async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
         self.inner.remove_worker(worker_id).await
     }
+    // Events sent to a run (issue #11).
+    async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
+        self.inner.send_event(params).await
+    }
+    async fn wait_for_event(
+        &self,
+        params: tasks::WaitForEvent,
+    ) -> tasks::StoreResult<tasks::EventWait> {
+        self.inner.wait_for_event(params).await
+    }
+    async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
+        self.inner.list_events(run_id).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and
@@ -558,6 +641,7 @@ async fn a_poison_row_is_failed_and_the_others_complete(backend: Backend) {
 }
 
 both_backends!(
+    a_run_waiting_for_an_event_survives_a_killed_worker,
     a_killed_worker_is_replaced_and_no_completed_step_runs_again,
     runs_shared_by_several_workers_complete_exactly_once,
     a_killed_workers_runs_are_reclaimed_within_seconds,

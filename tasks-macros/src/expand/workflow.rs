@@ -56,6 +56,26 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
         ))
     };
 
+    let events = workflow.events.iter().map(|event| {
+        // Spanned on the user's path: a type that is not a `tasks::Event` is reported there.
+        let topic = quote_spanned!(event.span()=> <#event as #private::Event>::TOPIC);
+        quote! {
+            const _: () = {
+                static __TASKS_EVENT_DECLARATION: #private::EventDeclaration =
+                    #private::EventDeclaration {
+                        workflow: #name,
+                        version: #version,
+                        topic: #topic,
+                        schema: #private::schema_for::<#event>,
+                        check: #private::check_payload::<#event>,
+                    };
+                #private::inventory::submit! {
+                    #private::EventRegistration(&__TASKS_EVENT_DECLARATION)
+                }
+            };
+        }
+    });
+
     quote! {
         #item
 
@@ -108,6 +128,8 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
             #private::inventory::submit! {
                 #private::WorkflowRegistration(&__TASKS_WORKFLOW_DEFINITION)
             }
+
+            #(#events)*
         };
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct Options {
     pub krate: Option<Path>,
     /// `timeout = "30s"` (steps only): the limit of each attempt.
     pub timeout: Option<DurationValue>,
+    /// `events(Approval, Payment)` (workflows only): the event types the workflow accepts.
+    pub events: Vec<Path>,
 }
 
 impl Options {
@@ -114,6 +116,14 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     options.retry = Some(retry);
                 }
             }
+            "events" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(events) = parse_events(&meta, errors)
+                    && fresh
+                {
+                    options.events = events;
+                }
+            }
             "crate" => {
                 let fresh = seen.first(meta.path(), errors);
                 if let Some(path) = crate_path(&meta, errors)
@@ -160,8 +170,13 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         }
         MacroKind::Workflow => {
             format!(
-                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry` or `crate`"
+                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events` or `crate`"
             )
+        }
+        MacroKind::Step if key == "events" => {
+            "#[step] has no `events`: declare them on the workflow that waits for them, \
+             `#[workflow(events(...))]`"
+                .to_owned()
         }
         MacroKind::Step if key == "version" => {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
@@ -273,6 +288,39 @@ fn allowed_name(lit: LitStr, key: &str, errors: &mut Errors) -> Option<LitStr> {
             None
         }
     }
+}
+
+/// `events(Approval, Payment)`: a non-empty list of distinct type paths (each must
+/// implement `tasks::Event`, which the generated code checks on the path).
+fn parse_events(meta: &Meta, errors: &mut Errors) -> Option<Vec<Path>> {
+    const EXAMPLE: &str = "expected a list of event types, as in `events(Approval, Payment)`";
+    let Meta::List(list) = meta else {
+        errors.spanned(meta, EXAMPLE);
+        return None;
+    };
+    let paths = match list.parse_args_with(Punctuated::<Path, Token![,]>::parse_terminated) {
+        Ok(paths) => paths,
+        Err(error) => {
+            errors.push(syn::Error::new(error.span(), EXAMPLE));
+            return None;
+        }
+    };
+    if paths.is_empty() {
+        errors.spanned(meta, "`events()` is empty; list the event types the workflow accepts, as in `events(Approval)`, or leave `events` out");
+        return None;
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut events = Vec::new();
+    for path in paths {
+        let text = path.to_token_stream().to_string();
+        if seen.contains(&text) {
+            errors.spanned(&path, format_args!("event type `{text}` is listed twice"));
+            continue;
+        }
+        seen.push(text);
+        events.push(path);
+    }
+    Some(events)
 }
 
 /// `crate = "path::to::tasks"`: a string literal holding a module-style path (no generics),

@@ -32,6 +32,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             input: workflow_input,
             result,
             private,
+            events: options.events,
             item,
         }),
         (errors, workflow_input, result) => Err(Invalid {

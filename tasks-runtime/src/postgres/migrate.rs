@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workers",
         sql: include_str!("../../migrations/postgres/0004_workers.sql"),
     },
+    Migration {
+        version: 5,
+        name: "events",
+        sql: include_str!("../../migrations/postgres/0005_events.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

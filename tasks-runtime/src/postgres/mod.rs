@@ -1,6 +1,7 @@
 //! The Postgres store: the production backend, shared by workers on many machines.
 
 mod background;
+mod events;
 mod migrate;
 mod notify;
 mod recorder;
@@ -19,6 +20,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 
 use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
@@ -1095,5 +1097,19 @@ impl Store for PgStore {
             .await
             .map_err(db(Operation::RemoveWorker))?;
         Ok(())
+    }
+
+    // ---- Events sent to a run (issue #11): the SQL is in `events.rs` ----
+
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.send_event_impl(params).await
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.wait_for_event_impl(params).await
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.list_events_impl(run_id).await
     }
 }

@@ -21,6 +21,7 @@
 //!   the same database file in this process. Other processes do not hear them: their workers
 //!   find runs by polling.
 
+mod events;
 mod migrate;
 mod notify;
 mod rows;
@@ -41,6 +42,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
 use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, WorkflowRun};
 use crate::store::{
@@ -482,5 +484,19 @@ impl Store for SqliteStore {
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
         self.remove_worker_impl(worker_id).await
+    }
+
+    // ---- Events sent to a run (issue #11): the SQL is in `events.rs` ----
+
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.send_event_impl(params).await
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.wait_for_event_impl(params).await
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.list_events_impl(run_id).await
     }
 }

@@ -137,7 +137,7 @@ pub(super) fn workflow_schema(
 }
 
 /// The `--input` argument as JSON text: literal, `@file` or `@-` (standard input).
-fn input_text(input: &str) -> std::io::Result<String> {
+pub(super) fn input_text(input: &str) -> std::io::Result<String> {
     match input.strip_prefix('@') {
         Some("-") => {
             let mut text = String::new();

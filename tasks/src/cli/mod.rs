@@ -29,6 +29,7 @@
 //! | `runs watch ID` | follows a run until it ends |
 //! | `cancel ID`, `pause ID`, `resume ID` | operate on a run |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
+//! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
@@ -48,6 +49,7 @@
 
 mod commands;
 mod doctor;
+mod events;
 mod format;
 mod runs;
 mod watch;
@@ -62,6 +64,7 @@ use crate::uuid::Uuid;
 /// parser (its derives still need `clap` among your dependencies).
 pub use clap;
 use clap::{Args, Parser, Subcommand};
+pub use events::{EventsCommand, SendArgs};
 
 use crate::{Client, ConnectError, Cursor, Registry, RunStatus, StoreError};
 
@@ -180,6 +183,9 @@ pub enum Command {
     Resume(RunId),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
+    /// Send events to runs.
+    #[command(subcommand)]
+    Events(EventsCommand),
 }
 
 /// Arguments of `worker`.
@@ -359,6 +365,9 @@ impl TasksArgs {
                 commands::operate(client.resume(*id).await, "resumed", out, err)
             }
             Command::Doctor => doctor::doctor(&client, None, out).await,
+            Command::Events(EventsCommand::Send(args)) => {
+                events::send(&client, args, out, err).await
+            }
         }
     }
 }
@@ -387,7 +396,9 @@ fn fail(err: Output<'_>, exit: Exit, error: &(dyn std::error::Error + 'static)) 
 /// The exit code of a store error.
 fn store_exit(error: &StoreError) -> Exit {
     match error {
-        StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. } => Exit::NotFound,
+        StoreError::RunNotFound { .. }
+        | StoreError::StepNotFound { .. }
+        | StoreError::RunKeyNotFound { .. } => Exit::NotFound,
         StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Exit::Failure,
         StoreError::InvalidCursor { .. } | StoreError::InvalidArgument(_) => Exit::Usage,
         _ => Exit::Store,

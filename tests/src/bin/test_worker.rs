@@ -63,6 +63,32 @@ async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, Workf
     Ok(input.steps)
 }
 
+/// An approval sent to `test-approval` runs (issue #11's recovery test).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct TestApproval {
+    by: String,
+}
+
+impl tasks::Event for TestApproval {
+    const TOPIC: &'static str = "test-approval";
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct ApprovalInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+}
+
+/// Records an effect, waits for an approval, records another effect, returns who approved.
+#[workflow(name = "test-approval", events(TestApproval))]
+async fn approval(ctx: WorkflowContext, input: ApprovalInput) -> Result<String, WorkflowError> {
+    let url = &input.effects_database_url;
+    record_effect(url, ctx.run_id(), "before".into(), 0).await?;
+    let approval = ctx.wait_for_event::<TestApproval>().await?;
+    record_effect(url, ctx.run_id(), "after".into(), 0).await?;
+    Ok(approval.by)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
