@@ -1,5 +1,5 @@
 //! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)`,
-//! `timeout = "..."` (steps) and `crate = "..."`.
+//! `timeout = "..."` (steps), `events(...)` (workflows) and `crate = "..."`.
 //!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
