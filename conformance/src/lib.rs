@@ -51,6 +51,7 @@ macro_rules! assert_err {
 }
 
 pub mod claims;
+pub mod flow;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
@@ -239,6 +240,17 @@ macro_rules! conformance_suite {
             heartbeats_are_scoped_to_namespace,
             stale_workers_runs_come_after_pending_runs,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, flow {
+            claim_takes_higher_priority_first,
+            claim_respects_the_key_limit,
+            hot_key_does_not_starve_other_keys,
+            sleeping_run_holds_no_slot,
+            slots_follow_the_running_status,
+            keys_are_scoped_to_namespace,
+            concurrency_values_are_checked,
+        } multi_thread {
+            concurrent_claimers_respect_the_key_limit,
+        } }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,

@@ -11,6 +11,7 @@ pub mod definition;
 pub mod error;
 mod executor;
 pub mod failure;
+pub mod flow;
 pub mod limits;
 mod liveness;
 mod migration;
@@ -36,6 +37,7 @@ pub use definition::{
 };
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
+pub use flow::Concurrency;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};

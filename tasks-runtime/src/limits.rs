@@ -40,6 +40,10 @@ pub const MAX_NAMESPACE_BYTES: usize = 255;
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
 /// Longest worker id, in bytes.
 pub const MAX_WORKER_ID_BYTES: usize = 255;
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY_BYTES: usize = 512;
+/// Largest concurrency limit (runs of one key running at once).
+pub const MAX_CONCURRENCY_LIMIT: u32 = i32::MAX as u32;
 /// Largest JSON payload (input, context, config, step output, workflow output), in bytes of
 /// its compact JSON text: 2 MiB.
 pub const MAX_PAYLOAD_BYTES: usize = 2 * 1024 * 1024;
@@ -124,6 +128,11 @@ pub enum Field {
     CreatedBefore,
     /// A pagination cursor.
     Cursor,
+    // Flow control (issue #12).
+    /// A run's concurrency key.
+    ConcurrencyKey,
+    /// The concurrency limit of a run's key.
+    ConcurrencyLimit,
 }
 
 impl Field {
@@ -154,6 +163,8 @@ impl Field {
             Field::CreatedAfter => "the created-after filter",
             Field::CreatedBefore => "the created-before filter",
             Field::Cursor => "the cursor",
+            Field::ConcurrencyKey => "the concurrency key",
+            Field::ConcurrencyLimit => "the concurrency limit",
         }
     }
 }
@@ -235,6 +246,18 @@ pub enum LimitError {
         /// The number.
         value: f64,
     },
+    /// A whole number outside its accepted range.
+    #[error("{field} is {value}; it must be in {min}..={max}")]
+    OutOfRange {
+        /// What was refused.
+        field: Field,
+        /// The number.
+        value: i64,
+        /// The smallest accepted value.
+        min: i64,
+        /// The largest accepted value.
+        max: i64,
+    },
 }
 
 impl LimitError {
@@ -247,7 +270,8 @@ impl LimitError {
             | LimitError::Nul { field, .. }
             | LimitError::TimeOutOfRange { field, .. }
             | LimitError::DurationTooLong { field, .. }
-            | LimitError::NotFinite { field, .. } => *field,
+            | LimitError::NotFinite { field, .. }
+            | LimitError::OutOfRange { field, .. } => *field,
         }
     }
 }

@@ -42,6 +42,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
+use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
@@ -77,6 +78,12 @@ pub struct CreateRun {
     /// Deduplication key: a second create with the same workflow name and key returns the
     /// first run.
     pub idempotency_key: Option<String>,
+    // Flow control (issue #12).
+    /// Pending runs of higher priority are claimed first (default 0).
+    pub priority: i32,
+    /// The run's concurrency key and limit: at most that many runs of the key run at once,
+    /// across every worker.
+    pub concurrency: Option<Concurrency>,
 }
 
 impl CreateRun {
@@ -138,6 +145,9 @@ impl CreateRun {
         }
         if let Some(policy) = &self.retry_policy {
             limits::check_retry_policy(policy)?;
+        }
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.check()?;
         }
         Ok(())
     }

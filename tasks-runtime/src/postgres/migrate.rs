@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workers",
         sql: include_str!("../../migrations/postgres/0004_workers.sql"),
     },
+    Migration {
+        version: 7,
+        name: "flow control",
+        sql: include_str!("../../migrations/postgres/0007_flow_control.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.
