@@ -156,7 +156,11 @@ pub async fn slots_follow_the_running_status(setup: impl Setup) {
     assert_eq!(ids(&third), [runs[2].id], "a canceled run holds no slot");
     tokio::time::sleep(PAST_SHORT_LEASE).await;
     let taken_over = claim(&store, 10).await;
-    assert_eq!(ids(&taken_over), [runs[2].id], "the expired lease is taken over");
+    assert_eq!(
+        ids(&taken_over),
+        [runs[2].id],
+        "the expired lease is taken over"
+    );
     assert_eq!(taken_over[0].attempts, 2);
     // The resumed run waits for the slot.
     store.resume_run(runs[0].id).await.unwrap();
@@ -241,5 +245,9 @@ pub async fn concurrent_claimers_respect_the_key_limit(setup: impl Setup) {
         .await
         .unwrap();
     assert_eq!(page.data.len(), claimed.len());
-    assert_eq!(claimed.len(), 3 + 4, "three of the key and the four without one");
+    assert_eq!(
+        claimed.len(),
+        3 + 4,
+        "three of the key and the four without one"
+    );
 }

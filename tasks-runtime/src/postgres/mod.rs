@@ -28,10 +28,10 @@ use crate::store::{
 };
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
-    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, QUARANTINE, RECORD_STEP, RELEASE,
-    PENDING_ORDER, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss, forgettable_workers, interrupted,
-    keyed_candidates, pending_order, quarantine_error, retry_after, slots_held, stale_workers,
-    status_in, step_status_in,
+    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
+    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
+    forgettable_workers, interrupted, keyed_candidates, pending_order, quarantine_error,
+    retry_after, slots_held, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -475,10 +475,10 @@ fn claim_runs_sql() -> &'static str {
              -- Every claim of a key's runs changes the key's row, so that concurrent claims
              -- see it (above).
              counted AS (
-                UPDATE tasks.concurrency_keys k SET claims = k.claims + c.taken
-                  FROM (SELECT concurrency_key, count(*) AS taken FROM pending
-                         WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) c
-                 WHERE k.namespace = $1 AND k.concurrency_key = c.concurrency_key
+                UPDATE tasks.concurrency_keys SET claims = claims + 1
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(
+                           SELECT concurrency_key FROM pending WHERE concurrency_key IS NOT NULL))
              ), due AS (
                 SELECT ctid FROM tasks.workflow_runs
                  WHERE namespace = $1 AND {due}
