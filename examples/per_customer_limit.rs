@@ -57,7 +57,9 @@ async fn export(_ctx: WorkflowContext, input: Export) -> Result<String, Workflow
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-per-customer");
+    let store = tasks::connect_from_env()
+        .await?
+        .scoped("example-per-customer");
     let client = Client::new(store.clone())?;
 
     let mut runs = Vec::new();
@@ -81,8 +83,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let started = Instant::now();
     let workers = [
-        Worker::builder(store.clone()).concurrency(8).build()?.spawn(),
-        Worker::builder(store.clone()).concurrency(8).build()?.spawn(),
+        Worker::builder(store.clone())
+            .concurrency(8)
+            .build()?
+            .spawn(),
+        Worker::builder(store.clone())
+            .concurrency(8)
+            .build()?
+            .spawn(),
     ];
     // Print each export as it finishes.
     let waits: Vec<_> = runs

@@ -238,7 +238,11 @@ async fn claims_on_backlog(
     for n in 0..50 {
         let started = Instant::now();
         let claimed = store
-            .claim_runs(&format!("bench-claimer-{n}"), Duration::from_secs(600), BATCH)
+            .claim_runs(
+                &format!("bench-claimer-{n}"),
+                Duration::from_secs(600),
+                BATCH,
+            )
             .await?;
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
         if claimed.len() != BATCH as usize {

@@ -251,6 +251,14 @@ impl SqliteStore {
             .chain(CLAIM_DUE.from)
             .copied()
             .collect();
+        let claim_group = format!(
+            "CASE WHEN {} THEN 0 WHEN r.available_at <= ?2 THEN 1 ELSE 2 END",
+            status_in("r.", CLAIM_PENDING.from)
+        );
+        let takes_slot = format!(
+            "(r.concurrency_key IS NOT NULL AND {})",
+            status_in("r.", TAKES_SLOT)
+        );
         // Candidates in claim order (pending runs by priority, then runs whose lease or sleep
         // is over, then running runs of stale workers), past runs that would take a slot of
         // a key without a free one; then no more runs of a key than it has free slots. The
@@ -289,15 +297,9 @@ impl SqliteStore {
                      LIMIT ?5)
           RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
             claimable = status_in("r.", &claimable),
-            grp = format!(
-                "CASE WHEN {} THEN 0 WHEN r.available_at <= ?2 THEN 1 ELSE 2 END",
-                status_in("r.", CLAIM_PENDING.from)
-            ),
+            grp = claim_group,
             pending = status_in("r.", CLAIM_PENDING.from),
-            takes = format!(
-                "(r.concurrency_key IS NOT NULL AND {})",
-                status_in("r.", TAKES_SLOT)
-            ),
+            takes = takes_slot,
             orphaned = status_in("r.", CLAIM_ORPHANED.from),
             stale = stale_workers("tasks_workers", "?1", "?2"),
             held = slots_held("tasks_workflow_runs", "?1", "r.concurrency_key"),
