@@ -88,6 +88,7 @@ async fn check_migrations(database: &str) {
     assert_eq!(
         tables,
         [
+            "concurrency_keys",
             "schema_migrations",
             "step_attempts",
             "workers",
