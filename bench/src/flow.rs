@@ -229,7 +229,7 @@ async fn claims_on_backlog(
         .bind(60_000_i64)
         .bind(i64::from(BATCH))
         .bind(serde_json::json!({}))
-        .bind(i64::from(BATCH) * 4 + 16)
+        .bind(tasks::postgres::__bench::claim_keyed_candidates(BATCH))
         .fetch_all(admin)
         .await?;
     let sequential_scan = plan.iter().any(|line| line.contains("Seq Scan"));

@@ -279,7 +279,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         .bind(60_000_i64)
         .bind(32_i64)
         .bind(serde_json::json!({ "kind": "deadline" }))
-        .bind(32_i64 * 4 + 16)
+        .bind(tasks::postgres::__bench::claim_keyed_candidates(32))
         .fetch_all(pool)
         .await
         .unwrap();

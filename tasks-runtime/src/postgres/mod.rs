@@ -549,6 +549,12 @@ pub mod __bench {
         super::claim_runs_sql()
     }
 
+    /// The claim statement's last parameter for a claim of `limit` runs: how many candidates
+    /// with a concurrency key it looks at.
+    pub fn claim_keyed_candidates(limit: u32) -> i64 {
+        super::keyed_candidates(limit)
+    }
+
     /// The statement that writes finished step attempts of many runs.
     pub fn record_steps_sql() -> &'static str {
         super::recorder::record_steps_sql()
