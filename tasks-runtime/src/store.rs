@@ -626,6 +626,14 @@ pub trait Store: Send + Sync + 'static {
     /// the attempt. Concurrent claims never return the same run. The claimed runs are
     /// returned oldest (by `created_at`) first.
     ///
+    /// Flow control ([`CreateRun::priority`], [`CreateRun::concurrency`]): pending runs are
+    /// taken by priority, higher first, then by `available_at` and `created_at`. A pending or
+    /// sleeping run with a concurrency key is taken only into a free slot of its key: the
+    /// key's running runs in the namespace plus the runs of the key this claim takes never
+    /// exceed the run's limit, whatever other claims run at the same time (a store may take
+    /// fewer, never more). Runs of other keys and runs without a key are taken past the runs
+    /// of a full key. A running run taken over keeps its slot.
+    ///
     /// A claimed run whose stored row cannot be decoded (a "poison row": JSON that the
     /// decoder refuses, say) is not returned and does not fail the claim: it is failed for
     /// good, fenced on this claim, with a non-retryable error of kind `corrupt` that names
