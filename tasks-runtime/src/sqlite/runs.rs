@@ -20,9 +20,9 @@ use crate::store::{
 };
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted,
-    deadline_error, forgettable_workers, keyed_candidates, quarantine_error, retry_after,
-    slots_held, stale_workers, status_in,
+    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
+    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
+    quarantine_error, retry_after, slots_held, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -273,12 +273,11 @@ impl SqliteStore {
                     SELECT id FROM (
                         SELECT c.*, row_number() OVER (
                                    PARTITION BY c.concurrency_key, c.takes
-                                   ORDER BY c.grp, c.rank_priority DESC, c.available_at,
-                                            c.created_at) AS n
+                                   ORDER BY c.grp, {window_order}) AS n
                           FROM (
                             SELECT r.id, r.concurrency_key, r.concurrency_limit, r.available_at,
                                    r.created_at, {grp} AS grp,
-                                   CASE WHEN {pending} THEN r.priority ELSE 0 END AS rank_priority,
+                                   CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
                                    {takes} AS takes, CASE WHEN {takes} THEN ({held}) ELSE 0 END AS held
                               FROM tasks_workflow_runs r
                              WHERE r.namespace = ?1
@@ -288,12 +287,12 @@ impl SqliteStore {
                                         AND r.worker_id IN ({stale})))
                                AND (r.deadline_at IS NULL OR r.deadline_at > ?2)
                                AND NOT ({takes} AND ({held}) >= r.concurrency_limit)
-                             ORDER BY grp, rank_priority DESC, r.available_at, r.created_at
+                             ORDER BY grp, {order}
                              LIMIT ?6
                           ) c
                     ) ranked
                      WHERE NOT takes OR {admitted}
-                     ORDER BY grp, rank_priority DESC, available_at, created_at
+                     ORDER BY grp, {order}
                      LIMIT ?5)
           RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
             claimable = status_in("r.", &claimable),
@@ -304,6 +303,9 @@ impl SqliteStore {
             stale = stale_workers("tasks_workers", "?1", "?2"),
             held = slots_held("tasks_workflow_runs", "?1", "r.concurrency_key"),
             admitted = admitted("held", "n", "concurrency_limit"),
+            // Pending runs by priority; the others' `priority` is 0 here.
+            order = PENDING_ORDER,
+            window_order = pending_order("c."),
         );
         let claimed = sqlx::query_as::<_, ClaimRow>(&sql)
             .bind(&*self.namespace)
