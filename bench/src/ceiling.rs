@@ -683,6 +683,9 @@ async fn workload_in(
             .bind(60_000_i64)
             .bind(permit.num_permits() as i64)
             .bind(&deadline_error)
+            .bind(tasks::postgres::__bench::claim_keyed_candidates(
+                permit.num_permits() as u32,
+            ))
             .fetch_all(&pool)
             .await?;
         let ids = rows

@@ -153,6 +153,10 @@ pub async fn cleanup(admin: &PgPool, namespace: &str) -> Result<u64> {
         .bind(namespace)
         .execute(admin)
         .await?;
+    sqlx::query("DELETE FROM tasks.concurrency_keys WHERE namespace = $1")
+        .bind(namespace)
+        .execute(admin)
+        .await?;
     if let Err(error) = sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts")
         .execute(admin)
         .await

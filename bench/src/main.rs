@@ -12,6 +12,7 @@
 mod ceiling;
 mod db;
 mod engine;
+mod flow;
 mod machine;
 mod recovery;
 mod report;
@@ -42,7 +43,7 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
   --database-url URL      Postgres to use (default: $DATABASE_URL, else
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
-                          ceiling,throughput,latency,replay,scale,recovery
+                          ceiling,throughput,latency,replay,scale,recovery,flow
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -128,6 +129,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "replay",
                         "scale",
                         "recovery",
+                        "flow",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -286,6 +288,7 @@ async fn bench(options: Options) -> Result<()> {
         replay_fit: None,
         scale_out: Vec::new(),
         recovery: None,
+        flow: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -521,6 +524,23 @@ async fn bench(options: Options) -> Result<()> {
                 &admin,
                 sizes.kills,
                 std::time::Duration::from_secs(sizes.idle_seconds),
+            )
+            .await,
+        );
+    }
+
+    if options.wants("flow") {
+        report.flow = note(
+            errors,
+            "flow",
+            flow::measure(
+                url,
+                &admin,
+                sizes.runs,
+                4,
+                sizes.rounds,
+                CONCURRENCY,
+                100_000,
             )
             .await,
         );

@@ -67,6 +67,8 @@ pub struct Report {
     pub scale_out: Vec<ScaleRow>,
     /// Kill → reclaim and the idle heartbeat cost.
     pub recovery: Option<crate::recovery::RecoveryResult>,
+    /// Drains with concurrency keys, and claims on a large backlog (issue #12).
+    pub flow: Option<crate::flow::FlowResult>,
     /// The issue's targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -277,6 +279,9 @@ impl Report {
         self.write_replay(out)?;
         self.write_scale_out(out)?;
         self.write_recovery(out)?;
+        if let Some(flow) = &self.flow {
+            out.push_str(&crate::flow::table(flow));
+        }
         self.write_footer(out)
     }
 

@@ -52,6 +52,7 @@ macro_rules! assert_err {
 
 pub mod claims;
 pub mod events;
+pub mod flow;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
@@ -256,6 +257,17 @@ macro_rules! conformance_suite {
             event_values_past_the_limits_are_refused,
         } multi_thread {
             send_racing_a_park_never_loses_the_wake_up,
+        } }
+        $crate::__conformance_module! { $setup, flow {
+            claim_takes_higher_priority_first,
+            claim_respects_the_key_limit,
+            hot_key_does_not_starve_other_keys,
+            sleeping_run_holds_no_slot,
+            slots_follow_the_running_status,
+            keys_are_scoped_to_namespace,
+            concurrency_values_are_checked,
+        } multi_thread {
+            concurrent_claimers_respect_the_key_limit,
         } }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,

@@ -17,6 +17,7 @@ pub use events::SendOptions;
 use crate::definition::{Workflow, WorkflowDefinition};
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
+use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::registry::{InvalidInput, Registry, RegistryError, Violation};
@@ -144,6 +145,9 @@ pub struct StartOptions {
     deadline_at: Option<DateTime<Utc>>,
     version: Option<String>,
     context: Option<Value>,
+    // Flow control (issue #12).
+    priority: i32,
+    concurrency: Option<Concurrency>,
 }
 
 impl StartOptions {
@@ -185,6 +189,20 @@ impl StartOptions {
     /// Free-form context stored with the run and readable from the workflow.
     pub fn context(mut self, context: Value) -> Self {
         self.context = Some(context);
+        self
+    }
+
+    /// Claim this run before pending runs of lower priority (default 0; negative values are
+    /// claimed after the default). Priority is strict: see the README's semantics section.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// At most `limit` runs of `key` run at once in the namespace, across every worker (the
+    /// limit is stored with each run; give every run of a key the same one).
+    pub fn concurrency_key(mut self, key: impl Into<String>, limit: u32) -> Self {
+        self.concurrency = Some(Concurrency::new(key, limit));
         self
     }
 }
@@ -323,6 +341,8 @@ impl Client {
             deadline_at: options.deadline_at,
             retry_policy: definition.retry_policy,
             idempotency_key: options.idempotency_key,
+            priority: options.priority,
+            concurrency: options.concurrency,
         };
         params.check(self.store.namespace())?;
         let run = self.store.create_run(params).await?;

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 mod executor;
 pub mod failure;
+pub mod flow;
 pub mod limits;
 mod liveness;
 mod migration;
@@ -40,6 +41,7 @@ pub use definition::{
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, WorkflowError};
+pub use flow::Concurrency;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};

@@ -42,6 +42,10 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
 pub const MAX_TOPIC_BYTES: usize = 200;
 /// Longest worker id, in bytes.
 pub const MAX_WORKER_ID_BYTES: usize = 255;
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY_BYTES: usize = 512;
+/// Largest concurrency limit (runs of one key running at once).
+pub const MAX_CONCURRENCY_LIMIT: u32 = i32::MAX as u32;
 /// Largest JSON payload (input, context, config, step output, workflow output), in bytes of
 /// its compact JSON text: 2 MiB.
 pub const MAX_PAYLOAD_BYTES: usize = 2 * 1024 * 1024;
@@ -135,6 +139,11 @@ pub enum Field {
     DedupKey,
     /// How long a wait for an event may last.
     EventTimeout,
+    // Flow control (issue #12).
+    /// A run's concurrency key.
+    ConcurrencyKey,
+    /// The concurrency limit of a run's key.
+    ConcurrencyLimit,
 }
 
 impl Field {
@@ -169,6 +178,8 @@ impl Field {
             Field::EventPayload => "the event payload",
             Field::DedupKey => "the deduplication key",
             Field::EventTimeout => "the event timeout",
+            Field::ConcurrencyKey => "the concurrency key",
+            Field::ConcurrencyLimit => "the concurrency limit",
         }
     }
 }
@@ -250,6 +261,18 @@ pub enum LimitError {
         /// The number.
         value: f64,
     },
+    /// A whole number outside its accepted range.
+    #[error("{field} is {value}; it must be in {min}..={max}")]
+    OutOfRange {
+        /// What was refused.
+        field: Field,
+        /// The number.
+        value: i64,
+        /// The smallest accepted value.
+        min: i64,
+        /// The largest accepted value.
+        max: i64,
+    },
 }
 
 impl LimitError {
@@ -262,7 +285,8 @@ impl LimitError {
             | LimitError::Nul { field, .. }
             | LimitError::TimeOutOfRange { field, .. }
             | LimitError::DurationTooLong { field, .. }
-            | LimitError::NotFinite { field, .. } => *field,
+            | LimitError::NotFinite { field, .. }
+            | LimitError::OutOfRange { field, .. } => *field,
         }
     }
 }

@@ -43,6 +43,7 @@ use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
@@ -78,6 +79,12 @@ pub struct CreateRun {
     /// Deduplication key: a second create with the same workflow name and key returns the
     /// first run.
     pub idempotency_key: Option<String>,
+    // Flow control (issue #12).
+    /// Pending runs of higher priority are claimed first (default 0).
+    pub priority: i32,
+    /// The run's concurrency key and limit: at most that many runs of the key run at once,
+    /// across every worker.
+    pub concurrency: Option<Concurrency>,
 }
 
 impl CreateRun {
@@ -139,6 +146,9 @@ impl CreateRun {
         }
         if let Some(policy) = &self.retry_policy {
             limits::check_retry_policy(policy)?;
+        }
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.check()?;
         }
         Ok(())
     }
@@ -616,6 +626,14 @@ pub trait Store: Send + Sync + 'static {
     /// lease expires. A claim counts an attempt, except waking from a sleep, which continues
     /// the attempt. Concurrent claims never return the same run. The claimed runs are
     /// returned oldest (by `created_at`) first.
+    ///
+    /// Flow control ([`CreateRun::priority`], [`CreateRun::concurrency`]): pending runs are
+    /// taken by priority, higher first, then by `available_at` and `created_at`. A pending or
+    /// sleeping run with a concurrency key is taken only into a free slot of its key: the
+    /// key's running runs in the namespace plus the runs of the key this claim takes never
+    /// exceed the run's limit, whatever other claims run at the same time (a store may take
+    /// fewer, never more). Runs of other keys and runs without a key are taken past the runs
+    /// of a full key. A running run taken over keeps its slot.
     ///
     /// A claimed run whose stored row cannot be decoded (a "poison row": JSON that the
     /// decoder refuses, say) is not returned and does not fail the claim: it is failed for

@@ -240,6 +240,56 @@ pub(crate) const WAKE_ON_EVENT: Transition = Transition {
 /// a send.
 pub(crate) const WAIT_EVENT: Transition = Transition::leased(Operation::WaitForEvent);
 
+// Flow control (issue #12): priorities and concurrency keys in the claim.
+
+/// The statuses in which a run holds a slot of its concurrency key: only running. A
+/// sleeping, paused or pending run holds none.
+pub(crate) const HOLDS_SLOT: &[RunStatus] = &[Running];
+
+/// The claimable statuses whose claim takes a slot of the run's key: a claim takes such a run
+/// only while its key has a free slot. (A running run a claim takes over, its lease expired
+/// or its worker stale, keeps the slot it holds.)
+pub(crate) const TAKES_SLOT: &[RunStatus] = &[Pending, Sleeping];
+
+/// The order in which a claim takes pending runs: higher priority first, then the order of
+/// availability. Strict: a pending run is not claimed while runs of higher priority are
+/// claimable (by the same claim).
+pub(crate) const PENDING_ORDER: &str = "priority DESC, available_at, created_at";
+
+/// `{alias}priority DESC, {alias}available_at, {alias}created_at`: [`PENDING_ORDER`] on a
+/// table alias (with its dot).
+pub(crate) fn pending_order(alias: &str) -> String {
+    PENDING_ORDER
+        .split(", ")
+        .map(|term| format!("{alias}{term}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The slots the key `key` (a SQL expression) holds in namespace `namespace` (a
+/// placeholder), in SQL: the count of its runs in `runs_table` in [`HOLDS_SLOT`], read
+/// through the index on running runs by key.
+pub(crate) fn slots_held(runs_table: &str, namespace: &str, key: &str) -> String {
+    format!(
+        "SELECT count(*) FROM {runs_table} h
+          WHERE h.namespace = {namespace} AND h.concurrency_key = {key} AND {holding}",
+        holding = status_in("h.", HOLDS_SLOT),
+    )
+}
+
+/// How many candidate runs that take a slot a claim of `limit` runs looks at, in claim
+/// order, among those of keys with a free slot: several per run it may claim, since a claim
+/// takes no more runs of one key than the key has free slots.
+pub(crate) fn keyed_candidates(limit: u32) -> i64 {
+    i64::from(limit) * 4 + 16
+}
+
+/// Whether the candidate ranked `rank` among the candidates of its key (1 for the first, in
+/// claim order) fits in its key's free slots, given `held` slots: `held + rank <= limit`.
+pub(crate) fn admitted(held: &str, rank: &str, limit: &str) -> String {
+    format!("{held} + {rank} <= {limit}")
+}
+
 /// Starts a step attempt of a running run (durable sleeps; function steps are recorded
 /// finished).
 pub(crate) const CREATE_STEP: Transition = Transition::leased(Operation::CreateStepAttempt);
@@ -524,6 +574,25 @@ mod tests {
         // No policy stored: the default for runs.
         failing.config = serde_json::json!({});
         assert_eq!(retry_after(&failing, false), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn the_claim_policy_renders_once() {
+        assert_eq!(
+            pending_order("r."),
+            "r.priority DESC, r.available_at, r.created_at"
+        );
+        assert_eq!(
+            slots_held("runs", "$1", "r.concurrency_key"),
+            "SELECT count(*) FROM runs h
+          WHERE h.namespace = $1 AND h.concurrency_key = r.concurrency_key AND h.status IN ('running')"
+        );
+        assert_eq!(admitted("a", "b", "c"), "a + b <= c");
+        assert!(keyed_candidates(1) > 1);
+        // Every claimable status either takes a slot or already holds one.
+        for status in CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from) {
+            assert!(TAKES_SLOT.contains(status) != HOLDS_SLOT.contains(status));
+        }
     }
 
     #[test]

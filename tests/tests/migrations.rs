@@ -89,6 +89,7 @@ async fn check_migrations(database: &str) {
         tables,
         [
             "events",
+            "concurrency_keys",
             "schema_migrations",
             "step_attempts",
             "workers",

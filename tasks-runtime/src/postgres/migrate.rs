@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "events",
         sql: include_str!("../../migrations/postgres/0005_events.sql"),
     },
+    Migration {
+        version: 7,
+        name: "flow control",
+        sql: include_str!("../../migrations/postgres/0007_flow_control.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

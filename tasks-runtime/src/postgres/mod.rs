@@ -22,7 +22,7 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
-use crate::model::{StepAttempt, StepStatus, WorkflowRun};
+use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,
@@ -30,9 +30,10 @@ use crate::store::{
 };
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
-    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, QUARANTINE, RECORD_STEP, RELEASE,
-    RESUME, SLEEP, Transition, deadline_error, explain_step_miss, forgettable_workers, interrupted,
-    quarantine_error, retry_after, stale_workers, status_in, step_status_in,
+    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
+    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
+    forgettable_workers, interrupted, keyed_candidates, pending_order, quarantine_error,
+    retry_after, slots_held, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -400,7 +401,8 @@ impl PgStore {
 }
 
 /// The claim statement: fails runs past their deadline, then claims runs for a worker.
-/// Binds: namespace, worker id, lease in ms, most runs to claim, the deadline error (JSON).
+/// Binds: namespace, worker id, lease in ms, most runs to claim, the deadline error (JSON),
+/// the most candidates with a concurrency key to look at ([`keyed_candidates`]).
 /// Returns the claimed runs' columns and `first_execution`.
 fn claim_runs_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
@@ -414,17 +416,97 @@ fn claim_runs_sql() -> &'static str {
              RETURNING id
              ),
              -- Pending runs first, then runs whose lease or sleep is over; each group in
-             -- the order of its index, so a claim reads only the rows it takes.
-             pending AS (
-                SELECT ctid FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND {pending} AND available_at <= now()
+             -- the order of its index, so a claim reads only the rows it takes. Pending runs
+             -- without a concurrency key:
+             free AS (
+                SELECT ctid, 0 AS grp, priority, available_at, created_at,
+                       NULL::text AS concurrency_key
+                  FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND {pending} AND concurrency_key IS NULL
+                   AND available_at <= now()
                    AND (deadline_at IS NULL OR deadline_at > now())
-                 ORDER BY available_at, created_at
+                 ORDER BY {pending_order}
                  LIMIT $4
                  FOR UPDATE SKIP LOCKED
+             ),
+             -- Runs with a key whose claim takes a slot of it (pending ones in claim order,
+             -- then sleeping ones whose sleep ended), past the keys without a free slot: a
+             -- key's running runs are counted through the index on running runs by key.
+             keyed_pending AS (
+                SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
+                       r.concurrency_key, r.concurrency_limit, h.held
+                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({held}) h(held)
+                 WHERE r.namespace = $1 AND {keyed_pending} AND r.concurrency_key IS NOT NULL
+                   AND r.available_at <= now()
+                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
+                   AND h.held < r.concurrency_limit
+                 ORDER BY {keyed_order}
+                 LIMIT $6
+             ), keyed_due AS (
+                SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
+                       r.concurrency_key, r.concurrency_limit, h.held
+                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({held}) h(held)
+                 WHERE r.namespace = $1 AND {keyed_due} AND r.concurrency_key IS NOT NULL
+                   AND r.available_at <= now()
+                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
+                   AND h.held < r.concurrency_limit
+                 ORDER BY r.available_at, r.created_at
+                 LIMIT $6
+             ),
+             -- No more runs of a key than it has free slots.
+             admitted AS (
+                SELECT * FROM (
+                    SELECT c.*, row_number() OVER (
+                               PARTITION BY c.concurrency_key
+                               ORDER BY c.grp, c.priority DESC, c.available_at, c.created_at) AS n
+                      FROM (SELECT * FROM keyed_pending UNION ALL SELECT * FROM keyed_due) c
+                ) ranked
+                 WHERE {admitted}
+             ),
+             -- The rows of those keys as this statement's snapshot saw them, and locked as
+             -- they are now. A key whose row changed since the snapshot was claimed from by
+             -- a claim this snapshot does not see: its count may be short, so it waits for
+             -- the next claim; a key whose row another claim holds is skipped the same way.
+             seen AS (
+                SELECT concurrency_key, claims FROM tasks.concurrency_keys
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
+             ), locked AS (
+                SELECT concurrency_key, claims FROM tasks.concurrency_keys
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
+                 FOR UPDATE SKIP LOCKED
+             ), keyed AS (
+                SELECT ctid, CASE WHEN {pending} THEN 0 ELSE 1 END AS grp, priority,
+                       available_at, created_at, concurrency_key
+                  FROM tasks.workflow_runs
+                 WHERE ctid = ANY(ARRAY(
+                           SELECT a.ctid FROM admitted a
+                             JOIN locked l USING (concurrency_key)
+                             JOIN seen s USING (concurrency_key)
+                            WHERE l.claims = s.claims))
+                   AND {takes}
+                 FOR UPDATE SKIP LOCKED
+             ),
+             pending AS (
+                SELECT ctid, concurrency_key FROM (
+                    SELECT * FROM free UNION ALL SELECT * FROM keyed
+                ) c
+                 ORDER BY grp, priority DESC, available_at, created_at
+                 LIMIT $4
+             ),
+             -- Every claim of a key's runs changes the key's row, so that concurrent claims
+             -- see it (above).
+             counted AS (
+                UPDATE tasks.concurrency_keys SET claims = claims + 1
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(
+                           SELECT concurrency_key FROM pending WHERE concurrency_key IS NOT NULL))
              ), due AS (
                 SELECT ctid FROM tasks.workflow_runs
                  WHERE namespace = $1 AND {due}
+                   -- Sleeping runs with a key are the keyed group's.
+                   AND (status = 'running' OR concurrency_key IS NULL)
                    AND available_at <= now()
                    AND (deadline_at IS NULL OR deadline_at > now())
                  ORDER BY available_at, created_at
@@ -466,7 +548,14 @@ fn claim_runs_sql() -> &'static str {
             due = status_in("", CLAIM_DUE.from),
             orphaned = status_in("", CLAIM_ORPHANED.from),
             stale = stale_workers("tasks.workers", "$1", "now()"),
-            returning = prefixed("wr", RUN_COLUMNS)
+            returning = prefixed("wr", RUN_COLUMNS),
+            pending_order = PENDING_ORDER,
+            keyed_order = pending_order("r."),
+            keyed_pending = status_in("r.", CLAIM_PENDING.from),
+            keyed_due = status_in("r.", &[RunStatus::Sleeping]),
+            held = slots_held("tasks.workflow_runs", "$1", "r.concurrency_key"),
+            admitted = admitted("held", "n", "concurrency_limit"),
+            takes = status_in("", TAKES_SLOT),
         )
     });
     &SQL
@@ -481,6 +570,12 @@ pub mod __bench {
     /// The claim statement.
     pub fn claim_runs_sql() -> &'static str {
         super::claim_runs_sql()
+    }
+
+    /// The claim statement's last parameter for a claim of `limit` runs: how many candidates
+    /// with a concurrency key it looks at.
+    pub fn claim_keyed_candidates(limit: u32) -> i64 {
+        super::keyed_candidates(limit)
     }
 
     /// The statement that writes finished step attempts of many runs.
@@ -523,12 +618,25 @@ impl Store for PgStore {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
         let config = params.stored_config()?;
+        // A run with a concurrency key brings its key's row (see the claim) in the same
+        // statement, so a claim that sees the run sees the row.
+        let key_row = match params.concurrency {
+            Some(_) => {
+                "WITH key_row AS (
+                    INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
+                    VALUES ($1, $13) ON CONFLICT DO NOTHING
+                 ) "
+            }
+            None => "",
+        };
         let sql = format!(
-            "INSERT INTO tasks.workflow_runs
+            "{key_row}INSERT INTO tasks.workflow_runs
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-                  input, attempts, available_at, deadline_at, created_at, updated_at)
+                  input, attempts, available_at, deadline_at, created_at, updated_at,
+                  priority, concurrency_key, concurrency_limit)
              VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
-                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now())
+                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
+                     $12, $13, $14)
              ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
              DO NOTHING
              RETURNING {RUN_COLUMNS}"
@@ -545,6 +653,9 @@ impl Store for PgStore {
             .bind(params.available_at)
             .bind(params.deadline_at)
             .bind(params.delay.map(millis))
+            .bind(params.priority)
+            .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+            .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
             .fetch_optional(&self.pool)
             .await
             .map_err(db(OPERATION))?;
@@ -647,6 +758,7 @@ impl Store for PgStore {
             .bind(millis(lease))
             .bind(i64::from(limit))
             .bind(deadline_error())
+            .bind(keyed_candidates(limit))
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;

@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "events",
         sql: include_str!("../../migrations/sqlite/0004_events.sql"),
     },
+    Migration {
+        version: 6,
+        name: "flow control",
+        sql: include_str!("../../migrations/sqlite/0006_flow_control.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

@@ -20,8 +20,9 @@ use crate::store::{
 };
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, QUARANTINE, RELEASE, RESUME, SLEEP, Transition, deadline_error,
-    forgettable_workers, quarantine_error, retry_after, stale_workers, status_in,
+    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
+    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
+    quarantine_error, retry_after, slots_held, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -103,8 +104,10 @@ impl SqliteStore {
         let sql = format!(
             "INSERT INTO tasks_workflow_runs
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-                  input, attempts, available_at, deadline_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11)
+                  input, attempts, available_at, deadline_at, created_at, updated_at,
+                  priority, concurrency_key, concurrency_limit)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
+                     ?12, ?13, ?14)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
@@ -127,6 +130,9 @@ impl SqliteStore {
             .bind(available_at)
             .bind(deadline_at)
             .bind(now)
+            .bind(params.priority)
+            .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+            .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
             .fetch_optional(write.conn())
             .await
             .map_err(db(OPERATION))?;
@@ -245,6 +251,18 @@ impl SqliteStore {
             .chain(CLAIM_DUE.from)
             .copied()
             .collect();
+        let claim_group = format!(
+            "CASE WHEN {} THEN 0 WHEN r.available_at <= ?2 THEN 1 ELSE 2 END",
+            status_in("r.", CLAIM_PENDING.from)
+        );
+        let takes_slot = format!(
+            "(r.concurrency_key IS NOT NULL AND {})",
+            status_in("r.", TAKES_SLOT)
+        );
+        // Candidates in claim order (pending runs by priority, then runs whose lease or sleep
+        // is over, then running runs of stale workers), past runs that would take a slot of
+        // a key without a free one; then no more runs of a key than it has free slots. The
+        // write lock makes the count of a key's running runs exact.
         let sql = format!(
             "UPDATE tasks_workflow_runs
                 SET status = 'running', worker_id = ?3,
@@ -252,20 +270,42 @@ impl SqliteStore {
                     attempts = attempts + CASE WHEN status = 'sleeping' THEN 0 ELSE 1 END,
                     available_at = ?4, started_at = COALESCE(started_at, ?2), updated_at = ?2
               WHERE namespace = ?1 AND id IN (
-                    SELECT id FROM tasks_workflow_runs
-                     WHERE namespace = ?1
-                       AND (({claimable} AND available_at <= ?2)
-                            -- Running runs of other workers whose heartbeat went stale.
-                            OR ({orphaned} AND worker_id <> ?3 AND worker_id IN ({stale})))
-                       AND (deadline_at IS NULL OR deadline_at > ?2)
-                     ORDER BY CASE WHEN {pending} THEN 0 WHEN available_at <= ?2 THEN 1 ELSE 2 END,
-                              available_at, created_at
+                    SELECT id FROM (
+                        SELECT c.*, row_number() OVER (
+                                   PARTITION BY c.concurrency_key, c.takes
+                                   ORDER BY c.grp, {window_order}) AS n
+                          FROM (
+                            SELECT r.id, r.concurrency_key, r.concurrency_limit, r.available_at,
+                                   r.created_at, {grp} AS grp,
+                                   CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
+                                   {takes} AS takes, CASE WHEN {takes} THEN ({held}) ELSE 0 END AS held
+                              FROM tasks_workflow_runs r
+                             WHERE r.namespace = ?1
+                               AND (({claimable} AND r.available_at <= ?2)
+                                    -- Running runs of other workers whose heartbeat went stale.
+                                    OR ({orphaned} AND r.worker_id <> ?3
+                                        AND r.worker_id IN ({stale})))
+                               AND (r.deadline_at IS NULL OR r.deadline_at > ?2)
+                               AND NOT ({takes} AND ({held}) >= r.concurrency_limit)
+                             ORDER BY grp, {order}
+                             LIMIT ?6
+                          ) c
+                    ) ranked
+                     WHERE NOT takes OR {admitted}
+                     ORDER BY grp, {order}
                      LIMIT ?5)
           RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
-            claimable = status_in("", &claimable),
-            pending = status_in("", CLAIM_PENDING.from),
-            orphaned = status_in("", CLAIM_ORPHANED.from),
+            claimable = status_in("r.", &claimable),
+            grp = claim_group,
+            pending = status_in("r.", CLAIM_PENDING.from),
+            takes = takes_slot,
+            orphaned = status_in("r.", CLAIM_ORPHANED.from),
             stale = stale_workers("tasks_workers", "?1", "?2"),
+            held = slots_held("tasks_workflow_runs", "?1", "r.concurrency_key"),
+            admitted = admitted("held", "n", "concurrency_limit"),
+            // Pending runs by priority; the others' `priority` is 0 here.
+            order = PENDING_ORDER,
+            window_order = pending_order("c."),
         );
         let claimed = sqlx::query_as::<_, ClaimRow>(&sql)
             .bind(&*self.namespace)
@@ -273,6 +313,7 @@ impl SqliteStore {
             .bind(worker_id)
             .bind(lease_end)
             .bind(i64::from(limit))
+            .bind(keyed_candidates(limit) + i64::from(limit))
             .fetch_all(write.conn())
             .await
             .map_err(db(OPERATION))?;

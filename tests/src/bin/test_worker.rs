@@ -83,9 +83,13 @@ struct ApprovalInput {
 #[workflow(name = "test-approval", events(TestApproval))]
 async fn approval(ctx: WorkflowContext, input: ApprovalInput) -> Result<String, WorkflowError> {
     let url = &input.effects_database_url;
-    record_effect(url, ctx.run_id(), "before".into(), 0).await?;
+    record_effect(url, ctx.run_id(), "before".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
     let approval = ctx.wait_for_event::<TestApproval>().await?;
-    record_effect(url, ctx.run_id(), "after".into(), 0).await?;
+    record_effect(url, ctx.run_id(), "after".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
     Ok(approval.by)
 }
 

@@ -1,0 +1,324 @@
+//! End to end, flow control (issue #12): per-key concurrency limits under several workers,
+//! fairness for a hot key, priorities, on both stores; and the claim's plan on Postgres with
+//! 100,000 pending runs over 1,000 keys.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use support::{Backend, TestStore, client, worker};
+use tasks::{ListRuns, RunStatus, SharedStore, StartOptions, WorkflowContext, WorkflowError};
+use tasks::{step, workflow};
+use uuid::Uuid;
+
+/// The stores of the running tests, by probe id (tests run in parallel in one process).
+fn stores() -> &'static Mutex<HashMap<Uuid, SharedStore>> {
+    static STORES: OnceLock<Mutex<HashMap<Uuid, SharedStore>>> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+/// What the runs of a test observed, by probe id: per key, the most running runs of the key
+/// seen in the database; and the order in which runs started.
+fn observed() -> &'static Mutex<HashMap<Uuid, Observed>> {
+    static OBSERVED: OnceLock<Mutex<HashMap<Uuid, Observed>>> = OnceLock::new();
+    OBSERVED.get_or_init(Default::default)
+}
+
+#[derive(Debug, Default, Clone)]
+struct Observed {
+    most_running: HashMap<String, usize>,
+    started: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    probe: String,
+    key: String,
+    label: String,
+    millis: u64,
+}
+
+/// Counts, from the database, the running runs of this run's key (the key is in the input),
+/// and remembers the most.
+#[step]
+async fn observe(job: &Job) -> Result<(), std::io::Error> {
+    let store = stores().lock().unwrap()[&job.probe.parse::<Uuid>().unwrap()].clone();
+    let running = store
+        .list_runs(ListRuns {
+            statuses: vec![RunStatus::Running],
+            workflow_name: Some("e2e-flow-job".into()),
+            limit: Some(1000),
+            ..ListRuns::default()
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+    let of_key = running
+        .data
+        .iter()
+        .filter(|run| {
+            run.input.as_ref().and_then(|input| input["key"].as_str()) == Some(job.key.as_str())
+        })
+        .count();
+    let mut observed = observed().lock().unwrap();
+    let entry = observed
+        .entry(job.probe.parse::<Uuid>().unwrap())
+        .or_default();
+    let most = entry.most_running.entry(job.key.clone()).or_default();
+    *most = (*most).max(of_key);
+    entry.started.push(job.label.clone());
+    Ok(())
+}
+
+#[step]
+async fn work(job: &Job) -> Result<(), std::io::Error> {
+    tokio::time::sleep(Duration::from_millis(job.millis)).await;
+    Ok(())
+}
+
+/// Observes its key, works, sleeps durably (holding no slot), observes again.
+#[workflow(name = "e2e-flow-job")]
+async fn flow_job(ctx: WorkflowContext, job: Job) -> Result<(), WorkflowError> {
+    observe(&job).await?;
+    work(&job).await?;
+    ctx.sleep("rest", Duration::from_millis(20)).await?;
+    observe(&job).await?;
+    Ok(())
+}
+
+fn probe(store: &TestStore) -> Uuid {
+    let probe = Uuid::new_v4();
+    stores().lock().unwrap().insert(probe, store.shared());
+    probe
+}
+
+fn job(probe: Uuid, key: &str, label: &str, millis: u64) -> Job {
+    Job {
+        probe: probe.to_string(),
+        key: key.into(),
+        label: label.into(),
+        millis,
+    }
+}
+
+async fn wait_all(client: &tasks::Client, ids: &[Uuid]) {
+    for id in ids {
+        client
+            .handle::<()>(*id)
+            .result_within(Duration::from_secs(120))
+            .await
+            .unwrap();
+    }
+}
+
+/// Four workers drain runs of two keys of limit 2: no run ever saw more than two running
+/// runs of its key in the database, at its start or after its durable sleep.
+async fn key_limit_holds_under_four_workers(backend: Backend) {
+    let store = backend.store().await;
+    let probe = probe(&store);
+    let client = client(&store);
+    let mut ids = Vec::new();
+    for n in 0..24 {
+        let key = if n % 2 == 0 { "even" } else { "odd" };
+        let options = StartOptions::new().concurrency_key(key, 2);
+        let handle = client
+            .start_with::<flow_job>(job(probe, key, &n.to_string(), 30), options)
+            .await
+            .unwrap();
+        ids.push(handle.id());
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|_| worker(&store).concurrency(4).build().unwrap().spawn())
+        .collect();
+    wait_all(&client, &ids).await;
+    for handle in workers {
+        handle.shutdown().await;
+    }
+    let observed = observed().lock().unwrap()[&probe].clone();
+    assert_eq!(observed.started.len(), 48, "every run observed twice");
+    for key in ["even", "odd"] {
+        let most = observed.most_running[key];
+        assert!(most <= 2, "key {key} had {most} runs running at once");
+        assert!(most >= 1);
+    }
+}
+
+/// A key with a backlog of 60 runs and limit 1 does not hold up the 4 runs of another key:
+/// they finish while most of the backlog still waits.
+async fn hot_key_does_not_starve_another(backend: Backend) {
+    let store = backend.store().await;
+    let probe = probe(&store);
+    let client = client(&store);
+    let mut hot = Vec::new();
+    for n in 0..60 {
+        let options = StartOptions::new().concurrency_key("hot", 1);
+        let handle = client
+            .start_with::<flow_job>(job(probe, "hot", &format!("hot-{n}"), 20), options)
+            .await
+            .unwrap();
+        hot.push(handle.id());
+    }
+    let mut cold = Vec::new();
+    for n in 0..4 {
+        let options = StartOptions::new().concurrency_key("cold", 1);
+        let handle = client
+            .start_with::<flow_job>(job(probe, "cold", &format!("cold-{n}"), 20), options)
+            .await
+            .unwrap();
+        cold.push(handle.id());
+    }
+    let worker = worker(&store).concurrency(4).build().unwrap().spawn();
+    wait_all(&client, &cold).await;
+    let done_hot = count_completed(&store, &hot).await;
+    assert!(
+        done_hot < 30,
+        "the cold key's runs waited for the hot key's backlog ({done_hot} of 60 done)"
+    );
+    wait_all(&client, &hot).await;
+    worker.shutdown().await;
+    assert!(observed().lock().unwrap()[&probe].most_running["hot"] <= 1);
+}
+
+async fn count_completed(store: &TestStore, ids: &[Uuid]) -> usize {
+    let mut done = 0;
+    for id in ids {
+        if store.get_run(*id).await.unwrap().unwrap().status == RunStatus::Completed {
+            done += 1;
+        }
+    }
+    done
+}
+
+/// One worker with one slot starts queued runs by priority, higher first, then in order.
+async fn priorities_order_the_starts(backend: Backend) {
+    let store = backend.store().await;
+    let probe = probe(&store);
+    let client = client(&store);
+    let mut ids = Vec::new();
+    for (label, priority) in [("low", -1), ("a", 0), ("urgent", 5), ("b", 0), ("high", 1)] {
+        let options = StartOptions::new().priority(priority);
+        let key = format!("{label}-key");
+        let handle = client
+            .start_with::<flow_job>(job(probe, &key, label, 0), options)
+            .await
+            .unwrap();
+        ids.push(handle.id());
+    }
+    let worker = worker(&store).concurrency(1).build().unwrap().spawn();
+    wait_all(&client, &ids).await;
+    worker.shutdown().await;
+    let started = observed().lock().unwrap()[&probe].started.clone();
+    // Each run observes at its start; the first observation of each run gives the order.
+    let mut firsts = Vec::new();
+    for label in started {
+        if !firsts.contains(&label) {
+            firsts.push(label);
+        }
+    }
+    assert_eq!(firsts, ["urgent", "high", "a", "b", "low"]);
+}
+
+both_backends!(
+    key_limit_holds_under_four_workers,
+    hot_key_does_not_starve_another,
+    priorities_order_the_starts,
+);
+
+/// `EXPLAIN` of the claim with 100,000 pending runs spread over 1,000 keys (two running per
+/// key, limit 3) and 1,000 keyless ones: no sequential scan of the runs or the keys. The
+/// plan is printed (`--nocapture`) and shown in `bench/README.md`.
+#[tokio::test]
+async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
+    let store = tasks_tests::pg_store().await;
+    let pool = store.pool();
+    let namespace = tasks::Store::namespace(&store).to_owned();
+    sqlx::query(
+        "INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
+         SELECT $1, 'key-' || k FROM generate_series(0, 999) k",
+    )
+    .bind(&namespace)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO tasks.workflow_runs
+             (namespace, id, workflow_name, status, attempts, available_at, created_at,
+              updated_at, priority, concurrency_key, concurrency_limit, worker_id)
+         SELECT $1, gen_random_uuid(), 'plan', s.status, 0,
+                now() - (i || ' milliseconds')::interval + CASE WHEN s.status = 'running'
+                    THEN interval '1 hour' ELSE interval '0' END,
+                now(), now(), i % 3, CASE WHEN i <= 102000 THEN 'key-' || (i % 1000) END,
+                CASE WHEN i <= 102000 THEN 3 END,
+                CASE WHEN s.status = 'running' THEN 'someone' END
+           FROM generate_series(1, 103000) i,
+                LATERAL (SELECT CASE WHEN i > 100000 AND i <= 102000 THEN 'running'
+                                     ELSE 'pending' END AS status) s",
+    )
+    .bind(&namespace)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE tasks.workflow_runs")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE tasks.concurrency_keys")
+        .execute(pool)
+        .await
+        .unwrap();
+    let sql = format!(
+        "EXPLAIN (COSTS OFF) {}",
+        tasks::postgres::__bench::claim_runs_sql()
+    );
+    let lines: Vec<String> = sqlx::query_scalar(&sql)
+        .bind(&namespace)
+        .bind("plan-worker")
+        .bind(60_000_i64)
+        .bind(32_i64)
+        .bind(serde_json::json!({ "kind": "deadline" }))
+        .bind(tasks::postgres::__bench::claim_keyed_candidates(32))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let plan = lines.join("\n");
+    println!("{plan}");
+    assert!(!plan.contains("Seq Scan"), "a sequential scan:\n{plan}");
+    assert!(plan.contains("workflow_runs_claim_keyed"), "{plan}");
+    assert!(plan.contains("workflow_runs_key_running"), "{plan}");
+
+    // And the claim takes what the limits allow: one run of each key it reaches (two of
+    // three slots are held), keyless runs by priority among them.
+    let started = Instant::now();
+    let claimed = tasks::Store::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
+        .await
+        .unwrap();
+    println!("claim of 32 on the backlog: {:?}", started.elapsed());
+    assert_eq!(claimed.len(), 32);
+    let mut keys = std::collections::HashSet::new();
+    for claimed in &claimed {
+        let key: Option<String> = sqlx::query_scalar(
+            "SELECT concurrency_key FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2",
+        )
+        .bind(&namespace)
+        .bind(claimed.run.id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if let Some(key) = key {
+            assert!(keys.insert(key), "two runs of one key with one free slot");
+        }
+    }
+    sqlx::query("DELETE FROM tasks.workflow_runs WHERE namespace = $1")
+        .bind(&namespace)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM tasks.concurrency_keys WHERE namespace = $1")
+        .bind(&namespace)
+        .execute(pool)
+        .await
+        .unwrap();
+}
