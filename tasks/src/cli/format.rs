@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-
 /// Parses `500ms`, `30s`, `5m`, `2h`, `1d`, sums of them (`1h30m`), or bare seconds (`30`).
 pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();

@@ -196,7 +196,12 @@ pub struct DashboardArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub bind: std::net::SocketAddr,
     /// Require `Authorization: Bearer TOKEN` on every request.
-    #[arg(long, env = "TASKS_DASHBOARD_TOKEN", hide_env_values = true, conflicts_with = "basic_auth")]
+    #[arg(
+        long,
+        env = "TASKS_DASHBOARD_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "basic_auth"
+    )]
     pub token: Option<String>,
     /// Require HTTP basic authentication, given as USER:PASSWORD.
     #[arg(long, env = "TASKS_DASHBOARD_BASIC_AUTH", hide_env_values = true, value_parser = parse_basic_auth)]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::security::token_matches;
-use super::views::{self, RunFilters, StartForm};
+use super::views::{self, Base, RunFilters, StartForm};
 use crate::uuid::Uuid;
 use crate::{ClientError, Cursor, ListRuns, Order, RunStatus, StartOptions, StoreError};
 
@@ -18,16 +18,26 @@ const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/dashboard.js");
 
 /// A page with a status.
-fn respond(status: StatusCode, title: &str, nav: &str, body: Markup) -> Response {
-    (status, Html(views::page(title, nav, body).into_string())).into_response()
+fn respond(base: &Base, status: StatusCode, title: &str, nav: &str, body: Markup) -> Response {
+    (
+        status,
+        Html(views::page(base, title, nav, body).into_string()),
+    )
+        .into_response()
 }
 
-fn problem(status: StatusCode, heading: &str, text: &str) -> Response {
-    respond(status, heading, "", views::message(heading, text))
+fn problem(base: &Base, status: StatusCode, heading: &str, text: &str) -> Response {
+    respond(
+        base,
+        status,
+        heading,
+        "",
+        views::message(base, heading, text),
+    )
 }
 
 /// The page of a store error.
-fn store_problem(error: &StoreError) -> Response {
+fn store_problem(base: &Base, error: &StoreError) -> Response {
     let status = match error {
         StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. } => StatusCode::NOT_FOUND,
         StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => StatusCode::CONFLICT,
@@ -36,18 +46,23 @@ fn store_problem(error: &StoreError) -> Response {
         | StoreError::Limit(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    problem(status, "The store refused", &error.to_string())
+    problem(base, status, "The store refused", &error.to_string())
 }
 
-pub(super) async fn not_found() -> Response {
-    problem(StatusCode::NOT_FOUND, "Not found", "There is no such page.")
+pub(super) async fn not_found(base: Base) -> Response {
+    problem(
+        &base,
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is no such page.",
+    )
 }
 
-pub(super) async fn asset(Path(file): Path<String>) -> Response {
+pub(super) async fn asset(base: Base, Path(file): Path<String>) -> Response {
     let (body, kind) = match file.as_str() {
         "style.css" => (STYLE, "text/css; charset=utf-8"),
         "dashboard.js" => (SCRIPT, "text/javascript; charset=utf-8"),
-        _ => return not_found().await,
+        _ => return not_found(base).await,
     };
     let mut response = body.into_response();
     response
@@ -58,6 +73,7 @@ pub(super) async fn asset(Path(file): Path<String>) -> Response {
 
 /// The runs page; its query holds repeated `status` keys, so it is read as pairs.
 pub(super) async fn runs(
+    base: Base,
     State(state): State<AppState>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Response {
@@ -101,7 +117,7 @@ pub(super) async fn runs(
             _ => Ok(()),
         };
         if let Err(text) = parsed {
-            return problem(StatusCode::BAD_REQUEST, "Invalid filter", &text);
+            return problem(&base, StatusCode::BAD_REQUEST, "Invalid filter", &text);
         }
     }
     let query = ListRuns {
@@ -119,7 +135,7 @@ pub(super) async fn runs(
     };
     let page = match state.client.list_runs(query).await {
         Ok(page) => page,
-        Err(error) => return store_problem(&error),
+        Err(error) => return store_problem(&base, &error),
     };
     let mut workflows: Vec<String> = state
         .client
@@ -129,6 +145,7 @@ pub(super) async fn runs(
         .collect();
     workflows.dedup();
     let body = views::runs(
+        &base,
         &filters,
         &workflows,
         &page.data,
@@ -136,7 +153,7 @@ pub(super) async fn runs(
         page.prev.map(|cursor| cursor.to_string()),
         state.refresh.as_millis(),
     );
-    respond(StatusCode::OK, "Runs", "runs", body)
+    respond(&base, StatusCode::OK, "Runs", "runs", body)
 }
 
 #[derive(Deserialize)]
@@ -145,9 +162,14 @@ pub(super) struct RunQuery {
     done: Option<String>,
 }
 
-pub(super) async fn run(State(state): State<AppState>, Query(query): Query<RunQuery>) -> Response {
+pub(super) async fn run(
+    base: Base,
+    State(state): State<AppState>,
+    Query(query): Query<RunQuery>,
+) -> Response {
     let Ok(id) = query.id.parse::<Uuid>() else {
         return problem(
+            &base,
             StatusCode::BAD_REQUEST,
             "Invalid run id",
             &format!("{:?} is not a run id", query.id),
@@ -156,13 +178,13 @@ pub(super) async fn run(State(state): State<AppState>, Query(query): Query<RunQu
     let run = match state.client.get_run(id).await {
         Ok(Some(run)) => run,
         Ok(None) => {
-            return store_problem(&StoreError::RunNotFound { id });
+            return store_problem(&base, &StoreError::RunNotFound { id });
         }
-        Err(error) => return store_problem(&error),
+        Err(error) => return store_problem(&base, &error),
     };
     let steps = match state.client.store().step_history(id).await {
         Ok(steps) => steps,
-        Err(error) => return store_problem(&error),
+        Err(error) => return store_problem(&base, &error),
     };
     // Only the dashboard's own words are shown back.
     let done = match query.done.as_deref() {
@@ -173,13 +195,14 @@ pub(super) async fn run(State(state): State<AppState>, Query(query): Query<RunQu
         _ => None,
     };
     let body = views::run(
+        &base,
         &run,
         &steps,
         &state.csrf_token,
         done,
         state.refresh.as_millis(),
     );
-    respond(StatusCode::OK, &format!("Run {id}"), "runs", body)
+    respond(&base, StatusCode::OK, &format!("Run {id}"), "runs", body)
 }
 
 #[derive(Deserialize)]
@@ -190,9 +213,13 @@ pub(super) struct ActionForm {
 }
 
 /// `cancel`, `pause` or `resume` from a run's page; back to the page when done.
-pub(super) async fn act(State(state): State<AppState>, Form(form): Form<ActionForm>) -> Response {
+pub(super) async fn act(
+    base: Base,
+    State(state): State<AppState>,
+    Form(form): Form<ActionForm>,
+) -> Response {
     if !token_matches(&state, &form.csrf) {
-        return forbidden();
+        return forbidden(&base);
     }
     let client = &state.client;
     let (result, done) = match form.action.as_str() {
@@ -201,6 +228,7 @@ pub(super) async fn act(State(state): State<AppState>, Form(form): Form<ActionFo
         "resume" => (client.resume(form.id).await, "resumed"),
         _ => {
             return problem(
+                &base,
                 StatusCode::BAD_REQUEST,
                 "Unknown action",
                 "The action must be cancel, pause or resume.",
@@ -208,26 +236,30 @@ pub(super) async fn act(State(state): State<AppState>, Form(form): Form<ActionFo
         }
     };
     match result {
-        Ok(run) => Redirect::to(&format!("run?id={}&done={done}", run.id)).into_response(),
-        Err(error) => store_problem(&error),
+        Ok(run) => {
+            Redirect::to(&base.link(&format!("run?id={}&done={done}", run.id))).into_response()
+        }
+        Err(error) => store_problem(&base, &error),
     }
 }
 
-fn forbidden() -> Response {
+fn forbidden(base: &Base) -> Response {
     problem(
+        base,
         StatusCode::FORBIDDEN,
         "Refused",
         "The form's token is missing or stale: reload the page and try again.",
     )
 }
 
-pub(super) async fn workflows(State(state): State<AppState>) -> Response {
+pub(super) async fn workflows(base: Base, State(state): State<AppState>) -> Response {
     let definitions: Vec<_> = state.client.registry().iter().collect();
     respond(
+        &base,
         StatusCode::OK,
         "Workflows",
         "workflows",
-        views::workflows(&definitions),
+        views::workflows(&base, &definitions),
     )
 }
 
@@ -238,6 +270,7 @@ pub(super) struct WorkflowQuery {
 }
 
 fn definition_or_404(
+    base: &Base,
     state: &AppState,
     name: &str,
     version: Option<&str>,
@@ -249,6 +282,7 @@ fn definition_or_404(
     };
     found.ok_or_else(|| {
         problem(
+            base,
             StatusCode::NOT_FOUND,
             "Unknown workflow",
             &format!("No workflow {name:?} is linked into this binary."),
@@ -257,10 +291,11 @@ fn definition_or_404(
 }
 
 pub(super) async fn workflow(
+    base: Base,
     State(state): State<AppState>,
     Query(query): Query<WorkflowQuery>,
 ) -> Response {
-    let definition = match definition_or_404(&state, &query.name, query.version.as_deref()) {
+    let definition = match definition_or_404(&base, &state, &query.name, query.version.as_deref()) {
         Ok(definition) => definition,
         Err(response) => return response,
     };
@@ -268,8 +303,9 @@ pub(super) async fn workflow(
         input: "{}".to_owned(),
         ..StartForm::default()
     };
-    let body = views::workflow(definition, &state.csrf_token, &form);
+    let body = views::workflow(&base, definition, &state.csrf_token, &form);
     respond(
+        &base,
         StatusCode::OK,
         &definition.display_name(),
         "workflows",
@@ -290,14 +326,15 @@ pub(super) struct StartFormData {
 
 /// Starts a run from a workflow's form; a refusal shows the form again with the reason.
 pub(super) async fn start(
+    base: Base,
     State(state): State<AppState>,
     Form(data): Form<StartFormData>,
 ) -> Response {
     if !token_matches(&state, &data.csrf) {
-        return forbidden();
+        return forbidden(&base);
     }
     let version = Some(data.version.as_str()).filter(|version| !version.is_empty());
-    let definition = match definition_or_404(&state, &data.name, version) {
+    let definition = match definition_or_404(&base, &state, &data.name, version) {
         Ok(definition) => definition,
         Err(response) => return response,
     };
@@ -307,8 +344,9 @@ pub(super) async fn start(
         ..StartForm::default()
     };
     let refuse = |form: &StartForm| {
-        let body = views::workflow(definition, &state.csrf_token, form);
+        let body = views::workflow(&base, definition, &state.csrf_token, form);
         respond(
+            &base,
             StatusCode::UNPROCESSABLE_ENTITY,
             &definition.display_name(),
             "workflows",
@@ -336,9 +374,8 @@ pub(super) async fn start(
         .start_json(definition.name, input, options)
         .await
     {
-        Ok(handle) => {
-            Redirect::to(&format!("run?id={}&done=started", handle.id())).into_response()
-        }
+        Ok(handle) => Redirect::to(&base.link(&format!("run?id={}&done=started", handle.id())))
+            .into_response(),
         Err(ClientError::InvalidInput(invalid)) => {
             let count = invalid.violations.len();
             form.error = Some(format!(
@@ -349,7 +386,7 @@ pub(super) async fn start(
             form.violations = invalid.violations;
             refuse(&form)
         }
-        Err(ClientError::Store(error)) => store_problem(&error),
+        Err(ClientError::Store(error)) => store_problem(&base, &error),
         Err(error) => {
             form.error = Some(format!("{error}. Nothing was stored."));
             refuse(&form)

@@ -57,8 +57,8 @@ impl Credentials {
                 let Some(encoded) = authorization.strip_prefix(b"Basic ") else {
                     return false;
                 };
-                let Ok(decoded) = base64::engine::general_purpose::STANDARD
-                    .decode(encoded.trim_ascii())
+                let Ok(decoded) =
+                    base64::engine::general_purpose::STANDARD.decode(encoded.trim_ascii())
                 else {
                     return false;
                 };
@@ -127,10 +127,7 @@ pub(super) async fn authenticate(
 /// Refuses a POST that another site's page sent: by `Sec-Fetch-Site` (every current
 /// browser sends it) or, failing that, by an `Origin` that is not this host. The forms'
 /// token is checked by each action (it is in the body).
-pub(super) async fn guard_posts(
-    request: Request,
-    next: Next,
-) -> Response {
+pub(super) async fn guard_posts(request: Request, next: Next) -> Response {
     if request.method() != Method::GET
         && request.method() != Method::HEAD
         && !same_origin(request.headers())

@@ -9,8 +9,49 @@ use crate::display::{
 };
 use crate::{RunStatus, StepAttempt, StepKind, Violation, WorkflowDefinition, WorkflowRun};
 
+/// Where the dashboard is mounted: `""` at the root, `/tasks` when nested there. Links are
+/// absolute from it, so they work with and without a trailing slash on the mount point.
+pub(super) struct Base(pub(super) String);
+
+impl Base {
+    /// The runs page.
+    pub(super) fn root(&self) -> String {
+        if self.0.is_empty() {
+            "/".to_owned()
+        } else {
+            self.0.clone()
+        }
+    }
+
+    /// A page or asset under the mount point (`path` without a leading `/`).
+    pub(super) fn link(&self, path: &str) -> String {
+        format!("{}/{path}", self.0)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Base {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let inner = parts.uri.path();
+        let original = parts
+            .extensions
+            .get::<axum::extract::OriginalUri>()
+            .map_or(inner, |uri| uri.0.path());
+        let base = if inner == "/" {
+            original.trim_end_matches('/')
+        } else {
+            original.strip_suffix(inner).unwrap_or("")
+        };
+        Ok(Base(base.to_owned()))
+    }
+}
+
 /// A whole page around `body`.
-pub(super) fn page(title: &str, nav: &str, body: Markup) -> Markup {
+pub(super) fn page(base: &Base, title: &str, nav: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -18,15 +59,15 @@ pub(super) fn page(title: &str, nav: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · tasks" }
-                link rel="stylesheet" href="assets/style.css";
-                script src="assets/dashboard.js" defer {}
+                link rel="stylesheet" href=(base.link("assets/style.css"));
+                script src=(base.link("assets/dashboard.js")) defer {}
             }
             body {
                 header {
                     span.brand { "tasks" }
                     nav {
-                        a href="./" class=(if nav == "runs" { "current" } else { "" }) { "Runs" }
-                        a href="workflows" class=(if nav == "workflows" { "current" } else { "" }) { "Workflows" }
+                        a href=(base.root()) class=(if nav == "runs" { "current" } else { "" }) { "Runs" }
+                        a href=(base.link("workflows")) class=(if nav == "workflows" { "current" } else { "" }) { "Workflows" }
                     }
                 }
                 main { (body) }
@@ -36,11 +77,11 @@ pub(super) fn page(title: &str, nav: &str, body: Markup) -> Markup {
 }
 
 /// An error page's body.
-pub(super) fn message(heading: &str, text: &str) -> Markup {
+pub(super) fn message(base: &Base, heading: &str, text: &str) -> Markup {
     html! {
         h1 { (heading) }
         p.error { (text) }
-        p { a href="./" { "Back to the runs" } }
+        p { a href=(base.root()) { "Back to the runs" } }
     }
 }
 
@@ -89,6 +130,7 @@ impl RunFilters {
 
 /// The runs page.
 pub(super) fn runs(
+    base: &Base,
     filters: &RunFilters,
     workflows: &[String],
     runs: &[WorkflowRun],
@@ -98,7 +140,7 @@ pub(super) fn runs(
 ) -> Markup {
     html! {
         h1 { "Runs" }
-        form.filters method="get" action="./" {
+        form.filters method="get" action=(base.root()) {
             fieldset {
                 legend { "Status" }
                 @for status in RunStatus::ALL {
@@ -131,7 +173,7 @@ pub(super) fn runs(
                     tbody {
                         @for run in runs {
                             tr data-run-id=(run.id) {
-                                td { a.mono href=(format!("run?id={}", run.id)) { (run.id) } }
+                                td { a.mono href=(base.link(&format!("run?id={}", run.id))) { (run.id) } }
                                 td { (workflow_of(run)) }
                                 td { (status_badge(run.status.as_str())) }
                                 td.num { (run.attempts) }
@@ -144,10 +186,10 @@ pub(super) fn runs(
             }
             p.pages {
                 @if let Some(prev) = &prev {
-                    a #prev-page href=(format!("./?{}before={}", filters.query(), query_value(prev))) { "← newer" }
+                    a #prev-page href=(format!("{}?{}before={}", base.root(), filters.query(), query_value(prev))) { "← newer" }
                 }
                 @if let Some(next) = &next {
-                    a #next-page href=(format!("./?{}after={}", filters.query(), query_value(next))) { "older →" }
+                    a #next-page href=(format!("{}?{}after={}", base.root(), filters.query(), query_value(next))) { "older →" }
                 }
             }
         }
@@ -170,6 +212,7 @@ fn sleep_until(step: &StepAttempt) -> Option<DateTime<Utc>> {
 
 /// The run page.
 pub(super) fn run(
+    base: &Base,
     run: &WorkflowRun,
     steps: &[StepAttempt],
     csrf: &str,
@@ -208,7 +251,7 @@ pub(super) fn run(
         }
         div #live data-refresh-ms=(if live { refresh_ms } else { 0 }) {
             dl.fields {
-                dt { "Workflow" } dd { a href=(format!("workflow?name={}", query_value(&run.workflow_name))) { (workflow_of(run)) } }
+                dt { "Workflow" } dd { a href=(base.link(&format!("workflow?name={}", query_value(&run.workflow_name)))) { (workflow_of(run)) } }
                 dt { "Status" } dd #run-status { (status_badge(run.status.as_str())) }
                 dt { "Namespace" } dd { (run.namespace) }
                 dt { "Attempts" } dd { (run.attempts) }
@@ -230,7 +273,7 @@ pub(super) fn run(
                         ("cancel", "Cancel", true),
                     ] {
                         @if enabled {
-                            form method="post" action="action" {
+                            form method="post" action=(base.link("action")) {
                                 input type="hidden" name="csrf" value=(csrf);
                                 input type="hidden" name="id" value=(run.id);
                                 input type="hidden" name="action" value=(action);
@@ -239,13 +282,6 @@ pub(super) fn run(
                         }
                     }
                 }
-            }
-            h2 { "Input" }
-            (json_block(run.input.as_ref().unwrap_or(&Value::Null)))
-            @if let Some(output) = &run.output { h2 { "Output" } (json_block(output)) }
-            @if let Some(error) = &run.error {
-                h2 { "Error" }
-                p.error #run-error { (error_text(error)) }
             }
             h2 { "Timeline" }
             @if steps.is_empty() {
@@ -286,12 +322,19 @@ pub(super) fn run(
                     }
                 }
             }
+            h2 { "Input" }
+            (json_block(run.input.as_ref().unwrap_or(&Value::Null)))
+            @if let Some(output) = &run.output { h2 { "Output" } (json_block(output)) }
+            @if let Some(error) = &run.error {
+                h2 { "Error" }
+                p.error #run-error { (error_text(error)) }
+            }
         }
     }
 }
 
 /// The workflows page.
-pub(super) fn workflows(definitions: &[&WorkflowDefinition]) -> Markup {
+pub(super) fn workflows(base: &Base, definitions: &[&WorkflowDefinition]) -> Markup {
     html! {
         h1 { "Workflows" }
         @if definitions.is_empty() {
@@ -303,7 +346,7 @@ pub(super) fn workflows(definitions: &[&WorkflowDefinition]) -> Markup {
                     @for definition in definitions {
                         tr {
                             td {
-                                a href=(workflow_link(definition)) { (definition.name) }
+                                a href=(base.link(&workflow_link(definition))) { (definition.name) }
                             }
                             td { (definition.version.unwrap_or("-")) }
                             td { (definition.description.and_then(|text| text.lines().map(str::trim).find(|l| !l.is_empty())).unwrap_or("")) }
@@ -336,7 +379,12 @@ pub(super) struct StartForm {
 }
 
 /// A workflow's page: its schemas and the start form.
-pub(super) fn workflow(definition: &WorkflowDefinition, csrf: &str, form: &StartForm) -> Markup {
+pub(super) fn workflow(
+    base: &Base,
+    definition: &WorkflowDefinition,
+    csrf: &str,
+    form: &StartForm,
+) -> Markup {
     let input_schema = (definition.input_schema)();
     let output_schema = (definition.output_schema)();
     html! {
@@ -355,7 +403,7 @@ pub(super) fn workflow(definition: &WorkflowDefinition, csrf: &str, form: &Start
                 }
             }
         }
-        form.start method="post" action="start" {
+        form.start method="post" action=(base.link("start")) {
             input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="name" value=(definition.name);
             input type="hidden" name="version" value=(definition.version.unwrap_or(""));
