@@ -14,6 +14,6 @@ if ! rustup toolchain install "$msrv" --profile minimal >/dev/null; then
   exit 0
 fi
 echo "Checking the published crates with Rust $msrv" >&2
-# The optional parts too (the command line, anyhow errors): they are published.
+# The optional parts too (the command line, the dashboard, anyhow errors): they are published.
 CARGO_TARGET_DIR=target/msrv cargo "+$msrv" check --locked \
-  -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance --features tasks/cli,tasks/anyhow
+  -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance --features tasks/cli,tasks/dashboard,tasks/anyhow

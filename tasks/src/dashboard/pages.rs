@@ -274,19 +274,19 @@ fn definition_or_404(
     state: &AppState,
     name: &str,
     version: Option<&str>,
-) -> Result<&'static crate::WorkflowDefinition, Response> {
+) -> Result<&'static crate::WorkflowDefinition, Box<Response>> {
     let registry = state.client.registry();
     let found = match version.filter(|version| !version.is_empty()) {
         Some(version) => registry.get(name, Some(version)),
         None => registry.latest(name),
     };
     found.ok_or_else(|| {
-        problem(
+        Box::new(problem(
             base,
             StatusCode::NOT_FOUND,
             "Unknown workflow",
             &format!("No workflow {name:?} is linked into this binary."),
-        )
+        ))
     })
 }
 
@@ -297,7 +297,7 @@ pub(super) async fn workflow(
 ) -> Response {
     let definition = match definition_or_404(&base, &state, &query.name, query.version.as_deref()) {
         Ok(definition) => definition,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let form = StartForm {
         input: "{}".to_owned(),
@@ -336,7 +336,7 @@ pub(super) async fn start(
     let version = Some(data.version.as_str()).filter(|version| !version.is_empty());
     let definition = match definition_or_404(&base, &state, &data.name, version) {
         Ok(definition) => definition,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let mut form = StartForm {
         input: data.input.clone(),
