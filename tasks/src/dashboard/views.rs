@@ -304,7 +304,7 @@ pub(super) fn run(
                                         @if let Some(until) = sleep_until(step) { div.detail { "until " (time(until)) } }
                                     }
                                     @if let Some(error) = &step.error { div.error { (error_text(error)) } }
-                                    @if let Some(output) = &step.output {
+                                    @if let Some(output) = step.output.as_ref().filter(|_| step.kind == StepKind::Function) {
                                         details { summary { "output" } (json_block(output)) }
                                     }
                                 }
