@@ -419,6 +419,25 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     assert_eq!(status, 200);
     assert!(page.contains("dash-ship"));
 
+    // Cursor pages: one run per page, the next page holds the older run.
+    let (status, _, first) = http(addr, "GET /?limit=1 HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    assert!(first.contains(&canceled.to_string()) && !first.contains(&id.to_string()));
+    let next = first
+        .split_once("id=\"next-page\" href=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(href, _)| href.replace("&amp;", "&"))
+        .expect("a link to the next page");
+    let (status, _, second) = http(addr, &format!("GET {next} HTTP/1.1\r\n"), "").await;
+    assert_eq!(status, 200, "{next}");
+    assert!(second.contains(&id.to_string()) && !second.contains(&canceled.to_string()));
+    // Filters: by status; a status that does not exist is a clear 400.
+    let (_, _, paused) = http(addr, "GET /?status=paused HTTP/1.1\r\n", "").await;
+    assert!(paused.contains(&id.to_string()) && !paused.contains(&canceled.to_string()));
+    let (status, _, page) = http(addr, "GET /?status=bogus HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 400);
+    assert!(page.contains("unknown status"), "{page}");
+
     // Nested in an application's router, every link starts at the mount point.
     let app =
         tasks::dashboard::axum::Router::new().nest("/ops", Dashboard::new(client.clone()).router());
