@@ -22,10 +22,13 @@ export CARGO_TARGET_DIR=target/msrv
 # Applied to dependencies too, which cap their lints: only our crates' warnings fail.
 export RUSTFLAGS="-D warnings"
 echo "Checking the published crates with $compiler" >&2
-# The optional parts too (the command line, anyhow errors): they are published.
+# The optional parts too (the command line, the dashboard, anyhow errors): they are
+# published.
 cargo $toolchain check --locked \
-  -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance --features tasks/cli,tasks/anyhow
-for features in postgres sqlite ""; do
+  -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
+  --features tasks/cli,tasks/dashboard,tasks/anyhow
+# The dashboard without the command line, too (the build above has both).
+for features in postgres sqlite "" dashboard; do
   echo "Checking tasks with features: ${features:-(none)}" >&2
   cargo $toolchain check --locked -p tasks --no-default-features ${features:+--features "$features"}
 done

@@ -40,6 +40,17 @@ MSG
 fi
 echo "Using Postgres at $DATABASE_URL" >&2
 
+# The dashboard tests drive headless Chromium through chromedriver: Debian's `chromium` and
+# `chromium-driver` packages, installed here when missing (as root, or through sudo).
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+  echo "chromium or chromedriver is missing; installing Debian's chromium and chromium-driver..." >&2
+  as_root=""
+  if [ "$(id -u)" -ne 0 ]; then as_root="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $as_root apt-get install -y chromium chromium-driver \
+    || { $as_root apt-get update && $as_root apt-get install -y chromium chromium-driver; }
+fi
+
 # cargo-nextest runs every test binary's tests in one pool (cargo test runs the binaries one
 # after the other); it ships with this machine's Rust toolchain image, and is installed from
 # crates.io where it is missing.

@@ -66,6 +66,10 @@ pub mod prelude {
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
+#[cfg(any(feature = "cli", feature = "dashboard"))]
+mod display;
 
 #[doc(hidden)]
 pub mod __private {

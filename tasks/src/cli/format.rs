@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::chrono::{DateTime, TimeDelta, Utc};
-
 /// Parses `500ms`, `30s`, `5m`, `2h`, `1d`, sums of them (`1h30m`), or bare seconds (`30`).
 pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -42,29 +40,7 @@ pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// `12ms`, `1.25s`, `3m04s`, `2h03m`.
-pub(super) fn duration(elapsed: TimeDelta) -> String {
-    let millis = elapsed.num_milliseconds().max(0);
-    if millis < 1_000 {
-        format!("{millis}ms")
-    } else if millis < 60_000 {
-        format!("{:.2}s", millis as f64 / 1_000.0)
-    } else if millis < 3_600_000 {
-        format!("{}m{:02}s", millis / 60_000, millis % 60_000 / 1_000)
-    } else {
-        format!("{}h{:02}m", millis / 3_600_000, millis % 3_600_000 / 60_000)
-    }
-}
-
-/// A timestamp to the millisecond, in UTC.
-pub(super) fn time(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string()
-}
-
-/// An optional timestamp; `-` when unset.
-pub(super) fn maybe_time(at: Option<DateTime<Utc>>) -> String {
-    at.map_or_else(|| "-".to_owned(), time)
-}
+pub(super) use crate::display::{duration, maybe_time, time};
 
 /// Left-aligned columns two spaces apart; the last column is not padded.
 pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -97,6 +73,7 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chrono::TimeDelta;
 
     #[test]
     fn durations_parse() {

@@ -30,6 +30,7 @@
 //! | `cancel ID`, `pause ID`, `resume ID` | operate on a run |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
+//! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
@@ -48,6 +49,8 @@
 //! Errors are one line on standard error, `error: ...`; results go to standard output.
 
 mod commands;
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod doctor;
 mod events;
 mod format;
@@ -186,6 +189,38 @@ pub enum Command {
     /// Send events to runs.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// Serve the web dashboard (on 127.0.0.1:8080 unless told otherwise) until Ctrl-C.
+    #[cfg(feature = "dashboard")]
+    Dashboard(DashboardArgs),
+}
+
+/// Arguments of `dashboard`.
+#[cfg(feature = "dashboard")]
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// The address to listen on; anything but loopback exposes the dashboard to the network.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub bind: std::net::SocketAddr,
+    /// Require `Authorization: Bearer TOKEN` on every request.
+    #[arg(
+        long,
+        env = "TASKS_DASHBOARD_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "basic_auth"
+    )]
+    pub token: Option<String>,
+    /// Require HTTP basic authentication, given as USER:PASSWORD.
+    #[arg(long, env = "TASKS_DASHBOARD_BASIC_AUTH", hide_env_values = true, value_parser = parse_basic_auth)]
+    pub basic_auth: Option<crate::dashboard::Credentials>,
+    /// How often the runs page refreshes while live (e.g. 2s).
+    #[arg(long, value_parser = format::parse_duration, default_value = "2s")]
+    pub refresh: Duration,
+}
+
+#[cfg(feature = "dashboard")]
+fn parse_basic_auth(pair: &str) -> Result<crate::dashboard::Credentials, String> {
+    crate::dashboard::Credentials::basic_from_pair(pair)
+        .ok_or_else(|| "expected USER:PASSWORD with a user name".to_owned())
 }
 
 /// Arguments of `worker`.
@@ -368,6 +403,8 @@ impl TasksArgs {
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
             }
+            #[cfg(feature = "dashboard")]
+            Command::Dashboard(args) => dashboard::serve(&client, args, out, err).await,
         }
     }
 }

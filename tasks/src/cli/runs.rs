@@ -1,13 +1,11 @@
 //! `runs list` and `runs show`.
 
-use std::collections::HashMap;
-
-use crate::chrono::Utc;
 use crate::uuid::Uuid;
 use serde_json::{Value, json};
 
 use super::{Exit, ListArgs, Output, fail, format, store_failed};
-use crate::{Client, ErrorRecord, ListRuns, Order, RunError, StepAttempt, WorkflowRun};
+pub(super) use crate::display::{attempt_numbers, error_text, step_duration, workflow_of};
+use crate::{Client, ListRuns, Order, RunError, StepAttempt, WorkflowRun};
 
 pub(super) async fn list(
     client: &Client,
@@ -66,41 +64,6 @@ pub(super) async fn list(
         let _ = writeln!(out, "previous page: --before {prev}");
     }
     Exit::Success
-}
-
-/// `name` or `name@version`.
-pub(super) fn workflow_of(run: &WorkflowRun) -> String {
-    match &run.version {
-        Some(version) => format!("{}@{version}", run.workflow_name),
-        None => run.workflow_name.clone(),
-    }
-}
-
-/// The message of a stored error.
-pub(super) fn error_text(error: &Value) -> String {
-    ErrorRecord::from_json(error).to_string()
-}
-
-/// Each attempt's number among the attempts of the same step, oldest first.
-pub(super) fn attempt_numbers(steps: &[StepAttempt]) -> Vec<u32> {
-    let mut seen: HashMap<&str, u32> = HashMap::new();
-    steps
-        .iter()
-        .map(|step| {
-            let count = seen.entry(step.step_name.as_str()).or_insert(0);
-            *count += 1;
-            *count
-        })
-        .collect()
-}
-
-/// How long an attempt ran (so far, while running).
-pub(super) fn step_duration(step: &StepAttempt) -> String {
-    let started = step.started_at.unwrap_or(step.created_at);
-    match step.finished_at {
-        Some(finished) => format::duration(finished - started),
-        None => format!("{} so far", format::duration(Utc::now() - started)),
-    }
 }
 
 /// A run with its steps, or the exit code of why not.

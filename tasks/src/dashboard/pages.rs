@@ -1,0 +1,395 @@
+//! The dashboard's handlers: each reads the store through the client and renders a view.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::Markup;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::AppState;
+use super::security::token_matches;
+use super::views::{self, Base, RunFilters, StartForm};
+use crate::uuid::Uuid;
+use crate::{ClientError, Cursor, ListRuns, Order, RunStatus, StartOptions, StoreError};
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/dashboard.js");
+
+/// A page with a status.
+fn respond(base: &Base, status: StatusCode, title: &str, nav: &str, body: Markup) -> Response {
+    (
+        status,
+        Html(views::page(base, title, nav, body).into_string()),
+    )
+        .into_response()
+}
+
+fn problem(base: &Base, status: StatusCode, heading: &str, text: &str) -> Response {
+    respond(
+        base,
+        status,
+        heading,
+        "",
+        views::message(base, heading, text),
+    )
+}
+
+/// The page of a store error.
+fn store_problem(base: &Base, error: &StoreError) -> Response {
+    let status = match error {
+        StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. } => StatusCode::NOT_FOUND,
+        StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => StatusCode::CONFLICT,
+        StoreError::InvalidCursor { .. }
+        | StoreError::InvalidArgument(_)
+        | StoreError::Limit(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    problem(base, status, "The store refused", &error.to_string())
+}
+
+pub(super) async fn not_found(base: Base) -> Response {
+    problem(
+        &base,
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is no such page.",
+    )
+}
+
+pub(super) async fn asset(base: Base, Path(file): Path<String>) -> Response {
+    let (body, kind) = match file.as_str() {
+        "style.css" => (STYLE, "text/css; charset=utf-8"),
+        "dashboard.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        _ => return not_found(base).await,
+    };
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    response
+}
+
+/// The runs page; its query holds repeated `status` keys, so it is read as pairs.
+pub(super) async fn runs(
+    base: Base,
+    State(state): State<AppState>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Response {
+    let mut filters = RunFilters {
+        statuses: Vec::new(),
+        workflow: None,
+        limit: 25,
+        oldest_first: false,
+    };
+    let (mut after, mut before) = (None, None);
+    for (key, value) in &pairs {
+        let parsed = match key.as_str() {
+            "status" => value
+                .parse::<RunStatus>()
+                .map(|status| filters.statuses.push(status))
+                .map_err(|error| error.to_string()),
+            "workflow" if !value.is_empty() => {
+                filters.workflow = Some(value.clone());
+                Ok(())
+            }
+            "limit" => value
+                .parse::<u32>()
+                .ok()
+                .filter(|limit| (1..=500).contains(limit))
+                .map(|limit| filters.limit = limit)
+                .ok_or_else(|| format!("the page size {value:?} is not a number from 1 to 500")),
+            "oldest" => {
+                filters.oldest_first = value == "1";
+                Ok(())
+            }
+            "after" | "before" => value
+                .parse::<Cursor>()
+                .map(|cursor| {
+                    if key == "after" {
+                        after = Some(cursor);
+                    } else {
+                        before = Some(cursor);
+                    }
+                })
+                .map_err(|error| error.to_string()),
+            _ => Ok(()),
+        };
+        if let Err(text) = parsed {
+            return problem(&base, StatusCode::BAD_REQUEST, "Invalid filter", &text);
+        }
+    }
+    let query = ListRuns {
+        statuses: filters.statuses.clone(),
+        workflow_name: filters.workflow.clone(),
+        order: if filters.oldest_first {
+            Order::Asc
+        } else {
+            Order::Desc
+        },
+        limit: Some(filters.limit),
+        after,
+        before,
+        ..ListRuns::default()
+    };
+    let page = match state.client.list_runs(query).await {
+        Ok(page) => page,
+        Err(error) => return store_problem(&base, &error),
+    };
+    let mut workflows: Vec<String> = state
+        .client
+        .registry()
+        .iter()
+        .map(|definition| definition.name.to_owned())
+        .collect();
+    workflows.dedup();
+    let body = views::runs(
+        &base,
+        &filters,
+        &workflows,
+        &page.data,
+        page.next.map(|cursor| cursor.to_string()),
+        page.prev.map(|cursor| cursor.to_string()),
+        state.refresh.as_millis(),
+    );
+    respond(&base, StatusCode::OK, "Runs", "runs", body)
+}
+
+#[derive(Deserialize)]
+pub(super) struct RunQuery {
+    id: String,
+    done: Option<String>,
+}
+
+pub(super) async fn run(
+    base: Base,
+    State(state): State<AppState>,
+    Query(query): Query<RunQuery>,
+) -> Response {
+    let Ok(id) = query.id.parse::<Uuid>() else {
+        return problem(
+            &base,
+            StatusCode::BAD_REQUEST,
+            "Invalid run id",
+            &format!("{:?} is not a run id", query.id),
+        );
+    };
+    let run = match state.client.get_run(id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => {
+            return store_problem(&base, &StoreError::RunNotFound { id });
+        }
+        Err(error) => return store_problem(&base, &error),
+    };
+    let steps = match state.client.store().step_history(id).await {
+        Ok(steps) => steps,
+        Err(error) => return store_problem(&base, &error),
+    };
+    // Only the dashboard's own words are shown back.
+    let done = match query.done.as_deref() {
+        Some("canceled") => Some("canceled"),
+        Some("paused") => Some("paused"),
+        Some("resumed") => Some("resumed"),
+        Some("started") => Some("started"),
+        _ => None,
+    };
+    let body = views::run(
+        &base,
+        &run,
+        &steps,
+        &state.csrf_token,
+        done,
+        state.refresh.as_millis(),
+    );
+    respond(&base, StatusCode::OK, &format!("Run {id}"), "runs", body)
+}
+
+#[derive(Deserialize)]
+pub(super) struct ActionForm {
+    csrf: String,
+    id: Uuid,
+    action: String,
+}
+
+/// `cancel`, `pause` or `resume` from a run's page; back to the page when done.
+pub(super) async fn act(
+    base: Base,
+    State(state): State<AppState>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if !token_matches(&state, &form.csrf) {
+        return forbidden(&base);
+    }
+    let client = &state.client;
+    let (result, done) = match form.action.as_str() {
+        "cancel" => (client.cancel(form.id).await, "canceled"),
+        "pause" => (client.pause(form.id).await, "paused"),
+        "resume" => (client.resume(form.id).await, "resumed"),
+        _ => {
+            return problem(
+                &base,
+                StatusCode::BAD_REQUEST,
+                "Unknown action",
+                "The action must be cancel, pause or resume.",
+            );
+        }
+    };
+    match result {
+        Ok(run) => {
+            Redirect::to(&base.link(&format!("run?id={}&done={done}", run.id))).into_response()
+        }
+        Err(error) => store_problem(&base, &error),
+    }
+}
+
+fn forbidden(base: &Base) -> Response {
+    problem(
+        base,
+        StatusCode::FORBIDDEN,
+        "Refused",
+        "The form's token is missing or stale: reload the page and try again.",
+    )
+}
+
+pub(super) async fn workflows(base: Base, State(state): State<AppState>) -> Response {
+    let definitions: Vec<_> = state.client.registry().iter().collect();
+    respond(
+        &base,
+        StatusCode::OK,
+        "Workflows",
+        "workflows",
+        views::workflows(&base, &definitions),
+    )
+}
+
+#[derive(Deserialize)]
+pub(super) struct WorkflowQuery {
+    name: String,
+    version: Option<String>,
+}
+
+fn definition_or_404(
+    base: &Base,
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<&'static crate::WorkflowDefinition, Box<Response>> {
+    let registry = state.client.registry();
+    let found = match version.filter(|version| !version.is_empty()) {
+        Some(version) => registry.get(name, Some(version)),
+        None => registry.latest(name),
+    };
+    found.ok_or_else(|| {
+        Box::new(problem(
+            base,
+            StatusCode::NOT_FOUND,
+            "Unknown workflow",
+            &format!("No workflow {name:?} is linked into this binary."),
+        ))
+    })
+}
+
+pub(super) async fn workflow(
+    base: Base,
+    State(state): State<AppState>,
+    Query(query): Query<WorkflowQuery>,
+) -> Response {
+    let definition = match definition_or_404(&base, &state, &query.name, query.version.as_deref()) {
+        Ok(definition) => definition,
+        Err(response) => return *response,
+    };
+    let form = StartForm {
+        input: "{}".to_owned(),
+        ..StartForm::default()
+    };
+    let body = views::workflow(&base, definition, &state.csrf_token, &form);
+    respond(
+        &base,
+        StatusCode::OK,
+        &definition.display_name(),
+        "workflows",
+        body,
+    )
+}
+
+#[derive(Deserialize)]
+pub(super) struct StartFormData {
+    csrf: String,
+    name: String,
+    #[serde(default)]
+    version: String,
+    input: String,
+    #[serde(default)]
+    idempotency_key: String,
+}
+
+/// Starts a run from a workflow's form; a refusal shows the form again with the reason.
+pub(super) async fn start(
+    base: Base,
+    State(state): State<AppState>,
+    Form(data): Form<StartFormData>,
+) -> Response {
+    if !token_matches(&state, &data.csrf) {
+        return forbidden(&base);
+    }
+    let version = Some(data.version.as_str()).filter(|version| !version.is_empty());
+    let definition = match definition_or_404(&base, &state, &data.name, version) {
+        Ok(definition) => definition,
+        Err(response) => return *response,
+    };
+    let mut form = StartForm {
+        input: data.input.clone(),
+        idempotency_key: data.idempotency_key.clone(),
+        ..StartForm::default()
+    };
+    let refuse = |form: &StartForm| {
+        let body = views::workflow(&base, definition, &state.csrf_token, form);
+        respond(
+            &base,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &definition.display_name(),
+            "workflows",
+            body,
+        )
+    };
+    let input: Value = match serde_json::from_str(&data.input) {
+        Ok(input) => input,
+        Err(error) => {
+            form.error = Some(format!(
+                "The input is not valid JSON: {error}. Nothing was stored."
+            ));
+            return refuse(&form);
+        }
+    };
+    let mut options = StartOptions::new();
+    if let Some(version) = definition.version {
+        options = options.version(version);
+    }
+    if !data.idempotency_key.is_empty() {
+        options = options.idempotency_key(&data.idempotency_key);
+    }
+    match state
+        .client
+        .start_json(definition.name, input, options)
+        .await
+    {
+        Ok(handle) => Redirect::to(&base.link(&format!("run?id={}&done=started", handle.id())))
+            .into_response(),
+        Err(ClientError::InvalidInput(invalid)) => {
+            let count = invalid.violations.len();
+            form.error = Some(format!(
+                "The input does not match the schema of {} ({count} violation{}). Nothing was stored.",
+                invalid.workflow,
+                if count == 1 { "" } else { "s" }
+            ));
+            form.violations = invalid.violations;
+            refuse(&form)
+        }
+        Err(ClientError::Store(error)) => store_problem(&base, &error),
+        Err(error) => {
+            form.error = Some(format!("{error}. Nothing was stored."));
+            refuse(&form)
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! The web dashboard (`tasks::dashboard`), served on a real store and driven in headless
+//! Chromium; its safety checks over raw HTTP. Screenshots go to
+//! `$CARGO_TARGET_TMPDIR/dashboard/`.
+
+mod browser;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use browser::{Browser, http};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use support::{Backend, TestStore, bump, client, worker};
+use tasks::cli::clap::Parser as _;
+use tasks::cli::{Cli, Command};
+use tasks::dashboard::Dashboard;
+use tasks::{
+    Client, ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step, workflow,
+};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Order {
+    /// What to ship.
+    #[schemars(length(min = 1))]
+    item: String,
+    #[schemars(range(min = 1, max = 10))]
+    quantity: u32,
+    /// Free text from the customer (the escaping test puts markup here).
+    #[serde(default)]
+    note: String,
+}
+
+#[step]
+async fn reserve(order: &Order) -> Result<String, std::io::Error> {
+    Ok(format!("{} x {}", order.quantity, order.item))
+}
+
+#[derive(Debug)]
+struct Flaky;
+
+impl std::fmt::Display for Flaky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("carrier unavailable, retrying")
+    }
+}
+
+impl std::error::Error for Flaky {}
+
+#[step(retry(max_attempts = 3, initial_interval = "50ms"))]
+async fn book_carrier() -> Result<String, Flaky> {
+    let run_id = WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default();
+    if bump(run_id, "book_carrier") == 1 {
+        return Err(Flaky);
+    }
+    Ok("parcel-42".to_owned())
+}
+
+#[step]
+async fn ship(parcel: &str) -> Result<String, std::io::Error> {
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    Ok(format!("shipped {parcel}"))
+}
+
+/// Ships an order: reserves it, books a carrier, waits, ships.
+#[workflow(name = "dash-ship", version = "1")]
+async fn dash_ship(ctx: WorkflowContext, order: Order) -> Result<String, WorkflowError> {
+    reserve(&order).await?;
+    let parcel = book_carrier().await?;
+    ctx.sleep("cool-off", Duration::from_millis(300)).await?;
+    Ok(ship(&parcel).await?)
+}
+
+/// Serves `dashboard` on a loopback port of this test's runtime.
+async fn serve(dashboard: Dashboard) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        tasks::dashboard::axum::serve(listener, dashboard.router())
+            .await
+            .unwrap()
+    });
+    addr
+}
+
+fn order(item: &str, note: &str) -> Order {
+    Order {
+        item: item.to_owned(),
+        quantity: 2,
+        note: note.to_owned(),
+    }
+}
+
+/// Starts a run that waits an hour before any worker may claim it.
+async fn pending_run(client: &Client, item: &str, note: &str) -> Uuid {
+    client
+        .start_with::<dash_ship>(
+            order(item, note),
+            StartOptions::new().delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap()
+        .id()
+}
+
+async fn run_count(client: &Client) -> usize {
+    let query = ListRuns {
+        limit: Some(500),
+        ..ListRuns::default()
+    };
+    client.list_runs(query).await.unwrap().data.len()
+}
+
+fn screenshots(backend: Backend) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("dashboard")
+        .join(format!("{backend:?}").to_lowercase())
+}
+
+const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
+
+/// Every page in Chromium: the runs list (with live refresh), a run's timeline, cancel from
+/// the page, an invalid and a valid start form, and escaping of user data.
+async fn pages_work_in_chromium(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let shots = screenshots(backend);
+
+    // A run that a worker takes through every kind of step.
+    let worker = worker(&store).build().unwrap().spawn();
+    let done = client
+        .start_with::<dash_ship>(order("teapot", "fragile"), StartOptions::new())
+        .await
+        .unwrap();
+    let output = done.result_within(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(output, "shipped parcel-42");
+    worker.shutdown().await;
+    let waiting = pending_run(&client, "kettle", "").await;
+    let hostile = pending_run(&client, "mug", HOSTILE).await;
+
+    let addr =
+        serve(Dashboard::new(client.clone()).refresh_interval(Duration::from_millis(300))).await;
+    let base = format!("http://{addr}/");
+    let browser = Browser::launch().await;
+
+    // The runs page lists the runs, newest first.
+    browser.open(&base).await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for (row, id) in rows.iter().zip([hostile, waiting, done.id()]) {
+        assert!(row.contains(&id.to_string()), "{row} should show {id}");
+    }
+    assert!(
+        rows[2].contains("dash-ship@1") && rows[2].contains("completed"),
+        "{}",
+        rows[2]
+    );
+    assert!(rows[1].contains("pending"), "{}", rows[1]);
+
+    // Live refresh: a run started now appears without reloading.
+    let fresh = pending_run(&client, "spoon", "").await;
+    browser
+        .wait_for(&format!("tr[data-run-id=\"{fresh}\"]"))
+        .await;
+    browser.screenshot(&shots, "runs").await;
+
+    // A run's timeline shows its steps, attempts, errors, the sleep and the output.
+    browser.open(&format!("{base}run?id={}", done.id())).await;
+    let steps = browser.texts("#timeline tbody tr").await;
+    let names = browser.texts("#timeline .step-name").await;
+    assert_eq!(
+        names,
+        [
+            "reserve",
+            "book_carrier",
+            "book_carrier",
+            "cool-off",
+            "ship"
+        ],
+        "{steps:#?}"
+    );
+    let attempts = browser.texts("#timeline tbody td:nth-child(3)").await;
+    assert_eq!(attempts, ["1", "1", "2", "1", "1"]);
+    let statuses = browser.texts("#timeline tbody td:nth-child(4)").await;
+    assert_eq!(
+        statuses,
+        ["completed", "failed", "completed", "completed", "completed"]
+    );
+    assert!(
+        steps[1].contains("carrier unavailable, retrying"),
+        "{}",
+        steps[1]
+    );
+    assert!(
+        steps[3].contains("sleep") && steps[3].contains("until"),
+        "{}",
+        steps[3]
+    );
+    assert!(
+        steps[4].contains("shipped parcel-42") || steps[4].contains("output"),
+        "{}",
+        steps[4]
+    );
+    let bars = browser.texts("#timeline svg.bar").await;
+    assert_eq!(bars.len(), 5);
+    assert!(browser.wait_for("#run-status").await.contains("completed"));
+    let shot = browser.screenshot(&shots, "run").await;
+    assert!(std::fs::metadata(shot).unwrap().len() > 10_000);
+
+    // User data is shown as text, never as markup.
+    browser.open(&format!("{base}run?id={hostile}")).await;
+    let shown = browser.texts("pre.json").await.join("\n");
+    // As JSON text: the quotes are escaped, the markup is not interpreted.
+    assert!(
+        shown.contains(r#"<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>"#),
+        "{shown}"
+    );
+    let injected = browser
+        .client
+        .execute(
+            "return [document.querySelectorAll('main img, main script').length, String(window.pwned)]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(injected, json!([0, "undefined"]));
+
+    // Cancel from the page cancels the run in the store.
+    browser.open(&format!("{base}run?id={waiting}")).await;
+    browser.click("#cancel-run").await;
+    assert!(browser.wait_for("#notice").await.contains("canceled"));
+    assert!(browser.wait_for("#run-status").await.contains("canceled"));
+    let run = client.get_run(waiting).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Canceled);
+
+    // An invalid start form shows every violation and stores nothing.
+    let before = run_count(&client).await;
+    browser.open(&format!("{base}workflows")).await;
+    browser.click("table.workflows a").await;
+    browser.wait_for("#start-run").await;
+    let input = browser
+        .client
+        .find(fantoccini::Locator::Css("#input"))
+        .await
+        .unwrap();
+    input.clear().await.unwrap();
+    input
+        .send_keys(r#"{"item": "", "quantity": 11}"#)
+        .await
+        .unwrap();
+    browser.click("#start-run").await;
+    let violations = browser.texts("#violations li").await;
+    let violations = if violations.is_empty() {
+        browser.wait_for("#violations").await;
+        browser.texts("#violations li").await
+    } else {
+        violations
+    };
+    assert_eq!(violations.len(), 2, "{violations:?}");
+    assert!(
+        violations.iter().any(|v| v.starts_with("/item")),
+        "{violations:?}"
+    );
+    assert!(
+        violations.iter().any(|v| v.starts_with("/quantity")),
+        "{violations:?}"
+    );
+    assert!(
+        browser
+            .wait_for("#start-error")
+            .await
+            .contains("Nothing was stored")
+    );
+    browser.screenshot(&shots, "start-invalid").await;
+    assert_eq!(run_count(&client).await, before);
+
+    // The same form with valid input starts the run and shows it.
+    let input = browser
+        .client
+        .find(fantoccini::Locator::Css("#input"))
+        .await
+        .unwrap();
+    input.clear().await.unwrap();
+    input
+        .send_keys(r#"{"item": "cup", "quantity": 3}"#)
+        .await
+        .unwrap();
+    browser.click("#start-run").await;
+    assert!(browser.wait_for("#notice").await.contains("started"));
+    let url = browser.client.current_url().await.unwrap();
+    let id: Uuid = url
+        .query_pairs()
+        .find(|(key, _)| key == "id")
+        .map(|(_, value)| value.parse().unwrap())
+        .expect("the run page's id");
+    let run = client.get_run(id).await.unwrap().unwrap();
+    assert_eq!(run.input, Some(json!({ "item": "cup", "quantity": 3 })));
+    assert_eq!(run_count(&client).await, before + 1);
+
+    browser.close().await;
+}
+
+/// The token of the forms on a page.
+fn csrf_of(page: &str) -> String {
+    let start = page.find("name=\"csrf\" value=\"").expect("a form token") + 19;
+    page[start..start + 64].to_owned()
+}
+
+/// Actions need the page's token and a same-site request; credentials guard every page;
+/// every response forbids inline scripts and framing.
+async fn actions_and_credentials_are_guarded(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let id = pending_run(&client, "kettle", "").await;
+    let addr = serve(Dashboard::new(client.clone())).await;
+
+    let (status, head, page) = http(addr, &format!("GET /run?id={id} HTTP/1.1\r\n"), "").await;
+    assert_eq!(status, 200);
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
+    assert!(head.contains("x-frame-options: deny"), "{head}");
+    let token = csrf_of(&page);
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+
+    // No token, a wrong token, a cross-site request with the right token: all refused.
+    for (headers, body) in [
+        (String::new(), format!("id={id}&action=cancel&csrf=")),
+        (
+            String::new(),
+            format!("id={id}&action=cancel&csrf={}", "0".repeat(64)),
+        ),
+        (
+            "Sec-Fetch-Site: cross-site\r\n".to_owned(),
+            format!("id={id}&action=cancel&csrf={token}"),
+        ),
+        (
+            "Origin: http://evil.test\r\n".to_owned(),
+            format!("id={id}&action=cancel&csrf={token}"),
+        ),
+    ] {
+        let request = format!("POST /action HTTP/1.1\r\n{form}{headers}");
+        let (status, _, _) = http(addr, &request, &body).await;
+        assert_eq!(status, 403, "{headers} {body}");
+    }
+    assert_eq!(
+        client.get_run(id).await.unwrap().unwrap().status,
+        RunStatus::Pending
+    );
+
+    // The right token from the same site: done, and back to the run's page.
+    let request = format!("POST /action HTTP/1.1\r\n{form}Sec-Fetch-Site: same-origin\r\n");
+    let (status, head, _) = http(
+        addr,
+        &request,
+        &format!("id={id}&action=pause&csrf={token}"),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    assert!(
+        head.contains(&format!("location: /run?id={id}&done=paused")),
+        "{head}"
+    );
+    assert_eq!(
+        client.get_run(id).await.unwrap().unwrap().status,
+        RunStatus::Paused
+    );
+
+    // A refused transition is a page saying why, not a change.
+    let canceled = pending_run(&client, "cup", "").await;
+    client.cancel(canceled).await.unwrap();
+    let (status, _, page) = http(
+        addr,
+        &request,
+        &format!("id={canceled}&action=resume&csrf={token}"),
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert!(page.contains("canceled"), "{page}");
+
+    // Bearer and basic credentials.
+    let guarded = serve(Dashboard::new(client.clone()).bearer_token("s3cret")).await;
+    let (status, head, _) = http(guarded, "GET / HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 401);
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    let (status, _, _) = http(
+        guarded,
+        "GET / HTTP/1.1\r\nAuthorization: Bearer wrong\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, _, page) = http(
+        guarded,
+        "GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&id.to_string()));
+
+    let basic = serve(Dashboard::new(client.clone()).basic_auth("ops", "pa:ss")).await;
+    let (status, head, _) = http(basic, "GET /workflows HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 401);
+    assert!(head.contains("www-authenticate: basic"), "{head}");
+    // base64("ops:pa:ss")
+    let (status, _, page) = http(
+        basic,
+        "GET /workflows HTTP/1.1\r\nAuthorization: Basic b3BzOnBhOnNz\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(page.contains("dash-ship"));
+
+    // Cursor pages: one run per page, the next page holds the older run.
+    let (status, _, first) = http(addr, "GET /?limit=1 HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    assert!(first.contains(&canceled.to_string()) && !first.contains(&id.to_string()));
+    let next = first
+        .split_once("id=\"next-page\" href=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(href, _)| href.replace("&amp;", "&"))
+        .expect("a link to the next page");
+    let (status, _, second) = http(addr, &format!("GET {next} HTTP/1.1\r\n"), "").await;
+    assert_eq!(status, 200, "{next}");
+    assert!(second.contains(&id.to_string()) && !second.contains(&canceled.to_string()));
+    // Filters: by status; a status that does not exist is a clear 400.
+    let (_, _, paused) = http(addr, "GET /?status=paused HTTP/1.1\r\n", "").await;
+    assert!(paused.contains(&id.to_string()) && !paused.contains(&canceled.to_string()));
+    let (status, _, page) = http(addr, "GET /?status=bogus HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 400);
+    assert!(page.contains("unknown status"), "{page}");
+
+    // Nested in an application's router, every link starts at the mount point.
+    let app =
+        tasks::dashboard::axum::Router::new().nest("/ops", Dashboard::new(client.clone()).router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nested = listener.local_addr().unwrap();
+    tokio::spawn(async move { tasks::dashboard::axum::serve(listener, app).await.unwrap() });
+    let (status, _, page) = http(nested, "GET /ops HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    for link in [
+        "href=\"/ops/assets/style.css\"",
+        "href=\"/ops/workflows\"",
+        &format!("href=\"/ops/run?id={id}\""),
+    ] {
+        assert!(page.contains(link), "{link} in {page}");
+    }
+    let (status, _, page) = http(nested, "GET /ops/workflows HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("href=\"/ops/workflow?name=dash-ship&amp;version=1\""),
+        "{page}"
+    );
+
+    // The assets are served from the binary.
+    let (status, head, body) = http(addr, "GET /assets/dashboard.js HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/javascript"), "{head}");
+    assert!(body.contains("DOMParser"));
+    let (status, _, _) = http(addr, "GET /assets/nope.js HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 404);
+}
+
+/// A writer shared with a command that runs in another task.
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+fn parse(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("tasks").chain(args.iter().copied()))
+        .unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// `tasks dashboard` binds to loopback by default and serves the store it connects to,
+/// behind the credentials it is given.
+async fn cli_dashboard_serves_the_store(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let id = pending_run(&client(&store), "kettle", "").await;
+
+    let defaults = parse(&["dashboard"]);
+    match &defaults.tasks.command {
+        Command::Dashboard(args) => {
+            assert_eq!(args.bind, "127.0.0.1:8080".parse::<SocketAddr>().unwrap());
+            assert!(args.token.is_none() && args.basic_auth.is_none());
+        }
+        other => panic!("parsed as {other:?}"),
+    }
+    let refused = Cli::try_parse_from(["tasks", "dashboard", "--basic-auth", "no-colon"]);
+    assert_eq!(refused.unwrap_err().exit_code(), 2);
+
+    let url = store.url();
+    let cli = parse(&[
+        "--database-url",
+        &url,
+        "--namespace",
+        store.namespace(),
+        "dashboard",
+        "--bind",
+        "127.0.0.1:0",
+        "--token",
+        "t0ken",
+    ]);
+    let (out, err) = (Shared::default(), Shared::default());
+    let (mut task_out, mut task_err) = (out.clone(), err.clone());
+    let serving = tokio::spawn(async move { cli.execute(&mut task_out, &mut task_err).await });
+    let addr: SocketAddr = eventually!(Duration::from_secs(30), {
+        out.text()
+            .split_once("dashboard on http://")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .and_then(|(addr, _)| addr.parse().ok())
+    });
+    assert!(addr.ip().is_loopback());
+    let (status, _, _) = http(addr, "GET / HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 401);
+    let (status, _, page) = http(
+        addr,
+        "GET / HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&id.to_string()), "{page}");
+    assert_eq!(err.text(), "");
+    serving.abort();
+}
+
+both_backends!(
+    pages_work_in_chromium,
+    actions_and_credentials_are_guarded,
+    cli_dashboard_serves_the_store,
+);
