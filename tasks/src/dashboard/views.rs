@@ -229,7 +229,8 @@ pub(super) fn run(
     let end_of = |step: &StepAttempt| {
         step.finished_at.unwrap_or_else(|| match step.kind {
             StepKind::Sleep => sleep_until(step).unwrap_or(now).max(now),
-            StepKind::Function => now,
+            // A step still running, or a wait for an event that has not come yet.
+            StepKind::Function | StepKind::Event => now,
         })
     };
     let end = steps
@@ -303,8 +304,12 @@ pub(super) fn run(
                                         " " span.kind { "sleep" }
                                         @if let Some(until) = sleep_until(step) { div.detail { "until " (time(until)) } }
                                     }
+                                    @if step.kind == StepKind::Event {
+                                        " " span.kind { "event" }
+                                    }
                                     @if let Some(error) = &step.error { div.error { (error_text(error)) } }
-                                    @if let Some(output) = step.output.as_ref().filter(|_| step.kind == StepKind::Function) {
+                                    // A function step's output, or the event a wait consumed.
+                                    @if let Some(output) = step.output.as_ref().filter(|_| step.kind != StepKind::Sleep) {
                                         details { summary { "output" } (json_block(output)) }
                                     }
                                 }
