@@ -39,7 +39,7 @@ async fn reserve(order: &Order) -> Result<String, std::io::Error> {
     Ok(format!("{} x {}", order.quantity, order.item))
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Flaky;
 
 impl std::fmt::Display for Flaky {
