@@ -328,6 +328,8 @@ mod tests {
             ("record", include_str!("record.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
+            ("events", include_str!("events.rs")),
+            ("flow", include_str!("flow.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

@@ -88,8 +88,8 @@ async fn check_migrations(database: &str) {
     assert_eq!(
         tables,
         [
-            "events",
             "concurrency_keys",
+            "events",
             "schema_migrations",
             "step_attempts",
             "workers",
