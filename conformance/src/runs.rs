@@ -54,6 +54,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         finished_at: None,
         created_at: created.created_at,
         updated_at: created.updated_at,
+        retried_at: None,
     };
     assert_eq!(created, expected);
     assert_ne!(created.id, Uuid::nil());

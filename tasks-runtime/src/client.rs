@@ -344,6 +344,15 @@ impl Client {
     pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
         self.store.resume_run(run_id).await
     }
+
+    /// Runs a failed or canceled run again from its first unfinished step (see
+    /// [`Store::retry_run`](crate::Store::retry_run)): completed steps keep their outputs and do not run again, the
+    /// steps that failed run again with their full retry budget, and the run's own attempt
+    /// counter and retry policy start over. A run in another state is a
+    /// [`StoreError::WrongState`]; an unknown run a [`StoreError::RunNotFound`].
+    pub async fn retry(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
+        self.store.retry_run(run_id).await
+    }
 }
 
 /// Refuses an input that would not decode into the workflow's input type when the run

@@ -60,6 +60,8 @@ pub enum Operation {
     Heartbeat,
     /// [`Store::remove_worker`](crate::Store::remove_worker).
     RemoveWorker,
+    /// [`Store::retry_run`](crate::Store::retry_run).
+    RetryRun,
 }
 
 impl Operation {
@@ -89,6 +91,7 @@ impl Operation {
             Operation::Subscribe => "listening for notifications",
             Operation::Heartbeat => "recording a worker heartbeat",
             Operation::RemoveWorker => "removing a worker's heartbeat",
+            Operation::RetryRun => "retrying a workflow run",
         }
     }
 
@@ -98,6 +101,7 @@ impl Operation {
             Operation::CancelRun => "cancel",
             Operation::PauseRun => "pause",
             Operation::ResumeRun => "resume",
+            Operation::RetryRun => "retry",
             Operation::SleepRun => "sleep",
             Operation::CompleteRun => "complete",
             Operation::FailRun => "fail",

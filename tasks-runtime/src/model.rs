@@ -222,6 +222,10 @@ pub struct WorkflowRun {
     pub created_at: DateTime<Utc>,
     /// Last change, from the database clock.
     pub updated_at: DateTime<Utc>,
+    /// When the run was last retried ([`Store::retry_run`](crate::Store::retry_run)), from
+    /// the database clock: replay ignores the step failures recorded before it.
+    #[serde(default)]
+    pub retried_at: Option<DateTime<Utc>>,
 }
 
 /// One attempt at one step of a run, as stored.
@@ -288,6 +292,7 @@ impl WorkflowRun {
             finished_at: None,
             created_at: now,
             updated_at: now,
+            retried_at: None,
         }
     }
 }

@@ -777,6 +777,20 @@ pub trait Store: Send + Sync + 'static {
     /// gracefully): the runs it may still hold are left to their leases. Removing a worker
     /// without a row does nothing.
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()>;
+
+    // ---- Lifecycle: retry from the failure (issue #14) ----
+
+    /// Runs a failed or canceled run again from its first unfinished step: the run becomes
+    /// pending now, its output, error, worker and attempt counter are cleared (so its own
+    /// retry policy starts over) and `retried_at` is set to the store's clock. Its step
+    /// history is kept: completed steps replay their outputs and do not run again, while
+    /// step failures recorded before `retried_at` are ignored by replay, so the steps that
+    /// failed run again with their full retry budget. The deadline is kept.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run, [`StoreError::WrongState`]
+    /// for a run that is not failed or canceled (a second retry of a run that is live
+    /// again is refused the same way).
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -168,6 +168,10 @@ impl Store for Counting {
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
         self.write().remove_worker(worker_id).await
     }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().retry_run(run_id).await
+    }
 }
 
 /// A counting store over a fresh SQLite namespace.

@@ -472,6 +472,9 @@ impl tasks::Store for Flaky {
     async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
         self.inner.remove_worker(worker_id).await
     }
+    async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.retry_run(run_id).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and

@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workers",
         sql: include_str!("../../migrations/postgres/0004_workers.sql"),
     },
+    Migration {
+        version: 6,
+        name: "run retries",
+        sql: include_str!("../../migrations/postgres/0006_run_retries.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

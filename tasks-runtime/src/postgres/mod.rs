@@ -1,6 +1,7 @@
 //! The Postgres store: the production backend, shared by workers on many machines.
 
 mod background;
+mod lifecycle;
 mod migrate;
 mod notify;
 mod recorder;
@@ -1095,5 +1096,9 @@ impl Store for PgStore {
             .await
             .map_err(db(Operation::RemoveWorker))?;
         Ok(())
+    }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
     }
 }

@@ -15,7 +15,7 @@ use crate::transition::JSON_COLUMNS;
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at";
+    deadline_at, started_at, finished_at, created_at, updated_at, retried_at";
 
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -45,6 +45,7 @@ pub(crate) struct RunRow {
     finished_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    retried_at: Option<DateTime<Utc>>,
 }
 
 /// Decodes a run from a returned row; a row that does not decode (JSON the decoder refuses,
@@ -120,6 +121,7 @@ impl RunRow {
             finished_at: self.finished_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            retried_at: self.retried_at,
         })
     }
 }

@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workers",
         sql: include_str!("../../migrations/sqlite/0003_workers.sql"),
     },
+    Migration {
+        version: 5,
+        name: "run retries",
+        sql: include_str!("../../migrations/sqlite/0005_run_retries.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

@@ -21,6 +21,7 @@
 //!   the same database file in this process. Other processes do not hear them: their workers
 //!   find runs by polling.
 
+mod lifecycle;
 mod migrate;
 mod notify;
 mod rows;
@@ -482,5 +483,9 @@ impl Store for SqliteStore {
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
         self.remove_worker_impl(worker_id).await
+    }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
     }
 }

@@ -26,7 +26,7 @@ use crate::transition::JSON_COLUMNS;
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at";
+    deadline_at, started_at, finished_at, created_at, updated_at, retried_at";
 
 /// Columns of `tasks_step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -158,6 +158,7 @@ pub(crate) struct RunRow {
     finished_at: Option<String>,
     created_at: String,
     updated_at: String,
+    retried_at: Option<String>,
 }
 
 impl RunRow {
@@ -222,6 +223,7 @@ impl RunRow {
             finished_at: parse_ts_opt(self.finished_at, op)?,
             created_at: parse_ts(&self.created_at, op)?,
             updated_at: parse_ts(&self.updated_at, op)?,
+            retried_at: parse_ts_opt(self.retried_at, op)?,
         })
     }
 }

@@ -1,0 +1,161 @@
+//! Retry from the failure ([`Store::retry_run`]): a failed or canceled run becomes pending
+//! again with its step history kept, and every other state is refused.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tasks::{
+    Operation, RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError, WorkflowRun,
+};
+use uuid::Uuid;
+
+use super::Setup;
+use super::support::*;
+
+/// Asserts what every retry leaves behind.
+#[track_caller]
+fn assert_retried(run: &WorkflowRun, id: Uuid) {
+    assert_eq!(run.id, id);
+    assert_eq!(run.status, RunStatus::Pending);
+    assert_eq!(run.attempts, 0, "the run's own attempts start over");
+    assert_eq!(run.worker_id, None);
+    assert_eq!(run.output, None);
+    assert_eq!(run.error, None);
+    assert_eq!(run.finished_at, None);
+    assert_near_now(run.available_at, "available_at");
+    assert_near_now(run.retried_at, "retried_at");
+}
+
+/// A finished attempt of `step_name` for the run's worker.
+fn record(run: &WorkflowRun, step_name: &str, status: StepStatus) -> RecordStepAttempt {
+    let completed = status == StepStatus::Completed;
+    RecordStepAttempt {
+        run_id: run.id,
+        worker_id: owner(run).to_owned(),
+        step_name: step_name.into(),
+        kind: StepKind::Function,
+        config: json!({}),
+        status,
+        output: completed.then(|| json!("done")),
+        error: (!completed).then(|| json!({ "message": "boom" })),
+        elapsed: Duration::from_millis(1),
+    }
+}
+
+/// A failed run is pending again at once, keeps its step history and is claimed as a new
+/// first attempt.
+pub async fn retry_failed_run_keeps_its_history(setup: impl Setup) {
+    let store = setup.store().await;
+    let claimed = create_claimed(&store).await;
+    store
+        .record_step_attempt(record(&claimed, "a", StepStatus::Completed))
+        .await
+        .unwrap();
+    store
+        .record_step_attempt(record(&claimed, "b", StepStatus::Failed))
+        .await
+        .unwrap();
+    store
+        .fail_run(tasks::FailRun {
+            run_id: claimed.id,
+            worker_id: owner(&claimed).to_owned(),
+            error: json!({ "message": "boom" }),
+            force: true,
+        })
+        .await
+        .unwrap();
+
+    let retried = store.retry_run(claimed.id).await.unwrap();
+    assert_retried(&retried, claimed.id);
+    assert_eq!(retried.config, claimed.config);
+    assert_eq!(retried.input, claimed.input);
+    assert_eq!(
+        store.get_run(claimed.id).await.unwrap(),
+        Some(retried.clone())
+    );
+
+    let history = store.step_history(claimed.id).await.unwrap();
+    let kept: Vec<_> = history
+        .iter()
+        .map(|step| (step.step_name.as_str(), step.status))
+        .collect();
+    assert_eq!(
+        kept,
+        [("a", StepStatus::Completed), ("b", StepStatus::Failed)]
+    );
+    assert!(
+        history
+            .iter()
+            .all(|step| step.created_at <= retried.retried_at.unwrap()),
+        "the history was recorded before the retry"
+    );
+
+    let again = claim_one(&store, LONG_LEASE).await;
+    assert_eq!(again.id, claimed.id);
+    assert_eq!(again.status, RunStatus::Running);
+    assert_eq!(again.attempts, 1);
+    assert_eq!(again.retried_at, retried.retried_at);
+}
+
+/// A canceled run can be retried too.
+pub async fn retry_canceled_run(setup: impl Setup) {
+    let store = setup.store().await;
+    let canceled = create_canceled(&store).await;
+    let retried = store.retry_run(canceled.id).await.unwrap();
+    assert_retried(&retried, canceled.id);
+    assert_eq!(claim_one(&store, LONG_LEASE).await.id, canceled.id);
+}
+
+/// Live and completed runs are the wrong state, and so is a second retry of a run that is
+/// live again; nothing changes.
+pub async fn retry_refuses_live_and_completed_runs(setup: impl Setup) {
+    let store = setup.store().await;
+    // Claimed runs first: a claim takes any pending run of the namespace.
+    let running = create_claimed(&store).await;
+    let completed = create_completed(&store).await;
+    let (_, sleeping) = create_sleeping(&store).await;
+    let pending = create_pending(&store).await;
+    let paused = create_pending(&store).await;
+    let paused = store.pause_run(paused.id).await.unwrap();
+    for run in [&pending, &running, &completed, &sleeping, &paused] {
+        let before = store.get_run(run.id).await.unwrap();
+        assert_err!(
+            store.retry_run(run.id).await,
+            StoreError::WrongState { id, operation: Operation::RetryRun, status }
+                if *id == run.id && *status == before.as_ref().unwrap().status
+        );
+        assert_eq!(store.get_run(run.id).await.unwrap(), before, "unchanged");
+    }
+
+    let store = setup.store().await;
+    let failed = create_failed(&store).await;
+    store.retry_run(failed.id).await.unwrap();
+    assert_err!(
+        store.retry_run(failed.id).await,
+        StoreError::WrongState {
+            operation: Operation::RetryRun,
+            status: RunStatus::Pending,
+            ..
+        }
+    );
+}
+
+/// An unknown run, or one of another namespace, is not found.
+pub async fn retry_unknown_run_is_not_found(setup: impl Setup) {
+    let store = setup.store().await;
+    let id = Uuid::now_v7();
+    assert_err!(
+        store.retry_run(id).await,
+        StoreError::RunNotFound { id: missing } if *missing == id
+    );
+    let failed = create_failed(&store).await;
+    let other = store.scoped(&Uuid::new_v4().to_string());
+    assert_err!(
+        other.retry_run(failed.id).await,
+        StoreError::RunNotFound { .. }
+    );
+    assert_eq!(
+        store.get_run(failed.id).await.unwrap().unwrap().status,
+        RunStatus::Failed
+    );
+}

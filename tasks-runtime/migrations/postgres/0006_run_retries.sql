@@ -1,0 +1,3 @@
+-- When an operator last retried the run (client.retry): replay ignores the step failures
+-- recorded before this instant, so retried steps run again with a fresh attempt budget.
+ALTER TABLE tasks.workflow_runs ADD COLUMN retried_at timestamptz;
