@@ -380,6 +380,15 @@ async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
     );
     let ran = cli(&store, &["runs", "watch", &id]).await;
     assert_eq!(ran.exit, Exit::Failure);
+
+    // A canceled run can be retried, once: it is pending again.
+    let ran = cli(&store, &["retry", &id]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}", ran.err);
+    assert!(ran.out.contains("retried: now pending"), "{}", ran.out);
+    assert_eq!(status().await, RunStatus::Pending);
+    let ran = cli(&store, &["retry", &id]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+    assert!(ran.err.contains("cannot retry"), "{}", ran.err);
 }
 
 async fn unknown_runs_are_not_found(backend: Backend) {
@@ -391,6 +400,7 @@ async fn unknown_runs_are_not_found(backend: Backend) {
         vec!["cancel", &missing],
         vec!["pause", &missing],
         vec!["resume", &missing],
+        vec!["retry", &missing],
     ] {
         let ran = cli(&store, &args).await;
         assert_eq!(ran.exit, Exit::NotFound, "{args:?}");

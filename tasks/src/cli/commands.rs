@@ -1,4 +1,4 @@
-//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume.
+//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume/retry.
 
 use std::io::Read as _;
 
@@ -219,7 +219,7 @@ pub(super) async fn start(
     }
 }
 
-/// Reports the outcome of cancel, pause or resume.
+/// Reports the outcome of cancel, pause, resume or retry.
 pub(super) fn operate(
     result: Result<WorkflowRun, StoreError>,
     done: &str,

@@ -27,7 +27,7 @@
 //! | `runs list [--status S] [--workflow W] [--limit N] [--after C\|--before C] [--json]` | a page of runs, newest first |
 //! | `runs show ID [--json]` | a run with its input, output or error, and step timeline |
 //! | `runs watch ID` | follows a run until it ends |
-//! | `cancel ID`, `pause ID`, `resume ID` | operate on a run |
+//! | `cancel ID`, `pause ID`, `resume ID`, `retry ID` | operate on a run (`retry`: a failed or canceled run runs again from its first unfinished step) |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
@@ -178,6 +178,8 @@ pub enum Command {
     Pause(RunId),
     /// Resume a paused run.
     Resume(RunId),
+    /// Run a failed or canceled run again from its first unfinished step.
+    Retry(RunId),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
 }
@@ -357,6 +359,9 @@ impl TasksArgs {
             }
             Command::Resume(RunId { id }) => {
                 commands::operate(client.resume(*id).await, "resumed", out, err)
+            }
+            Command::Retry(RunId { id }) => {
+                commands::operate(client.retry(*id).await, "retried", out, err)
             }
             Command::Doctor => doctor::doctor(&client, None, out).await,
         }
