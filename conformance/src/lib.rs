@@ -194,6 +194,8 @@ macro_rules! conformance_suite {
             retry_canceled_run,
             retry_refuses_live_and_completed_runs,
             retry_unknown_run_is_not_found,
+            fork_copies_the_history_before_the_step,
+            fork_refuses_live_runs_and_unknown_steps,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, steps {
             create_step_attempt_returns_running_attempt,

@@ -1,11 +1,13 @@
 //! Retry from the failure ([`Store::retry_run`]): a failed or canceled run becomes pending
-//! again with its step history kept, and every other state is refused.
+//! again with its step history kept, and every other state is refused. Fork
+//! ([`Store::fork_run`]): a new run with a copy of a finished run's history before a step.
 
 use std::time::Duration;
 
 use serde_json::json;
 use tasks::{
-    Operation, RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError, WorkflowRun,
+    ListRuns, Operation, RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError,
+    WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -158,4 +160,136 @@ pub async fn retry_unknown_run_is_not_found(setup: impl Setup) {
         store.get_run(failed.id).await.unwrap().unwrap().status,
         RunStatus::Failed
     );
+}
+
+/// A completed run with attempts `a` (completed), `b` (failed, then completed) and `c`
+/// (completed).
+async fn finished_with_history<S: Store + ?Sized>(store: &S) -> WorkflowRun {
+    let claimed = create_claimed(store).await;
+    for (name, status) in [
+        ("a", StepStatus::Completed),
+        ("b", StepStatus::Failed),
+        ("b", StepStatus::Completed),
+        ("c", StepStatus::Completed),
+    ] {
+        store
+            .record_step_attempt(record(&claimed, name, status))
+            .await
+            .unwrap();
+    }
+    store
+        .complete_run(claimed.id, owner(&claimed), json!("done"))
+        .await
+        .unwrap()
+}
+
+/// The `(step_name, status)` history of a run.
+async fn history<S: Store + ?Sized>(store: &S, run_id: Uuid) -> Vec<(String, StepStatus)> {
+    store
+        .step_history(run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|step| (step.step_name, step.status))
+        .collect()
+}
+
+/// A fork is a new pending run of the same workflow and input with a copy of the history
+/// before the step, recording where it came from; the source is unchanged.
+pub async fn fork_copies_the_history_before_the_step(setup: impl Setup) {
+    let store = setup.store().await;
+    let source = finished_with_history(&store).await;
+    let source_history = history(&store, source.id).await;
+
+    let forked = store.fork_run(source.id, "b").await.unwrap();
+    assert_ne!(forked.id, source.id);
+    assert_eq!(forked.status, RunStatus::Pending);
+    assert_eq!(forked.workflow_name, source.workflow_name);
+    assert_eq!(forked.version, source.version);
+    assert_eq!(forked.input, source.input);
+    assert_eq!(forked.config, source.config);
+    assert_eq!(forked.attempts, 0);
+    assert_eq!(forked.output, None);
+    assert_eq!(forked.idempotency_key, None);
+    assert_eq!(forked.forked_from_run_id, Some(source.id));
+    assert_eq!(forked.forked_from_step.as_deref(), Some("b"));
+    assert_near_now(forked.available_at, "available_at");
+    assert_eq!(
+        store.get_run(forked.id).await.unwrap(),
+        Some(forked.clone())
+    );
+
+    let copied = store.step_history(forked.id).await.unwrap();
+    assert_eq!(copied.len(), 1);
+    let original = &store.step_history(source.id).await.unwrap()[0];
+    assert_eq!(copied[0].step_name, "a");
+    assert_eq!(copied[0].status, StepStatus::Completed);
+    assert_eq!(copied[0].output, original.output);
+    assert_eq!(copied[0].workflow_run_id, forked.id);
+    assert_ne!(copied[0].id, original.id);
+
+    // From `c`: both attempts of `b` come along, in order.
+    let later = store.fork_run(source.id, "c").await.unwrap();
+    let expected: Vec<(String, StepStatus)> = source_history[..3].to_vec();
+    assert_eq!(history(&store, later.id).await, expected);
+
+    // The source is as it was, and the fork is claimable.
+    assert_eq!(history(&store, source.id).await, source_history);
+    assert_eq!(store.get_run(source.id).await.unwrap(), Some(source));
+    let claimed = store
+        .claim_runs(&new_worker(), LONG_LEASE, 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        !claimed[0].first_execution,
+        "a fork's first claim must load the copied history"
+    );
+}
+
+/// Forking a live run is the wrong state; an unknown run or step is not found; nothing is
+/// created.
+pub async fn fork_refuses_live_runs_and_unknown_steps(setup: impl Setup) {
+    let store = setup.store().await;
+    let source = finished_with_history(&store).await;
+    let running = create_claimed(&store).await;
+    let pending = create_pending(&store).await;
+    let before = store
+        .list_runs(ListRuns::default())
+        .await
+        .unwrap()
+        .data
+        .len();
+
+    for run in [&running, &pending] {
+        assert_err!(
+            store.fork_run(run.id, "step").await,
+            StoreError::WrongState { operation: Operation::ForkRun, id, .. } if *id == run.id
+        );
+    }
+    assert_err!(
+        store.fork_run(source.id, "b:1").await,
+        StoreError::UnknownStep { run_id, step_name } if *run_id == source.id && step_name == "b:1"
+    );
+    let unknown = Uuid::now_v7();
+    assert_err!(
+        store.fork_run(unknown, "a").await,
+        StoreError::RunNotFound { id } if *id == unknown
+    );
+    assert_err!(
+        store.fork_run(source.id, "bad\0name").await,
+        StoreError::Limit(_)
+    );
+    let other = store.scoped(&Uuid::new_v4().to_string());
+    assert_err!(
+        other.fork_run(source.id, "a").await,
+        StoreError::RunNotFound { .. }
+    );
+    let after = store
+        .list_runs(ListRuns::default())
+        .await
+        .unwrap()
+        .data
+        .len();
+    assert_eq!(after, before, "nothing was created");
 }

@@ -62,6 +62,8 @@ pub enum Operation {
     RemoveWorker,
     /// [`Store::retry_run`](crate::Store::retry_run).
     RetryRun,
+    /// [`Store::fork_run`](crate::Store::fork_run).
+    ForkRun,
 }
 
 impl Operation {
@@ -92,6 +94,7 @@ impl Operation {
             Operation::Heartbeat => "recording a worker heartbeat",
             Operation::RemoveWorker => "removing a worker's heartbeat",
             Operation::RetryRun => "retrying a workflow run",
+            Operation::ForkRun => "forking a workflow run",
         }
     }
 
@@ -102,6 +105,7 @@ impl Operation {
             Operation::PauseRun => "pause",
             Operation::ResumeRun => "resume",
             Operation::RetryRun => "retry",
+            Operation::ForkRun => "fork",
             Operation::SleepRun => "sleep",
             Operation::CompleteRun => "complete",
             Operation::FailRun => "fail",
@@ -140,6 +144,14 @@ pub enum StoreError {
     StepNotFound {
         /// The id that was looked up.
         id: Uuid,
+    },
+    /// The run exists but has no step attempt with this (resolved) name.
+    #[error("workflow run {run_id} has no step named {step_name:?}")]
+    UnknownStep {
+        /// The run.
+        run_id: Uuid,
+        /// The step name that was looked up.
+        step_name: String,
     },
     /// The run exists but its status forbids the operation.
     #[error("cannot {} workflow run {id} with status {status}", operation.verb())]
@@ -218,7 +230,9 @@ impl StoreError {
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,
-            StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. }
+            StoreError::RunNotFound { .. }
+                | StoreError::StepNotFound { .. }
+                | StoreError::UnknownStep { .. }
         )
     }
 

@@ -226,6 +226,12 @@ pub struct WorkflowRun {
     /// the database clock: replay ignores the step failures recorded before it.
     #[serde(default)]
     pub retried_at: Option<DateTime<Utc>>,
+    /// The run this one was forked from ([`Store::fork_run`](crate::Store::fork_run)).
+    #[serde(default)]
+    pub forked_from_run_id: Option<Uuid>,
+    /// The resolved step name the run was forked from: it and every later step run again.
+    #[serde(default)]
+    pub forked_from_step: Option<String>,
 }
 
 /// One attempt at one step of a run, as stored.
@@ -293,6 +299,8 @@ impl WorkflowRun {
             created_at: now,
             updated_at: now,
             retried_at: None,
+            forked_from_run_id: None,
+            forked_from_step: None,
         }
     }
 }

@@ -128,6 +128,17 @@ pub(crate) const RETRY: Transition = Transition {
     announce: Announce::Available,
 };
 
+/// Forks a finished run ([`Store::fork_run`](crate::Store::fork_run)): the fence is on the
+/// source run, which is only read; the new run is pending at once and announced. A live
+/// run is refused: its history is still being written.
+pub(crate) const FORK: Transition = Transition {
+    operation: Operation::ForkRun,
+    from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+};
+
 /// Claims pending runs whose `available_at` has passed. Claims take these first.
 pub(crate) const CLAIM_PENDING: Transition = Transition {
     operation: Operation::ClaimRuns,
@@ -480,6 +491,27 @@ mod tests {
         assert!(matches!(
             RETRY.announcement(&run(Pending, None)),
             Some(Notification::RunAvailable { .. })
+        ));
+    }
+
+    #[test]
+    fn only_finished_runs_are_forked() {
+        let id = Uuid::now_v7();
+        for status in [RunStatus::Completed, RunStatus::Failed, Canceled] {
+            assert!(FORK.admits(&run(status, None), None));
+        }
+        for status in [Pending, Running, Sleeping, Paused] {
+            assert!(matches!(
+                FORK.settle(id, None, Some(run(status, None))),
+                Err(StoreError::WrongState {
+                    operation: Operation::ForkRun,
+                    ..
+                })
+            ));
+        }
+        assert!(matches!(
+            FORK.settle(id, None, None),
+            Err(StoreError::RunNotFound { .. })
         ));
     }
 

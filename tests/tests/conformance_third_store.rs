@@ -172,6 +172,10 @@ impl Store for Counting {
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.write().retry_run(run_id).await
     }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.write().fork_run(run_id, from_step).await
+    }
 }
 
 /// A counting store over a fresh SQLite namespace.

@@ -475,6 +475,13 @@ impl tasks::Store for Flaky {
     async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.retry_run(run_id).await
     }
+    async fn fork_run(
+        &self,
+        run_id: uuid::Uuid,
+        from_step: &str,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.fork_run(run_id, from_step).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and

@@ -1,6 +1,7 @@
-//! End to end: retry from the failure (issue #14) against each store (Postgres and SQLite).
-//! A retried run runs only its unfinished steps, and the step that failed gets its full
-//! retry budget again.
+//! End to end: retry from the failure and fork (issue #14) against each store (Postgres
+//! and SQLite). A retried run runs only its unfinished steps, and the step that failed gets
+//! its full retry budget again; a fork replays the history before its step and runs the
+//! rest.
 
 mod support;
 
@@ -179,7 +180,92 @@ async fn a_canceled_run_is_retried_from_its_unfinished_step(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// Returns the id of the run it executed in: a fork that replays it shows the source's id.
+#[step]
+async fn stamp() -> Result<String, WorkflowError> {
+    bump(run_id(), "stamp");
+    Ok(run_id().to_string())
+}
+
+#[step]
+async fn label() -> Result<String, WorkflowError> {
+    bump(run_id(), "label");
+    Ok(format!("label for {}", run_id()))
+}
+
+#[workflow(name = "e2e-fork")]
+async fn labelled(_ctx: WorkflowContext, _input: u32) -> Result<Vec<String>, WorkflowError> {
+    let stamped = stamp().await?;
+    let labelled = label().await?;
+    Ok(vec![stamped, labelled])
+}
+
+async fn a_fork_replays_the_history_before_its_step_and_runs_the_rest(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let source = labelled::start(&client, 7).await.unwrap();
+    // Not finished yet (no worker): a live run cannot be forked.
+    match client.fork(source.id(), "label").await {
+        Err(StoreError::WrongState {
+            operation: Operation::ForkRun,
+            status: RunStatus::Pending,
+            ..
+        }) => {}
+        other => panic!("expected a wrong state, got {other:?}"),
+    }
+    let worker = worker(&store).build().unwrap().spawn();
+    let first = source.result_within(Duration::from_secs(20)).await.unwrap();
+    let source_id = source.id().to_string();
+    assert_eq!(first, [source_id.clone(), format!("label for {source_id}")]);
+
+    let forked = client.fork(source.id(), "label").await.unwrap();
+    assert_eq!(forked.forked_from_run_id, Some(source.id()));
+    assert_eq!(forked.forked_from_step.as_deref(), Some("label"));
+    assert_eq!(forked.input, Some(serde_json::json!(7)));
+    let handle = client.handle::<Vec<String>>(forked.id);
+    let output = handle.result_within(Duration::from_secs(20)).await.unwrap();
+    // `stamp` replayed the source's output; `label` ran in the fork.
+    assert_eq!(
+        output,
+        [source_id.clone(), format!("label for {}", forked.id)]
+    );
+    assert_eq!(calls(forked.id, "stamp"), 0);
+    assert_eq!(calls(forked.id, "label"), 1);
+    assert_eq!(calls(source.id(), "stamp"), 1);
+    let steps: Vec<_> = handle
+        .steps()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|step| (step.step_name, step.status))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("stamp".to_owned(), StepStatus::Completed),
+            ("label".to_owned(), StepStatus::Completed),
+        ]
+    );
+
+    // Forking from the first step runs everything again; an unknown step is refused.
+    let again = client.fork(source.id(), "stamp").await.unwrap();
+    let output = client
+        .handle::<Vec<String>>(again.id)
+        .result_within(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(output[0], again.id.to_string());
+    match client.fork(source.id(), "nope").await {
+        Err(StoreError::UnknownStep { run_id, step_name }) => {
+            assert_eq!((run_id, step_name.as_str()), (source.id(), "nope"))
+        }
+        other => panic!("expected an unknown step, got {other:?}"),
+    }
+    worker.shutdown().await;
+}
+
 both_backends!(
     a_retried_run_runs_only_its_unfinished_steps_with_a_fresh_budget,
     a_canceled_run_is_retried_from_its_unfinished_step,
+    a_fork_replays_the_history_before_its_step_and_runs_the_rest,
 );

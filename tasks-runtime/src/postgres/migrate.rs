@@ -31,7 +31,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "run retries",
+        name: "run retries and forks",
         sql: include_str!("../../migrations/postgres/0006_run_retries.sql"),
     },
 ];

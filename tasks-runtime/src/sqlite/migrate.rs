@@ -26,7 +26,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 5,
-        name: "run retries",
+        name: "run retries and forks",
         sql: include_str!("../../migrations/sqlite/0005_run_retries.sql"),
     },
 ];

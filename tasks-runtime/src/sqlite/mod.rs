@@ -488,4 +488,8 @@ impl Store for SqliteStore {
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.retry_run_impl(run_id).await
     }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
+    }
 }

@@ -261,7 +261,7 @@ impl SqliteStore {
                      ORDER BY CASE WHEN {pending} THEN 0 WHEN available_at <= ?2 THEN 1 ELSE 2 END,
                               available_at, created_at
                      LIMIT ?5)
-          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
+          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2 AND forked_from_run_id IS NULL) AS first_execution",
             claimable = status_in("", &claimable),
             pending = status_in("", CLAIM_PENDING.from),
             orphaned = status_in("", CLAIM_ORPHANED.from),

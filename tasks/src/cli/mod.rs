@@ -28,6 +28,7 @@
 //! | `runs show ID [--json]` | a run with its input, output or error, and step timeline |
 //! | `runs watch ID` | follows a run until it ends |
 //! | `cancel ID`, `pause ID`, `resume ID`, `retry ID` | operate on a run (`retry`: a failed or canceled run runs again from its first unfinished step) |
+//! | `fork ID --from-step NAME` | a new run of a finished run that replays the steps before `NAME` and runs the rest |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
@@ -180,6 +181,9 @@ pub enum Command {
     Resume(RunId),
     /// Run a failed or canceled run again from its first unfinished step.
     Retry(RunId),
+    /// Start a new run from a finished one: the steps before `--from-step` replay, the rest
+    /// run again.
+    Fork(ForkArgs),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
 }
@@ -288,6 +292,16 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+/// Arguments of `fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The finished run to fork.
+    pub id: Uuid,
+    /// The resolved step name to run again from (as `runs show` lists it).
+    #[arg(long)]
+    pub from_step: String,
+}
+
 /// A run id argument.
 #[derive(Debug, Args)]
 pub struct RunId {
@@ -363,6 +377,9 @@ impl TasksArgs {
             Command::Retry(RunId { id }) => {
                 commands::operate(client.retry(*id).await, "retried", out, err)
             }
+            Command::Fork(ForkArgs { id, from_step }) => {
+                commands::fork(client.fork(*id, from_step).await, *id, out, err)
+            }
             Command::Doctor => doctor::doctor(&client, None, out).await,
         }
     }
@@ -392,7 +409,9 @@ fn fail(err: Output<'_>, exit: Exit, error: &(dyn std::error::Error + 'static)) 
 /// The exit code of a store error.
 fn store_exit(error: &StoreError) -> Exit {
     match error {
-        StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. } => Exit::NotFound,
+        StoreError::RunNotFound { .. }
+        | StoreError::StepNotFound { .. }
+        | StoreError::UnknownStep { .. } => Exit::NotFound,
         StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Exit::Failure,
         StoreError::InvalidCursor { .. } | StoreError::InvalidArgument(_) => Exit::Usage,
         _ => Exit::Store,
