@@ -305,6 +305,7 @@ mod tests {
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
             ("record", include_str!("record.rs")),
+            ("retry", include_str!("retry.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
             ("isolation", include_str!("isolation.rs")),
