@@ -60,6 +60,7 @@ pub mod listing;
 pub mod liveness;
 pub mod outcomes;
 pub mod record;
+pub mod retry;
 pub mod runs;
 pub mod step_outcomes;
 pub mod steps;
@@ -101,7 +102,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `limits`, `liveness`, `events`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `limits`, `liveness`, `events`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -189,6 +190,14 @@ macro_rules! conformance_suite {
             resume_refuses_terminal_runs,
             unknown_run_is_not_found_for_every_operation,
             finished_run_is_wrong_state_for_every_worker_operation,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, retry {
+            retry_failed_run_keeps_its_history,
+            retry_canceled_run,
+            retry_refuses_live_and_completed_runs,
+            retry_unknown_run_is_not_found,
+            fork_copies_the_history_before_the_step,
+            fork_refuses_live_runs_and_unknown_steps,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, steps {
             create_step_attempt_returns_running_attempt,
@@ -326,6 +335,7 @@ mod tests {
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
             ("record", include_str!("record.rs")),
+            ("retry", include_str!("retry.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
             ("events", include_str!("events.rs")),

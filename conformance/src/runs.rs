@@ -56,6 +56,9 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         finished_at: None,
         created_at: created.created_at,
         updated_at: created.updated_at,
+        retried_at: None,
+        forked_from_run_id: None,
+        forked_from_step: None,
     };
     assert_eq!(created, expected);
     assert_ne!(created.id, Uuid::nil());

@@ -391,6 +391,26 @@ impl Client {
     pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
         self.store.resume_run(run_id).await
     }
+
+    /// Runs a failed or canceled run again from its first unfinished step (see
+    /// [`Store::retry_run`](crate::Store::retry_run)): completed steps keep their outputs and do not run again, the
+    /// steps that failed run again with their full retry budget, and the run's own attempt
+    /// counter and retry policy start over. A run in another state is a
+    /// [`StoreError::WrongState`]; an unknown run a [`StoreError::RunNotFound`].
+    pub async fn retry(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
+        self.store.retry_run(run_id).await
+    }
+
+    /// Starts a new run from the finished run `run_id` (see
+    /// [`Store::fork_run`](crate::Store::fork_run)): the steps recorded before the first
+    /// attempt of `from_step` (a resolved step name, as `steps()` shows it) replay their
+    /// outputs, and `from_step` and everything after it run again, with the workflow's
+    /// current code. The new run records `forked_from_run_id` and `forked_from_step`. A live
+    /// run is a [`StoreError::WrongState`], a step the run never recorded a
+    /// [`StoreError::UnknownStep`].
+    pub async fn fork(&self, run_id: Uuid, from_step: &str) -> Result<WorkflowRun, StoreError> {
+        self.store.fork_run(run_id, from_step).await
+    }
 }
 
 /// Refuses an input that would not decode into the workflow's input type when the run

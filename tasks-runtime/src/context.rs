@@ -84,7 +84,7 @@ impl WorkflowContext {
         history: Vec<StepAttempt>,
         limits: ExecutionLimits,
     ) -> Self {
-        let replay = Replay::new(history, limits.max_steps);
+        let replay = Replay::new(history, run.retried_at, limits.max_steps);
         WorkflowContext {
             inner: Arc::new(RunState {
                 run,

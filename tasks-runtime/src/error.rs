@@ -67,6 +67,10 @@ pub enum Operation {
     WaitForEvent,
     /// [`Store::list_events`](crate::Store::list_events).
     ListEvents,
+    /// [`Store::retry_run`](crate::Store::retry_run).
+    RetryRun,
+    /// [`Store::fork_run`](crate::Store::fork_run).
+    ForkRun,
 }
 
 impl Operation {
@@ -99,6 +103,8 @@ impl Operation {
             Operation::SendEvent => "sending an event to a workflow run",
             Operation::WaitForEvent => "waiting for an event",
             Operation::ListEvents => "listing the events of a workflow run",
+            Operation::RetryRun => "retrying a workflow run",
+            Operation::ForkRun => "forking a workflow run",
         }
     }
 
@@ -108,6 +114,8 @@ impl Operation {
             Operation::CancelRun => "cancel",
             Operation::PauseRun => "pause",
             Operation::ResumeRun => "resume",
+            Operation::RetryRun => "retry",
+            Operation::ForkRun => "fork",
             Operation::SleepRun => "sleep",
             Operation::CompleteRun => "complete",
             Operation::FailRun => "fail",
@@ -148,6 +156,14 @@ pub enum StoreError {
     StepNotFound {
         /// The id that was looked up.
         id: Uuid,
+    },
+    /// The run exists but has no step attempt with this (resolved) name.
+    #[error("workflow run {run_id} has no step named {step_name:?}")]
+    UnknownStep {
+        /// The run.
+        run_id: Uuid,
+        /// The step name that was looked up.
+        step_name: String,
     },
     /// The run exists but its status forbids the operation.
     #[error("cannot {} workflow run {id} with status {status}", operation.verb())]
@@ -238,6 +254,7 @@ impl StoreError {
             StoreError::RunNotFound { .. }
                 | StoreError::StepNotFound { .. }
                 | StoreError::RunKeyNotFound { .. }
+                | StoreError::UnknownStep { .. }
         )
     }
 

@@ -227,6 +227,16 @@ pub struct WorkflowRun {
     pub created_at: DateTime<Utc>,
     /// Last change, from the database clock.
     pub updated_at: DateTime<Utc>,
+    /// When the run was last retried ([`Store::retry_run`](crate::Store::retry_run)), from
+    /// the database clock: replay ignores the step failures recorded before it.
+    #[serde(default)]
+    pub retried_at: Option<DateTime<Utc>>,
+    /// The run this one was forked from ([`Store::fork_run`](crate::Store::fork_run)).
+    #[serde(default)]
+    pub forked_from_run_id: Option<Uuid>,
+    /// The resolved step name the run was forked from: it and every later step run again.
+    #[serde(default)]
+    pub forked_from_step: Option<String>,
 }
 
 /// One attempt at one step of a run, as stored.
@@ -293,6 +303,9 @@ impl WorkflowRun {
             finished_at: None,
             created_at: now,
             updated_at: now,
+            retried_at: None,
+            forked_from_run_id: None,
+            forked_from_step: None,
         }
     }
 }

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
+
 use crate::model::{StepAttempt, StepStatus};
 
 /// The run resolved more step names than its worker allows (a loop calling steps forever).
@@ -33,9 +35,22 @@ pub(crate) struct Replay {
 impl Replay {
     /// Replay of `history` (every attempt of the run, oldest first), allowing at most
     /// `max_steps` step calls and sleeps.
-    pub(crate) fn new(history: Vec<StepAttempt>, max_steps: u32) -> Self {
+    ///
+    /// `retried_at` is when the run was last retried: the attempts created before it that
+    /// did not complete (failed, timed out, interrupted) are forgotten, so a step that failed
+    /// runs again with its full retry budget and its stored final error is not handed back;
+    /// completed attempts keep replaying their outputs.
+    pub(crate) fn new(
+        history: Vec<StepAttempt>,
+        retried_at: Option<DateTime<Utc>>,
+        max_steps: u32,
+    ) -> Self {
         let mut by_name: HashMap<String, Vec<StepAttempt>> = HashMap::new();
-        for attempt in history {
+        let current = |attempt: &StepAttempt| {
+            attempt.status == StepStatus::Completed
+                || retried_at.is_none_or(|retried| attempt.created_at >= retried)
+        };
+        for attempt in history.into_iter().filter(current) {
             by_name
                 .entry(attempt.step_name.clone())
                 .or_default()
@@ -134,7 +149,7 @@ mod tests {
 
     #[test]
     fn repeated_calls_resolve_in_call_order() {
-        let mut replay = Replay::new(Vec::new(), 100);
+        let mut replay = Replay::new(Vec::new(), None, 100);
         let names: Vec<String> = ["charge", "ship", "charge", "charge", "ship"]
             .into_iter()
             .map(|base| replay.resolve(base).unwrap())
@@ -148,7 +163,7 @@ mod tests {
             attempt("charge", StepStatus::Completed, json!("first")),
             attempt("charge:1", StepStatus::Completed, json!("second")),
         ];
-        let mut replay = Replay::new(history, 100);
+        let mut replay = Replay::new(history, None, 100);
         let first = replay.resolve("charge").unwrap();
         let second = replay.resolve("charge").unwrap();
         let third = replay.resolve("charge").unwrap();
@@ -169,7 +184,7 @@ mod tests {
             attempt("charge", StepStatus::Failed, Value::Null),
             attempt("charge", StepStatus::Failed, Value::Null),
         ];
-        let mut replay = Replay::new(history, 100);
+        let mut replay = Replay::new(history, None, 100);
         let name = replay.resolve("charge").unwrap();
         assert_eq!(replay.failed_attempts(&name), 2);
         assert!(replay.completed(&name).is_none());
@@ -181,8 +196,33 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_forgets_earlier_failures_but_keeps_completed_steps() {
+        let mut before = vec![
+            attempt("charge", StepStatus::Completed, json!("paid")),
+            attempt("ship", StepStatus::Failed, Value::Null),
+            attempt("ship", StepStatus::Failed, Value::Null),
+        ];
+        let retried = Utc::now() + chrono::Duration::seconds(1);
+        let mut after = attempt("ship", StepStatus::Failed, Value::Null);
+        after.created_at = retried + chrono::Duration::milliseconds(5);
+        before.push(after);
+        let mut replay = Replay::new(before, Some(retried), 100);
+        let charge = replay.resolve("charge").unwrap();
+        let ship = replay.resolve("ship").unwrap();
+        assert_eq!(
+            replay.completed(&charge).unwrap().output,
+            Some(json!("paid"))
+        );
+        assert_eq!(
+            replay.failed_attempts(&ship),
+            1,
+            "only the failure after the retry"
+        );
+    }
+
+    #[test]
     fn remembering_an_attempt_again_replaces_it() {
-        let mut replay = Replay::new(Vec::new(), 100);
+        let mut replay = Replay::new(Vec::new(), None, 100);
         let mut sleep = attempt("nap", StepStatus::Running, Value::Null);
         replay.remember(sleep.clone());
         sleep.status = StepStatus::Completed;
@@ -193,7 +233,7 @@ mod tests {
 
     #[test]
     fn the_step_limit_counts_every_resolution() {
-        let mut replay = Replay::new(Vec::new(), 2);
+        let mut replay = Replay::new(Vec::new(), None, 2);
         assert!(replay.resolve("a").is_ok());
         assert!(replay.resolve("b").is_ok());
         assert_eq!(replay.resolve("a"), Err(StepLimitExceeded { limit: 2 }));

@@ -568,7 +568,8 @@ pub struct ClaimedRun {
     /// yet, so its step history need not be loaded. After the claim, `attempts` is 1 and
     /// `started_at` is the claim's own time (a claim sets `started_at` only when it was
     /// unset; retries, takeovers and resumes count another attempt or keep an older
-    /// `started_at`). A store may say `false` when unsure: that only costs a history read.
+    /// `started_at`), and it was not forked (a fork starts with copied history). A store
+    /// may say `false` when unsure: that only costs a history read.
     pub first_execution: bool,
 }
 
@@ -824,6 +825,32 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every event sent to a run, oldest first, consumed or not.
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>>;
+
+    // ---- Lifecycle: retry from the failure (issue #14) ----
+
+    /// Runs a failed or canceled run again from its first unfinished step: the run becomes
+    /// pending now, its output, error, worker and attempt counter are cleared (so its own
+    /// retry policy starts over) and `retried_at` is set to the store's clock. Its step
+    /// history is kept: completed steps replay their outputs and do not run again, while
+    /// step failures recorded before `retried_at` are ignored by replay, so the steps that
+    /// failed run again with their full retry budget. The deadline is kept.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run, [`StoreError::WrongState`]
+    /// for a run that is not failed or canceled (a second retry of a run that is live
+    /// again is refused the same way).
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun>;
+
+    /// Creates a new run of the same workflow, version, input, config and context as the
+    /// finished (completed, failed or canceled) run `run_id`, with a copy of every step
+    /// attempt recorded before the first attempt named `from_step` (a resolved step name:
+    /// `name`, `name:1`, ...): those replay, and `from_step` and everything after it run
+    /// again. The new run is pending now, records `forked_from_run_id` and
+    /// `forked_from_step`, and has no idempotency key or deadline. The source is unchanged.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run, [`StoreError::WrongState`]
+    /// for a live one, [`StoreError::UnknownStep`] when the run has no step attempt named
+    /// `from_step`, a [`StoreError::Limit`] for a step name the limits refuse.
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

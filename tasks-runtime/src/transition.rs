@@ -115,6 +115,30 @@ pub(crate) const RESUME: Transition = Transition {
     announce: Announce::Available,
 };
 
+/// Runs a failed or canceled run again ([`Store::retry_run`](crate::Store::retry_run)):
+/// pending now, with its output, error, worker and attempt counter cleared and
+/// `retried_at` set, so that replay keeps its completed steps and forgets the step
+/// failures recorded before. Not idempotent: every retry is a new execution, so a run that
+/// is live again refuses a second retry ([`StoreError::WrongState`]).
+pub(crate) const RETRY: Transition = Transition {
+    operation: Operation::RetryRun,
+    from: &[RunStatus::Failed, Canceled],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+};
+
+/// Forks a finished run ([`Store::fork_run`](crate::Store::fork_run)): the fence is on the
+/// source run, which is only read; the new run is pending at once and announced. A live
+/// run is refused: its history is still being written.
+pub(crate) const FORK: Transition = Transition {
+    operation: Operation::ForkRun,
+    from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+};
+
 /// Claims pending runs whose `available_at` has passed. Claims take these first.
 pub(crate) const CLAIM_PENDING: Transition = Transition {
     operation: Operation::ClaimRuns,
@@ -526,6 +550,48 @@ mod tests {
         assert!(matches!(
             PAUSE.settle(id, None, Some(run(RunStatus::Completed, None))),
             Err(StoreError::WrongState { .. })
+        ));
+    }
+
+    #[test]
+    fn only_failed_or_canceled_runs_are_retried() {
+        let id = Uuid::now_v7();
+        assert!(RETRY.admits(&run(RunStatus::Failed, None), None));
+        assert!(RETRY.admits(&run(Canceled, None), None));
+        for status in [Pending, Running, Sleeping, Paused, RunStatus::Completed] {
+            assert!(!RETRY.admits(&run(status, None), None));
+            assert!(matches!(
+                RETRY.settle(id, None, Some(run(status, None))),
+                Err(StoreError::WrongState {
+                    operation: Operation::RetryRun,
+                    ..
+                })
+            ));
+        }
+        assert!(matches!(
+            RETRY.announcement(&run(Pending, None)),
+            Some(Notification::RunAvailable { .. })
+        ));
+    }
+
+    #[test]
+    fn only_finished_runs_are_forked() {
+        let id = Uuid::now_v7();
+        for status in [RunStatus::Completed, RunStatus::Failed, Canceled] {
+            assert!(FORK.admits(&run(status, None), None));
+        }
+        for status in [Pending, Running, Sleeping, Paused] {
+            assert!(matches!(
+                FORK.settle(id, None, Some(run(status, None))),
+                Err(StoreError::WrongState {
+                    operation: Operation::ForkRun,
+                    ..
+                })
+            ));
+        }
+        assert!(matches!(
+            FORK.settle(id, None, None),
+            Err(StoreError::RunNotFound { .. })
         ));
     }
 

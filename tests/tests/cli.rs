@@ -363,6 +363,22 @@ async fn runs_show_and_watch_give_the_step_timeline(backend: Backend) {
     let document: Value = serde_json::from_str(&ran.out).unwrap();
     assert_eq!(document["run"]["output"], json!(18));
     assert_eq!(document["steps"].as_array().unwrap().len(), 3);
+
+    // The completed run forks from `deliver`: a new pending run that copies `compose`.
+    let ran = cli(&store, &["fork", &id, "--from-step", "deliver"]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}", ran.err);
+    assert!(
+        ran.out
+            .contains(&format!("forked from {id} at step deliver: now pending")),
+        "{}",
+        ran.out
+    );
+    let forked: Uuid = ran.out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let copied = store.step_history(forked).await.unwrap();
+    assert_eq!(copied.len(), 1);
+    assert_eq!(copied[0].step_name, "compose");
+    let ran = cli(&store, &["fork", &id, "--from-step", "nope"]).await;
+    assert_eq!(ran.exit, Exit::NotFound, "{}", ran.err);
 }
 
 async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
@@ -397,6 +413,19 @@ async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
     );
     let ran = cli(&store, &["runs", "watch", &id]).await;
     assert_eq!(ran.exit, Exit::Failure);
+
+    // A canceled run can be retried, once: it is pending again.
+    let ran = cli(&store, &["retry", &id]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}", ran.err);
+    assert!(ran.out.contains("retried: now pending"), "{}", ran.out);
+    assert_eq!(status().await, RunStatus::Pending);
+    let ran = cli(&store, &["retry", &id]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+    assert!(ran.err.contains("cannot retry"), "{}", ran.err);
+    // A live run cannot be forked.
+    let ran = cli(&store, &["fork", &id, "--from-step", "greet"]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+    assert!(ran.err.contains("cannot fork"), "{}", ran.err);
 }
 
 async fn unknown_runs_are_not_found(backend: Backend) {
@@ -408,6 +437,8 @@ async fn unknown_runs_are_not_found(backend: Backend) {
         vec!["cancel", &missing],
         vec!["pause", &missing],
         vec!["resume", &missing],
+        vec!["retry", &missing],
+        vec!["fork", &missing, "--from-step", "a"],
     ] {
         let ran = cli(&store, &args).await;
         assert_eq!(ran.exit, Exit::NotFound, "{args:?}");

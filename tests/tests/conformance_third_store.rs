@@ -182,6 +182,16 @@ impl Store for Counting {
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.inner.list_events(run_id).await
     }
+
+    // ---- Retry and fork (issue #14) ----
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().retry_run(run_id).await
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.write().fork_run(run_id, from_step).await
+    }
 }
 
 /// A counting store over a fresh SQLite namespace.

@@ -555,6 +555,17 @@ impl tasks::Store for Flaky {
     async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
         self.inner.list_events(run_id).await
     }
+    // Retry and fork (issue #14).
+    async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.retry_run(run_id).await
+    }
+    async fn fork_run(
+        &self,
+        run_id: uuid::Uuid,
+        from_step: &str,
+    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.fork_run(run_id, from_step).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and
@@ -640,6 +651,117 @@ async fn a_poison_row_is_failed_and_the_others_complete(backend: Backend) {
     assert_eq!(completed, 5);
 }
 
+/// A run whose worker was SIGKILLed mid-run is canceled, then retried: the retried run is
+/// claimed by another worker process at once, no completed step runs again, and a fork of
+/// the finished run from a later step runs only the steps from there.
+async fn a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps(
+    backend: Backend,
+) {
+    let store = backend.store().await;
+    let effects = effects_pool().await;
+
+    const STEPS: usize = 10;
+    let run = store
+        .create_run(CreateRun {
+            input: Some(
+                json!({ "effects_database_url": tasks_tests::database_url(), "steps": STEPS, "step_millis": 150 }),
+            ),
+            ..CreateRun::new("test-effects")
+        })
+        .await
+        .unwrap();
+
+    // A long lease: only the retry can make the run available to the second worker soon.
+    let mut first = spawn_worker(&store.url(), store.namespace(), 60_000);
+    eventually!(Duration::from_secs(30), {
+        let steps = store.step_history(run.id).await.unwrap();
+        let done = steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Completed)
+            .count();
+        (done >= 3).then_some(())
+    });
+    first.0.kill().expect("SIGKILL the first worker");
+    first.0.wait().unwrap();
+    let completed_at_kill: HashSet<String> = store
+        .step_history(run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.status == StepStatus::Completed)
+        .map(|s| s.step_name)
+        .collect();
+    assert!(completed_at_kill.len() < STEPS, "the kill landed mid-run");
+
+    let canceled = store.cancel_run(run.id).await.unwrap();
+    assert_eq!(canceled.status, RunStatus::Canceled);
+    let retried = store.retry_run(run.id).await.unwrap();
+    assert_eq!(retried.status, RunStatus::Pending);
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let finished = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(run.id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
+    assert_eq!(finished.output, Some(json!(STEPS)));
+    assert_eq!(
+        finished.attempts, 1,
+        "the retry started the run's attempts over"
+    );
+
+    let counts = effect_counts(&effects, run.id).await;
+    assert_eq!(counts.len(), STEPS, "every step ran: {counts:?}");
+    for i in 0..STEPS {
+        let step_name = if i == 0 {
+            "record_effect".to_owned()
+        } else {
+            format!("record_effect:{i}")
+        };
+        let count = counts[&format!("step-{i:03}")];
+        if completed_at_kill.contains(&step_name) {
+            assert_eq!(
+                count, 1,
+                "completed step {step_name} ran again after the retry"
+            );
+        } else {
+            assert!(
+                (1..=2).contains(&count),
+                "step {step_name} ran {count} times"
+            );
+        }
+    }
+    assert!(
+        counts.values().filter(|&&c| c == 2).count() <= 1,
+        "{counts:?}"
+    );
+
+    // Fork the finished run from its seventh step: only steps 6.. run, in the new run.
+    let forked = store.fork_run(run.id, "record_effect:6").await.unwrap();
+    let done = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(forked.id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.output, Some(json!(STEPS)));
+    let forked_counts = effect_counts(&effects, forked.id).await;
+    let mut labels: Vec<_> = forked_counts.keys().cloned().collect();
+    labels.sort();
+    let expected: Vec<String> = (6..STEPS).map(|i| format!("step-{i:03}")).collect();
+    assert_eq!(labels, expected, "only the steps from the fork ran");
+    assert!(forked_counts.values().all(|&c| c == 1), "{forked_counts:?}");
+    assert_eq!(
+        effect_counts(&effects, run.id).await,
+        counts,
+        "the source is untouched"
+    );
+}
+
 both_backends!(
     a_run_waiting_for_an_event_survives_a_killed_worker,
     a_killed_worker_is_replaced_and_no_completed_step_runs_again,
@@ -647,4 +769,5 @@ both_backends!(
     a_killed_workers_runs_are_reclaimed_within_seconds,
     a_worker_retries_its_writes_through_database_errors,
     a_poison_row_is_failed_and_the_others_complete,
+    a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
 );

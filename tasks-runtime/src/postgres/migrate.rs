@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0005_events.sql"),
     },
     Migration {
+        version: 6,
+        name: "run retries and forks",
+        sql: include_str!("../../migrations/postgres/0006_run_retries.sql"),
+    },
+    Migration {
         version: 7,
         name: "flow control",
         sql: include_str!("../../migrations/postgres/0007_flow_control.sql"),

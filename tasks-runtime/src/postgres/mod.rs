@@ -2,6 +2,7 @@
 
 mod background;
 mod events;
+mod lifecycle;
 mod migrate;
 mod notify;
 mod recorder;
@@ -542,7 +543,7 @@ fn claim_runs_sql() -> &'static str {
               -- simply not claimed this time.
               WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
                                         UNION ALL SELECT ctid FROM orphaned))
-          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now()) AS first_execution",
+          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution",
             expire = status_in("", EXPIRE.from),
             pending = status_in("", CLAIM_PENDING.from),
             due = status_in("", CLAIM_DUE.from),
@@ -1223,5 +1224,15 @@ impl Store for PgStore {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
+    }
+
+    // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
     }
 }

@@ -15,7 +15,8 @@ use crate::transition::JSON_COLUMNS;
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at";
+    deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
+    forked_from_run_id, forked_from_step";
 
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -45,6 +46,9 @@ pub(crate) struct RunRow {
     finished_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    retried_at: Option<DateTime<Utc>>,
+    forked_from_run_id: Option<Uuid>,
+    forked_from_step: Option<String>,
 }
 
 /// Decodes a run from a returned row; a row that does not decode (JSON the decoder refuses,
@@ -120,6 +124,9 @@ impl RunRow {
             finished_at: self.finished_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            retried_at: self.retried_at,
+            forked_from_run_id: self.forked_from_run_id,
+            forked_from_step: self.forked_from_step,
         })
     }
 }

@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0004_events.sql"),
     },
     Migration {
+        version: 5,
+        name: "run retries and forks",
+        sql: include_str!("../../migrations/sqlite/0005_run_retries.sql"),
+    },
+    Migration {
         version: 6,
         name: "flow control",
         sql: include_str!("../../migrations/sqlite/0006_flow_control.sql"),

@@ -22,6 +22,7 @@
 //!   find runs by polling.
 
 mod events;
+mod lifecycle;
 mod migrate;
 mod notify;
 mod rows;
@@ -498,5 +499,15 @@ impl Store for SqliteStore {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
+    }
+
+    // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
     }
 }

@@ -26,7 +26,8 @@ use crate::transition::JSON_COLUMNS;
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at";
+    deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
+    forked_from_run_id, forked_from_step";
 
 /// Columns of `tasks_step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -158,6 +159,9 @@ pub(crate) struct RunRow {
     finished_at: Option<String>,
     created_at: String,
     updated_at: String,
+    retried_at: Option<String>,
+    forked_from_run_id: Option<String>,
+    forked_from_step: Option<String>,
 }
 
 impl RunRow {
@@ -222,6 +226,9 @@ impl RunRow {
             finished_at: parse_ts_opt(self.finished_at, op)?,
             created_at: parse_ts(&self.created_at, op)?,
             updated_at: parse_ts(&self.updated_at, op)?,
+            retried_at: parse_ts_opt(self.retried_at, op)?,
+            forked_from_run_id: parse_id_opt(self.forked_from_run_id, op)?,
+            forked_from_step: self.forked_from_step,
         })
     }
 }

@@ -294,7 +294,7 @@ impl SqliteStore {
                      WHERE NOT takes OR {admitted}
                      ORDER BY grp, {order}
                      LIMIT ?5)
-          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2) AS first_execution",
+          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2 AND forked_from_run_id IS NULL) AS first_execution",
             claimable = status_in("r.", &claimable),
             grp = claim_group,
             pending = status_in("r.", CLAIM_PENDING.from),

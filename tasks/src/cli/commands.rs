@@ -1,7 +1,8 @@
-//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume.
+//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume/retry, fork.
 
 use std::io::Read as _;
 
+use crate::uuid::Uuid;
 use serde_json::{Value, json};
 
 use super::{Exit, Output, StartArgs, WorkerArgs, connect_failed, fail, format, store_failed};
@@ -219,7 +220,28 @@ pub(super) async fn start(
     }
 }
 
-/// Reports the outcome of cancel, pause or resume.
+/// Reports the outcome of fork: the new run.
+pub(super) fn fork(
+    result: Result<WorkflowRun, StoreError>,
+    source: Uuid,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    match result {
+        Ok(run) => {
+            let step = run.forked_from_step.as_deref().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "run {} forked from {source} at step {step}: now {}",
+                run.id, run.status
+            );
+            Exit::Success
+        }
+        Err(error) => store_failed(&error, err),
+    }
+}
+
+/// Reports the outcome of cancel, pause, resume or retry.
 pub(super) fn operate(
     result: Result<WorkflowRun, StoreError>,
     done: &str,

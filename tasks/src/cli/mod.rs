@@ -27,7 +27,8 @@
 //! | `runs list [--status S] [--workflow W] [--limit N] [--after C\|--before C] [--json]` | a page of runs, newest first |
 //! | `runs show ID [--json]` | a run with its input, output or error, and step timeline |
 //! | `runs watch ID` | follows a run until it ends |
-//! | `cancel ID`, `pause ID`, `resume ID` | operate on a run |
+//! | `cancel ID`, `pause ID`, `resume ID`, `retry ID` | operate on a run (`retry`: a failed or canceled run runs again from its first unfinished step) |
+//! | `fork ID --from-step NAME` | a new run of a finished run that replays the steps before `NAME` and runs the rest |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
 //! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
@@ -184,6 +185,11 @@ pub enum Command {
     Pause(RunId),
     /// Resume a paused run.
     Resume(RunId),
+    /// Run a failed or canceled run again from its first unfinished step.
+    Retry(RunId),
+    /// Start a new run from a finished one: the steps before `--from-step` replay, the rest
+    /// run again.
+    Fork(ForkArgs),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
     /// Send events to runs.
@@ -327,6 +333,16 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+/// Arguments of `fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The finished run to fork.
+    pub id: Uuid,
+    /// The resolved step name to run again from (as `runs show` lists it).
+    #[arg(long)]
+    pub from_step: String,
+}
+
 /// A run id argument.
 #[derive(Debug, Args)]
 pub struct RunId {
@@ -399,6 +415,12 @@ impl TasksArgs {
             Command::Resume(RunId { id }) => {
                 commands::operate(client.resume(*id).await, "resumed", out, err)
             }
+            Command::Retry(RunId { id }) => {
+                commands::operate(client.retry(*id).await, "retried", out, err)
+            }
+            Command::Fork(ForkArgs { id, from_step }) => {
+                commands::fork(client.fork(*id, from_step).await, *id, out, err)
+            }
             Command::Doctor => doctor::doctor(&client, None, out).await,
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
@@ -435,7 +457,8 @@ fn store_exit(error: &StoreError) -> Exit {
     match error {
         StoreError::RunNotFound { .. }
         | StoreError::StepNotFound { .. }
-        | StoreError::RunKeyNotFound { .. } => Exit::NotFound,
+        | StoreError::RunKeyNotFound { .. }
+        | StoreError::UnknownStep { .. } => Exit::NotFound,
         StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Exit::Failure,
         StoreError::InvalidCursor { .. } | StoreError::InvalidArgument(_) => Exit::Usage,
         _ => Exit::Store,
