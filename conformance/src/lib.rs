@@ -134,6 +134,7 @@ macro_rules! conformance_suite {
             list_runs_filters_by_status,
             list_runs_filters_by_workflow_name,
             list_runs_filters_by_creation_time,
+            count_runs_by_status,
             cursors_round_trip_through_strings,
             invalid_cursor_is_rejected,
             invalid_page_arguments_are_rejected,

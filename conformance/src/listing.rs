@@ -428,3 +428,52 @@ pub async fn invalid_page_arguments_are_rejected(setup: impl Setup) {
 fn encode_url_safe(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
+
+/// `count_runs` counts the namespace's runs in each status asked for, in the order asked,
+/// zeros included and a repeated status once; other namespaces are not counted.
+pub async fn count_runs_by_status(setup: impl Setup) {
+    let store = setup.store().await;
+    use RunStatus::*;
+    assert_eq!(store.count_runs(&[]).await.unwrap(), []);
+    assert_eq!(
+        store.count_runs(&[Pending, Running]).await.unwrap(),
+        [(Pending, 0), (Running, 0)]
+    );
+
+    let running = create_claimed(&store).await;
+    let completed = create_claimed(&store).await;
+    store
+        .complete_run(completed.id, owner(&completed), json!(1))
+        .await
+        .unwrap();
+    let paused = create_pending(&store).await;
+    store.pause_run(paused.id).await.unwrap();
+    create_canceled(&store).await;
+    create_pending(&store).await;
+    create_pending(&store).await;
+    let elsewhere = store.scoped(&unique_namespace());
+    create_pending(&*elsewhere).await;
+
+    assert_eq!(
+        store
+            .count_runs(&[
+                Sleeping, Pending, Running, Paused, Pending, Completed, Canceled, Failed
+            ])
+            .await
+            .unwrap(),
+        [
+            (Sleeping, 0),
+            (Pending, 2),
+            (Running, 1),
+            (Paused, 1),
+            (Completed, 1),
+            (Canceled, 1),
+            (Failed, 0),
+        ]
+    );
+    assert_eq!(
+        elsewhere.count_runs(&[Pending]).await.unwrap(),
+        [(Pending, 1)]
+    );
+    assert_eq!(running.status, Running);
+}

@@ -346,6 +346,7 @@ impl Client {
         };
         params.check(self.store.namespace())?;
         let run = self.store.create_run(params).await?;
+        crate::metrics::run_started(definition.name);
         tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
         Ok(run)
     }
@@ -379,7 +380,9 @@ impl Client {
 
     /// Cancels a run.
     pub async fn cancel(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.cancel_run(run_id).await
+        let run = self.store.cancel_run(run_id).await?;
+        crate::metrics::run_finished(&run.workflow_name, "canceled");
+        Ok(run)
     }
 
     /// Pauses a run; a running run stops at its next step boundary.
@@ -563,7 +566,9 @@ impl<T: DeserializeOwned> RunHandle<T> {
 
     /// Cancels the run.
     pub async fn cancel(&self) -> Result<WorkflowRun, StoreError> {
-        self.store.cancel_run(self.run_id).await
+        let run = self.store.cancel_run(self.run_id).await?;
+        crate::metrics::run_finished(&run.workflow_name, "canceled");
+        Ok(run)
     }
 
     /// Pauses the run.

@@ -422,6 +422,13 @@ where
             .instrument(span)
             .await;
         let elapsed = started.elapsed();
+        let outcome = match &result {
+            Ok(Ok(Ok(_))) => "completed",
+            Ok(Ok(Err(_))) => "failed",
+            Ok(Err(_)) => TIMEOUT_KIND,
+            Err(_) => "panic",
+        };
+        crate::metrics::step_attempt(ctx.workflow_name(), definition.name, outcome, elapsed);
         // The attempt is written once, when it has finished: at most one commit per step.
         let (record, error) = match result {
             Ok(Ok(Ok(value))) => {

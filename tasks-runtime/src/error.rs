@@ -24,6 +24,8 @@ pub enum Operation {
     GetRun,
     /// [`Store::list_runs`](crate::Store::list_runs).
     ListRuns,
+    /// [`Store::count_runs`](crate::Store::count_runs).
+    CountRuns,
     /// [`Store::claim_runs`](crate::Store::claim_runs).
     ClaimRuns,
     /// [`Store::extend_lease`](crate::Store::extend_lease).
@@ -82,6 +84,7 @@ impl Operation {
             Operation::CreateRun => "creating a workflow run",
             Operation::GetRun => "getting a workflow run",
             Operation::ListRuns => "listing workflow runs",
+            Operation::CountRuns => "counting workflow runs",
             Operation::ClaimRuns => "claiming workflow runs",
             Operation::ExtendLease => "extending a lease",
             Operation::SleepRun => "sleeping a workflow run",

@@ -43,6 +43,22 @@ pub(crate) enum Outcome {
     Abandoned,
 }
 
+impl Outcome {
+    /// Its name in the [`EXECUTIONS`](crate::metrics::EXECUTIONS) metric.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Failed => "failed",
+            Outcome::Retrying => "retrying",
+            Outcome::Sleeping(_) => "sleeping",
+            Outcome::Waiting => "waiting",
+            Outcome::Interrupted => "interrupted",
+            Outcome::LeaseLost => "lease_lost",
+            Outcome::Abandoned => "abandoned",
+        }
+    }
+}
+
 enum Finished {
     Returned(Result<Value, ErrorRecord>),
     Halted(Halt),

@@ -15,6 +15,7 @@ pub mod failure;
 pub mod flow;
 pub mod limits;
 mod liveness;
+pub mod metrics;
 mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]

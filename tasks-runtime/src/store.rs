@@ -619,6 +619,14 @@ pub trait Store: Send + Sync + 'static {
     /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>>;
 
+    /// How many runs of the namespace are in each of `statuses`, in the order given, zeros
+    /// included (a status given twice is counted once, where it first appears). The live
+    /// statuses are what the partial indexes cover: counting them stays cheap however many
+    /// finished runs the store keeps, while counting a terminal status reads every run in it.
+    ///
+    /// Errors: only the database's ([`StoreError::Database`]).
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>>;
+
     /// Fails runs whose deadline passed (with a non-retryable `deadline` error; no wake-up is
     /// sent for them), then claims up to `limit` available runs for `worker_id` with a lease of
     /// `lease`: pending runs first, then runs whose lease expired or whose sleep ended, each
@@ -1001,4 +1009,28 @@ impl PageQuery {
             prev,
         }
     }
+}
+
+/// `statuses` in order, once each, with the count a store's `GROUP BY status` rows have for
+/// it (zero when absent): what [`Store::count_runs`] returns.
+pub(crate) fn counts_in_order(
+    statuses: &[RunStatus],
+    rows: Vec<(String, i64)>,
+) -> Vec<(RunStatus, u64)> {
+    let counted: Vec<(RunStatus, u64)> = rows
+        .into_iter()
+        .filter_map(|(status, count)| Some((status.parse().ok()?, u64::try_from(count).ok()?)))
+        .collect();
+    let mut counts: Vec<(RunStatus, u64)> = Vec::with_capacity(statuses.len());
+    for &status in statuses {
+        if counts.iter().any(|(seen, _)| *seen == status) {
+            continue;
+        }
+        let count = counted
+            .iter()
+            .find(|(found, _)| *found == status)
+            .map_or(0, |(_, count)| *count);
+        counts.push((status, count));
+    }
+    counts
 }

@@ -384,6 +384,7 @@ impl Worker {
             "worker started"
         );
         let slots = Arc::new(Semaphore::new(inner.concurrency));
+        let _slots_gauge = crate::metrics::SlotsGauge::new(inner.concurrency);
         let slot_freed = Arc::new(Notify::new());
         let wake = Arc::new(Notify::new());
         let tracker = TaskTracker::new();
@@ -397,12 +398,14 @@ impl Worker {
             let free = slots.available_permits();
             let mut claimed_all = false;
             if free > 0 {
+                let claiming = std::time::Instant::now();
                 match inner
                     .store
                     .claim_runs(&inner.executor.worker_id, inner.executor.lease, free as u32)
                     .await
                 {
                     Ok(runs) => {
+                        crate::metrics::claimed(claiming.elapsed(), runs.len());
                         claimed_all = runs.len() == free;
                         if !runs.is_empty() {
                             idle = inner.poll_min;
@@ -422,6 +425,7 @@ impl Worker {
                                 let mut slot = Some(Slot {
                                     permit: Some(permit),
                                     freed: slot_freed,
+                                    _in_use: crate::metrics::SlotInUse::new(),
                                 });
                                 let outcome = worker.process(run, abandon, &mut slot).await;
                                 drop(slot);
@@ -511,6 +515,13 @@ impl Worker {
             .execute(claimed, definition, abandon, || drop(slot.take()))
             .await;
         tracing::debug!(?outcome, "execution ended");
+        let workflow = definition.name;
+        crate::metrics::execution(workflow, outcome.label());
+        match outcome {
+            Outcome::Completed => crate::metrics::run_finished(workflow, "completed"),
+            Outcome::Failed => crate::metrics::run_finished(workflow, "failed"),
+            _ => {}
+        }
         if matches!(outcome, Outcome::Abandoned) {
             // Give other work a chance before this worker tries again.
             tokio::time::sleep(inner.poll_min).await;
@@ -581,6 +592,9 @@ impl Worker {
 struct Slot {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     freed: Arc<Notify>,
+    /// Counts the slot in [`WORKER_SLOTS_IN_USE`](crate::metrics::WORKER_SLOTS_IN_USE)
+    /// while it lives.
+    _in_use: crate::metrics::SlotInUse,
 }
 
 impl Drop for Slot {

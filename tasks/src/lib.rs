@@ -70,6 +70,7 @@ pub mod cli;
 pub mod dashboard;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
 mod display;
+pub mod metrics;
 
 #[doc(hidden)]
 pub mod __private {

@@ -16,8 +16,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
     ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
-    StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
+    NotificationStream, Page, RecordStepAttempt, RunEvent, RunStatus, SendEvent, SentEvent,
+    SharedStore, StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -57,6 +57,10 @@ impl Store for Counting {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         self.inner.list_runs(params).await
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        self.inner.count_runs(statuses).await
     }
 
     async fn claim_runs(

@@ -419,6 +419,13 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<tasks::Page<tasks::WorkflowRun>> {
         self.inner.list_runs(params).await
     }
+    async fn count_runs(
+        &self,
+        statuses: &[tasks::RunStatus],
+    ) -> tasks::StoreResult<Vec<(tasks::RunStatus, u64)>> {
+        self.inner.count_runs(statuses).await
+    }
+
     async fn claim_runs(
         &self,
         worker_id: &str,

@@ -742,6 +742,23 @@ impl Store for PgStore {
         Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT status, count(*) FROM tasks.workflow_runs
+              WHERE namespace = $1 AND {} GROUP BY status",
+            status_in("", statuses)
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+            .bind(&*self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(Operation::CountRuns))?;
+        Ok(crate::store::counts_in_order(statuses, rows))
+    }
+
     async fn claim_runs(
         &self,
         worker_id: &str,

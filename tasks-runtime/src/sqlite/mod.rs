@@ -45,7 +45,7 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
-use crate::model::{StepAttempt, WorkflowRun};
+use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
@@ -354,6 +354,23 @@ impl Store for SqliteStore {
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         params.check(&self.namespace)?;
         self.list_runs_impl(params).await
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT status, count(*) FROM tasks_workflow_runs
+              WHERE namespace = ? AND {} GROUP BY status",
+            crate::transition::status_in("", statuses)
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+            .bind(&*self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(Operation::CountRuns))?;
+        Ok(crate::store::counts_in_order(statuses, rows))
     }
 
     async fn claim_runs(

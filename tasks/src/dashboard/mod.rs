@@ -61,6 +61,8 @@ pub struct Dashboard {
     client: Client,
     credentials: Option<Credentials>,
     refresh: Duration,
+    #[cfg(feature = "prometheus")]
+    metrics: Option<crate::metrics::Prometheus>,
 }
 
 impl Dashboard {
@@ -71,6 +73,8 @@ impl Dashboard {
             client,
             credentials: None,
             refresh: Duration::from_secs(2),
+            #[cfg(feature = "prometheus")]
+            metrics: None,
         }
     }
 
@@ -103,8 +107,16 @@ impl Dashboard {
         self
     }
 
+    /// Serves `prometheus` at `/metrics`, for the client's store's namespace, behind the
+    /// dashboard's credentials (Prometheus scrapes with a bearer token or basic auth too).
+    #[cfg(feature = "prometheus")]
+    pub fn metrics(mut self, prometheus: crate::metrics::Prometheus) -> Self {
+        self.metrics = Some(prometheus);
+        self
+    }
+
     /// The router: pages at `/`, `/run`, `/workflows`, `/workflow`, actions at `/action` and
-    /// `/start`, assets under `/assets/`. Every link is relative, so it can be mounted with
+    /// `/start`, assets under `/assets/`, and `/metrics` when given one. Every link is relative, so it can be mounted with
     /// [`Router::nest`] anywhere; link to the mount point with a trailing slash
     /// (`/tasks/`).
     pub fn router(self) -> Router {
@@ -114,7 +126,15 @@ impl Dashboard {
             refresh: self.refresh,
         });
         let credentials = self.credentials.map(Arc::new);
-        Router::new()
+        let router = Router::new();
+        #[cfg(feature = "prometheus")]
+        let router = match &self.metrics {
+            Some(prometheus) => {
+                router.route("/metrics", prometheus.route(state.client.store().clone()))
+            }
+            None => router,
+        };
+        router
             .route("/", get(pages::runs))
             .route("/run", get(pages::run))
             .route("/action", post(pages::act))
