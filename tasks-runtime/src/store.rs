@@ -485,8 +485,13 @@ pub enum StepUpdate {
     },
 }
 
-/// A wake-up that tells workers of a namespace that a run may be claimable.
+/// What a store announces to the subscribers of a namespace: wake-ups for workers (a run
+/// may be claimable), and for waiters a run that finished or changed its status.
+///
+/// Non-exhaustive: a store may announce more in a later release, so a `match` needs a
+/// wildcard arm (which should ignore what it does not know).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Notification {
     /// A run became available now (created, resumed, parked by a sleep).
     RunAvailable {
@@ -499,6 +504,20 @@ pub enum Notification {
         namespace: String,
         /// The run.
         run_id: Uuid,
+    },
+    /// A run was left in a status that a caller may wait for: parked sleeping (a durable
+    /// sleep, an event wait), paused, pending again (resumed, retried, a failed attempt
+    /// waiting for its retry, given back by its worker), or running (claimed by a worker).
+    /// Terminal statuses are announced by [`Notification::RunFinished`] instead. Workers do
+    /// not wake on it: it does not make a run claimable. See
+    /// [`RunHandle::wait_for_status`](crate::RunHandle::wait_for_status).
+    StatusChanged {
+        /// The namespace it is in.
+        namespace: String,
+        /// The run.
+        run_id: Uuid,
+        /// The status the transition left the run in (it may have changed again since).
+        status: RunStatus,
     },
     /// Notifications may have been lost (the listener reconnected or fell behind): anything
     /// waiting for one should look at the store again.
@@ -514,6 +533,7 @@ impl Notification {
         match self {
             Notification::RunAvailable { namespace }
             | Notification::RunFinished { namespace, .. }
+            | Notification::StatusChanged { namespace, .. }
             | Notification::Missed { namespace } => namespace,
         }
     }
