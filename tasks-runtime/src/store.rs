@@ -21,7 +21,7 @@
 //! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
-//!    `announce`. Unit-test its policy there.
+//!    `announce`, `announce_status`. Unit-test its policy there.
 //! 3. Add the method to [`Store`], documenting its promise and errors. Every value it takes
 //!    is checked against the [`limits`] first, in a `check` method of its
 //!    parameters (or a function of `limits`) that each store calls before any SQL.
@@ -799,6 +799,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Subscribes to the notifications of this store's namespace. Dropped connections are
     /// reconnected behind the stream, which then yields [`Notification::Missed`].
+    ///
+    /// Besides the wake-ups and finishes named by each method, a store announces
+    /// [`Notification::StatusChanged`] after every write that leaves a run sleeping
+    /// ([`Store::sleep_run`], a parked [`Store::wait_for_event`]), paused
+    /// ([`Store::pause_run`]), pending ([`Store::resume_run`], [`Store::retry_run`], a
+    /// [`Store::fail_run`] that retries, [`Store::release_run`]) or running (each run of
+    /// [`Store::claim_runs`]); waiters on a status rely on it (the conformance module
+    /// `status`).
     async fn subscribe(&self) -> StoreResult<NotificationStream>;
 
     /// Records that `worker_id` is alive: writes its heartbeat row in this namespace (one
