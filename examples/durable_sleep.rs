@@ -1,5 +1,6 @@
 //! A durable timer: the run is parked in the database while it sleeps, its worker slot is
-//! freed, and any worker resumes it when the time has come — even after a restart.
+//! freed, and any worker resumes it when the time has come — even after a restart. The
+//! client waits for the run to park with `wait_for_status`, without polling.
 //!
 //! ```sh
 //! cargo run --example durable_sleep
@@ -51,10 +52,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let status = run.status().await?;
-    println!("while sleeping the run is {status} (no worker holds it)");
-    assert_eq!(status, RunStatus::Sleeping);
+    // Woken by the store's announcement that the run parked, not by polling.
+    let parked = run
+        .wait_for_status(&[RunStatus::Sleeping], Duration::from_secs(10))
+        .await?;
+    println!(
+        "while sleeping the run is {} (worker: {:?}) until {:?}",
+        parked.status, parked.worker_id, parked.available_at
+    );
     println!(
         "result: {} after {:?}",
         run.result().await?,

@@ -27,7 +27,9 @@ async fn next_notification(stream: &mut NotificationStream, waiting_for: &str) -
                 "no notification within {NOTIFICATION_TIMEOUT:?} (waiting for {waiting_for})"
             ),
             Ok(None) => panic!("the notification stream ended (waiting for {waiting_for})"),
-            Ok(Some(Notification::Missed { .. })) => continue,
+            // Status changes for waiters are specified by `status`; here only wake-ups and
+            // finishes are followed.
+            Ok(Some(Notification::Missed { .. } | Notification::StatusChanged { .. })) => continue,
             Ok(Some(notification)) => return notification,
         }
     }

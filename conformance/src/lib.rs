@@ -62,6 +62,7 @@ pub mod outcomes;
 pub mod record;
 pub mod retry;
 pub mod runs;
+pub mod status;
 pub mod step_outcomes;
 pub mod steps;
 mod support;
@@ -102,7 +103,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `limits`, `liveness`, `events`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `limits`, `liveness`, `events`, `status`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -279,6 +280,13 @@ macro_rules! conformance_suite {
         } multi_thread {
             concurrent_claimers_respect_the_key_limit,
         } }
+        $crate::__conformance_module! { $setup, status {
+            sleeps_and_event_waits_announce_sleeping,
+            pause_and_resume_announce_their_status,
+            claims_announce_running,
+            retries_and_releases_announce_pending,
+            finishes_are_not_status_changes,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,
@@ -341,6 +349,7 @@ mod tests {
             ("liveness", include_str!("liveness.rs")),
             ("events", include_str!("events.rs")),
             ("flow", include_str!("flow.rs")),
+            ("status", include_str!("status.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

@@ -11,8 +11,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 mod events;
+mod wait;
 
 pub use events::SendOptions;
+pub use wait::{WAIT_SAFETY_REREAD, WaitError};
 
 use crate::definition::{Workflow, WorkflowDefinition};
 use crate::error::StoreError;

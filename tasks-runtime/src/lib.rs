@@ -32,7 +32,10 @@ pub mod worker;
 #[doc(hidden)]
 pub mod private;
 
-pub use client::{Client, ClientError, RunError, RunHandle, SendOptions, StartOptions};
+pub use client::{
+    Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, WAIT_SAFETY_REREAD,
+    WaitError,
+};
 pub use context::WorkflowContext;
 pub use context::events::EventOutcome;
 pub use definition::{

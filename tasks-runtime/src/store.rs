@@ -21,7 +21,7 @@
 //! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
-//!    `announce`. Unit-test its policy there.
+//!    `announce`, `announce_status`. Unit-test its policy there.
 //! 3. Add the method to [`Store`], documenting its promise and errors. Every value it takes
 //!    is checked against the [`limits`] first, in a `check` method of its
 //!    parameters (or a function of `limits`) that each store calls before any SQL.
@@ -485,8 +485,13 @@ pub enum StepUpdate {
     },
 }
 
-/// A wake-up that tells workers of a namespace that a run may be claimable.
+/// What a store announces to the subscribers of a namespace: wake-ups for workers (a run
+/// may be claimable), and for waiters a run that finished or changed its status.
+///
+/// Non-exhaustive: a store may announce more in a later release, so a `match` needs a
+/// wildcard arm (which should ignore what it does not know).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Notification {
     /// A run became available now (created, resumed, parked by a sleep).
     RunAvailable {
@@ -499,6 +504,20 @@ pub enum Notification {
         namespace: String,
         /// The run.
         run_id: Uuid,
+    },
+    /// A run was left in a status that a caller may wait for: parked sleeping (a durable
+    /// sleep, an event wait), paused, pending again (resumed, retried, a failed attempt
+    /// waiting for its retry, given back by its worker), or running (claimed by a worker).
+    /// Terminal statuses are announced by [`Notification::RunFinished`] instead. Workers do
+    /// not wake on it: it does not make a run claimable. See
+    /// [`RunHandle::wait_for_status`](crate::RunHandle::wait_for_status).
+    StatusChanged {
+        /// The namespace it is in.
+        namespace: String,
+        /// The run.
+        run_id: Uuid,
+        /// The status the transition left the run in (it may have changed again since).
+        status: RunStatus,
     },
     /// Notifications may have been lost (the listener reconnected or fell behind): anything
     /// waiting for one should look at the store again.
@@ -514,6 +533,7 @@ impl Notification {
         match self {
             Notification::RunAvailable { namespace }
             | Notification::RunFinished { namespace, .. }
+            | Notification::StatusChanged { namespace, .. }
             | Notification::Missed { namespace } => namespace,
         }
     }
@@ -787,6 +807,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Subscribes to the notifications of this store's namespace. Dropped connections are
     /// reconnected behind the stream, which then yields [`Notification::Missed`].
+    ///
+    /// Besides the wake-ups and finishes named by each method, a store announces
+    /// [`Notification::StatusChanged`] after every write that leaves a run sleeping
+    /// ([`Store::sleep_run`], a parked [`Store::wait_for_event`]), paused
+    /// ([`Store::pause_run`]), pending ([`Store::resume_run`], [`Store::retry_run`], a
+    /// [`Store::fail_run`] that retries, [`Store::release_run`]) or running (each run of
+    /// [`Store::claim_runs`]); waiters on a status rely on it (the conformance module
+    /// `status`).
     async fn subscribe(&self) -> StoreResult<NotificationStream>;
 
     /// Records that `worker_id` is alive: writes its heartbeat row in this namespace (one

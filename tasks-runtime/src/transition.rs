@@ -2,7 +2,9 @@
 //!
 //! Every durable change of a run is a [`Transition`]: a constant that says which statuses it
 //! may start from, whether the caller must hold the run's lease, which statuses mean "already
-//! done" (an idempotent repeat), and what it announces once committed. A store renders each
+//! done" (an idempotent repeat), and what it announces once committed: a wake-up for
+//! workers or a finish ([`Announce`]), and the status it leaves the run in for waiters
+//! ([`Transition::announce_status`], [`WAITABLE`]). A store renders each
 //! transition as one fenced statement in its own SQL dialect, with the fence built by
 //! [`Transition::fence`], and hands a miss to [`Transition::settle`], which is the only place
 //! that decides between [`StoreError::RunNotFound`], [`StoreError::LeaseLost`],
@@ -18,7 +20,8 @@
 //!
 //! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
-//! 2. Define a `const` [`Transition`] here: `from`, `leased`, `done`, `announce`.
+//! 2. Define a `const` [`Transition`] here: `from`, `leased`, `done`, `announce`,
+//!    `announce_status`.
 //! 3. Add the method to the [`Store`](crate::Store) contract, documented with its errors.
 //! 4. In each store, write the statement's `SET` list in its dialect and run it through the
 //!    store's generic transition helper (`PgStore::transition` / `SqliteStore::transition`),
@@ -64,13 +67,25 @@ pub(crate) struct Transition {
     pub(crate) done: &'static [RunStatus],
     /// What it announces after committing.
     pub(crate) announce: Announce,
+    /// Whether it also announces the status it leaves the run in
+    /// ([`Notification::StatusChanged`]), when that status is one a caller may wait for
+    /// ([`WAITABLE`]).
+    pub(crate) announce_status: bool,
 }
+
+/// The statuses announced by [`Notification::StatusChanged`], which a caller may wait for
+/// (`RunHandle::wait_for_status`): every live status. Terminal statuses are announced by
+/// [`Notification::RunFinished`].
+pub(crate) const WAITABLE: &[RunStatus] = &[Pending, Running, Sleeping, Paused];
 
 /// Extends the lease of a running run.
 pub(crate) const EXTEND_LEASE: Transition = Transition::leased(Operation::ExtendLease);
 
 /// Parks a running run until a given instant (a durable sleep, a long step backoff).
-pub(crate) const SLEEP: Transition = Transition::leased(Operation::SleepRun);
+pub(crate) const SLEEP: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::SleepRun)
+};
 
 /// Completes a running run with its output.
 pub(crate) const COMPLETE: Transition = Transition {
@@ -81,11 +96,15 @@ pub(crate) const COMPLETE: Transition = Transition {
 /// Fails an attempt of a running run: pending again after [`retry_after`], or failed for good.
 pub(crate) const FAIL: Transition = Transition {
     announce: Announce::Finished,
+    announce_status: true,
     ..Transition::leased(Operation::FailRun)
 };
 
 /// Gives a claimed run back without counting its attempt.
-pub(crate) const RELEASE: Transition = Transition::leased(Operation::ReleaseRun);
+pub(crate) const RELEASE: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::ReleaseRun)
+};
 
 /// Cancels a live run, for good. Repeating it is harmless.
 pub(crate) const CANCEL: Transition = Transition {
@@ -94,6 +113,7 @@ pub(crate) const CANCEL: Transition = Transition {
     leased: false,
     done: &[Canceled],
     announce: Announce::Finished,
+    announce_status: false,
 };
 
 /// Pauses a live run until it is resumed. Repeating it is harmless.
@@ -103,6 +123,7 @@ pub(crate) const PAUSE: Transition = Transition {
     leased: false,
     done: &[Paused],
     announce: Announce::Nothing,
+    announce_status: true,
 };
 
 /// Makes a paused run pending again. Resuming a run that is not paused (any more) is
@@ -113,6 +134,7 @@ pub(crate) const RESUME: Transition = Transition {
     leased: false,
     done: &[Pending, Running],
     announce: Announce::Available,
+    announce_status: true,
 };
 
 /// Runs a failed or canceled run again ([`Store::retry_run`](crate::Store::retry_run)):
@@ -126,6 +148,7 @@ pub(crate) const RETRY: Transition = Transition {
     leased: false,
     done: &[],
     announce: Announce::Available,
+    announce_status: true,
 };
 
 /// Forks a finished run ([`Store::fork_run`](crate::Store::fork_run)): the fence is on the
@@ -137,15 +160,20 @@ pub(crate) const FORK: Transition = Transition {
     leased: false,
     done: &[],
     announce: Announce::Available,
+    // The new run is pending from its creation, like a started one: nobody waits on it yet.
+    announce_status: false,
 };
 
-/// Claims pending runs whose `available_at` has passed. Claims take these first.
+/// Claims pending runs whose `available_at` has passed. Claims take these first. Every
+/// claimed run is announced running (for waiters; workers do not wake on it), in the same
+/// batch as the claimer's other announcements.
 pub(crate) const CLAIM_PENDING: Transition = Transition {
     operation: Operation::ClaimRuns,
     from: &[Pending],
     leased: false,
     done: &[],
     announce: Announce::Nothing,
+    announce_status: true,
 };
 
 /// Claims runs whose lease expired (their worker died) or whose sleep is over; with
@@ -232,6 +260,7 @@ pub(crate) const EXPIRE: Transition = Transition {
     leased: false,
     done: &[],
     announce: Announce::Nothing,
+    announce_status: false,
 };
 
 // ---- Events sent to a run (issue #11) ----
@@ -244,25 +273,32 @@ pub(crate) const SEND_EVENT: Transition = Transition {
     leased: false,
     done: &[],
     announce: Announce::Nothing,
+    announce_status: false,
 };
 
 /// The half of a send that wakes the run: a run sleeping with `wait_topic` equal to the
 /// event's topic becomes available now (`available_at` = the store's clock), and the wake-up
 /// is announced so that an idle worker claims it without polling. A run sleeping for another
-/// reason (a durable sleep, a retry backoff, a wait on another topic) is left alone.
+/// reason (a durable sleep, a retry backoff, a wait on another topic) is left alone. The run
+/// stays sleeping until a worker claims it, so no status change is announced.
 pub(crate) const WAKE_ON_EVENT: Transition = Transition {
     operation: Operation::SendEvent,
     from: &[Sleeping],
     leased: false,
     done: &[],
     announce: Announce::Available,
+    announce_status: false,
 };
 
 /// An event wait of a running run by its worker: consumes an event, times out, or parks the
 /// run (`status` sleeping until the timeout, `worker_id` cleared, `wait_topic` set). Every
 /// outcome that ends the wait clears `wait_topic`, so a later durable sleep is not woken by
-/// a send.
-pub(crate) const WAIT_EVENT: Transition = Transition::leased(Operation::WaitForEvent);
+/// a send. Only the parking write announces (the run sleeping); the others leave the run
+/// running and announce nothing.
+pub(crate) const WAIT_EVENT: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::WaitForEvent)
+};
 
 // Flow control (issue #12): priorities and concurrency keys in the claim.
 
@@ -333,6 +369,7 @@ impl Transition {
             leased: true,
             done: &[],
             announce: Announce::Nothing,
+            announce_status: false,
         }
     }
 
@@ -406,18 +443,33 @@ impl Transition {
         }
     }
 
-    /// The notification to send once the transition that produced `run` committed.
-    pub(crate) fn announcement(&self, run: &WorkflowRun) -> Option<Notification> {
-        let namespace = run.namespace.clone();
-        match self.announce {
+    /// The notifications to send once the transition that produced `run` committed: its
+    /// wake-up or finish ([`Announce`]), then the status it left the run in when
+    /// [`Transition::announce_status`] is set and the status is [`WAITABLE`].
+    pub(crate) fn announcements(
+        &self,
+        run: &WorkflowRun,
+    ) -> impl Iterator<Item = Notification> + use<> {
+        let namespace = || run.namespace.clone();
+        let wake_or_finish = match self.announce {
             Announce::Nothing => None,
-            Announce::Available => Some(Notification::RunAvailable { namespace }),
+            Announce::Available => Some(Notification::RunAvailable {
+                namespace: namespace(),
+            }),
             Announce::Finished if run.status.is_terminal() => Some(Notification::RunFinished {
-                namespace,
+                namespace: namespace(),
                 run_id: run.id,
             }),
             Announce::Finished => None,
-        }
+        };
+        let status = (self.announce_status && WAITABLE.contains(&run.status)).then(|| {
+            Notification::StatusChanged {
+                namespace: namespace(),
+                run_id: run.id,
+                status: run.status,
+            }
+        });
+        [wake_or_finish, status].into_iter().flatten()
     }
 }
 
@@ -569,7 +621,7 @@ mod tests {
             ));
         }
         assert!(matches!(
-            RETRY.announcement(&run(Pending, None)),
+            RETRY.announcements(&run(Pending, None)).next(),
             Some(Notification::RunAvailable { .. })
         ));
     }
@@ -603,18 +655,81 @@ mod tests {
         assert!(CANCEL.admits(&run(Sleeping, None), None));
     }
 
+    fn announced(transition: &Transition, run: &WorkflowRun) -> Vec<Notification> {
+        transition.announcements(run).collect()
+    }
+
+    fn status_changed(run: &WorkflowRun) -> Notification {
+        Notification::StatusChanged {
+            namespace: run.namespace.clone(),
+            run_id: run.id,
+            status: run.status,
+        }
+    }
+
     #[test]
     fn announcements_follow_the_outcome() {
         let finished = run(RunStatus::Failed, None);
-        assert!(matches!(
-            FAIL.announcement(&finished),
-            Some(Notification::RunFinished { .. })
-        ));
-        assert_eq!(FAIL.announcement(&run(Pending, None)), None);
-        assert!(matches!(
-            RESUME.announcement(&run(Pending, None)),
-            Some(Notification::RunAvailable { .. })
-        ));
+        assert_eq!(
+            announced(&FAIL, &finished),
+            [Notification::RunFinished {
+                namespace: finished.namespace.clone(),
+                run_id: finished.id,
+            }],
+            "a terminal status is announced as a finish only"
+        );
+        let retried = run(Pending, None);
+        assert_eq!(announced(&FAIL, &retried), [status_changed(&retried)]);
+        let resumed = run(Pending, None);
+        assert_eq!(
+            announced(&RESUME, &resumed),
+            [
+                Notification::RunAvailable {
+                    namespace: resumed.namespace.clone()
+                },
+                status_changed(&resumed)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_waitable_status_is_announced_by_the_transitions_that_leave_it() {
+        for (transition, status) in [
+            (&SLEEP, Sleeping),
+            (&WAIT_EVENT, Sleeping),
+            (&PAUSE, Paused),
+            (&RESUME, Pending),
+            (&RETRY, Pending),
+            (&FAIL, Pending),
+            (&RELEASE, Pending),
+            (&CLAIM_PENDING, Running),
+            (&CLAIM_DUE, Running),
+            (&CLAIM_ORPHANED, Running),
+        ] {
+            let left = run(status, None);
+            assert!(
+                announced(transition, &left).contains(&status_changed(&left)),
+                "{:?} leaving the run {status:?}",
+                transition.operation
+            );
+        }
+        // Not a status change a waiter could see, or announced as a finish.
+        for (transition, status) in [
+            (&EXTEND_LEASE, Running),
+            (&WAKE_ON_EVENT, Sleeping),
+            (&FORK, Pending),
+            (&CANCEL, Canceled),
+            (&COMPLETE, RunStatus::Completed),
+        ] {
+            let left = run(status, None);
+            assert!(
+                !announced(transition, &left)
+                    .iter()
+                    .any(|n| matches!(n, Notification::StatusChanged { .. })),
+                "{:?}",
+                transition.operation
+            );
+        }
     }
 
     #[test]

@@ -610,7 +610,11 @@ async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<(
     match notifications {
         Some(stream) => loop {
             match stream.next().await {
-                Some(crate::store::Notification::RunFinished { .. }) => continue,
+                // Neither makes a run claimable: a finish, or a status change for waiters.
+                Some(
+                    crate::store::Notification::RunFinished { .. }
+                    | crate::store::Notification::StatusChanged { .. },
+                ) => continue,
                 Some(_) => return Some(()),
                 None => return None,
             }

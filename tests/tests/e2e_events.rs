@@ -127,10 +127,9 @@ async fn an_event_sent_after_the_wait_wakes_the_run_by_notification(backend: Bac
         .build()
         .unwrap()
         .spawn();
-    eventually!(Duration::from_secs(20), {
-        let run = store.get_run(run.id()).await.unwrap().unwrap();
-        (run.status == RunStatus::Sleeping).then_some(())
-    });
+    run.wait_for_status(&[RunStatus::Sleeping], Duration::from_secs(20))
+        .await
+        .unwrap();
     let sent = client
         .send_event(
             run.id(),

@@ -273,10 +273,10 @@ async fn a_durable_sleep_parks_the_run_and_wakes_it(backend: Backend) {
     let worker = worker(&store).build().unwrap().spawn();
     let started = Instant::now();
     let run = sleepy::start(&client(&store), ()).await.unwrap();
-    let parked = eventually!(Duration::from_secs(10), {
-        let stored = run.run().await.unwrap();
-        (stored.status == RunStatus::Sleeping).then_some(stored)
-    });
+    let parked = run
+        .wait_for_status(&[RunStatus::Sleeping], Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(parked.worker_id, None, "a sleeping run holds no worker");
     assert!(parked.available_at.is_some());
     assert_eq!(

@@ -138,10 +138,9 @@ async fn a_canceled_run_is_retried_from_its_unfinished_step(backend: Backend) {
     let worker = worker(&store).build().unwrap().spawn();
     let client = client(&store);
     let run = packing::start(&client, ()).await.unwrap();
-    eventually!(
-        Duration::from_secs(20),
-        (run.status().await.unwrap() == RunStatus::Sleeping).then_some(())
-    );
+    run.wait_for_status(&[RunStatus::Sleeping], Duration::from_secs(20))
+        .await
+        .unwrap();
     client.cancel(run.id()).await.unwrap();
     match run.result_within(Duration::from_secs(20)).await {
         Err(RunError::Canceled { .. }) => {}

@@ -228,6 +228,7 @@ impl PgStore {
                 if until > now {
                     let run = self.park(&mut tx, &params, until).await?;
                     tx.commit().await.map_err(db(OPERATION))?;
+                    self.announce_now(&WAIT_EVENT, &run).await;
                     return Ok(EventWait::Parked(run));
                 }
                 timed_out_output()

@@ -276,7 +276,7 @@ impl PgStore {
     /// returns the run.
     /// The batched path: the wake-up joins the next batch of the store's wake-up sender.
     fn announce(&self, transition: &Transition, run: WorkflowRun) -> WorkflowRun {
-        if let Some(notification) = transition.announcement(&run) {
+        for notification in transition.announcements(&run) {
             self.batcher.send(&notification);
         }
         run
@@ -287,20 +287,20 @@ impl PgStore {
     /// resume, a failure), which starts no background task. A wake-up that cannot be sent
     /// is logged: the run changed, and pollers find it.
     async fn announce_now(&self, transition: &Transition, run: &WorkflowRun) {
-        if let Some(notification) = transition.announcement(run) {
-            self.notify_now(&notification).await;
-        }
+        let notifications: Vec<Notification> = transition.announcements(run).collect();
+        self.notify_now(&notifications).await;
     }
 
-    /// Sends `notification` now: into the store's wake-up sender when a worker already runs
-    /// it, else in a statement of its own.
-    async fn notify_now(&self, notification: &Notification) {
-        if self.batcher.try_send(notification) {
+    /// Sends `notifications` now: into the store's wake-up sender when a worker already runs
+    /// it, else in one statement of their own.
+    async fn notify_now(&self, notifications: &[Notification]) {
+        if notifications.is_empty() || self.batcher.try_send(notifications) {
             return;
         }
-        let sent = sqlx::query("SELECT pg_notify($1, $2)")
+        let payloads: Vec<String> = notifications.iter().map(notify::payload).collect();
+        let sent = sqlx::query(notify::NOTIFY_ALL)
             .bind(notify::CHANNEL)
-            .bind(notify::payload(notification))
+            .bind(payloads)
             .execute(&self.pool)
             .await;
         if let Err(error) = sent {
@@ -346,10 +346,10 @@ impl PgStore {
             .await;
         match failed {
             Ok(done) if done.rows_affected() > 0 => {
-                self.notify_now(&Notification::RunFinished {
+                self.notify_now(&[Notification::RunFinished {
                     namespace: self.namespace.to_string(),
                     run_id,
-                })
+                }])
                 .await;
             }
             Ok(_) => {
@@ -668,7 +668,7 @@ impl Store for PgStore {
                 let wake_up = Notification::RunAvailable {
                     namespace: run.namespace.clone(),
                 };
-                self.notify_now(&wake_up).await;
+                self.notify_now(&[wake_up]).await;
                 Ok(run)
             }
             None => {
@@ -790,6 +790,13 @@ impl Store for PgStore {
                         .await;
                 }
                 Err(error) => return Err(error),
+            }
+        }
+        // For waiters on a status: batched with the claimer's other announcements (the
+        // worker's wake-up sender), never a statement per claim.
+        for claimed in &runs {
+            for notification in CLAIM_PENDING.announcements(&claimed.run) {
+                self.batcher.send(&notification);
             }
         }
         // Oldest first, so callers start work in the order it was queued.

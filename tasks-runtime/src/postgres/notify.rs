@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::background::{Background, Task};
 use crate::error::{Operation, StoreError, StoreResult, db};
+use crate::model::RunStatus;
 use crate::store::{Notification, NotificationStream, namespace_stream};
 
 /// The channel every notification of ours travels on.
@@ -24,8 +25,18 @@ pub(crate) const CHANNEL: &str = "tasks_events";
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Payload {
-    Available { ns: String },
-    Finished { ns: String, run: Uuid },
+    Available {
+        ns: String,
+    },
+    Finished {
+        ns: String,
+        run: Uuid,
+    },
+    Status {
+        ns: String,
+        run: Uuid,
+        st: RunStatus,
+    },
 }
 
 /// What the hub broadcasts: a notification, or "the connection dropped, re-check everything".
@@ -43,6 +54,15 @@ pub(crate) fn payload(notification: &Notification) -> String {
         Notification::RunFinished { namespace, run_id } => Payload::Finished {
             ns: namespace.clone(),
             run: *run_id,
+        },
+        Notification::StatusChanged {
+            namespace,
+            run_id,
+            status,
+        } => Payload::Status {
+            ns: namespace.clone(),
+            run: *run_id,
+            st: *status,
         },
         // Only listeners produce this one; sending it means "everyone, look again".
         Notification::Missed { namespace } => Payload::Available {
@@ -62,6 +82,10 @@ pub(crate) struct Batcher {
     queue: Task<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
+/// The statement that sends many notifications at once: `$1` the channel, `$2` the payloads.
+pub(crate) const NOTIFY_ALL: &str =
+    "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload";
+
 /// Most notifications sent in one statement.
 const BATCH: usize = 256;
 
@@ -74,11 +98,13 @@ impl Batcher {
         }
     }
 
-    /// Queues `notification` when the sender is already running (a worker started it);
+    /// Queues `notifications` when the sender is already running (a worker started it);
     /// `false` when it is not, and nothing was queued.
-    pub(crate) fn try_send(&self, notification: &Notification) -> bool {
+    pub(crate) fn try_send(&self, notifications: &[Notification]) -> bool {
         match self.queue.running() {
-            Some(queue) => queue.send(payload(notification)).is_ok(),
+            Some(queue) => notifications
+                .iter()
+                .all(|notification| queue.send(payload(notification)).is_ok()),
             None => false,
         }
     }
@@ -104,7 +130,7 @@ async fn drain(pool: PgPool, mut queue: tokio::sync::mpsc::UnboundedReceiver<Str
     while queue.recv_many(&mut batch, BATCH).await > 0 {
         batch.sort_unstable();
         batch.dedup();
-        let sent = sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
+        let sent = sqlx::query(NOTIFY_ALL)
             .bind(CHANNEL)
             .bind(&batch)
             .execute(&pool)
@@ -190,6 +216,11 @@ async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) 
                         Payload::Finished { ns, run } => Notification::RunFinished {
                             namespace: ns,
                             run_id: run,
+                        },
+                        Payload::Status { ns, run, st } => Notification::StatusChanged {
+                            namespace: ns,
+                            run_id: run,
+                            status: st,
                         },
                     };
                     let _ = tx.send(Event::Notification(notification));

@@ -164,9 +164,9 @@ impl SqliteStore {
                 .transpose()?
         };
         write.commit().await?;
-        if let Some(notification) = woken
-            .as_ref()
-            .and_then(|run| WAKE_ON_EVENT.announcement(run))
+        for notification in woken
+            .iter()
+            .flat_map(|run| WAKE_ON_EVENT.announcements(run))
         {
             self.notify(notification);
         }
@@ -221,6 +221,9 @@ impl SqliteStore {
                 if until > write.now {
                     let run = self.park(&mut write, &params, until).await?;
                     write.commit().await?;
+                    for notification in WAIT_EVENT.announcements(&run) {
+                        self.notify(notification);
+                    }
                     return Ok(EventWait::Parked(run));
                 }
                 timed_out_output()

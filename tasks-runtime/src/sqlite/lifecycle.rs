@@ -103,7 +103,7 @@ impl SqliteStore {
             .map_err(db(operation))?;
         }
         write.commit().await?;
-        if let Some(notification) = FORK.announcement(&forked) {
+        for notification in FORK.announcements(&forked) {
             self.notify(notification);
         }
         Ok(forked)

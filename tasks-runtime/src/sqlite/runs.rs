@@ -85,7 +85,7 @@ impl SqliteStore {
         write.commit().await?;
         match outcome {
             Ok(run) => {
-                if let Some(notification) = transition.announcement(&run) {
+                for notification in transition.announcements(&run) {
                     self.notify(notification);
                 }
                 Ok(run)
@@ -344,6 +344,11 @@ impl SqliteStore {
                 namespace: self.namespace.to_string(),
                 run_id,
             });
+        }
+        for claimed in &runs {
+            for notification in CLAIM_PENDING.announcements(&claimed.run) {
+                self.notify(notification);
+            }
         }
         // Oldest first, so callers start work in the order it was queued.
         runs.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));

@@ -1,7 +1,9 @@
 //! `runs watch`: follows a run until it ends.
 //!
-//! A finished run is announced by the store ([`Notification::RunFinished`]); finished steps
-//! are not, so between notifications the run is refreshed every `interval`.
+//! A finished run and a change of its status are announced by the store
+//! ([`Notification::RunFinished`], [`Notification::StatusChanged`]), and the run is shown
+//! again at once; finished steps are not announced, so between notifications the run is
+//! also refreshed every `interval`.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -86,18 +88,22 @@ pub(super) async fn watch(
             RunStatus::Canceled => return Exit::Failure,
             _ => {}
         }
-        let _ = tokio::time::timeout(interval, finished(&mut notifications, id)).await;
+        let _ = tokio::time::timeout(interval, changed(&mut notifications, id)).await;
     }
 }
 
-/// Waits for a notification that `id` finished, or that notifications were lost.
-async fn finished(notifications: &mut Option<NotificationStream>, id: Uuid) {
+/// Waits for a notification that `id` finished or changed its status, or that
+/// notifications were lost.
+async fn changed(notifications: &mut Option<NotificationStream>, id: Uuid) {
     let Some(stream) = notifications.as_mut() else {
         return std::future::pending().await;
     };
     loop {
         match stream.next().await {
-            Some(Notification::RunFinished { run_id, .. }) if run_id == id => return,
+            Some(
+                Notification::RunFinished { run_id, .. }
+                | Notification::StatusChanged { run_id, .. },
+            ) if run_id == id => return,
             Some(Notification::Missed { .. }) => return,
             Some(_) => {}
             None => {
