@@ -139,6 +139,17 @@ pub(crate) const FORK: Transition = Transition {
     announce: Announce::Available,
 };
 
+/// Deletes finished runs ([`Store::purge_runs`](crate::Store::purge_runs)): the fence of the
+/// delete itself, so that a run that became live again (a retry) between a purge's selection
+/// and its delete survives. Deleting announces nothing.
+pub(crate) const PURGE: Transition = Transition {
+    operation: Operation::PurgeRuns,
+    from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
+    leased: false,
+    done: &[],
+    announce: Announce::Nothing,
+};
+
 /// Claims pending runs whose `available_at` has passed. Claims take these first.
 pub(crate) const CLAIM_PENDING: Transition = Transition {
     operation: Operation::ClaimRuns,
@@ -593,6 +604,18 @@ mod tests {
             FORK.settle(id, None, None),
             Err(StoreError::RunNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn only_terminal_runs_are_purged() {
+        for status in RunStatus::ALL {
+            assert_eq!(PURGE.from.contains(&status), status.is_terminal());
+        }
+        assert_eq!(
+            PURGE.fence("r.", "NULL"),
+            "r.status IN ('completed', 'failed', 'canceled')"
+        );
+        assert_eq!(PURGE.announcement(&run(RunStatus::Failed, None)), None);
     }
 
     #[test]
