@@ -133,9 +133,10 @@ pub async fn cleanup(admin: &PgPool, namespace: &str) -> Result<u64> {
         .bind(namespace)
         .execute(admin)
         .await?;
-    if let Err(error) = sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts, tasks.events")
-        .execute(admin)
-        .await
+    if let Err(error) =
+        sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts, tasks.events")
+            .execute(admin)
+            .await
     {
         eprintln!("note: VACUUM after clean-up failed ({error}); continuing");
     }

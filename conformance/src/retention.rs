@@ -53,7 +53,13 @@ pub async fn purge_selects_by_age(setup: impl Setup) {
     let recent = create_completed(&store).await;
 
     let hour = Duration::from_secs(3600);
-    assert_eq!(store.purge_runs(&PurgeRuns::older_than(hour)).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .purge_runs(&PurgeRuns::older_than(hour))
+            .await
+            .unwrap(),
+        0
+    );
     assert!(exists(&store, &old).await && exists(&store, &recent).await);
 
     assert_eq!(
@@ -152,7 +158,11 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
     assert!(store.step_history(claimed.id).await.unwrap().is_empty());
     assert!(store.list_events(claimed.id).await.unwrap().is_empty());
 
-    let fork = store.get_run(fork.id).await.unwrap().expect("the fork stays");
+    let fork = store
+        .get_run(fork.id)
+        .await
+        .unwrap()
+        .expect("the fork stays");
     assert_eq!(fork.forked_from_run_id, None, "the link to the purged run");
     assert_eq!(fork.forked_from_step.as_deref(), Some("b"));
     let copied = store.step_history(fork.id).await.unwrap();
@@ -190,7 +200,11 @@ pub async fn purge_never_touches_live_runs(setup: impl Setup) {
         (&paused, RunStatus::Paused),
         (&pending, RunStatus::Pending),
     ] {
-        let now = store.get_run(run.id).await.unwrap().expect("a live run stays");
+        let now = store
+            .get_run(run.id)
+            .await
+            .unwrap()
+            .expect("a live run stays");
         assert_eq!(now.status, status);
     }
 }
@@ -239,7 +253,10 @@ pub async fn purge_is_scoped_to_namespace(setup: impl Setup) {
 
     assert_eq!(store.purge_runs(&everything()).await.unwrap(), 1);
     assert!(!exists(&store, &mine).await);
-    assert!(exists(&*other, &theirs).await, "another namespace's run stays");
+    assert!(
+        exists(&*other, &theirs).await,
+        "another namespace's run stays"
+    );
     assert_eq!(other.purge_runs(&everything()).await.unwrap(), 1);
 }
 
@@ -309,8 +326,14 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
         store.take_retention_turn(&first, period).await.unwrap(),
         Some(1)
     );
-    assert_eq!(store.take_retention_turn(&second, period).await.unwrap(), None);
-    assert_eq!(store.take_retention_turn(&first, period).await.unwrap(), None);
+    assert_eq!(
+        store.take_retention_turn(&second, period).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.take_retention_turn(&first, period).await.unwrap(),
+        None
+    );
 
     // Another namespace has turns of its own.
     let other = store.scoped(&unique_namespace());

@@ -887,7 +887,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Errors: [`StoreError::Limit`] for a worker id past the limits or a duration past
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
-    async fn take_retention_turn(&self, worker_id: &str, every: Duration) -> StoreResult<Option<u64>>;
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

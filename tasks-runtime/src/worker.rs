@@ -251,7 +251,10 @@ impl WorkerBuilder {
             ));
         }
         for (field, duration) in [
-            (crate::limits::Field::RetentionInterval, self.retention_interval),
+            (
+                crate::limits::Field::RetentionInterval,
+                self.retention_interval,
+            ),
             (
                 crate::limits::Field::PurgeAge,
                 self.retention.unwrap_or_default(),

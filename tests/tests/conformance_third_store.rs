@@ -16,8 +16,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
     ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
-    StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
+    NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, SendEvent, SentEvent,
+    SharedStore, StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 

@@ -83,7 +83,10 @@ async fn a_worker_with_retention_purges_old_runs_while_new_ones_run(backend: Bac
     }
     // The new runs executed meanwhile, and are younger than the retention.
     for run in &new {
-        assert_eq!(run.result_within(Duration::from_secs(20)).await.unwrap(), 400);
+        assert_eq!(
+            run.result_within(Duration::from_secs(20)).await.unwrap(),
+            400
+        );
     }
     let paused = client.get_run(paused.id()).await.unwrap();
     assert_eq!(
