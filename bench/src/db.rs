@@ -111,44 +111,20 @@ pub fn namespace(scenario: &str) -> String {
     )
 }
 
-/// Deletes every run and step attempt of `namespace`, then vacuums the two tables so the
-/// next scenario starts on the same footing.
+/// Deletes every run of `namespace` (its step attempts and events go by the cascading
+/// foreign keys), then vacuums the tables so the next scenario starts on the same footing.
 ///
-/// The plain `DELETE FROM tasks.workflow_runs WHERE namespace = $1` cascades to the step
-/// attempts, and every deleted attempt fires the `ON DELETE SET NULL` action of
-/// `workflow_runs_parent_step_fk`, which has no index on the referencing columns of
-/// `workflow_runs`: one sequential scan of `workflow_runs` per deleted step (about 2.7 ms
-/// each with 11 000 runs in the table, so minutes for the 1000 × 10 drain). When allowed
-/// (superuser), the benchmark therefore deletes both tables' rows of the namespace with
-/// foreign-key triggers off (`session_replication_role = replica`), which removes exactly
-/// the same rows: a benchmark namespace has no child runs, and nothing outside it refers to
-/// it. Otherwise it falls back to the cascading delete.
+/// The cascade used to be slow: `workflow_runs_parent_step_fk` (`ON DELETE SET NULL`) had no
+/// index on its referencing columns, so every deleted step attempt scanned `workflow_runs`,
+/// and the benchmark turned foreign-key triggers off to delete. The schema fixes the cause:
+/// migration 2 indexes the parent-step columns and migration 9 the events' run, so every
+/// foreign-key action of the cascade is an index lookup and the plain delete is enough.
 pub async fn cleanup(admin: &PgPool, namespace: &str) -> Result<u64> {
-    let mut tx = admin.begin().await?;
-    let deleted = if sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .is_ok()
-    {
-        sqlx::query("DELETE FROM tasks.step_attempts WHERE namespace = $1")
-            .bind(namespace)
-            .execute(&mut *tx)
-            .await?;
-        let runs = sqlx::query("DELETE FROM tasks.workflow_runs WHERE namespace = $1")
-            .bind(namespace)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        runs
-    } else {
-        tx.rollback().await?;
-        sqlx::query("DELETE FROM tasks.workflow_runs WHERE namespace = $1")
-            .bind(namespace)
-            .execute(admin)
-            .await?
-            .rows_affected()
-    };
+    let deleted = sqlx::query("DELETE FROM tasks.workflow_runs WHERE namespace = $1")
+        .bind(namespace)
+        .execute(admin)
+        .await?
+        .rows_affected();
     sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1")
         .bind(namespace)
         .execute(admin)
@@ -157,9 +133,10 @@ pub async fn cleanup(admin: &PgPool, namespace: &str) -> Result<u64> {
         .bind(namespace)
         .execute(admin)
         .await?;
-    if let Err(error) = sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts")
-        .execute(admin)
-        .await
+    if let Err(error) =
+        sqlx::query("VACUUM ANALYZE tasks.workflow_runs, tasks.step_attempts, tasks.events")
+            .execute(admin)
+            .await
     {
         eprintln!("note: VACUUM after clean-up failed ({error}); continuing");
     }

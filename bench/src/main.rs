@@ -16,6 +16,7 @@ mod flow;
 mod machine;
 mod recovery;
 mod report;
+mod retention;
 mod scaleout;
 mod stats;
 mod workflows;
@@ -43,7 +44,8 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
   --database-url URL      Postgres to use (default: $DATABASE_URL, else
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
-                          ceiling,throughput,latency,replay,scale,recovery,flow
+                          ceiling,throughput,latency,replay,scale,recovery,flow,
+                          retention
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -130,6 +132,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "scale",
                         "recovery",
                         "flow",
+                        "retention",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -196,6 +199,8 @@ struct Sizes {
     idle_seconds: u64,
     /// Rounds of the ceiling, throughput and scale-out measurements (medians are shown).
     rounds: usize,
+    /// Finished runs the retention scenario purges while a drain runs.
+    retention_old_runs: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -212,6 +217,7 @@ const FULL: Sizes = Sizes {
     kills: 5,
     idle_seconds: 10,
     rounds: 3,
+    retention_old_runs: 50_000,
 };
 
 const QUICK: Sizes = Sizes {
@@ -228,6 +234,7 @@ const QUICK: Sizes = Sizes {
     kills: 2,
     idle_seconds: 4,
     rounds: 1,
+    retention_old_runs: 10_000,
 };
 
 /// Worker concurrency of the in-process scenarios and task count of the ceiling.
@@ -289,6 +296,7 @@ async fn bench(options: Options) -> Result<()> {
         scale_out: Vec::new(),
         recovery: None,
         flow: None,
+        retention: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -541,6 +549,23 @@ async fn bench(options: Options) -> Result<()> {
                 sizes.rounds,
                 CONCURRENCY,
                 100_000,
+            )
+            .await,
+        );
+    }
+
+    if options.wants("retention") {
+        report.retention = note(
+            errors,
+            "retention",
+            retention::measure(
+                url,
+                &admin,
+                sizes.runs,
+                4,
+                sizes.rounds,
+                CONCURRENCY,
+                sizes.retention_old_runs,
             )
             .await,
         );

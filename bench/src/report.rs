@@ -69,6 +69,8 @@ pub struct Report {
     pub recovery: Option<crate::recovery::RecoveryResult>,
     /// Drains with concurrency keys, and claims on a large backlog (issue #12).
     pub flow: Option<crate::flow::FlowResult>,
+    /// A drain alone and beside a purge, and the purge's rate (issue #14).
+    pub retention: Option<crate::retention::RetentionResult>,
     /// The issue's targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -281,6 +283,9 @@ impl Report {
         self.write_recovery(out)?;
         if let Some(flow) = &self.flow {
             out.push_str(&crate::flow::table(flow));
+        }
+        if let Some(retention) = &self.retention {
+            out.push_str(&crate::retention::table(retention));
         }
         self.write_footer(out)
     }

@@ -60,6 +60,7 @@ pub mod listing;
 pub mod liveness;
 pub mod outcomes;
 pub mod record;
+pub mod retention;
 pub mod retry;
 pub mod runs;
 pub mod status;
@@ -103,7 +104,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `limits`, `liveness`, `events`, `status`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -201,6 +202,18 @@ macro_rules! conformance_suite {
             fork_copies_the_history_before_the_step,
             fork_refuses_live_runs_and_unknown_steps,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, retention {
+            purge_selects_by_age,
+            purge_selects_by_status,
+            purge_works_in_batches,
+            purge_removes_steps_events_and_links,
+            purge_never_touches_live_runs,
+            purge_refuses_bad_filters,
+            purge_is_scoped_to_namespace,
+        } multi_thread {
+            purge_racing_retries_keeps_retried_runs,
+            retention_turn_goes_to_one_worker_per_period,
+        } }
         $crate::__conformance_module! { $setup, steps {
             create_step_attempt_returns_running_attempt,
             get_step_attempt_returns_persisted_attempt,
@@ -345,6 +358,7 @@ mod tests {
             ("step_outcomes", include_str!("step_outcomes.rs")),
             ("record", include_str!("record.rs")),
             ("retry", include_str!("retry.rs")),
+            ("retention", include_str!("retention.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
             ("events", include_str!("events.rs")),

@@ -23,6 +23,7 @@ use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::registry::{InvalidInput, Registry, RegistryError, Violation};
+use crate::retention::{PurgeRuns, purge_batches};
 use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
 
 /// Why a run could not be started or looked at.
@@ -415,6 +416,35 @@ impl Client {
     /// [`StoreError::UnknownStep`].
     pub async fn fork(&self, run_id: Uuid, from_step: &str) -> Result<WorkflowRun, StoreError> {
         self.store.fork_run(run_id, from_step).await
+    }
+
+    /// Deletes the finished runs `params` selects (completed, failed or canceled, finished
+    /// before an instant or longer ago than an age) in this client's namespace, with their
+    /// step attempts and events, and returns how many runs were deleted. It works in
+    /// batches of `params.batch_size` runs, each one short transaction
+    /// ([`Store::purge_runs`](crate::Store::purge_runs)), until a batch comes back short;
+    /// it is safe while workers run: a live run is never deleted.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: tasks_runtime::Client) -> Result<(), tasks_runtime::StoreError> {
+    /// use std::time::Duration;
+    /// use tasks_runtime::{PurgeRuns, RunStatus};
+    ///
+    /// let month = Duration::from_secs(30 * 24 * 3600);
+    /// let purged = client
+    ///     .purge(PurgeRuns::older_than(month).statuses([RunStatus::Failed]))
+    ///     .await?;
+    /// println!("{purged} failed runs purged");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors: [`StoreError::NotTerminal`] for a live status, [`StoreError::Limit`] for a
+    /// batch size or cutoff past the limits (nothing deleted); a database error after some
+    /// batches committed (those runs stay deleted: purging again continues where it
+    /// stopped).
+    pub async fn purge(&self, params: PurgeRuns) -> Result<u64, StoreError> {
+        let (purged, result) = purge_batches(&*self.store, &params, None).await;
+        result.map(|()| purged)
     }
 }
 

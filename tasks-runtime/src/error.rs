@@ -73,6 +73,11 @@ pub enum Operation {
     RetryRun,
     /// [`Store::fork_run`](crate::Store::fork_run).
     ForkRun,
+    // Retention (issue #14).
+    /// [`Store::purge_runs`](crate::Store::purge_runs).
+    PurgeRuns,
+    /// [`Store::take_retention_turn`](crate::Store::take_retention_turn).
+    RetentionTurn,
 }
 
 impl Operation {
@@ -108,6 +113,8 @@ impl Operation {
             Operation::ListEvents => "listing the events of a workflow run",
             Operation::RetryRun => "retrying a workflow run",
             Operation::ForkRun => "forking a workflow run",
+            Operation::PurgeRuns => "purging finished workflow runs",
+            Operation::RetentionTurn => "taking the retention turn",
         }
     }
 
@@ -233,6 +240,13 @@ pub enum StoreError {
         workflow_name: String,
         /// The idempotency key that was looked up.
         idempotency_key: String,
+    },
+    /// A purge asked for runs in a live status: only completed, failed and canceled runs
+    /// are ever purged. Nothing was deleted.
+    #[error("a purge deletes only completed, failed or canceled runs, not {status} ones")]
+    NotTerminal {
+        /// The live status that was asked for.
+        status: RunStatus,
     },
     /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
     /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.

@@ -22,6 +22,7 @@ pub mod model;
 pub mod postgres;
 pub mod registry;
 mod replay;
+pub mod retention;
 pub mod retry;
 mod session;
 pub mod step_failure;
@@ -52,6 +53,7 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 #[allow(deprecated)]
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
+pub use retention::{FinishedBefore, PurgeRuns};
 pub use retry::RetryPolicy;
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{

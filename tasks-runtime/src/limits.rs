@@ -144,6 +144,15 @@ pub enum Field {
     ConcurrencyKey,
     /// The concurrency limit of a run's key.
     ConcurrencyLimit,
+    // Retention (issue #14).
+    /// The batch size of a purge.
+    BatchSize,
+    /// The finished-before instant of a purge.
+    FinishedBefore,
+    /// The age of the runs a purge deletes.
+    PurgeAge,
+    /// How often a worker purges.
+    RetentionInterval,
 }
 
 impl Field {
@@ -180,6 +189,10 @@ impl Field {
             Field::EventTimeout => "the event timeout",
             Field::ConcurrencyKey => "the concurrency key",
             Field::ConcurrencyLimit => "the concurrency limit",
+            Field::BatchSize => "the batch size",
+            Field::FinishedBefore => "the finished-before filter",
+            Field::PurgeAge => "the purge age",
+            Field::RetentionInterval => "the retention interval",
         }
     }
 }

@@ -164,6 +164,18 @@ pub(crate) const FORK: Transition = Transition {
     announce_status: false,
 };
 
+/// Deletes finished runs ([`Store::purge_runs`](crate::Store::purge_runs)): the fence of the
+/// delete itself, so that a run that became live again (a retry) between a purge's selection
+/// and its delete survives. Deleting announces nothing.
+pub(crate) const PURGE: Transition = Transition {
+    operation: Operation::PurgeRuns,
+    from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
+    leased: false,
+    done: &[],
+    announce: Announce::Nothing,
+    announce_status: false,
+};
+
 /// Claims pending runs whose `available_at` has passed. Claims take these first. Every
 /// claimed run is announced running (for waiters; workers do not wake on it), in the same
 /// batch as the claimer's other announcements.
@@ -645,6 +657,18 @@ mod tests {
             FORK.settle(id, None, None),
             Err(StoreError::RunNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn only_terminal_runs_are_purged() {
+        for status in RunStatus::ALL {
+            assert_eq!(PURGE.from.contains(&status), status.is_terminal());
+        }
+        assert_eq!(
+            PURGE.fence("r.", "NULL"),
+            "r.status IN ('completed', 'failed', 'canceled')"
+        );
+        assert_eq!(PURGE.announcement(&run(RunStatus::Failed, None)), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::context::ExecutionLimits;
@@ -19,6 +20,7 @@ use crate::failure::ErrorRecord;
 use crate::liveness::Liveness;
 use crate::model::WorkflowRun;
 use crate::registry::{Registry, RegistryError};
+use crate::retention::Retention;
 use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
 
 /// What a worker does with a claimed run whose `(name, version)` is not registered in its
@@ -92,6 +94,8 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     heartbeat_interval: Duration,
     heartbeat_timeout: Option<Duration>,
+    retention: Option<Duration>,
+    retention_interval: Duration,
 }
 
 impl WorkerBuilder {
@@ -185,6 +189,28 @@ impl WorkerBuilder {
         self
     }
 
+    /// Purges finished runs (completed, failed, canceled) of the worker's namespace once they
+    /// finished more than `max_age` ago, with their steps and events (default: never). The
+    /// purge runs every [retention interval](WorkerBuilder::retention_interval), in batches
+    /// of short transactions ([`Client::purge`](crate::Client::purge)), in a task that
+    /// belongs to the worker and stops with it. Among the workers of a namespace, one per
+    /// interval purges (the one that takes the namespace's turn,
+    /// [`Store::take_retention_turn`](crate::Store::take_retention_turn)), so the cost does
+    /// not grow with the number of workers.
+    pub fn retention(mut self, max_age: Duration) -> Self {
+        self.retention = Some(max_age);
+        self
+    }
+
+    /// How often the namespace's workers purge when [retention](WorkerBuilder::retention)
+    /// is set (default [`DEFAULT_RETENTION_INTERVAL`](crate::retention::DEFAULT_RETENTION_INTERVAL),
+    /// one minute; at least 10 ms). Every worker asks about once per interval (with
+    /// jitter); one of them purges.
+    pub fn retention_interval(mut self, interval: Duration) -> Self {
+        self.retention_interval = interval;
+        self
+    }
+
     /// Builds the worker, collecting link-time registrations unless a registry was given.
     pub fn build(self) -> Result<Worker, WorkerError> {
         if self.concurrency == 0 {
@@ -219,6 +245,25 @@ impl WorkerBuilder {
                 "heartbeat timeout must be longer than the heartbeat interval".into(),
             ));
         }
+        if self.retention_interval < Duration::from_millis(10) {
+            return Err(WorkerError::InvalidSetting(
+                "retention interval must be at least 10 ms".into(),
+            ));
+        }
+        for (field, duration) in [
+            (
+                crate::limits::Field::RetentionInterval,
+                self.retention_interval,
+            ),
+            (
+                crate::limits::Field::PurgeAge,
+                self.retention.unwrap_or_default(),
+            ),
+        ] {
+            if let Err(error) = crate::limits::check_duration(field, duration) {
+                return Err(WorkerError::InvalidSetting(error.to_string()));
+            }
+        }
         let registry = match self.registry {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
@@ -228,8 +273,15 @@ impl WorkerBuilder {
             None => self.store,
         };
         let worker_id = self.worker_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+        let retention = self.retention.map(|max_age| Retention {
+            store: store.clone(),
+            worker_id: worker_id.clone(),
+            max_age,
+            interval: self.retention_interval,
+        });
         Ok(Worker {
             inner: Arc::new(WorkerInner {
+                retention,
                 liveness: Liveness {
                     store: store.clone(),
                     worker_id: worker_id.clone(),
@@ -266,6 +318,7 @@ pub struct Worker {
 
 struct WorkerInner {
     store: SharedStore,
+    retention: Option<Retention>,
     liveness: Liveness,
     executor: Executor,
     registry: Registry,
@@ -328,6 +381,8 @@ impl Worker {
             worker_id: None,
             heartbeat_interval: crate::liveness::DEFAULT_INTERVAL,
             heartbeat_timeout: None,
+            retention: None,
+            retention_interval: crate::retention::DEFAULT_RETENTION_INTERVAL,
         }
     }
 
@@ -393,6 +448,16 @@ impl Worker {
         let mut idle = inner.poll_min;
         // Beats until every run in flight has finished or been abandoned.
         let beating = inner.liveness.start().await;
+        // The periodic purge stops with the claim loop (between two batches); the tracker
+        // waits for it like for the runs in flight.
+        let retention_stop = shutdown.child_token();
+        if let Some(retention) = inner.retention.clone() {
+            tracker.spawn(
+                retention
+                    .run(retention_stop.clone())
+                    .instrument(tracing::info_span!("retention")),
+            );
+        }
 
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
@@ -466,6 +531,7 @@ impl Worker {
             }
         }
 
+        retention_stop.cancel();
         tracker.close();
         tracing::info!(
             in_flight = tracker.len(),

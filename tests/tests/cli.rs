@@ -428,6 +428,45 @@ async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
     assert!(ran.err.contains("cannot fork"), "{}", ran.err);
 }
 
+async fn purge_deletes_old_finished_runs(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let input = json!({"name": "x", "times": 1});
+    let start = || client.start_json("cli-greet", input.clone(), StartOptions::new());
+    let (canceled, paused) = (start().await.unwrap(), start().await.unwrap());
+    client.cancel(canceled.id()).await.unwrap();
+    client.pause(paused.id()).await.unwrap();
+
+    // Nothing finished a day ago; a live status is refused.
+    let ran = cli(&store, &["purge", "--older-than", "1d"]).await;
+    assert_eq!(ran.exit, Exit::Success, "{}", ran.err);
+    assert!(ran.out.contains("purged 0 "), "{}", ran.out);
+    let ran = cli(
+        &store,
+        &["purge", "--older-than", "0s", "--status", "paused"],
+    )
+    .await;
+    assert_eq!(ran.exit, Exit::Usage, "{}", ran.err);
+    assert!(ran.err.contains("not paused"), "{}", ran.err);
+    let ran = cli(
+        &store,
+        &["purge", "--older-than", "0s", "--status", "failed"],
+    )
+    .await;
+    assert!(ran.out.contains("purged 0 "), "{}", ran.out);
+
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let ran = cli(
+        &store,
+        &["purge", "--older-than", "0s", "-s", "canceled,failed"],
+    )
+    .await;
+    assert_eq!(ran.exit, Exit::Success, "{}", ran.err);
+    assert!(ran.out.contains("purged 1 finished runs"), "{}", ran.out);
+    assert_eq!(store.get_run(canceled.id()).await.unwrap(), None);
+    assert!(store.get_run(paused.id()).await.unwrap().is_some());
+}
+
 async fn unknown_runs_are_not_found(backend: Backend) {
     let store = backend.store().await;
     let missing = Uuid::now_v7().to_string();
@@ -643,6 +682,7 @@ both_backends!(
     runs_list_prints_a_table_or_json_with_cursors,
     runs_show_and_watch_give_the_step_timeline,
     cancel_pause_and_resume_change_the_status,
+    purge_deletes_old_finished_runs,
     unknown_runs_are_not_found,
     workflows_list_and_schema,
     worker_settings_are_checked_before_it_runs,

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
     ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, RecordStepAttempt, RunEvent, RunStatus, SendEvent, SentEvent,
+    NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus, SendEvent, SentEvent,
     SharedStore, StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
@@ -195,6 +195,20 @@ impl Store for Counting {
 
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
         self.write().fork_run(run_id, from_step).await
+    }
+
+    // ---- Retention (issue #14) ----
+
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.write().purge_runs(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.write().take_retention_turn(worker_id, every).await
     }
 }
 

@@ -573,6 +573,16 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.fork_run(run_id, from_step).await
     }
+    async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::StoreResult<u64> {
+        self.inner.purge_runs(params).await
+    }
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> tasks::StoreResult<Option<u64>> {
+        self.inner.take_retention_turn(worker_id, every).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and

@@ -27,7 +27,9 @@ impl PgStore {
 
     /// [`Store::fork_run`](crate::Store::fork_run) in one statement: the source run is
     /// fenced by [`FORK`], the new run and the copies of the attempts before the first
-    /// attempt of `from_step` are inserted together, or nothing is.
+    /// attempt of `from_step` are inserted together, or nothing is. The source is locked
+    /// (`FOR KEY SHARE`) so that a concurrent purge cannot delete it under the fork: the
+    /// purge skips it, or the fork waits for the purge and finds the run gone.
     pub(super) async fn fork_run_impl(
         &self,
         run_id: Uuid,
@@ -39,6 +41,7 @@ impl PgStore {
             "WITH src AS (
                  SELECT * FROM tasks.workflow_runs
                   WHERE namespace = $1 AND id = $2 AND {fence}
+                    FOR KEY SHARE
              ), boundary AS (
                  SELECT s.created_at, s.id FROM tasks.step_attempts s JOIN src ON s.workflow_run_id = src.id
                   WHERE s.namespace = $1 AND s.step_name = $4

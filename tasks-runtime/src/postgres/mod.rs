@@ -6,6 +6,7 @@ mod lifecycle;
 mod migrate;
 mod notify;
 mod recorder;
+mod retention;
 mod rows;
 
 use std::sync::{Arc, LazyLock};
@@ -24,6 +25,7 @@ use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
+use crate::retention::PurgeRuns;
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,
@@ -1258,5 +1260,19 @@ impl Store for PgStore {
 
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
         self.fork_run_impl(run_id, from_step).await
+    }
+
+    // ---- Retention (issue #14): the SQL is in `retention.rs` ----
+
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.purge_runs_impl(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.take_retention_turn_impl(worker_id, every).await
     }
 }

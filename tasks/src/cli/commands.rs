@@ -1,4 +1,5 @@
-//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume/retry, fork.
+//! The commands that act once: worker, migrate, workflows, start, cancel/pause/resume/retry,
+//! fork, purge.
 
 use std::io::Read as _;
 
@@ -235,6 +236,25 @@ pub(super) fn fork(
                 "run {} forked from {source} at step {step}: now {}",
                 run.id, run.status
             );
+            Exit::Success
+        }
+        Err(error) => store_failed(&error, err),
+    }
+}
+
+/// Deletes the finished runs `args` selects and prints how many.
+pub(super) async fn purge(
+    client: &Client,
+    args: &super::PurgeArgs,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let params = crate::PurgeRuns::older_than(args.older_than)
+        .statuses(args.status.iter().copied())
+        .batch_size(args.batch_size);
+    match client.purge(params).await {
+        Ok(purged) => {
+            let _ = writeln!(out, "purged {purged} finished runs");
             Exit::Success
         }
         Err(error) => store_failed(&error, err),

@@ -29,6 +29,7 @@
 //! | `runs watch ID` | follows a run until it ends |
 //! | `cancel ID`, `pause ID`, `resume ID`, `retry ID` | operate on a run (`retry`: a failed or canceled run runs again from its first unfinished step) |
 //! | `fork ID --from-step NAME` | a new run of a finished run that replays the steps before `NAME` and runs the rest |
+//! | `purge --older-than 30d [--status failed,canceled] [--batch-size N]` | deletes finished runs older than that, with their steps and events, and prints how many |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
 //! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
@@ -190,6 +191,9 @@ pub enum Command {
     /// Start a new run from a finished one: the steps before `--from-step` replay, the rest
     /// run again.
     Fork(ForkArgs),
+    /// Delete finished (completed, failed, canceled) runs older than `--older-than`, with
+    /// their steps and events, in batches.
+    Purge(PurgeArgs),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
     /// Send events to runs.
@@ -343,6 +347,22 @@ pub struct ForkArgs {
     pub from_step: String,
 }
 
+/// Arguments of `purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Delete runs that finished longer ago than this (`30d`, `12h`, `90m`), by the
+    /// database clock.
+    #[arg(long, value_parser = format::parse_duration)]
+    pub older_than: Duration,
+    /// Only runs in these statuses, comma-separated or repeated: completed, failed,
+    /// canceled (default: all three). A live status is refused.
+    #[arg(long, short = 's', value_delimiter = ',')]
+    pub status: Vec<RunStatus>,
+    /// Runs deleted per transaction.
+    #[arg(long, default_value_t = crate::retention::DEFAULT_PURGE_BATCH)]
+    pub batch_size: u32,
+}
+
 /// A run id argument.
 #[derive(Debug, Args)]
 pub struct RunId {
@@ -421,6 +441,7 @@ impl TasksArgs {
             Command::Fork(ForkArgs { id, from_step }) => {
                 commands::fork(client.fork(*id, from_step).await, *id, out, err)
             }
+            Command::Purge(args) => commands::purge(&client, args, out, err).await,
             Command::Doctor => doctor::doctor(&client, None, out).await,
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
@@ -460,7 +481,9 @@ fn store_exit(error: &StoreError) -> Exit {
         | StoreError::RunKeyNotFound { .. }
         | StoreError::UnknownStep { .. } => Exit::NotFound,
         StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Exit::Failure,
-        StoreError::InvalidCursor { .. } | StoreError::InvalidArgument(_) => Exit::Usage,
+        StoreError::InvalidCursor { .. }
+        | StoreError::InvalidArgument(_)
+        | StoreError::NotTerminal { .. } => Exit::Usage,
         _ => Exit::Store,
     }
 }

@@ -133,6 +133,27 @@ impl TestStore {
 }
 
 impl TestStore {
+    /// The namespace's retention lease row, read behind the store's back: how many periodic
+    /// purges were taken (`turns`) and by which worker last. `None` before the first one.
+    pub async fn retention_turns(&self) -> Option<(i64, String)> {
+        match &self.kind {
+            Kind::Postgres(store) => sqlx::query_as(
+                "SELECT turns, worker_id FROM tasks.retention_leases WHERE namespace = $1",
+            )
+            .bind(store.namespace())
+            .fetch_optional(store.pool())
+            .await
+            .unwrap(),
+            Kind::Sqlite { store, .. } => sqlx::query_as(
+                "SELECT turns, worker_id FROM tasks_retention_leases WHERE namespace = ?1",
+            )
+            .bind(store.namespace())
+            .fetch_optional(store.pool())
+            .await
+            .unwrap(),
+        }
+    }
+
     /// Corrupts the stored input of `run_id` behind the store's back so that it no longer
     /// decodes: on Postgres a JSON array nested 200 deep (valid `jsonb`, refused by
     /// serde_json's recursion limit of 128), on SQLite text that is not JSON.
