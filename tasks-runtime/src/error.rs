@@ -71,6 +71,11 @@ pub enum Operation {
     RetryRun,
     /// [`Store::fork_run`](crate::Store::fork_run).
     ForkRun,
+    // Child workflows (issue #11).
+    /// [`Store::start_child`](crate::Store::start_child).
+    StartChild,
+    /// [`Store::wait_for_children`](crate::Store::wait_for_children).
+    WaitForChildren,
 }
 
 impl Operation {
@@ -105,6 +110,8 @@ impl Operation {
             Operation::ListEvents => "listing the events of a workflow run",
             Operation::RetryRun => "retrying a workflow run",
             Operation::ForkRun => "forking a workflow run",
+            Operation::StartChild => "starting a child workflow run",
+            Operation::WaitForChildren => "waiting for child workflow runs",
         }
     }
 
@@ -127,6 +134,8 @@ impl Operation {
             Operation::ClaimRuns => "claim",
             Operation::SendEvent => "send an event to",
             Operation::WaitForEvent => "wait for an event in",
+            Operation::StartChild => "start a child of",
+            Operation::WaitForChildren => "wait for the children of",
             _ => "change",
         }
     }

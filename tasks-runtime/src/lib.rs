@@ -5,6 +5,7 @@
 // the two stores share are then unused.
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
+pub mod children;
 pub mod client;
 mod context;
 pub mod definition;
@@ -33,6 +34,10 @@ pub mod private;
 
 pub use client::{Client, ClientError, RunError, RunHandle, SendOptions, StartOptions};
 pub use context::WorkflowContext;
+pub use children::{
+    ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
+};
+pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,

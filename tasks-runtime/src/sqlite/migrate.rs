@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow control",
         sql: include_str!("../../migrations/sqlite/0006_flow_control.sql"),
     },
+    Migration {
+        version: 9,
+        name: "child workflows",
+        sql: include_str!("../../migrations/sqlite/0009_child_workflows.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once
