@@ -13,11 +13,11 @@ use tasks::{
     WorkflowContext, WorkflowError, step, workflow,
 };
 
-/// Squares its input; 13 fails for good.
+/// Squares its input; 1013 fails for good.
 #[workflow(name = "e2e-children-square")]
 async fn square(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
     bump(ctx.run_id(), "square");
-    if n == 13 {
+    if n == 1013 {
         return Err(WorkflowError::msg("unlucky").non_retryable());
     }
     Ok(n * n)
@@ -143,7 +143,7 @@ async fn a_child_failure_is_handled_by_the_parent(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
-    let run = one_child::start(&client, 13).await.unwrap();
+    let run = one_child::start(&client, 1013).await.unwrap();
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, "child failed: unlucky");
     let children = children_of(&store, run.id()).await;
