@@ -35,7 +35,9 @@ struct Report {
 async fn sum_sales(region: &str, stores: u32) -> Result<u64, std::io::Error> {
     tokio::time::sleep(Duration::from_millis(50)).await;
     if region == "atlantis" {
-        return Err(std::io::Error::other("the region's database is under water"));
+        return Err(std::io::Error::other(
+            "the region's database is under water",
+        ));
     }
     Ok(u64::from(stores) * 12_345)
 }
@@ -48,10 +50,7 @@ async fn region_sales(_ctx: WorkflowContext, region: Region) -> Result<u64, Work
 
 /// The report: one child per region, then the sum.
 #[workflow(name = "sales-report")]
-async fn sales_report(
-    ctx: WorkflowContext,
-    regions: Vec<Region>,
-) -> Result<Report, WorkflowError> {
+async fn sales_report(ctx: WorkflowContext, regions: Vec<Region>) -> Result<Report, WorkflowError> {
     // Fan out: every child starts now (each start is memoized, so a replay starts none again).
     let mut handles = Vec::new();
     for region in &regions {

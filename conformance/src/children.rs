@@ -78,7 +78,10 @@ pub async fn child_start_is_memoized(setup: impl Setup) {
     assert_eq!(first.step.step_name, "child/a");
     assert_eq!(first.step.workflow_run_id, parent.id);
     assert_eq!(first.step.child_workflow_run_id, Some(first.child.id));
-    assert_eq!(first.step.config["workflow"], json!(first.child.workflow_name));
+    assert_eq!(
+        first.step.config["workflow"],
+        json!(first.child.workflow_name)
+    );
     assert_eq!(first.child.status, RunStatus::Pending);
     assert_eq!(first.child.parent_run_id, Some(parent.id));
     assert_eq!(first.child.parent_step_attempt_id, Some(first.step.id));
@@ -136,14 +139,26 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
-    let parked = parked(store.wait_for_children(wait(&parent, &["child/a"])).await.unwrap());
+    let parked = parked(
+        store
+            .wait_for_children(wait(&parent, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(parked.status, RunStatus::Sleeping);
     assert_eq!(parked.worker_id, None);
 
     let running_child = claim_one(&store, LONG_LEASE).await;
-    assert_eq!(running_child.id, child.child.id, "only the child is claimable");
+    assert_eq!(
+        running_child.id, child.child.id,
+        "only the child is claimable"
+    );
     assert!(
-        store.claim_run(&new_worker(), LONG_LEASE).await.unwrap().is_none(),
+        store
+            .claim_run(&new_worker(), LONG_LEASE)
+            .await
+            .unwrap()
+            .is_none(),
         "the parked parent is not claimable while its child runs"
     );
     store
@@ -152,12 +167,28 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
         .unwrap();
 
     let woken = claim_one(&store, LONG_LEASE).await;
-    assert_eq!(woken.id, parent.id, "the child's completion woke the parent");
-    let steps = done(store.wait_for_children(wait(&woken, &["child/a"])).await.unwrap());
+    assert_eq!(
+        woken.id, parent.id,
+        "the child's completion woke the parent"
+    );
+    let steps = done(
+        store
+            .wait_for_children(wait(&woken, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(steps.len(), 1);
-    assert_eq!(outcome(&steps[0]), ChildOutcome::Completed(json!({ "sum": 3 })));
+    assert_eq!(
+        outcome(&steps[0]),
+        ChildOutcome::Completed(json!({ "sum": 3 }))
+    );
     // A completed wait is read back as it is.
-    let again = done(store.wait_for_children(wait(&woken, &["child/a"])).await.unwrap());
+    let again = done(
+        store
+            .wait_for_children(wait(&woken, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(again, steps);
 }
 
@@ -183,7 +214,11 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
         .await
         .unwrap();
     assert!(
-        store.claim_run(&new_worker(), LONG_LEASE).await.unwrap().is_none(),
+        store
+            .claim_run(&new_worker(), LONG_LEASE)
+            .await
+            .unwrap()
+            .is_none(),
         "one child is still live: the parent stays parked"
     );
     let failed = store
@@ -205,7 +240,10 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
             .await
             .unwrap(),
     );
-    assert_eq!(outcome(&steps[0]), ChildOutcome::Failed(json!({ "message": "boom" })));
+    assert_eq!(
+        outcome(&steps[0]),
+        ChildOutcome::Failed(json!({ "message": "boom" }))
+    );
     assert_eq!(outcome(&steps[1]), ChildOutcome::Completed(json!("a")));
 }
 
@@ -216,7 +254,12 @@ pub async fn wait_for_finished_children_does_not_park(setup: impl Setup) {
     let parent = create_claimed(&store).await;
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
     store.cancel_run(child.child.id).await.unwrap();
-    let steps = done(store.wait_for_children(wait(&parent, &["child/a"])).await.unwrap());
+    let steps = done(
+        store
+            .wait_for_children(wait(&parent, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(outcome(&steps[0]), ChildOutcome::Canceled);
     assert_eq!(
         store.get_run(parent.id).await.unwrap().unwrap().status,
@@ -224,7 +267,9 @@ pub async fn wait_for_finished_children_does_not_park(setup: impl Setup) {
     );
 
     assert_err!(
-        store.wait_for_children(wait(&parent, &["child/nope"])).await,
+        store
+            .wait_for_children(wait(&parent, &["child/nope"]))
+            .await,
         StoreError::UnknownStep { .. }
     );
     assert_err!(
@@ -244,11 +289,21 @@ pub async fn child_cancel_wakes_the_parent(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
-    parked(store.wait_for_children(wait(&parent, &["child/a"])).await.unwrap());
+    parked(
+        store
+            .wait_for_children(wait(&parent, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     store.cancel_run(child.child.id).await.unwrap();
     let woken = claim_one(&store, LONG_LEASE).await;
     assert_eq!(woken.id, parent.id, "the child's cancel woke the parent");
-    let steps = done(store.wait_for_children(wait(&woken, &["child/a"])).await.unwrap());
+    let steps = done(
+        store
+            .wait_for_children(wait(&woken, &["child/a"]))
+            .await
+            .unwrap(),
+    );
     assert_eq!(outcome(&steps[0]), ChildOutcome::Canceled);
 }
 

@@ -32,11 +32,11 @@ pub mod worker;
 #[doc(hidden)]
 pub mod private;
 
-pub use client::{Client, ClientError, RunError, RunHandle, SendOptions, StartOptions};
-pub use context::WorkflowContext;
 pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
+pub use client::{Client, ClientError, RunError, RunHandle, SendOptions, StartOptions};
+pub use context::WorkflowContext;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use definition::{

@@ -393,9 +393,11 @@ impl RunSession {
             worker_id: self.worker_id.clone(),
             step_names,
         };
-        retrying(self.retry_for, || self.store.wait_for_children(params.clone()))
-            .await
-            .map_err(Halt::after)
+        retrying(self.retry_for, || {
+            self.store.wait_for_children(params.clone())
+        })
+        .await
+        .map_err(Halt::after)
     }
 
     // ---- The run's outcome ----

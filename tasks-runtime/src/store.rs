@@ -41,8 +41,8 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::error::{Operation, StoreError, StoreResult};
 use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use crate::error::{Operation, StoreError, StoreResult};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};

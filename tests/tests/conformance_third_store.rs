@@ -15,10 +15,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
-    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
-    StartChild, StartedChild, StepAttempt, StepUpdate, Store, StoreResult, WaitForChildren,
-    WaitForEvent, WorkflowRun,
+    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
+    ListStepAttempts, NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent,
+    SharedStore, StartChild, StartedChild, StepAttempt, StepUpdate, Store, StoreResult,
+    WaitForChildren, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 

@@ -90,7 +90,10 @@ async fn retry_after_child(ctx: WorkflowContext, n: u64) -> Result<u64, Workflow
     Ok(squared)
 }
 
-async fn children_of(store: &support::TestStore, parent: tasks::uuid::Uuid) -> Vec<tasks::WorkflowRun> {
+async fn children_of(
+    store: &support::TestStore,
+    parent: tasks::uuid::Uuid,
+) -> Vec<tasks::WorkflowRun> {
     store
         .list_runs(ListRuns {
             parent_run_id: Some(parent),
@@ -117,7 +120,11 @@ async fn a_child_returns_its_result(backend: Backend) {
         kinds,
         vec![
             ("before_child", StepKind::Function, StepStatus::Completed),
-            ("child/e2e-children-square", StepKind::Child, StepStatus::Completed),
+            (
+                "child/e2e-children-square",
+                StepKind::Child,
+                StepStatus::Completed
+            ),
         ]
     );
     let child_step = &steps[1];
@@ -135,7 +142,10 @@ async fn a_child_returns_its_result(backend: Backend) {
     assert_eq!(calls(run.id(), "before"), 1);
     assert!(calls(run.id(), "body") >= 1);
     let parent = store.get_run(run.id()).await.unwrap().unwrap();
-    assert_eq!(parent.attempts, 1, "waking from the join continues the attempt");
+    assert_eq!(
+        parent.attempts, 1,
+        "waking from the join continues the attempt"
+    );
     worker.shutdown().await;
 }
 
@@ -172,7 +182,11 @@ async fn fan_out_of_50_children_and_fan_in(backend: Backend) {
     assert!(bodies <= 3, "the parent ran {bodies} times");
     let steps = run.steps().await.unwrap();
     assert_eq!(steps.len(), 50);
-    assert!(steps.iter().all(|s| s.kind == StepKind::Child && s.status == StepStatus::Completed));
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.kind == StepKind::Child && s.status == StepStatus::Completed)
+    );
     worker.shutdown().await;
 }
 
@@ -201,7 +215,11 @@ async fn canceling_a_parent_cascades_to_its_children(backend: Backend) {
         .find(|c| !c.cancel_with_parent)
         .expect("the detached child");
     assert_eq!(attached.status, RunStatus::Canceled);
-    assert_eq!(detached.status, RunStatus::Sleeping, "detached: still napping");
+    assert_eq!(
+        detached.status,
+        RunStatus::Sleeping,
+        "detached: still napping"
+    );
     assert_eq!(
         store.get_run(run.id()).await.unwrap().unwrap().status,
         RunStatus::Canceled

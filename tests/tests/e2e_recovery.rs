@@ -276,7 +276,10 @@ async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
             _ => None,
         }
     });
-    first.0.kill().expect("SIGKILL the worker while the child runs");
+    first
+        .0
+        .kill()
+        .expect("SIGKILL the worker while the child runs");
     first.0.wait().unwrap();
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
@@ -298,7 +301,11 @@ async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
     assert_eq!(parent_effects.get("before"), Some(&1), "{parent_effects:?}");
     assert_eq!(parent_effects.get("after"), Some(&1), "{parent_effects:?}");
     let child_effects = effect_counts(&effects, child.id).await;
-    assert_eq!(child_effects.get("child-start"), Some(&1), "{child_effects:?}");
+    assert_eq!(
+        child_effects.get("child-start"),
+        Some(&1),
+        "{child_effects:?}"
+    );
     let steps = store.step_history(parent.id).await.unwrap();
     let kinds: Vec<(&str, tasks::StepKind)> = steps
         .iter()

@@ -145,10 +145,12 @@ impl WorkflowContext {
             .name
             .clone()
             .unwrap_or_else(|| format!("child/{}", definition.name));
-        let step_name = self.resolve_name(&base).map_err(|error| ChildError::Input {
-            workflow: definition.name.to_owned(),
-            reason: error.to_string(),
-        })?;
+        let step_name = self
+            .resolve_name(&base)
+            .map_err(|error| ChildError::Input {
+                workflow: definition.name.to_owned(),
+                reason: error.to_string(),
+            })?;
         self.check_interrupted().await;
         if let Some(started) = self
             .last_attempt(&step_name)

@@ -134,10 +134,12 @@ impl PgStore {
             .map(|row| row.into_step(OPERATION))
             .transpose()?;
         if let Some(step) = existing {
-            let child_id = step.child_workflow_run_id.ok_or_else(|| StoreError::Corrupt {
-                operation: OPERATION,
-                reason: format!("child step {} names no child run", step.id),
-            })?;
+            let child_id = step
+                .child_workflow_run_id
+                .ok_or_else(|| StoreError::Corrupt {
+                    operation: OPERATION,
+                    reason: format!("child step {} names no child run", step.id),
+                })?;
             let sql = format!(
                 "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2"
             );

@@ -32,11 +32,12 @@ use crate::store::{
     SharedStore, StepUpdate, Store, complete_separately,
 };
 use crate::transition::{
-    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
-    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
-    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
-    forgettable_workers, interrupted, keyed_candidates, pending_order, quarantine_error,
-    retry_after, slots_held, stale_workers, status_in, step_status_in,
+    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP,
+    CREATE_STEP, EXPIRE, EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER,
+    QUARANTINE, RECORD_STEP, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted,
+    deadline_error, explain_step_miss, forgettable_workers, interrupted, keyed_candidates,
+    pending_order, quarantine_error, retry_after, slots_held, stale_workers, status_in,
+    step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -283,8 +284,8 @@ impl PgStore {
                 let run = decode_run(&row, transition.operation)?;
                 self.announce_now(transition, &run).await;
                 if finishing {
-                    let cascaded: Vec<Uuid> = sqlx::Row::try_get(&row, "cascaded")
-                        .map_err(db(transition.operation))?;
+                    let cascaded: Vec<Uuid> =
+                        sqlx::Row::try_get(&row, "cascaded").map_err(db(transition.operation))?;
                     self.announce_family(&run, &cascaded).await;
                 }
                 Ok(run)

@@ -125,10 +125,12 @@ impl SqliteStore {
             .map(|row| row.into_step(OPERATION))
             .transpose()?;
         if let Some(step) = existing {
-            let child_id = step.child_workflow_run_id.ok_or_else(|| StoreError::Corrupt {
-                operation: OPERATION,
-                reason: format!("child step {} names no child run", step.id),
-            })?;
+            let child_id = step
+                .child_workflow_run_id
+                .ok_or_else(|| StoreError::Corrupt {
+                    operation: OPERATION,
+                    reason: format!("child step {} names no child run", step.id),
+                })?;
             let child = fetch_run(write.conn(), &self.namespace, child_id, OPERATION)
                 .await?
                 .ok_or(StoreError::RunNotFound { id: child_id })?;
@@ -258,7 +260,9 @@ impl SqliteStore {
                 None => Some(missing_child()),
             };
             match outcome {
-                Some(outcome) => done.push(self.finish_child_step(&mut write, &step, &outcome).await?),
+                Some(outcome) => {
+                    done.push(self.finish_child_step(&mut write, &step, &outcome).await?)
+                }
                 None => live += 1,
             }
         }

@@ -19,9 +19,9 @@ use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
-    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
+    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE,
+    FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT,
+    Transition, admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
     quarantine_error, retry_after, slots_held, stale_workers, status_in,
 };
 
