@@ -129,6 +129,7 @@ impl WaitForChildren {
 
 /// The outcome of [`Store::wait_for_children`](crate::Store::wait_for_children).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // One per join, like `EventWait`; boxing would buy nothing.
 pub enum ChildWait {
     /// Every child has finished: their step attempts, completed with the children's
     /// outcomes ([`ChildOutcome::from_output`]), in the order the steps were named.
