@@ -270,8 +270,12 @@ async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
         let found = children().await;
         match found.first() {
             Some(child) if child.status == RunStatus::Running => {
-                let counts = effect_counts(&effects, child.id).await;
-                counts.contains_key("child-start").then(|| child.clone())
+                // The child's first step is durable (its record, not only its effect).
+                let steps = store.step_history(child.id).await.unwrap();
+                steps
+                    .iter()
+                    .any(|s| s.status == tasks::StepStatus::Completed)
+                    .then(|| child.clone())
             }
             _ => None,
         }
