@@ -50,6 +50,7 @@ macro_rules! assert_err {
     };
 }
 
+pub mod children;
 pub mod claims;
 pub mod events;
 pub mod flow;
@@ -104,7 +105,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -282,6 +283,16 @@ macro_rules! conformance_suite {
         } multi_thread {
             send_racing_a_park_never_loses_the_wake_up,
         } }
+        $crate::__conformance_module! { $setup, children {
+            child_start_is_memoized,
+            child_start_is_fenced,
+            child_completion_wakes_the_parent,
+            parent_wakes_after_its_last_child,
+            wait_for_finished_children_does_not_park,
+            child_cancel_wakes_the_parent,
+            cancel_cascades_to_children,
+            runs_are_listed_by_parent,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, flow {
             claim_takes_higher_priority_first,
             claim_respects_the_key_limit,
@@ -362,6 +373,7 @@ mod tests {
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
             ("events", include_str!("events.rs")),
+            ("children", include_str!("children.rs")),
             ("flow", include_str!("flow.rs")),
             ("status", include_str!("status.rs")),
             ("isolation", include_str!("isolation.rs")),

@@ -59,6 +59,8 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         retried_at: None,
         forked_from_run_id: None,
         forked_from_step: None,
+        parent_run_id: None,
+        cancel_with_parent: true,
     };
     assert_eq!(created, expected);
     assert_ne!(created.id, Uuid::nil());

@@ -30,6 +30,7 @@ use crate::step_failure::{
     ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
+pub(crate) mod children;
 pub(crate) mod events;
 
 tokio::task_local! {

@@ -78,6 +78,11 @@ pub enum Operation {
     PurgeRuns,
     /// [`Store::take_retention_turn`](crate::Store::take_retention_turn).
     RetentionTurn,
+    // Child workflows (issue #11).
+    /// [`Store::start_child`](crate::Store::start_child).
+    StartChild,
+    /// [`Store::wait_for_children`](crate::Store::wait_for_children).
+    WaitForChildren,
 }
 
 impl Operation {
@@ -115,6 +120,8 @@ impl Operation {
             Operation::ForkRun => "forking a workflow run",
             Operation::PurgeRuns => "purging finished workflow runs",
             Operation::RetentionTurn => "taking the retention turn",
+            Operation::StartChild => "starting a child workflow run",
+            Operation::WaitForChildren => "waiting for child workflow runs",
         }
     }
 
@@ -137,6 +144,8 @@ impl Operation {
             Operation::ClaimRuns => "claim",
             Operation::SendEvent => "send an event to",
             Operation::WaitForEvent => "wait for an event in",
+            Operation::StartChild => "start a child of",
+            Operation::WaitForChildren => "wait for the children of",
             _ => "change",
         }
     }

@@ -5,6 +5,7 @@
 // the two stores share are then unused.
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
+pub mod children;
 pub mod client;
 mod context;
 pub mod definition;
@@ -33,11 +34,15 @@ pub mod worker;
 #[doc(hidden)]
 pub mod private;
 
+pub use children::{
+    ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
+};
 pub use client::{
     Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, WAIT_SAFETY_REREAD,
     WaitError,
 };
 pub use context::WorkflowContext;
+pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,

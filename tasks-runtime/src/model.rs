@@ -140,8 +140,11 @@ impl FromStr for StepStatus {
 }
 
 /// What a step attempt represents.
+///
+/// Non-exhaustive: new kinds of steps come with new features (match with a wildcard arm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StepKind {
     /// A `#[step]` function call.
     Function,
@@ -150,6 +153,11 @@ pub enum StepKind {
     /// A wait for an event sent to the run (`WorkflowContext::wait_for_event`); its output
     /// is the consumed event, or that the wait timed out.
     Event,
+    /// A child workflow run started by the run (`WorkflowContext::child`,
+    /// `WorkflowContext::spawn_child`): the attempt starts with the child (its
+    /// `child_workflow_run_id`) and completes when the run has seen the child finish, with
+    /// the child's outcome as output.
+    Child,
 }
 
 impl StepKind {
@@ -159,6 +167,7 @@ impl StepKind {
             StepKind::Function => "function",
             StepKind::Sleep => "sleep",
             StepKind::Event => "event",
+            StepKind::Child => "child",
         }
     }
 }
@@ -177,6 +186,7 @@ impl FromStr for StepKind {
             "function" => Ok(StepKind::Function),
             "sleep" => Ok(StepKind::Sleep),
             "event" => Ok(StepKind::Event),
+            "child" => Ok(StepKind::Child),
             other => Err(UnknownStatus(other.to_owned())),
         }
     }
@@ -237,6 +247,17 @@ pub struct WorkflowRun {
     /// The resolved step name the run was forked from: it and every later step run again.
     #[serde(default)]
     pub forked_from_step: Option<String>,
+    /// The run that started this one as its child (its step is `parent_step_attempt_id`).
+    #[serde(default)]
+    pub parent_run_id: Option<Uuid>,
+    /// Whether canceling the parent cancels this run too: `true` (the default, "cascade")
+    /// unless the child was started detached from its parent's cancel.
+    #[serde(default = "cascade_default")]
+    pub cancel_with_parent: bool,
+}
+
+fn cascade_default() -> bool {
+    true
 }
 
 /// One attempt at one step of a run, as stored.
@@ -306,6 +327,8 @@ impl WorkflowRun {
             retried_at: None,
             forked_from_run_id: None,
             forked_from_step: None,
+            parent_run_id: None,
+            cancel_with_parent: true,
         }
     }
 }

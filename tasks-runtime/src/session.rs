@@ -357,6 +357,49 @@ impl RunSession {
             .map_err(Halt::after)
     }
 
+    /// The namespace of the run's store.
+    pub(crate) fn namespace(&self) -> &str {
+        self.store.namespace()
+    }
+
+    /// Starts a child run from step `step_name` (see
+    /// [`Store::start_child`](crate::Store::start_child)).
+    pub(crate) async fn start_child(
+        &self,
+        step_name: &str,
+        child: crate::store::CreateRun,
+        on_parent_cancel: crate::children::ParentCancel,
+    ) -> Result<crate::children::StartedChild, Halt> {
+        let params = crate::children::StartChild {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            child,
+            on_parent_cancel,
+        };
+        retrying(self.retry_for, || self.store.start_child(params.clone()))
+            .await
+            .map_err(Halt::after)
+    }
+
+    /// Waits for the children started by the steps `step_names` (see
+    /// [`Store::wait_for_children`](crate::Store::wait_for_children)).
+    pub(crate) async fn wait_for_children(
+        &self,
+        step_names: Vec<String>,
+    ) -> Result<crate::children::ChildWait, Halt> {
+        let params = crate::children::WaitForChildren {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_names,
+        };
+        retrying(self.retry_for, || {
+            self.store.wait_for_children(params.clone())
+        })
+        .await
+        .map_err(Halt::after)
+    }
+
     // ---- The run's outcome ----
 
     /// Completes the run with `output`, together with the records still held.

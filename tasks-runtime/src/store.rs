@@ -41,6 +41,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::flow::Concurrency;
@@ -185,6 +186,8 @@ pub struct ListRuns {
     pub created_after: Option<DateTime<Utc>>,
     /// Keep runs created at or before this instant.
     pub created_before: Option<DateTime<Utc>>,
+    /// Keep the children of this run ([`WorkflowRun::parent_run_id`]).
+    pub parent_run_id: Option<Uuid>,
     /// Page order.
     pub order: Order,
     /// Page size (default [`DEFAULT_PAGE_SIZE`]).
@@ -928,6 +931,37 @@ pub trait Store: Send + Sync + 'static {
         worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>>;
+
+    // ---- Child workflows (issue #11; see the `children` module) ----
+
+    /// Starts a child run from the step `params.step_name` of a run that `params.worker_id`
+    /// is running, in one transaction fenced on that lease: creates the step attempt (kind
+    /// [`StepKind::Child`], running, with the child's workflow in its config and the child's
+    /// id in `child_workflow_run_id`) and the child run (pending now, unless `params.child`
+    /// says otherwise; with `parent_run_id`, `parent_step_attempt_id` and
+    /// `cancel_with_parent` set), and announces the child with
+    /// [`Notification::RunAvailable`]. When the step already has a child attempt, nothing is
+    /// created and the first child is returned (`created` false): a child is started
+    /// exactly once per step, however often the parent replays or retries the start.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a child with an idempotency key or a
+    /// config that is not an object; the limit errors of [`CreateRun::check`]; worker-side
+    /// errors (about the parent). Nothing is written then.
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild>;
+
+    /// The wait of a run that `params.worker_id` is running for the children started by
+    /// the steps `params.step_names`, in one transaction fenced on that lease: completes
+    /// the step attempt of every child that has finished with the child's outcome
+    /// ([`ChildOutcome::to_output`](crate::ChildOutcome::to_output)), then, when all have
+    /// finished, returns their attempts ([`ChildWait::Done`]); otherwise parks the run
+    /// (sleeping until [`limits::LATEST`], no worker) until the last live one of them
+    /// finishes ([`ChildWait::Parked`]). The completion, failure for good or cancel of a
+    /// child makes its parked parent available in the child's own transition and announces
+    /// it with [`Notification::RunAvailable`].
+    ///
+    /// Errors: [`StoreError::UnknownStep`] when a name is not a child step of the run;
+    /// [`StoreError::InvalidArgument`] for an empty list; worker-side errors.
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -312,6 +312,60 @@ pub(crate) const WAIT_EVENT: Transition = Transition {
     ..Transition::leased(Operation::WaitForEvent)
 };
 
+// ---- Child workflows (issue #11) ----
+
+/// Starts a child run from a step of a running run, by its worker: the step attempt (kind
+/// child) and the child run (pending, announced) in one transaction fenced on the parent's
+/// lease. A repeat of the same step returns the first child.
+pub(crate) const START_CHILD: Transition = Transition {
+    announce: Announce::Available,
+    ..Transition::leased(Operation::StartChild)
+};
+
+/// A wait of a running run for some of its children, by its worker: completes the steps of
+/// the children that finished, and parks the run (sleeping until [`limits::LATEST`], no
+/// worker, `awaiting_children` set to the number still live) while any is live.
+///
+/// [`limits::LATEST`]: crate::limits::LATEST
+/// A parked run is announced sleeping, like a durable sleep.
+pub(crate) const WAIT_CHILDREN: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::WaitForChildren)
+};
+
+/// The half of a child's completion, failure for good or cancel that wakes its parent, in
+/// the child's own statement or transaction: the parent's `awaiting_children` goes down by
+/// one, and when that brings it to zero while the parent is parked (sleeping), the parent
+/// becomes available now and is announced. The parent row is written (and locked) whatever
+/// its state, so that a parent parking at the same moment serializes with the child.
+pub(crate) const WAKE_PARENT: Transition = Transition {
+    operation: Operation::WaitForChildren,
+    from: &[Sleeping],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+    // The parent stays sleeping, claimable now, as when a sleep ends.
+    announce_status: false,
+};
+
+/// The `SET` list of [`WAKE_PARENT`] on the parent row (table alias `alias`, with its dot,
+/// or empty), with `now` the SQL expression of the store's clock.
+pub(crate) fn wake_parent_set(alias: &str, now: &str) -> String {
+    format!(
+        "awaiting_children = CASE WHEN {alias}awaiting_children > 0
+                                  THEN {alias}awaiting_children - 1 ELSE 0 END,
+         available_at = CASE WHEN {alias}awaiting_children = 1 AND {parked}
+                             THEN {now} ELSE {alias}available_at END",
+        parked = status_in(alias, WAKE_PARENT.from),
+    )
+}
+
+/// The statuses of a child whose end wakes its parent: the terminal ones.
+pub(crate) const FINISHED: &[RunStatus] = &[RunStatus::Completed, RunStatus::Failed, Canceled];
+
+/// The live statuses a parent's cancel takes its cascading descendants from ([`CANCEL`]'s).
+pub(crate) const CASCADE_FROM: &[RunStatus] = CANCEL.from;
+
 // Flow control (issue #12): priorities and concurrency keys in the claim.
 
 /// The statuses in which a run holds a slot of its concurrency key: only running. A
@@ -797,6 +851,22 @@ mod tests {
         // Every claimable status either takes a slot or already holds one.
         for status in CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from) {
             assert!(TAKES_SLOT.contains(status) != HOLDS_SLOT.contains(status));
+        }
+    }
+
+    #[test]
+    fn the_parent_wake_renders_once() {
+        let set = wake_parent_set("p.", "now()");
+        assert!(set.contains("p.awaiting_children = 1 AND p.status IN ('sleeping')"));
+        assert!(set.contains("THEN now() ELSE p.available_at END"));
+        assert!(START_CHILD.admits(&run(Running, Some("w")), Some("w")));
+        assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some("w")));
+        assert!(matches!(
+            WAKE_PARENT.announcement(&run(Sleeping, None)),
+            Some(Notification::RunAvailable { .. })
+        ));
+        for status in FINISHED {
+            assert!(status.is_terminal());
         }
     }
 

@@ -15,9 +15,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::{
-    ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
-    NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus, SendEvent, SentEvent,
-    SharedStore, StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
+    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
+    ListStepAttempts, NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus,
+    SendEvent, SentEvent, SharedStore, StartChild, StartedChild, StepAttempt, StepUpdate, Store,
+    StoreResult, WaitForChildren, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -185,6 +186,14 @@ impl Store for Counting {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.inner.list_events(run_id).await
+    }
+
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.write().start_child(params).await
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.write().wait_for_children(params).await
     }
 
     // ---- Retry and fork (issue #14) ----

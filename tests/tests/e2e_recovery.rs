@@ -234,6 +234,97 @@ async fn a_run_waiting_for_an_event_survives_a_killed_worker(backend: Backend) {
     );
 }
 
+/// A worker process is SIGKILLed while the child of its parent run is running: a new
+/// worker process finishes the child, whose completion wakes the parent, which gets the
+/// child's result. The child is started once, and the parent's step before it ran once.
+async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
+    let store = backend.store().await;
+    let effects = effects_pool().await;
+    let parent = store
+        .create_run(CreateRun {
+            input: Some(json!({
+                "effects_database_url": tasks_tests::database_url(),
+                "work_millis": 3_000,
+            })),
+            ..CreateRun::new("test-parent")
+        })
+        .await
+        .unwrap();
+    let (shared, parent_id) = (store.shared(), parent.id);
+    let children = || {
+        let shared = shared.clone();
+        async move {
+            shared
+                .list_runs(ListRuns {
+                    parent_run_id: Some(parent_id),
+                    ..ListRuns::default()
+                })
+                .await
+                .unwrap()
+                .data
+        }
+    };
+
+    let mut first = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let child = eventually!(Duration::from_secs(30), {
+        let found = children().await;
+        match found.first() {
+            Some(child) if child.status == RunStatus::Running => {
+                // The child's first step is durable (its record, not only its effect).
+                let steps = store.step_history(child.id).await.unwrap();
+                steps
+                    .iter()
+                    .any(|s| s.status == tasks::StepStatus::Completed)
+                    .then(|| child.clone())
+            }
+            _ => None,
+        }
+    });
+    first
+        .0
+        .kill()
+        .expect("SIGKILL the worker while the child runs");
+    first.0.wait().unwrap();
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let finished = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(parent.id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
+    assert_eq!(finished.output, Some(json!(child.id.to_string())));
+    let all = children().await;
+    assert_eq!(all.len(), 1, "the child was started once: {all:?}");
+    assert_eq!(all[0].status, RunStatus::Completed);
+    let parent_effects = effect_counts(&effects, parent.id).await;
+    assert_eq!(parent_effects.get("before"), Some(&1), "{parent_effects:?}");
+    assert_eq!(parent_effects.get("after"), Some(&1), "{parent_effects:?}");
+    let child_effects = effect_counts(&effects, child.id).await;
+    assert_eq!(
+        child_effects.get("child-start"),
+        Some(&1),
+        "{child_effects:?}"
+    );
+    let steps = store.step_history(parent.id).await.unwrap();
+    let kinds: Vec<(&str, tasks::StepKind)> = steps
+        .iter()
+        .map(|s| (s.step_name.as_str(), s.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("record_effect", tasks::StepKind::Function),
+            ("child/test-child", tasks::StepKind::Child),
+            ("record_effect:1", tasks::StepKind::Function),
+        ]
+    );
+}
+
 #[step]
 async fn unit_of_work(n: u32) -> Result<u32, std::io::Error> {
     let run_id = WorkflowContext::current()
@@ -583,6 +674,19 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<Option<u64>> {
         self.inner.take_retention_turn(worker_id, every).await
     }
+    // Child workflows (issue #11).
+    async fn start_child(
+        &self,
+        params: tasks::StartChild,
+    ) -> tasks::StoreResult<tasks::StartedChild> {
+        self.inner.start_child(params).await
+    }
+    async fn wait_for_children(
+        &self,
+        params: tasks::WaitForChildren,
+    ) -> tasks::StoreResult<tasks::ChildWait> {
+        self.inner.wait_for_children(params).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and
@@ -787,4 +891,5 @@ both_backends!(
     a_worker_retries_its_writes_through_database_errors,
     a_poison_row_is_failed_and_the_others_complete,
     a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
+    a_killed_worker_does_not_start_a_child_twice,
 );

@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "retention",
         sql: include_str!("../../migrations/postgres/0009_retention.sql"),
     },
+    Migration {
+        version: 10,
+        name: "child workflows",
+        sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -1,6 +1,7 @@
 //! The Postgres store: the production backend, shared by workers on many machines.
 
 mod background;
+mod children;
 mod events;
 mod lifecycle;
 mod migrate;
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 
+use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
@@ -32,11 +34,12 @@ use crate::store::{
     SharedStore, StepUpdate, Store, complete_separately,
 };
 use crate::transition::{
-    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
-    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
-    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
-    forgettable_workers, interrupted, keyed_candidates, pending_order, quarantine_error,
-    retry_after, slots_held, stale_workers, status_in, step_status_in,
+    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP,
+    CREATE_STEP, EXPIRE, EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER,
+    QUARANTINE, RECORD_STEP, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted,
+    deadline_error, explain_step_miss, forgettable_workers, interrupted, keyed_candidates,
+    pending_order, quarantine_error, retry_after, slots_held, stale_workers, status_in,
+    step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -246,12 +249,30 @@ impl PgStore {
         worker_id: Option<&str>,
         bind: impl for<'q> FnOnce(RunQuery<'q>) -> RunQuery<'q>,
     ) -> StoreResult<WorkflowRun> {
-        let sql = format!(
+        let update = format!(
             "UPDATE tasks.workflow_runs SET {set}, updated_at = now()
               WHERE namespace = $1 AND id = $2 AND {fence}
           RETURNING {RUN_COLUMNS}",
             fence = transition.fence("", "$3"),
         );
+        // A transition that may finish the run wakes its parent in the same statement; a
+        // cancel also cancels the descendants that cascade (see `children.rs`).
+        let finishing = transition.announce == Announce::Finished;
+        let cascade = transition.operation == Operation::CancelRun;
+        let sql = match (finishing, cascade) {
+            (false, _) => update,
+            (true, false) => format!(
+                "WITH done AS ({update}), {woken}
+                 SELECT done.*, ARRAY[]::uuid[] AS cascaded FROM done",
+                woken = children::wake_parent_cte(),
+            ),
+            (true, true) => format!(
+                "WITH RECURSIVE done AS ({update}), {woken}, {cascade}
+                 SELECT done.*, ARRAY(SELECT id FROM cascaded) AS cascaded FROM done",
+                woken = children::wake_parent_cte(),
+                cascade = children::cascade_ctes(),
+            ),
+        };
         let query = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
@@ -264,6 +285,11 @@ impl PgStore {
             Some(row) => {
                 let run = decode_run(&row, transition.operation)?;
                 self.announce_now(transition, &run).await;
+                if finishing {
+                    let cascaded: Vec<Uuid> =
+                        sqlx::Row::try_get(&row, "cascaded").map_err(db(transition.operation))?;
+                    self.announce_family(&run, &cascaded).await;
+                }
                 Ok(run)
             }
             None => {
@@ -724,6 +750,9 @@ impl Store for PgStore {
         if let Some(name) = &params.workflow_name {
             query.push(" AND workflow_name = ").push_bind(name);
         }
+        if let Some(parent) = params.parent_run_id {
+            query.push(" AND parent_run_id = ").push_bind(parent);
+        }
         if let Some(after) = params.created_after {
             query.push(" AND created_at >= ").push_bind(after);
         }
@@ -902,13 +931,16 @@ impl Store for PgStore {
                         OR (deadline_at IS NOT NULL
                             AND now() + $5 * INTERVAL '1 millisecond' >= deadline_at)) AS give_up
                   FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2
-             )
+             ), done AS (
              UPDATE tasks.workflow_runs wr SET {set}, updated_at = now()
                FROM d
               WHERE wr.namespace = $1 AND wr.id = $2 AND wr.attempts = $6 AND {fence}
-          RETURNING {returning}",
+          RETURNING {returning}
+             ), {woken}
+             SELECT * FROM done",
             fence = FAIL.fence("wr.", "$3"),
             returning = prefixed("wr", RUN_COLUMNS),
+            woken = children::wake_parent_cte(),
         );
         let updated = sqlx::query(&sql)
             .bind(&*self.namespace)
@@ -924,6 +956,7 @@ impl Store for PgStore {
             Some(row) => {
                 let run = decode_run(&row, FAIL.operation)?;
                 self.announce_now(&FAIL, &run).await;
+                self.announce_family(&run, &[]).await;
                 Ok(run)
             }
             None => {
@@ -1274,5 +1307,15 @@ impl Store for PgStore {
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         self.take_retention_turn_impl(worker_id, every).await
+    }
+
+    // ---- Child workflows (issue #11): the SQL is in `children.rs` ----
+
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
     }
 }

@@ -429,10 +429,13 @@ pub(crate) fn complete_runs_sql() -> &'static str {
                    FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[])
                         AS c(namespace, run_id, worker_id, output)
                   CROSS JOIN LATERAL (
-                        SELECT x.ctid AS tid, x.status, x.worker_id FROM tasks.workflow_runs x
+                        SELECT x.ctid AS tid, x.status, x.worker_id, x.parent_run_id
+                          FROM tasks.workflow_runs x
                          WHERE x.namespace = c.namespace AND x.id = c.run_id
                         OFFSET 0) w
-                  WHERE {fence}
+                  -- A child run's completion wakes its parent: the single-run statement
+                  -- (`PgStore::transition`) does that, so the batch hands children back.
+                  WHERE {fence} AND w.parent_run_id IS NULL
              ), done AS (
                  UPDATE tasks.workflow_runs wr
                     SET status = 'completed', output = t.output::jsonb, error = NULL,

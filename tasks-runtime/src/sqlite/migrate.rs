@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "retention",
         sql: include_str!("../../migrations/sqlite/0008_retention.sql"),
     },
+    Migration {
+        version: 9,
+        name: "child workflows",
+        sql: include_str!("../../migrations/sqlite/0009_child_workflows.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

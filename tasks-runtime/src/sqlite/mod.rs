@@ -21,6 +21,7 @@
 //!   the same database file in this process. Other processes do not hear them: their workers
 //!   find runs by polling.
 
+mod children;
 mod events;
 mod lifecycle;
 mod migrate;
@@ -43,6 +44,7 @@ use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
+use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
@@ -542,5 +544,15 @@ impl Store for SqliteStore {
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         self.take_retention_turn_impl(worker_id, every).await
+    }
+
+    // ---- Child workflows (issue #11): the SQL is in `children.rs` ----
+
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
     }
 }

@@ -27,7 +27,7 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
     deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
-    forked_from_run_id, forked_from_step";
+    forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent";
 
 /// Columns of `tasks_step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -162,6 +162,8 @@ pub(crate) struct RunRow {
     retried_at: Option<String>,
     forked_from_run_id: Option<String>,
     forked_from_step: Option<String>,
+    parent_run_id: Option<String>,
+    cancel_with_parent: bool,
 }
 
 impl RunRow {
@@ -229,6 +231,8 @@ impl RunRow {
             retried_at: parse_ts_opt(self.retried_at, op)?,
             forked_from_run_id: parse_id_opt(self.forked_from_run_id, op)?,
             forked_from_step: self.forked_from_step,
+            parent_run_id: parse_id_opt(self.parent_run_id, op)?,
+            cancel_with_parent: self.cancel_with_parent,
         })
     }
 }

@@ -19,9 +19,9 @@ use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
-    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
+    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE,
+    FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT,
+    Transition, admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
     quarantine_error, retry_after, slots_held, stale_workers, status_in,
 };
 
@@ -75,8 +75,19 @@ impl SqliteStore {
             .fetch_optional(write.conn())
             .await
             .map_err(db(operation))?;
+        let mut family = Vec::new();
         let outcome = match updated {
-            Some(row) => Ok(row.into_run(operation)?),
+            Some(row) => {
+                let run = row.into_run(operation)?;
+                // A finished child wakes its parent, a cancel cascades: in this transaction.
+                if transition.announce == Announce::Finished {
+                    let cascade = operation == Operation::CancelRun;
+                    family = self
+                        .after_finish(&mut write, &run, cascade, operation)
+                        .await?;
+                }
+                Ok(run)
+            }
             None => {
                 tracing::debug!(%run_id, worker_id, %operation, "fenced update matched no run");
                 Err(fetch_run(write.conn(), &self.namespace, run_id, operation).await?)
@@ -86,6 +97,9 @@ impl SqliteStore {
         match outcome {
             Ok(run) => {
                 for notification in transition.announcements(&run) {
+                    self.notify(notification);
+                }
+                for notification in family {
                     self.notify(notification);
                 }
                 Ok(run)
@@ -192,6 +206,11 @@ impl SqliteStore {
         }
         if let Some(name) = params.workflow_name {
             query.push(" AND workflow_name = ").push_bind(name);
+        }
+        if let Some(parent) = params.parent_run_id {
+            query
+                .push(" AND parent_run_id = ")
+                .push_bind(rows::id(parent));
         }
         if let Some(after) = params.created_after {
             query

@@ -24,7 +24,7 @@
 //! | `workflows list` | name, version and description of every linked workflow |
 //! | `workflows schema NAME [--version V]` | the JSON Schemas of its input and output |
 //! | `start NAME --input JSON\|@file [--version V] [--idempotency-key K] [--delay 30s]` | starts a run, input validated first |
-//! | `runs list [--status S] [--workflow W] [--limit N] [--after C\|--before C] [--json]` | a page of runs, newest first |
+//! | `runs list [--status S] [--workflow W] [--parent ID] [--limit N] [--after C\|--before C] [--json]` | a page of runs, newest first |
 //! | `runs show ID [--json]` | a run with its input, output or error, and step timeline |
 //! | `runs watch ID` | follows a run until it ends |
 //! | `cancel ID`, `pause ID`, `resume ID`, `retry ID` | operate on a run (`retry`: a failed or canceled run runs again from its first unfinished step) |
@@ -320,6 +320,9 @@ pub struct ListArgs {
     /// Keep runs of this workflow.
     #[arg(long, short = 'w')]
     pub workflow: Option<String>,
+    /// Keep the children of this run (started with `ctx.child` / `ctx.spawn_child`).
+    #[arg(long)]
+    pub parent: Option<Uuid>,
     /// Runs per page.
     #[arg(long, short = 'l', default_value_t = 20)]
     pub limit: u32,

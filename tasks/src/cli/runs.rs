@@ -16,6 +16,7 @@ pub(super) async fn list(
     let query = ListRuns {
         statuses: args.status.clone(),
         workflow_name: args.workflow.clone(),
+        parent_run_id: args.parent,
         order: if args.oldest_first {
             Order::Asc
         } else {
@@ -127,6 +128,9 @@ pub(super) async fn show(
     if let Some(worker) = &run.worker_id {
         fields.push(("worker", worker.clone()));
     }
+    if let Some(parent) = run.parent_run_id {
+        fields.push(("parent", parent.to_string()));
+    }
     fields.push((
         "input",
         run.input
@@ -156,7 +160,11 @@ pub(super) async fn show(
             vec![
                 (index + 1).to_string(),
                 step.step_name.clone(),
-                step.kind.to_string(),
+                match step.child_workflow_run_id {
+                    // A child start names its child run.
+                    Some(child) => format!("{} {child}", step.kind),
+                    None => step.kind.to_string(),
+                },
                 step.status.to_string(),
                 attempt.to_string(),
                 format::time(step.started_at.unwrap_or(step.created_at)),

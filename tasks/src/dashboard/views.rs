@@ -229,8 +229,9 @@ pub(super) fn run(
     let end_of = |step: &StepAttempt| {
         step.finished_at.unwrap_or_else(|| match step.kind {
             StepKind::Sleep => sleep_until(step).unwrap_or(now).max(now),
-            // A step still running, or a wait for an event that has not come yet.
-            StepKind::Function | StepKind::Event => now,
+            // A step still running, a wait for an event that has not come yet, or a child
+            // that has not finished.
+            _ => now,
         })
     };
     let end = steps
@@ -265,6 +266,9 @@ pub(super) fn run(
                 }
                 @if let Some(at) = run.deadline_at { dt { "Deadline" } dd { (time(at)) } }
                 @if let Some(worker) = &run.worker_id { dt { "Worker" } dd.mono { (worker) } }
+                @if let Some(parent) = run.parent_run_id {
+                    dt { "Parent" } dd { a.mono href=(base.link(&format!("run?id={parent}"))) { (parent) } }
+                }
             }
             @if !run.status.is_terminal() {
                 div.actions {
@@ -306,6 +310,12 @@ pub(super) fn run(
                                     }
                                     @if step.kind == StepKind::Event {
                                         " " span.kind { "event" }
+                                    }
+                                    @if step.kind == StepKind::Child {
+                                        " " span.kind { "child" }
+                                        @if let Some(child) = step.child_workflow_run_id {
+                                            div.detail { "run " a.mono href=(base.link(&format!("run?id={child}"))) { (child) } }
+                                        }
                                     }
                                     @if let Some(error) = &step.error { div.error { (error_text(error)) } }
                                     // A function step's output, or the event a wait consumed.

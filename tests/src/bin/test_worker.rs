@@ -93,6 +93,43 @@ async fn approval(ctx: WorkflowContext, input: ApprovalInput) -> Result<String, 
     Ok(approval.by)
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct ChildInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+    /// How long the child's work step takes.
+    work_millis: u64,
+}
+
+/// A child (issue #11's recovery test): records that it started, works for a while,
+/// returns its run id.
+#[workflow(name = "test-child")]
+async fn child(ctx: WorkflowContext, input: ChildInput) -> Result<String, WorkflowError> {
+    let url = &input.effects_database_url;
+    record_effect(url, ctx.run_id(), "child-start".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    record_effect(url, ctx.run_id(), "child-work".into(), input.work_millis)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    Ok(ctx.run_id().to_string())
+}
+
+/// Records an effect, runs `test-child` and waits for it, records another effect, returns
+/// the child's output.
+#[workflow(name = "test-parent")]
+async fn parent(ctx: WorkflowContext, input: ChildInput) -> Result<String, WorkflowError> {
+    let url = input.effects_database_url.clone();
+    record_effect(&url, ctx.run_id(), "before".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    let output = ctx.child::<child>(input).await?;
+    record_effect(&url, ctx.run_id(), "after".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    Ok(output)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
