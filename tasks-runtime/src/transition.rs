@@ -722,7 +722,10 @@ mod tests {
             PURGE.fence("r.", "NULL"),
             "r.status IN ('completed', 'failed', 'canceled')"
         );
-        assert_eq!(PURGE.announcement(&run(RunStatus::Failed, None)), None);
+        assert_eq!(
+            PURGE.announcements(&run(RunStatus::Failed, None)).next(),
+            None
+        );
     }
 
     #[test]
@@ -861,10 +864,22 @@ mod tests {
         assert!(set.contains("THEN now() ELSE p.available_at END"));
         assert!(START_CHILD.admits(&run(Running, Some("w")), Some("w")));
         assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some("w")));
-        assert!(matches!(
-            WAKE_PARENT.announcement(&run(Sleeping, None)),
-            Some(Notification::RunAvailable { .. })
-        ));
+        let woken: Vec<_> = WAKE_PARENT.announcements(&run(Sleeping, None)).collect();
+        assert!(
+            matches!(woken[..], [Notification::RunAvailable { .. }]),
+            "{woken:?}"
+        );
+        let parked: Vec<_> = WAIT_CHILDREN.announcements(&run(Sleeping, None)).collect();
+        assert!(
+            matches!(
+                parked[..],
+                [Notification::StatusChanged {
+                    status: Sleeping,
+                    ..
+                }]
+            ),
+            "{parked:?}"
+        );
         for status in FINISHED {
             assert!(status.is_terminal());
         }
