@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod registry;
 mod replay;
 pub mod retry;
+pub mod schedule;
 mod session;
 pub mod step_failure;
 pub mod store;
@@ -49,6 +50,9 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use retry::RetryPolicy;
+pub use schedule::{CatchUp, NewSchedule, Schedule};
+#[cfg(feature = "schedules")]
+pub use schedule::{Cadence, ScheduleError};
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,

@@ -90,6 +90,7 @@ async fn check_migrations(database: &str) {
         [
             "concurrency_keys",
             "events",
+            "schedules",
             "schema_migrations",
             "step_attempts",
             "workers",

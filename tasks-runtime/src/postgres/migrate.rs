@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow control",
         sql: include_str!("../../migrations/postgres/0007_flow_control.sql"),
     },
+    Migration {
+        version: 8,
+        name: "schedules",
+        sql: include_str!("../../migrations/postgres/0008_schedules.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow control",
         sql: include_str!("../../migrations/sqlite/0006_flow_control.sql"),
     },
+    Migration {
+        version: 7,
+        name: "schedules",
+        sql: include_str!("../../migrations/sqlite/0007_schedules.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once
