@@ -23,6 +23,8 @@ pub mod registry;
 mod replay;
 pub mod retry;
 pub mod schedule;
+#[cfg(feature = "schedules")]
+mod scheduler;
 mod session;
 pub mod step_failure;
 pub mod store;

@@ -324,3 +324,50 @@ mod tests {
         );
     }
 }
+
+/// A schedule declared on a workflow (`#[workflow(schedule = "...")]`), registered at link
+/// time. Every worker that knows the workflow puts it at start
+/// ([`Store::put_schedule`](crate::Store::put_schedule)), named after the workflow: its
+/// `next_slot` is kept across restarts while the cron expression and the timezone are
+/// unchanged.
+#[derive(Debug)]
+pub struct ScheduleDeclaration {
+    /// The workflow, and the schedule's name.
+    pub workflow: &'static str,
+    /// The workflow version, if versioned.
+    pub version: Option<&'static str>,
+    /// The cron expression (checked at compile time by `#[workflow]`).
+    pub cron: &'static str,
+    /// The IANA timezone (checked at compile time by `#[workflow]`).
+    pub timezone: &'static str,
+    /// What the schedule does with missed slots.
+    pub catch_up: CatchUp,
+    /// The input of every run: the workflow input type's `Default`, as JSON.
+    pub input: fn() -> Value,
+}
+
+impl ScheduleDeclaration {
+    /// The schedule it declares.
+    pub fn to_new_schedule(&self) -> NewSchedule {
+        NewSchedule {
+            name: self.workflow.to_owned(),
+            workflow_name: self.workflow.to_owned(),
+            version: self.version.map(str::to_owned),
+            cron: self.cron.to_owned(),
+            timezone: self.timezone.to_owned(),
+            input: (self.input)(),
+            catch_up: self.catch_up,
+        }
+    }
+}
+
+/// Link-time registration of a declared schedule, collected by `inventory`.
+#[derive(Debug)]
+pub struct ScheduleRegistration(pub &'static ScheduleDeclaration);
+
+inventory::collect!(ScheduleRegistration);
+
+/// Every schedule declared in this binary.
+pub fn declared() -> impl Iterator<Item = &'static ScheduleDeclaration> {
+    inventory::iter::<ScheduleRegistration>().map(|registration| registration.0)
+}

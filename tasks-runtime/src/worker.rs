@@ -92,6 +92,8 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     heartbeat_interval: Duration,
     heartbeat_timeout: Option<Duration>,
+    #[cfg(feature = "schedules")]
+    schedule_tick: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -185,6 +187,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker's scheduler fires the due slots of the namespace's schedules
+    /// (default 500 ms); `None` turns the scheduler off (this worker then neither puts
+    /// the declared schedules nor fires any: other workers do). Every worker may tick: each
+    /// slot fires once however many do (see [`crate::schedule`]).
+    #[cfg(feature = "schedules")]
+    pub fn schedule_tick(mut self, tick: Option<Duration>) -> Self {
+        self.schedule_tick = tick;
+        self
+    }
+
     /// Builds the worker, collecting link-time registrations unless a registry was given.
     pub fn build(self) -> Result<Worker, WorkerError> {
         if self.concurrency == 0 {
@@ -228,6 +240,20 @@ impl WorkerBuilder {
             None => self.store,
         };
         let worker_id = self.worker_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+        #[cfg(feature = "schedules")]
+        let scheduler = match self.schedule_tick {
+            Some(tick) if tick < Duration::from_millis(10) => {
+                return Err(WorkerError::InvalidSetting(
+                    "schedule tick must be at least 10 ms".into(),
+                ));
+            }
+            Some(tick) => Some(crate::scheduler::Scheduler::new(
+                store.clone(),
+                &registry,
+                tick,
+            )),
+            None => None,
+        };
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 liveness: Liveness {
@@ -252,6 +278,8 @@ impl WorkerBuilder {
                 poll_max: self.poll_max,
                 shutdown_grace: self.shutdown_grace,
                 unknown_workflow: self.unknown_workflow,
+                #[cfg(feature = "schedules")]
+                scheduler,
             }),
         })
     }
@@ -274,6 +302,8 @@ struct WorkerInner {
     poll_max: Duration,
     shutdown_grace: Duration,
     unknown_workflow: UnknownWorkflowPolicy,
+    #[cfg(feature = "schedules")]
+    scheduler: Option<crate::scheduler::Scheduler>,
 }
 
 /// A worker running in the background; see [`Worker::spawn`].
@@ -328,6 +358,8 @@ impl Worker {
             worker_id: None,
             heartbeat_interval: crate::liveness::DEFAULT_INTERVAL,
             heartbeat_timeout: None,
+            #[cfg(feature = "schedules")]
+            schedule_tick: Some(crate::scheduler::DEFAULT_TICK),
         }
     }
 
@@ -392,6 +424,8 @@ impl Worker {
         let mut idle = inner.poll_min;
         // Beats until every run in flight has finished or been abandoned.
         let beating = inner.liveness.start().await;
+        #[cfg(feature = "schedules")]
+        let ticking = inner.scheduler.as_ref().map(|scheduler| scheduler.start());
 
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
@@ -462,6 +496,10 @@ impl Worker {
             }
         }
 
+        #[cfg(feature = "schedules")]
+        if let Some(ticking) = ticking {
+            ticking.stop().await;
+        }
         tracker.close();
         tracing::info!(
             in_flight = tracker.len(),
