@@ -19,6 +19,7 @@ use tasks::{
     NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
     StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
+use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use uuid::Uuid;
 
 /// Counts the writes it forwards to the store it wraps.
@@ -191,6 +192,50 @@ impl Store for Counting {
 
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
         self.write().fork_run(run_id, from_step).await
+    }
+
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write().create_schedule(params, first_slot).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write().put_schedule(params, first_slot).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.inner.get_schedule(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.inner.list_schedules().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.write().pause_schedule(name).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.write().resume_schedule(name).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.write().delete_schedule(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.inner.due_schedules(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.write().fire_schedule(params).await
     }
 }
 
