@@ -22,8 +22,13 @@ use tasks::{
 
 /// Returns the slot it was started for, as the run sees it.
 #[workflow(name = "e2e-scheduled")]
-async fn scheduled(ctx: WorkflowContext) -> Result<Option<DateTime<Utc>>, WorkflowError> {
-    Ok(ctx.scheduled_at())
+async fn scheduled(ctx: WorkflowContext) -> Result<Option<String>, WorkflowError> {
+    Ok(ctx.scheduled_at().map(text))
+}
+
+/// An instant as the runs of these tests return it.
+fn text(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// Declared: every worker of this test binary puts this schedule in its namespace.
@@ -33,8 +38,8 @@ async fn scheduled(ctx: WorkflowContext) -> Result<Option<DateTime<Utc>>, Workfl
     timezone = "Europe/Paris",
     catch_up = "skip"
 )]
-async fn declared(ctx: WorkflowContext) -> Result<Option<DateTime<Utc>>, WorkflowError> {
-    Ok(ctx.scheduled_at())
+async fn declared(ctx: WorkflowContext) -> Result<Option<String>, WorkflowError> {
+    Ok(ctx.scheduled_at().map(text))
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -119,7 +124,7 @@ async fn catch_up_after_downtime_follows_the_policy(backend: Backend) {
     }
     let expected_runs: usize = policies.iter().map(|(_, _, slots)| slots.len()).sum();
     let runs = eventually!(Duration::from_secs(20), {
-        let runs = runs_of(&store, "e2e-scheduled").await;
+        let runs = runs_of(&*store, "e2e-scheduled").await;
         (runs.len() == expected_runs && runs.iter().all(|r| r.status == RunStatus::Completed))
             .then_some(runs)
     });
@@ -129,7 +134,7 @@ async fn catch_up_after_downtime_follows_the_policy(backend: Backend) {
             .iter()
             .map(|run| {
                 let slot = scheduled_at(run.context.as_ref()).expect("a slot in the context");
-                assert_eq!(run.output, Some(json!(slot)), "the run sees its slot");
+                assert_eq!(run.output, Some(json!(text(slot))), "the run sees its slot");
                 slot
             })
             .collect();
@@ -153,15 +158,15 @@ async fn declared_schedule_pauses_resumes_and_deletes(backend: Backend) {
     assert_eq!(put.catch_up, CatchUp::Skip);
     assert_eq!(put.input, Value::Null);
     eventually!(Duration::from_secs(20), {
-        (runs_of(&store, "e2e-declared").await.len() >= 2).then_some(())
+        (runs_of(&*store, "e2e-declared").await.len() >= 2).then_some(())
     });
 
     let paused = client.pause_schedule("e2e-declared").await.unwrap();
     assert!(paused.paused);
     let paused_at = Utc::now();
-    let before = runs_of(&store, "e2e-declared").await.len();
+    let before = runs_of(&*store, "e2e-declared").await.len();
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let after_pause = runs_of(&store, "e2e-declared").await;
+    let after_pause = runs_of(&*store, "e2e-declared").await;
     assert_eq!(after_pause.len(), before, "a paused schedule fires nothing");
     assert!(
         after_pause
@@ -173,7 +178,7 @@ async fn declared_schedule_pauses_resumes_and_deletes(backend: Backend) {
     let resumed_at = Utc::now();
     client.resume_schedule("e2e-declared").await.unwrap();
     let resumed = eventually!(Duration::from_secs(20), {
-        let runs = runs_of(&store, "e2e-declared").await;
+        let runs = runs_of(&*store, "e2e-declared").await;
         (runs.len() > before).then_some(runs)
     });
     let slots: Vec<DateTime<Utc>> = resumed
@@ -191,7 +196,7 @@ async fn declared_schedule_pauses_resumes_and_deletes(backend: Backend) {
     client.delete_schedule("e2e-declared").await.unwrap();
     running.shutdown().await;
     assert_eq!(client.get_schedule("e2e-declared").await.unwrap(), None);
-    assert!(runs_of(&store, "e2e-declared").await.len() > before);
+    assert!(runs_of(&*store, "e2e-declared").await.len() > before);
     assert!(matches!(
         client.delete_schedule("e2e-declared").await,
         Err(StoreError::ScheduleNotFound { .. })
@@ -286,7 +291,7 @@ async fn three_worker_processes_fire_each_slot_once() {
         .collect();
     // The window: until at least five slots fired.
     eventually!(Duration::from_secs(60), {
-        (runs_of(&store, "test-tick").await.len() >= 5).then_some(())
+        (runs_of(&*store, "test-tick").await.len() >= 5).then_some(())
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     let paused = store.pause_schedule("tick").await.unwrap();
