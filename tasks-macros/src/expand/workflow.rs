@@ -88,7 +88,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
             Some(CatchUpValue::Latest) => quote!(#private::CatchUp::Latest),
             Some(CatchUpValue::All(max)) => quote!(#private::CatchUp::All { max: #max }),
         };
-        // Spanned on the schedule: an input type without `Default` is reported there.
+        // An input type without `Default` is reported on the workflow's name, with why.
         let default_input = quote_spanned!(cron.span()=> #private::scheduled_input::<#ident>);
         quote! {
             const _: () = {
