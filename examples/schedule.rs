@@ -67,7 +67,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     let workers: Vec<_> = (0..2)
-        .map(|_| Worker::builder(store.clone()).build().map(|worker| worker.spawn()))
+        .map(|_| {
+            Worker::builder(store.clone())
+                .build()
+                .map(|worker| worker.spawn())
+        })
         .collect::<Result<_, _>>()?;
     println!("two workers running; every slot starts one run:");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -84,11 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for schedule in client.list_schedules().await? {
         println!(
             "schedule {:?}: {} in {}, catch-up {}, next slot {:?}",
-            schedule.name,
-            schedule.cron,
-            schedule.timezone,
-            schedule.catch_up,
-            schedule.next_slot
+            schedule.name, schedule.cron, schedule.timezone, schedule.catch_up, schedule.next_slot
         );
     }
     client.delete_schedule("every-second-report").await?;

@@ -26,7 +26,7 @@ echo "Checking the published crates with $compiler" >&2
 # published.
 cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
-  --features tasks/cli,tasks/dashboard,tasks/anyhow
+  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/schedules
 # The dashboard without the command line, too (the build above has both).
 for features in postgres sqlite "" dashboard; do
   echo "Checking tasks with features: ${features:-(none)}" >&2

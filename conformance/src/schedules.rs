@@ -129,10 +129,7 @@ pub async fn put_keeps_the_slot_of_an_unchanged_schedule(setup: impl Setup) {
 
     let mut changed_zone = changed_cron;
     changed_zone.timezone = "Europe/Paris".into();
-    let rezoned = store
-        .put_schedule(changed_zone, &in_an_hour)
-        .await
-        .unwrap();
+    let rezoned = store.put_schedule(changed_zone, &in_an_hour).await.unwrap();
     assert!(rezoned.next_slot.unwrap() > Utc::now());
     assert_eq!(rezoned.timezone, "Europe/Paris");
     assert_eq!(store.list_schedules().await.unwrap().len(), 1);
@@ -152,7 +149,10 @@ pub async fn pause_resume_and_delete(setup: impl Setup) {
     assert_eq!(store.pause_schedule("s").await.unwrap(), paused, "a repeat");
     let resumed = store.resume_schedule("s").await.unwrap();
     assert!(!resumed.paused);
-    assert_eq!(resumed.next_slot, created.next_slot, "resume keeps the slot");
+    assert_eq!(
+        resumed.next_slot, created.next_slot,
+        "resume keeps the slot"
+    );
     assert_eq!(store.resume_schedule("s").await.unwrap(), resumed);
 
     store.delete_schedule("s").await.unwrap();
@@ -256,7 +256,10 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
     );
     let all = store.list_runs(ListRuns::default()).await.unwrap();
     assert_eq!(all.data.len(), 1, "only the first fire created a run");
-    assert_eq!(store.get_schedule("s").await.unwrap().unwrap().next_slot, Some(next));
+    assert_eq!(
+        store.get_schedule("s").await.unwrap().unwrap().next_slot,
+        Some(next)
+    );
 }
 
 /// A fire that only moves the slot (every due slot skipped) creates nothing; a run whose
@@ -272,11 +275,16 @@ pub async fn fire_without_runs_and_repeated_keys(setup: impl Setup) {
     let mut skip = fire("s", &schedule.workflow_name, slot, next);
     skip.runs.clear();
     assert_eq!(store.fire_schedule(skip).await.unwrap(), Some(vec![]));
-    assert_eq!(store.get_schedule("s").await.unwrap().unwrap().next_slot, Some(next));
+    assert_eq!(
+        store.get_schedule("s").await.unwrap().unwrap().next_slot,
+        Some(next)
+    );
 
     // The run of `next` exists already (created by hand with its key): the fire moves the
     // slot and creates nothing.
-    let mut by_hand = fire("s", &schedule.workflow_name, next, next).runs.remove(0);
+    let mut by_hand = fire("s", &schedule.workflow_name, next, next)
+        .runs
+        .remove(0);
     by_hand.input = Some(json!("first"));
     let first = store.create_run(by_hand).await.unwrap();
     let after = next + TimeDelta::seconds(30);

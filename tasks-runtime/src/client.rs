@@ -488,7 +488,10 @@ impl Client {
     }
 
     /// Pauses a schedule ([`StoreError::ScheduleNotFound`] when there is none).
-    pub async fn pause_schedule(&self, name: &str) -> Result<crate::schedule::Schedule, StoreError> {
+    pub async fn pause_schedule(
+        &self,
+        name: &str,
+    ) -> Result<crate::schedule::Schedule, StoreError> {
         self.store.pause_schedule(name).await
     }
 

@@ -52,9 +52,9 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use retry::RetryPolicy;
-pub use schedule::{CatchUp, NewSchedule, Schedule};
 #[cfg(feature = "schedules")]
 pub use schedule::{Cadence, ScheduleError};
+pub use schedule::{CatchUp, NewSchedule, Schedule};
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,

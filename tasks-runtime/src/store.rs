@@ -872,8 +872,11 @@ pub trait Store: Send + Sync + 'static {
     /// is paused; its `next_slot` is kept while the cron expression and the timezone are
     /// unchanged (a restart of the workers neither skips nor repeats a slot), and is
     /// `first_slot` of the store's clock when either changed.
-    async fn put_schedule(&self, params: NewSchedule, first_slot: NextSlot<'_>)
-    -> StoreResult<Schedule>;
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule>;
 
     /// The schedule with this name, or `None`.
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>>;

@@ -14,12 +14,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
     ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns, ListStepAttempts,
     NotificationStream, Page, RecordStepAttempt, RunEvent, SendEvent, SentEvent, SharedStore,
     StepAttempt, StepUpdate, Store, StoreResult, WaitForEvent, WorkflowRun,
 };
-use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use uuid::Uuid;
 
 /// Counts the writes it forwards to the store it wraps.

@@ -211,13 +211,17 @@ async fn client_refuses_bad_schedules(backend: Backend) {
     let bad_cron = schedule("s", "e2e-scheduled", "0 */5 * * *  * *", CatchUp::Latest);
     assert!(matches!(
         client.create_schedule(bad_cron).await,
-        Err(ClientError::InvalidSchedule(ScheduleError::InvalidCron { .. }))
+        Err(ClientError::InvalidSchedule(
+            ScheduleError::InvalidCron { .. }
+        ))
     ));
     let mut bad_zone = schedule("s", "e2e-scheduled", "0 */5 * * * *", CatchUp::Latest);
     bad_zone.timezone = "Europe/Atlantis".into();
     assert!(matches!(
         client.create_schedule(bad_zone).await,
-        Err(ClientError::InvalidSchedule(ScheduleError::InvalidTimezone { .. }))
+        Err(ClientError::InvalidSchedule(
+            ScheduleError::InvalidTimezone { .. }
+        ))
     ));
     let unknown = schedule("s", "no-such-workflow", "0 */5 * * * *", CatchUp::Latest);
     assert!(matches!(
@@ -273,7 +277,12 @@ async fn three_worker_processes_fire_each_slot_once() {
     let namespace = store.namespace().to_owned();
     let cadence = Cadence::parse("* * * * * *", "UTC").unwrap();
     // All slots, up to a bound: a tick delayed by a loaded machine loses none.
-    let every_second = schedule("tick", "test-tick", "* * * * * *", CatchUp::All { max: 100 });
+    let every_second = schedule(
+        "tick",
+        "test-tick",
+        "* * * * * *",
+        CatchUp::All { max: 100 },
+    );
     let created = store
         .create_schedule(every_second, &|now| cadence.next_after(now))
         .await
@@ -324,7 +333,9 @@ async fn three_worker_processes_fire_each_slot_once() {
         .iter()
         .map(|(slot, runs, _)| {
             assert_eq!(*runs, 1, "slot {slot} started {runs} runs");
-            DateTime::parse_from_rfc3339(slot).unwrap().with_timezone(&Utc)
+            DateTime::parse_from_rfc3339(slot)
+                .unwrap()
+                .with_timezone(&Utc)
         })
         .collect();
     assert_eq!(fired, window, "every slot of the window fired, once");

@@ -70,7 +70,9 @@ impl ScheduleRow {
 
 /// The bound of a catch-up policy as the `INTEGER` column holds it (checked to fit).
 fn stored_max(catch_up: &CatchUp) -> Option<i32> {
-    catch_up.stored_max().and_then(|max| i32::try_from(max).ok())
+    catch_up
+        .stored_max()
+        .and_then(|max| i32::try_from(max).ok())
 }
 
 impl PgStore {

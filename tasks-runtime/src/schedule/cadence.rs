@@ -21,7 +21,9 @@ pub enum ScheduleError {
         reason: String,
     },
     /// The timezone is not in the IANA timezone database.
-    #[error("unknown timezone {timezone:?} (expected an IANA name such as \"UTC\" or \"Europe/Paris\")")]
+    #[error(
+        "unknown timezone {timezone:?} (expected an IANA name such as \"UTC\" or \"Europe/Paris\")"
+    )]
     InvalidTimezone {
         /// The name.
         timezone: String,
@@ -206,7 +208,13 @@ mod tests {
     fn catch_up_policies_pick_their_slots() {
         let hourly = Cadence::parse("0 0 * * * *", "UTC").unwrap();
         let now = at("2026-05-01T12:10:00Z");
-        let missed = |policy| plan(&schedule("0 0 * * * *", "2026-05-01T09:00:00Z", policy), &hourly, now);
+        let missed = |policy| {
+            plan(
+                &schedule("0 0 * * * *", "2026-05-01T09:00:00Z", policy),
+                &hourly,
+                now,
+            )
+        };
         assert!(missed(CatchUp::Skip).slots.is_empty());
         assert_eq!(
             missed(CatchUp::Latest).slots,

@@ -37,15 +37,16 @@ struct ScheduleRow {
 
 impl ScheduleRow {
     fn into_schedule(self, operation: Operation) -> StoreResult<Schedule> {
-        let catch_up = CatchUp::from_stored(&self.catch_up, self.catch_up_max).ok_or_else(|| {
-            StoreError::Corrupt {
-                operation,
-                reason: format!(
-                    "schedule {:?} has an unknown catch-up policy {:?}",
-                    self.name, self.catch_up
-                ),
-            }
-        })?;
+        let catch_up =
+            CatchUp::from_stored(&self.catch_up, self.catch_up_max).ok_or_else(|| {
+                StoreError::Corrupt {
+                    operation,
+                    reason: format!(
+                        "schedule {:?} has an unknown catch-up policy {:?}",
+                        self.name, self.catch_up
+                    ),
+                }
+            })?;
         Ok(Schedule {
             input: parse_json(&self.input, operation)?,
             next_slot: self

@@ -103,5 +103,8 @@ fn main() {
     assert_eq!(schedule.cron, "0 30 2 * * *");
     assert_eq!(schedule.timezone, "Europe/Paris");
     assert_eq!(schedule.catch_up, tasks::CatchUp::All { max: 3 });
-    assert_eq!((schedule.input)(), tasks::__private::serde_json::Value::Null);
+    assert_eq!(
+        (schedule.input)(),
+        tasks::__private::serde_json::Value::Null
+    );
 }
