@@ -49,6 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
     let store = tasks::connect_from_env().await?.scoped("example-schedule");
     let client = Client::new(store.clone())?;
+    let started = tasks::chrono::Utc::now();
     for old in client.list_schedules().await? {
         client.delete_schedule(&old.name).await?;
     }
@@ -98,9 +99,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runs = client
         .list_runs(ListRuns {
             limit: Some(1000),
+            created_after: Some(started),
             ..ListRuns::default()
         })
         .await?;
-    println!("{} runs started, one per slot", runs.data.len());
+    println!("{} runs started this time, one per slot", runs.data.len());
     Ok(())
 }
