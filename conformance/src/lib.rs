@@ -64,6 +64,7 @@ pub mod record;
 pub mod retention;
 pub mod retry;
 pub mod runs;
+pub mod schedules;
 pub mod status;
 pub mod step_outcomes;
 pub mod steps;
@@ -105,7 +106,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -311,6 +312,18 @@ macro_rules! conformance_suite {
             retries_and_releases_announce_pending,
             finishes_are_not_status_changes,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, schedules {
+            create_get_and_list_schedules,
+            put_keeps_the_slot_of_an_unchanged_schedule,
+            pause_resume_and_delete,
+            due_schedules_are_the_unpaused_past_slots,
+            fire_moves_the_slot_and_creates_the_runs,
+            fire_without_runs_and_repeated_keys,
+            schedules_are_scoped_to_namespace,
+            schedule_values_past_the_limits_are_refused,
+        } multi_thread {
+            concurrent_fires_of_a_slot_create_one_run,
+        } }
         $crate::__conformance_module! { $setup, isolation {
             namespaces_are_isolated,
             idempotency_keys_are_scoped_to_namespace,
@@ -376,6 +389,7 @@ mod tests {
             ("children", include_str!("children.rs")),
             ("flow", include_str!("flow.rs")),
             ("status", include_str!("status.rs")),
+            ("schedules", include_str!("schedules.rs")),
             ("isolation", include_str!("isolation.rs")),
         ];
         let mut total = 0;

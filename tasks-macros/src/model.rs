@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::{LitStr, PatType, Path, Type};
 
-pub(crate) use crate::parse::{DurationValue, ItemFn, RetryOptions};
+pub(crate) use crate::parse::{CatchUpValue, DurationValue, ItemFn, RetryOptions, ScheduleOptions};
 
 /// A `#[workflow]` function that passed every check.
 pub(crate) struct Workflow {
@@ -30,6 +30,8 @@ pub(crate) struct Workflow {
     pub private: PrivatePath,
     /// `events(...)`: the event types the workflow accepts.
     pub events: Vec<Path>,
+    /// `schedule = "..."` with its `timezone` and `catch_up`.
+    pub schedule: Option<ScheduleOptions>,
 }
 
 /// A `#[step]` function that passed every check.

@@ -71,6 +71,11 @@ pub enum ClientError {
         /// The topics the workflow declares.
         declared: Vec<&'static str>,
     },
+    // Schedules (issue #12).
+    /// A cron expression or timezone that does not parse; nothing was stored.
+    #[cfg(feature = "schedules")]
+    #[error(transparent)]
+    InvalidSchedule(#[from] crate::schedule::ScheduleError),
     /// A JSON event payload that does not match the payload type's JSON Schema, or does not
     /// decode into it; nothing was stored. Every violation is reported with its path.
     #[error("invalid payload for event {topic:?} of workflow {workflow:?}: {}", violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -445,6 +450,99 @@ impl Client {
     pub async fn purge(&self, params: PurgeRuns) -> Result<u64, StoreError> {
         let (purged, result) = purge_batches(&*self.store, &params, None).await;
         result.map(|()| purged)
+    }
+}
+
+/// Schedules (issue #12): see [`crate::schedule`].
+#[cfg(feature = "schedules")]
+impl Client {
+    /// Creates a schedule that starts `schedule.workflow_name` (at `schedule.version`, or the
+    /// latest registered version when none is given, which is then stored) on its cron
+    /// expression in its timezone, with its input. The input is checked like
+    /// [`Client::start_json`] checks a start's; its first slot is the first after now by
+    /// the store's clock.
+    ///
+    /// Errors: [`ClientError::InvalidSchedule`] for a cron expression or timezone that does
+    /// not parse, [`ClientError::UnknownWorkflow`], [`ClientError::InvalidInput`],
+    /// [`ClientError::Limit`], and [`StoreError::ScheduleExists`] (as [`ClientError::Store`])
+    /// when the name is taken. Nothing is stored on any of them.
+    pub async fn create_schedule(
+        &self,
+        schedule: crate::schedule::NewSchedule,
+    ) -> Result<crate::schedule::Schedule, ClientError> {
+        let (schedule, cadence) = self.checked_schedule(schedule)?;
+        let first_slot = move |now| cadence.next_after(now);
+        Ok(self.store.create_schedule(schedule, &first_slot).await?)
+    }
+
+    /// Like [`Client::create_schedule`], but replaces a schedule of the same name (keeping
+    /// its next slot while its cron expression and timezone are unchanged, and whether it
+    /// is paused); see [`Store::put_schedule`](crate::Store::put_schedule).
+    pub async fn put_schedule(
+        &self,
+        schedule: crate::schedule::NewSchedule,
+    ) -> Result<crate::schedule::Schedule, ClientError> {
+        let (schedule, cadence) = self.checked_schedule(schedule)?;
+        let first_slot = move |now| cadence.next_after(now);
+        Ok(self.store.put_schedule(schedule, &first_slot).await?)
+    }
+
+    fn checked_schedule(
+        &self,
+        mut schedule: crate::schedule::NewSchedule,
+    ) -> Result<(crate::schedule::NewSchedule, crate::schedule::Cadence), ClientError> {
+        schedule.check(self.store.namespace())?;
+        let cadence = crate::schedule::Cadence::parse(&schedule.cron, &schedule.timezone)?;
+        let definition = match schedule.version.as_deref() {
+            Some(version) => self.registry.get(&schedule.workflow_name, Some(version)),
+            None => self.registry.latest(&schedule.workflow_name),
+        }
+        .ok_or_else(|| ClientError::UnknownWorkflow {
+            name: schedule.workflow_name.clone(),
+            version: schedule.version.clone(),
+        })?;
+        schedule.version = definition.version.map(str::to_owned);
+        schedule.input = unit_input(definition, schedule.input);
+        self.registry
+            .validate_input(definition.name, definition.version, &schedule.input)?;
+        check_type(definition, &schedule.input)?;
+        Ok((schedule, cadence))
+    }
+
+    /// The schedule with this name, or `None`.
+    pub async fn get_schedule(
+        &self,
+        name: &str,
+    ) -> Result<Option<crate::schedule::Schedule>, StoreError> {
+        self.store.get_schedule(name).await
+    }
+
+    /// Every schedule of the namespace, by name.
+    pub async fn list_schedules(&self) -> Result<Vec<crate::schedule::Schedule>, StoreError> {
+        self.store.list_schedules().await
+    }
+
+    /// Pauses a schedule ([`StoreError::ScheduleNotFound`] when there is none).
+    pub async fn pause_schedule(
+        &self,
+        name: &str,
+    ) -> Result<crate::schedule::Schedule, StoreError> {
+        self.store.pause_schedule(name).await
+    }
+
+    /// Resumes a schedule; the slots missed while it was paused go to its catch-up policy
+    /// ([`StoreError::ScheduleNotFound`] when there is none).
+    pub async fn resume_schedule(
+        &self,
+        name: &str,
+    ) -> Result<crate::schedule::Schedule, StoreError> {
+        self.store.resume_schedule(name).await
+    }
+
+    /// Deletes a schedule; the runs it started are kept ([`StoreError::ScheduleNotFound`]
+    /// when there is none).
+    pub async fn delete_schedule(&self, name: &str) -> Result<(), StoreError> {
+        self.store.delete_schedule(name).await
     }
 }
 

@@ -134,6 +134,15 @@ impl WorkflowContext {
         self.inner.run.context.as_ref()
     }
 
+    /// The slot this run was started for, when a schedule started it (see
+    /// [`crate::schedule`]): the instant the cron expression named, not when the run
+    /// started. The same on every replay and attempt. It is stored in the run's context
+    /// ([`run_context`](Self::run_context)) as `scheduledAt`, next to the schedule's name
+    /// under `schedule`.
+    pub fn scheduled_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        crate::schedule::scheduled_at(self.inner.run.context.as_ref())
+    }
+
     /// Sleeps durably for `duration`: the run is parked in the store and its worker slot is
     /// freed; any worker resumes it once the time has passed. `name` identifies the timer on
     /// replay (repeats resolve as `name`, `name:1`, ...).

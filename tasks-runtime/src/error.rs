@@ -83,6 +83,21 @@ pub enum Operation {
     StartChild,
     /// [`Store::wait_for_children`](crate::Store::wait_for_children).
     WaitForChildren,
+    // Schedules (issue #12).
+    /// [`Store::create_schedule`](crate::Store::create_schedule) and
+    /// [`Store::put_schedule`](crate::Store::put_schedule).
+    CreateSchedule,
+    /// [`Store::get_schedule`](crate::Store::get_schedule) and
+    /// [`Store::list_schedules`](crate::Store::list_schedules).
+    GetSchedule,
+    /// [`Store::pause_schedule`](crate::Store::pause_schedule) and
+    /// [`Store::resume_schedule`](crate::Store::resume_schedule).
+    PauseSchedule,
+    /// [`Store::delete_schedule`](crate::Store::delete_schedule).
+    DeleteSchedule,
+    /// [`Store::due_schedules`](crate::Store::due_schedules) and
+    /// [`Store::fire_schedule`](crate::Store::fire_schedule).
+    FireSchedule,
 }
 
 impl Operation {
@@ -122,6 +137,11 @@ impl Operation {
             Operation::RetentionTurn => "taking the retention turn",
             Operation::StartChild => "starting a child workflow run",
             Operation::WaitForChildren => "waiting for child workflow runs",
+            Operation::CreateSchedule => "creating a schedule",
+            Operation::GetSchedule => "reading schedules",
+            Operation::PauseSchedule => "pausing or resuming a schedule",
+            Operation::DeleteSchedule => "deleting a schedule",
+            Operation::FireSchedule => "firing a schedule",
         }
     }
 
@@ -257,6 +277,20 @@ pub enum StoreError {
         /// The live status that was asked for.
         status: RunStatus,
     },
+    // Schedules (issue #12).
+    /// No schedule with this name exists in the store's namespace.
+    #[error("schedule {name:?} does not exist")]
+    ScheduleNotFound {
+        /// The name that was looked up.
+        name: String,
+    },
+    /// A schedule with this name already exists in the store's namespace (a create; a
+    /// declarative schedule is put, which replaces it).
+    #[error("schedule {name:?} already exists")]
+    ScheduleExists {
+        /// The name.
+        name: String,
+    },
     /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
     /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.
     /// A claim never returns this: it fails such a run for good instead (see
@@ -281,6 +315,7 @@ impl StoreError {
                 | StoreError::StepNotFound { .. }
                 | StoreError::RunKeyNotFound { .. }
                 | StoreError::UnknownStep { .. }
+                | StoreError::ScheduleNotFound { .. }
         )
     }
 

@@ -25,6 +25,9 @@ pub mod registry;
 mod replay;
 pub mod retention;
 pub mod retry;
+pub mod schedule;
+#[cfg(feature = "schedules")]
+mod scheduler;
 mod session;
 pub mod step_failure;
 pub mod store;
@@ -60,6 +63,9 @@ pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use retention::{FinishedBefore, PurgeRuns};
 pub use retry::RetryPolicy;
+#[cfg(feature = "schedules")]
+pub use schedule::{Cadence, ScheduleError};
+pub use schedule::{CatchUp, NewSchedule, Schedule};
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,

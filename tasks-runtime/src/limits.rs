@@ -46,6 +46,16 @@ pub const MAX_WORKER_ID_BYTES: usize = 255;
 pub const MAX_CONCURRENCY_KEY_BYTES: usize = 512;
 /// Largest concurrency limit (runs of one key running at once).
 pub const MAX_CONCURRENCY_LIMIT: u32 = i32::MAX as u32;
+// Schedules (issue #12).
+/// Longest schedule name, in bytes.
+pub const MAX_SCHEDULE_NAME_BYTES: usize = 255;
+/// Longest cron expression, in bytes.
+pub const MAX_CRON_BYTES: usize = 255;
+/// Longest timezone name, in bytes.
+pub const MAX_TIMEZONE_BYTES: usize = 64;
+/// Most slots one firing of a schedule with [`CatchUp::All`](crate::schedule::CatchUp::All)
+/// starts runs for.
+pub const MAX_CATCH_UP: u32 = 1000;
 /// Largest JSON payload (input, context, config, step output, workflow output), in bytes of
 /// its compact JSON text: 2 MiB.
 pub const MAX_PAYLOAD_BYTES: usize = 2 * 1024 * 1024;
@@ -153,6 +163,15 @@ pub enum Field {
     PurgeAge,
     /// How often a worker purges.
     RetentionInterval,
+    // Schedules (issue #12).
+    /// A schedule's name.
+    ScheduleName,
+    /// A schedule's cron expression.
+    Cron,
+    /// A schedule's timezone.
+    Timezone,
+    /// The bound of a schedule's catch-up.
+    CatchUp,
 }
 
 impl Field {
@@ -193,6 +212,10 @@ impl Field {
             Field::FinishedBefore => "the finished-before filter",
             Field::PurgeAge => "the purge age",
             Field::RetentionInterval => "the retention interval",
+            Field::ScheduleName => "the schedule name",
+            Field::Cron => "the cron expression",
+            Field::Timezone => "the timezone",
+            Field::CatchUp => "the catch-up bound",
         }
     }
 }

@@ -24,6 +24,7 @@ pub use crate::definition::{
 pub use crate::events::{Event, EventDeclaration, EventRegistration, check_payload};
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
+pub use crate::schedule::{CatchUp, ScheduleDeclaration, ScheduleRegistration};
 pub use crate::step_failure::ReplayError;
 pub use inventory;
 pub use schemars;
@@ -235,4 +236,31 @@ where
     Via: 'a,
 {
     Box::pin(run_step(definition, f))
+}
+
+/// The input of a workflow declared with a schedule: its runs all take the input type's
+/// `Default`.
+#[diagnostic::on_unimplemented(
+    message = "a workflow with a declared `schedule` starts its runs with `Default::default()` as input, and `{Self}` is not `Default`",
+    label = "the schedule's runs need a default input",
+    note = "implement `Default` for the input type, or create the schedule at run time with `Client::create_schedule` and an input"
+)]
+pub trait ScheduledInput {
+    /// The input of every run of the schedule.
+    fn scheduled_default() -> Self;
+}
+
+impl<T: Default> ScheduledInput for T {
+    fn scheduled_default() -> Self {
+        T::default()
+    }
+}
+
+/// The default input of a scheduled workflow, as JSON (`null` if it does not serialize,
+/// which the input's schema check then reports when the schedule is put).
+pub fn scheduled_input<W: Workflow>() -> Value
+where
+    W::Input: ScheduledInput,
+{
+    serde_json::to_value(W::Input::scheduled_default()).unwrap_or(Value::Null)
 }

@@ -49,6 +49,7 @@ use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
 use crate::retry::RetryPolicy;
+use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 
 /// The namespace stores use when none is chosen.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -962,6 +963,69 @@ pub trait Store: Send + Sync + 'static {
     /// Errors: [`StoreError::UnknownStep`] when a name is not a child step of the run;
     /// [`StoreError::InvalidArgument`] for an empty list; worker-side errors.
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait>;
+
+    // ---- Schedules (issue #12; see the `schedule` module) ----
+
+    /// Creates a schedule, not paused, whose `next_slot` is `first_slot` of the store's
+    /// clock.
+    ///
+    /// Errors: [`StoreError::ScheduleExists`] when the name is taken in this namespace
+    /// (nothing is changed).
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule>;
+
+    /// Creates or replaces a schedule (the worker's path for declarative schedules), in one
+    /// transaction. A new schedule is created as by [`Store::create_schedule`]. An existing
+    /// one takes the new workflow, version, input and catch-up policy and keeps whether it
+    /// is paused; its `next_slot` is kept while the cron expression and the timezone are
+    /// unchanged (a restart of the workers neither skips nor repeats a slot), and is
+    /// `first_slot` of the store's clock when either changed.
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule>;
+
+    /// The schedule with this name, or `None`.
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>>;
+
+    /// Every schedule of this namespace, by name.
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>>;
+
+    /// Pauses a schedule: it fires nothing until it is resumed. Pausing a paused schedule
+    /// returns it as it is.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule>;
+
+    /// Resumes a paused schedule. Its `next_slot` is kept: the slots that passed while it
+    /// was paused are missed slots, and its catch-up policy decides what the next tick does
+    /// with them. Resuming a schedule that is not paused returns it as it is.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule>;
+
+    /// Deletes a schedule. The runs it started are kept.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()>;
+
+    /// Up to `limit` schedules that are not paused and whose `next_slot` is at or before the
+    /// store's clock (earliest first), with that clock.
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules>;
+
+    /// Fires a slot of a schedule, in one transaction: moves the schedule's `next_slot` from
+    /// `params.slot` to `params.next_slot`, only if it is still `params.slot` and the
+    /// schedule is not paused (compare-and-set), and then creates `params.runs` (a run
+    /// whose idempotency key exists already is not created again) and announces them with
+    /// [`Notification::RunAvailable`]. Returns the runs created, or `None` when the
+    /// compare-and-set missed (another firer moved the slot first, the schedule was paused,
+    /// changed or deleted): then nothing was written. Of concurrent fires of one slot, at
+    /// most one returns `Some`.
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

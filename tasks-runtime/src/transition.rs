@@ -416,6 +416,19 @@ pub(crate) fn admitted(held: &str, rank: &str, limit: &str) -> String {
     format!("{held} + {rank} <= {limit}")
 }
 
+// Schedules (issue #12).
+
+/// The fence of a schedule's firing, in SQL: the schedule is not paused and its `next_slot`
+/// is still `slot` (a placeholder bound to the slot the firer read). A firing moves
+/// `next_slot` past the slots it fires and creates their runs in the same transaction, so of
+/// the firers that read one slot, exactly one passes this fence; the others create nothing
+/// ([`Store::fire_schedule`](crate::Store::fire_schedule) returns `None`). Which slots fire
+/// is decided before, in Rust, by the schedule's catch-up policy (`schedule::plan`); the
+/// runs a firing creates are pending now, like any created run.
+pub(crate) fn schedule_fence(slot: &str) -> String {
+    format!("NOT paused AND next_slot = {slot}")
+}
+
 /// Starts a step attempt of a running run (durable sleeps; function steps are recorded
 /// finished).
 pub(crate) const CREATE_STEP: Transition = Transition::leased(Operation::CreateStepAttempt);
@@ -851,6 +864,7 @@ mod tests {
         );
         assert_eq!(admitted("a", "b", "c"), "a + b <= c");
         assert!(keyed_candidates(1) > 1);
+        assert_eq!(schedule_fence("$3"), "NOT paused AND next_slot = $3");
         // Every claimable status either takes a slot or already holds one.
         for status in CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from) {
             assert!(TAKES_SLOT.contains(status) != HOLDS_SLOT.contains(status));

@@ -96,6 +96,8 @@ pub struct WorkerBuilder {
     heartbeat_timeout: Option<Duration>,
     retention: Option<Duration>,
     retention_interval: Duration,
+    #[cfg(feature = "schedules")]
+    schedule_tick: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -211,6 +213,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// How often the worker's scheduler fires the due slots of the namespace's schedules
+    /// (default 500 ms); `None` turns the scheduler off (this worker then neither puts
+    /// the declared schedules nor fires any: other workers do). Every worker may tick: each
+    /// slot fires once however many do (see [`crate::schedule`]).
+    #[cfg(feature = "schedules")]
+    pub fn schedule_tick(mut self, tick: Option<Duration>) -> Self {
+        self.schedule_tick = tick;
+        self
+    }
+
     /// Builds the worker, collecting link-time registrations unless a registry was given.
     pub fn build(self) -> Result<Worker, WorkerError> {
         if self.concurrency == 0 {
@@ -279,6 +291,20 @@ impl WorkerBuilder {
             max_age,
             interval: self.retention_interval,
         });
+        #[cfg(feature = "schedules")]
+        let scheduler = match self.schedule_tick {
+            Some(tick) if tick < Duration::from_millis(10) => {
+                return Err(WorkerError::InvalidSetting(
+                    "schedule tick must be at least 10 ms".into(),
+                ));
+            }
+            Some(tick) => Some(crate::scheduler::Scheduler::new(
+                store.clone(),
+                &registry,
+                tick,
+            )),
+            None => None,
+        };
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 retention,
@@ -304,6 +330,8 @@ impl WorkerBuilder {
                 poll_max: self.poll_max,
                 shutdown_grace: self.shutdown_grace,
                 unknown_workflow: self.unknown_workflow,
+                #[cfg(feature = "schedules")]
+                scheduler,
             }),
         })
     }
@@ -327,6 +355,8 @@ struct WorkerInner {
     poll_max: Duration,
     shutdown_grace: Duration,
     unknown_workflow: UnknownWorkflowPolicy,
+    #[cfg(feature = "schedules")]
+    scheduler: Option<crate::scheduler::Scheduler>,
 }
 
 /// A worker running in the background; see [`Worker::spawn`].
@@ -383,6 +413,8 @@ impl Worker {
             heartbeat_timeout: None,
             retention: None,
             retention_interval: crate::retention::DEFAULT_RETENTION_INTERVAL,
+            #[cfg(feature = "schedules")]
+            schedule_tick: Some(crate::scheduler::DEFAULT_TICK),
         }
     }
 
@@ -458,6 +490,8 @@ impl Worker {
                     .instrument(tracing::info_span!("retention")),
             );
         }
+        #[cfg(feature = "schedules")]
+        let ticking = inner.scheduler.as_ref().map(|scheduler| scheduler.start());
 
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
@@ -532,6 +566,10 @@ impl Worker {
         }
 
         retention_stop.cancel();
+        #[cfg(feature = "schedules")]
+        if let Some(ticking) = ticking {
+            ticking.stop().await;
+        }
         tracker.close();
         tracing::info!(
             in_flight = tracker.len(),

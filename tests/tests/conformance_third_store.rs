@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
     ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
     ListStepAttempts, NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus,
@@ -218,6 +219,50 @@ impl Store for Counting {
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         self.write().take_retention_turn(worker_id, every).await
+    }
+
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write().create_schedule(params, first_slot).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write().put_schedule(params, first_slot).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.inner.get_schedule(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.inner.list_schedules().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.write().pause_schedule(name).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.write().resume_schedule(name).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.write().delete_schedule(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.inner.due_schedules(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.write().fire_schedule(params).await
     }
 }
 

@@ -687,6 +687,44 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<tasks::ChildWait> {
         self.inner.wait_for_children(params).await
     }
+    async fn create_schedule(
+        &self,
+        params: tasks::NewSchedule,
+        first_slot: tasks::schedule::NextSlot<'_>,
+    ) -> tasks::StoreResult<tasks::Schedule> {
+        self.inner.create_schedule(params, first_slot).await
+    }
+    async fn put_schedule(
+        &self,
+        params: tasks::NewSchedule,
+        first_slot: tasks::schedule::NextSlot<'_>,
+    ) -> tasks::StoreResult<tasks::Schedule> {
+        self.inner.put_schedule(params, first_slot).await
+    }
+    async fn get_schedule(&self, name: &str) -> tasks::StoreResult<Option<tasks::Schedule>> {
+        self.inner.get_schedule(name).await
+    }
+    async fn list_schedules(&self) -> tasks::StoreResult<Vec<tasks::Schedule>> {
+        self.inner.list_schedules().await
+    }
+    async fn pause_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
+        self.inner.pause_schedule(name).await
+    }
+    async fn resume_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
+        self.inner.resume_schedule(name).await
+    }
+    async fn delete_schedule(&self, name: &str) -> tasks::StoreResult<()> {
+        self.inner.delete_schedule(name).await
+    }
+    async fn due_schedules(&self, limit: u32) -> tasks::StoreResult<tasks::schedule::DueSchedules> {
+        self.inner.due_schedules(limit).await
+    }
+    async fn fire_schedule(
+        &self,
+        params: tasks::schedule::FireSchedule,
+    ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
+        self.inner.fire_schedule(params).await
+    }
 }
 
 /// A worker whose run's writes fail on database errors (a restart) tries them again and

@@ -6,7 +6,7 @@ use syn::spanned::Spanned;
 
 use super::common::{RetryDefault, optional_str, retry_assertion, retry_policy, source_location};
 use super::start;
-use crate::model::{Workflow, WorkflowInput};
+use crate::model::{CatchUpValue, Workflow, WorkflowInput};
 
 /// The function unchanged, a braced struct of the same name implementing `Workflow`, and in
 /// an anonymous `const` block: the `Workflow` impl, the static `WorkflowDefinition`, its entry
@@ -76,6 +76,38 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
         }
     });
 
+    let schedule = workflow.schedule.as_ref().map(|schedule| {
+        let cron = &schedule.cron;
+        let timezone = schedule
+            .timezone
+            .clone()
+            .unwrap_or_else(|| syn::LitStr::new("UTC", cron.span()));
+        let catch_up = match schedule.catch_up {
+            None => quote!(#private::CatchUp::Latest),
+            Some(CatchUpValue::Skip) => quote!(#private::CatchUp::Skip),
+            Some(CatchUpValue::Latest) => quote!(#private::CatchUp::Latest),
+            Some(CatchUpValue::All(max)) => quote!(#private::CatchUp::All { max: #max }),
+        };
+        // An input type without `Default` is reported on the workflow's name, with why.
+        let default_input = quote_spanned!(cron.span()=> #private::scheduled_input::<#ident>);
+        quote! {
+            const _: () = {
+                static __TASKS_SCHEDULE_DECLARATION: #private::ScheduleDeclaration =
+                    #private::ScheduleDeclaration {
+                        workflow: #name,
+                        version: #version,
+                        cron: #cron,
+                        timezone: #timezone,
+                        catch_up: #catch_up,
+                        input: #default_input,
+                    };
+                #private::inventory::submit! {
+                    #private::ScheduleRegistration(&__TASKS_SCHEDULE_DECLARATION)
+                }
+            };
+        }
+    });
+
     quote! {
         #item
 
@@ -130,6 +162,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
             }
 
             #(#events)*
+            #schedule
         };
     }
 }

@@ -14,6 +14,9 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
 
 use super::duration::parse_duration;
+use super::schedule::{
+    ScheduleOptions, check_cron, check_timezone, parse_catch_up, without_schedule,
+};
 use crate::errors::Errors;
 use crate::kind::MacroKind;
 
@@ -32,6 +35,8 @@ pub(crate) struct Options {
     pub timeout: Option<DurationValue>,
     /// `events(Approval, Payment)` (workflows only): the event types the workflow accepts.
     pub events: Vec<Path>,
+    /// `schedule = "..."`, `timezone = "..."`, `catch_up = "..."` (workflows only).
+    pub schedule: Option<ScheduleOptions>,
 }
 
 impl Options {
@@ -81,6 +86,12 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
         return options;
     };
     let mut seen = Seen::default();
+    // The schedule's keys, checked one by one and put together after the loop.
+    let mut cron: Option<LitStr> = None;
+    let mut timezone: Option<LitStr> = None;
+    let mut catch_up = None;
+    let mut schedule_keys_without_cron = Vec::new();
+    let mut schedule_given = false;
     for meta in metas {
         let Some(key) = key_of(meta.path()) else {
             errors.spanned(
@@ -141,9 +152,49 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     options.timeout = Some(timeout);
                 }
             }
+            "schedule" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                schedule_given = true;
+                if let Some(lit) = non_empty_string(&meta, "schedule", "0 */5 * * * *", errors)
+                    && check_cron(&lit, errors)
+                    && fresh
+                {
+                    cron = Some(lit);
+                }
+            }
+            "timezone" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                schedule_keys_without_cron.push((meta.path().clone(), "timezone"));
+                if let Some(lit) = non_empty_string(&meta, "timezone", "Europe/Paris", errors)
+                    && check_timezone(&lit, errors)
+                    && fresh
+                {
+                    timezone = Some(lit);
+                }
+            }
+            "catch_up" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                schedule_keys_without_cron.push((meta.path().clone(), "catch_up"));
+                if let Some(value) = non_empty_string(&meta, "catch_up", "latest", errors)
+                    .and_then(|lit| parse_catch_up(&lit, errors))
+                    && fresh
+                {
+                    catch_up = Some(value);
+                }
+            }
             other => errors.spanned(meta.path(), unknown_option(kind, other)),
         }
     }
+    if !schedule_given {
+        for (path, key) in schedule_keys_without_cron {
+            without_schedule(syn::spanned::Spanned::span(&path), key, errors);
+        }
+    }
+    options.schedule = cron.map(|cron| ScheduleOptions {
+        cron,
+        timezone,
+        catch_up,
+    });
     options
 }
 
@@ -170,7 +221,7 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         }
         MacroKind::Workflow => {
             format!(
-                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events` or `crate`"
+                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events`, `schedule`, `timezone`, `catch_up` or `crate`"
             )
         }
         MacroKind::Step if key == "events" => {

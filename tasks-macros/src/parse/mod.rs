@@ -4,9 +4,11 @@
 mod attr;
 mod duration;
 mod item;
+mod schedule;
 
 pub(crate) use attr::{DurationValue, Options, RetryOptions};
 pub(crate) use item::ItemFn;
+pub(crate) use schedule::{CatchUpValue, ScheduleOptions};
 
 use proc_macro2::TokenStream;
 

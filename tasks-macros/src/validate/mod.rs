@@ -33,6 +33,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             result,
             private,
             events: options.events,
+            schedule: options.schedule,
             item,
         }),
         (errors, workflow_input, result) => Err(Invalid {

@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0007_flow_control.sql"),
     },
     Migration {
+        version: 8,
+        name: "schedules",
+        sql: include_str!("../../migrations/postgres/0008_schedules.sql"),
+    },
+    Migration {
         version: 9,
         name: "retention",
         sql: include_str!("../../migrations/postgres/0009_retention.sql"),

@@ -9,6 +9,7 @@ mod notify;
 mod recorder;
 mod retention;
 mod rows;
+mod schedules;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -28,6 +29,7 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
+use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,
@@ -621,6 +623,58 @@ pub mod __bench {
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
+/// Inserts a pending run (the statement of [`Store::create_run`]) on `executor`: `None` when
+/// a run with its idempotency key exists already. Announces nothing.
+async fn insert_run<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    namespace: &str,
+    params: &CreateRun,
+) -> StoreResult<Option<RunRow>> {
+    const OPERATION: Operation = Operation::CreateRun;
+    let config = params.stored_config()?;
+    // A run with a concurrency key brings its key's row (see the claim) in the same
+    // statement, so a claim that sees the run sees the row.
+    let key_row = match params.concurrency {
+        Some(_) => {
+            "WITH key_row AS (
+                INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
+                VALUES ($1, $13) ON CONFLICT DO NOTHING
+             ) "
+        }
+        None => "",
+    };
+    let sql = format!(
+        "{key_row}INSERT INTO tasks.workflow_runs
+             (namespace, id, workflow_name, version, status, idempotency_key, config, context,
+              input, attempts, available_at, deadline_at, created_at, updated_at,
+              priority, concurrency_key, concurrency_limit)
+         VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+                 COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
+                 $12, $13, $14)
+         ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
+         DO NOTHING
+         RETURNING {RUN_COLUMNS}"
+    );
+    sqlx::query_as::<_, RunRow>(&sql)
+        .bind(namespace)
+        .bind(Uuid::now_v7())
+        .bind(&params.workflow_name)
+        .bind(&params.version)
+        .bind(&params.idempotency_key)
+        .bind(&config)
+        .bind(&params.context)
+        .bind(&params.input)
+        .bind(params.available_at)
+        .bind(params.deadline_at)
+        .bind(params.delay.map(millis))
+        .bind(params.priority)
+        .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+        .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
+        .fetch_optional(executor)
+        .await
+        .map_err(db(OPERATION))
+}
+
 fn prefixed(alias: &str, columns: &str) -> String {
     columns
         .split(',')
@@ -646,48 +700,7 @@ impl Store for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
-        let config = params.stored_config()?;
-        // A run with a concurrency key brings its key's row (see the claim) in the same
-        // statement, so a claim that sees the run sees the row.
-        let key_row = match params.concurrency {
-            Some(_) => {
-                "WITH key_row AS (
-                    INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
-                    VALUES ($1, $13) ON CONFLICT DO NOTHING
-                 ) "
-            }
-            None => "",
-        };
-        let sql = format!(
-            "{key_row}INSERT INTO tasks.workflow_runs
-                 (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-                  input, attempts, available_at, deadline_at, created_at, updated_at,
-                  priority, concurrency_key, concurrency_limit)
-             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
-                     COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
-                     $12, $13, $14)
-             ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
-             DO NOTHING
-             RETURNING {RUN_COLUMNS}"
-        );
-        let inserted = sqlx::query_as::<_, RunRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(Uuid::now_v7())
-            .bind(&params.workflow_name)
-            .bind(&params.version)
-            .bind(&params.idempotency_key)
-            .bind(&config)
-            .bind(&params.context)
-            .bind(&params.input)
-            .bind(params.available_at)
-            .bind(params.deadline_at)
-            .bind(params.delay.map(millis))
-            .bind(params.priority)
-            .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
-            .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
+        let inserted = insert_run(&self.pool, &self.namespace, &params).await?;
         match inserted {
             Some(row) => {
                 let run = row.into_run(OPERATION)?;
@@ -1317,5 +1330,49 @@ impl Store for PgStore {
 
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         self.wait_for_children_impl(params).await
+    }
+
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.get_schedule_impl(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.list_schedules_impl().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, false).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.delete_schedule_impl(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.due_schedules_impl(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.fire_schedule_impl(params).await
     }
 }

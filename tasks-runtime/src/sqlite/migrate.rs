@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0006_flow_control.sql"),
     },
     Migration {
+        version: 7,
+        name: "schedules",
+        sql: include_str!("../../migrations/sqlite/0007_schedules.sql"),
+    },
+    Migration {
         version: 8,
         name: "retention",
         sql: include_str!("../../migrations/sqlite/0008_retention.sql"),

@@ -29,6 +29,7 @@ mod notify;
 mod retention;
 mod rows;
 mod runs;
+mod schedules;
 mod steps;
 
 use std::path::{Path, PathBuf};
@@ -50,6 +51,7 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::retention::PurgeRuns;
+use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
@@ -554,5 +556,49 @@ impl Store for SqliteStore {
 
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         self.wait_for_children_impl(params).await
+    }
+
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.get_schedule_impl(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.list_schedules_impl().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, false).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.delete_schedule_impl(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.due_schedules_impl(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.fire_schedule_impl(params).await
     }
 }

@@ -110,47 +110,8 @@ impl SqliteStore {
 
     pub(super) async fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
-        let config = params.stored_config()?;
-        let available_at = rows::ts_opt(params.available_at)?;
-        let deadline_at = rows::ts_opt(params.deadline_at)?;
-
         let mut write = self.begin_write(OPERATION).await?;
-        let sql = format!(
-            "INSERT INTO tasks_workflow_runs
-                 (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-                  input, attempts, available_at, deadline_at, created_at, updated_at,
-                  priority, concurrency_key, concurrency_limit)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
-                     ?12, ?13, ?14)
-             ON CONFLICT (namespace, workflow_name, idempotency_key)
-                 WHERE idempotency_key IS NOT NULL
-             DO NOTHING
-             RETURNING {RUN_COLUMNS}"
-        );
-        let now = write.now();
-        let available_at = match (available_at, params.delay) {
-            (None, Some(delay)) => Some(write.now_plus(delay)?),
-            (available_at, _) => available_at,
-        };
-        let inserted = sqlx::query_as::<_, RunRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(rows::id(Uuid::now_v7()))
-            .bind(&params.workflow_name)
-            .bind(&params.version)
-            .bind(&params.idempotency_key)
-            .bind(rows::json(&config))
-            .bind(rows::json_opt(params.context.as_ref()))
-            .bind(rows::json_opt(params.input.as_ref()))
-            .bind(available_at)
-            .bind(deadline_at)
-            .bind(now)
-            .bind(params.priority)
-            .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
-            .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
-            .fetch_optional(write.conn())
-            .await
-            .map_err(db(OPERATION))?;
-        let (row, created) = match inserted {
+        let (row, created) = match self.insert_run(&mut write, &params).await? {
             Some(row) => (row, true),
             None => {
                 // A repeat of an idempotent create: hand back the first run.
@@ -176,6 +137,56 @@ impl SqliteStore {
             });
         }
         Ok(run)
+    }
+
+    /// Inserts a pending run in `write` (the statement of [`Store::create_run`]): `None` when
+    /// a run with its idempotency key exists already. Announces nothing.
+    ///
+    /// [`Store::create_run`]: crate::Store::create_run
+    pub(super) async fn insert_run(
+        &self,
+        write: &mut Write<'_>,
+        params: &CreateRun,
+    ) -> StoreResult<Option<RunRow>> {
+        const OPERATION: Operation = Operation::CreateRun;
+        let config = params.stored_config()?;
+        let available_at = rows::ts_opt(params.available_at)?;
+        let deadline_at = rows::ts_opt(params.deadline_at)?;
+        let sql = format!(
+            "INSERT INTO tasks_workflow_runs
+                 (namespace, id, workflow_name, version, status, idempotency_key, config, context,
+                  input, attempts, available_at, deadline_at, created_at, updated_at,
+                  priority, concurrency_key, concurrency_limit)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
+                     ?12, ?13, ?14)
+             ON CONFLICT (namespace, workflow_name, idempotency_key)
+                 WHERE idempotency_key IS NOT NULL
+             DO NOTHING
+             RETURNING {RUN_COLUMNS}"
+        );
+        let now = write.now();
+        let available_at = match (available_at, params.delay) {
+            (None, Some(delay)) => Some(write.now_plus(delay)?),
+            (available_at, _) => available_at,
+        };
+        sqlx::query_as::<_, RunRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(&params.workflow_name)
+            .bind(&params.version)
+            .bind(&params.idempotency_key)
+            .bind(rows::json(&config))
+            .bind(rows::json_opt(params.context.as_ref()))
+            .bind(rows::json_opt(params.input.as_ref()))
+            .bind(available_at)
+            .bind(deadline_at)
+            .bind(now)
+            .bind(params.priority)
+            .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+            .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(OPERATION))
     }
 
     pub(super) async fn list_runs_impl(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {

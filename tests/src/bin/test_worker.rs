@@ -130,6 +130,15 @@ async fn parent(ctx: WorkflowContext, input: ChildInput) -> Result<String, Workf
     Ok(output)
 }
 
+/// Started by the schedule of the three-process schedules test: returns the slot it was
+/// started for, as the run sees it.
+#[workflow(name = "test-tick")]
+async fn tick(ctx: WorkflowContext) -> Result<Option<String>, WorkflowError> {
+    Ok(ctx
+        .scheduled_at()
+        .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tasks::__private::{Workflow, WorkflowRegistration, inventory};
+use tasks::__private::{ScheduleRegistration, Workflow, WorkflowRegistration, inventory};
 use tasks::{WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -39,7 +39,12 @@ pub async fn checkout_v2(_ctx: WorkflowContext, order: Order) -> Result<Receipt,
 }
 
 /// Runs every night; it needs no input.
-#[workflow(retry(max_attempts = 1))]
+#[workflow(
+    retry(max_attempts = 1),
+    schedule = "0 30 2 * * *",
+    timezone = "Europe/Paris",
+    catch_up = "all(3)"
+)]
 async fn nightly(ctx: WorkflowContext) -> std::result::Result<(), WorkflowError> {
     ctx.sleep("pause", Duration::from_secs(1)).await?;
     Ok(())
@@ -86,4 +91,20 @@ fn main() {
     assert_eq!(registered.len(), 2, "{registered:?}");
     assert!(registered.contains(&"checkout@2".to_owned()));
     assert!(registered.contains(&"nightly".to_owned()));
+
+    let schedules: Vec<_> = inventory::iter::<ScheduleRegistration>
+        .into_iter()
+        .map(|registration| registration.0)
+        .collect();
+    assert_eq!(schedules.len(), 1);
+    let schedule = schedules[0];
+    assert_eq!(schedule.workflow, "nightly");
+    assert_eq!(schedule.version, None);
+    assert_eq!(schedule.cron, "0 30 2 * * *");
+    assert_eq!(schedule.timezone, "Europe/Paris");
+    assert_eq!(schedule.catch_up, tasks::CatchUp::All { max: 3 });
+    assert_eq!(
+        (schedule.input)(),
+        tasks::__private::serde_json::Value::Null
+    );
 }
