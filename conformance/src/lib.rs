@@ -212,6 +212,7 @@ macro_rules! conformance_suite {
             purge_never_touches_live_runs,
             purge_refuses_bad_filters,
             purge_is_scoped_to_namespace,
+            purge_keeps_children_of_live_parents,
         } multi_thread {
             purge_racing_retries_keeps_retried_runs,
             retention_turn_goes_to_one_worker_per_period,

@@ -365,3 +365,38 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
         StoreError::Limit(_)
     );
 }
+
+/// A finished child run is kept while its parent is live (the parent may still join it and
+/// read its outcome), and goes with the next purge once the parent finished.
+pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
+    let store = setup.store().await;
+    let parent = create_claimed(&store).await;
+    let started = store
+        .start_child(tasks::StartChild {
+            run_id: parent.id,
+            worker_id: owner(&parent).to_owned(),
+            step_name: "child".into(),
+            child: tasks::CreateRun::new(unique_name()),
+            on_parent_cancel: tasks::ParentCancel::Cascade,
+        })
+        .await
+        .unwrap();
+    let child = store.cancel_run(started.child.id).await.unwrap();
+    assert_eq!(child.status, RunStatus::Canceled);
+    let unrelated = create_canceled(&store).await;
+
+    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 1);
+    assert!(!exists(&store, &unrelated).await);
+    assert!(
+        exists(&store, &child).await,
+        "a finished child of a live parent is kept"
+    );
+
+    store
+        .complete_run(parent.id, owner(&parent), json!("out"))
+        .await
+        .unwrap();
+    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 2);
+    assert!(!exists(&store, &child).await);
+    assert!(!exists(&store, &parent).await);
+}

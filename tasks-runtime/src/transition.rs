@@ -176,6 +176,20 @@ pub(crate) const PURGE: Transition = Transition {
     announce_status: false,
 };
 
+/// The purge's condition on a candidate run `{alias}` of the table `runs`: a child run is
+/// kept while its parent is live, whatever its own age, because the parent may still join
+/// it (the join reads the child's outcome from its row). Runs without a parent, and
+/// children of finished or deleted parents, may go.
+pub(crate) fn purgeable_family(alias: &str, runs: &str) -> String {
+    format!(
+        "({alias}parent_run_id IS NULL OR NOT EXISTS (
+             SELECT 1 FROM {runs} parent
+              WHERE parent.namespace = {alias}namespace AND parent.id = {alias}parent_run_id
+                AND {live}))",
+        live = status_in("parent.", WAITABLE),
+    )
+}
+
 /// Claims pending runs whose `available_at` has passed. Claims take these first. Every
 /// claimed run is announced running (for waiters; workers do not wake on it), in the same
 /// batch as the claimer's other announcements.

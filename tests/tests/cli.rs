@@ -675,7 +675,160 @@ async fn events_send_validates_the_payload_and_wakes_the_run(backend: Backend) {
     worker.shutdown().await;
 }
 
+async fn schedules_are_checked_created_listed_paused_resumed_and_deleted(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let greeting = r#"{"name": "Ada", "times": 2}"#;
+    let create = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "schedules",
+            "create",
+            "nightly",
+            "--workflow",
+            "cli-greet",
+            "--cron",
+            "0 0 3 * * *",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+
+    // Refusals store nothing, each with its exit code.
+    let bad_cron = cli(
+        &store,
+        &[
+            "schedules",
+            "create",
+            "nightly",
+            "-w",
+            "cli-greet",
+            "--cron",
+            "61 * * * *",
+            "-i",
+            greeting,
+        ],
+    )
+    .await;
+    assert_eq!(bad_cron.exit, Exit::Usage, "{}", bad_cron.err);
+    assert!(bad_cron.err.starts_with("error: "), "{}", bad_cron.err);
+    let bad_zone = cli(
+        &store,
+        &create(&[
+            "--timezone",
+            "Mars/Olympus",
+            "-i",
+            r#"{"name": "Ada", "times": 2}"#,
+        ]),
+    )
+    .await;
+    assert_eq!(bad_zone.exit, Exit::Usage, "{}", bad_zone.err);
+    assert!(bad_zone.err.contains("Mars/Olympus"), "{}", bad_zone.err);
+    let bad_input = cli(&store, &create(&["-i", r#"{"name": "Ada", "times": 9}"#])).await;
+    assert_eq!(bad_input.exit, Exit::Usage, "{}", bad_input.err);
+    assert!(bad_input.err.contains("/times"), "{}", bad_input.err);
+    let unknown = cli(
+        &store,
+        &[
+            "schedules",
+            "create",
+            "x",
+            "-w",
+            "cli-nope",
+            "--cron",
+            "0 * * * *",
+        ],
+    )
+    .await;
+    assert_eq!(unknown.exit, Exit::NotFound, "{}", unknown.err);
+    assert!(client.list_schedules().await.unwrap().is_empty());
+
+    let created = cli(
+        &store,
+        &create(&[
+            "--timezone",
+            "Europe/Paris",
+            "--catch-up",
+            "all(3)",
+            "-i",
+            r#"{"name": "Ada", "times": 2}"#,
+        ]),
+    )
+    .await;
+    assert_eq!(created.exit, Exit::Success, "{}", created.err);
+    assert!(
+        created
+            .out
+            .contains("created schedule \"nightly\" of cli-greet@2"),
+        "{}",
+        created.out
+    );
+    let stored = client.get_schedule("nightly").await.unwrap().unwrap();
+    assert_eq!(stored.timezone, "Europe/Paris");
+    assert_eq!(stored.catch_up, tasks::schedule::CatchUp::All { max: 3 });
+    assert_eq!(stored.input, json!({ "name": "Ada", "times": 2 }));
+    let again = cli(&store, &create(&["-i", r#"{"name": "Ada", "times": 2}"#])).await;
+    assert_eq!(again.exit, Exit::Failure, "{}", again.err);
+
+    let table = cli(&store, &["schedules", "list"]).await;
+    assert_eq!(table.exit, Exit::Success);
+    for expected in [
+        "NEXT SLOT",
+        "nightly",
+        "cli-greet@2",
+        "Europe/Paris",
+        "all (up to 3)",
+        "active",
+    ] {
+        assert!(table.out.contains(expected), "{expected}: {}", table.out);
+    }
+    let listed = cli(&store, &["schedules", "list", "--json"]).await;
+    let document: Value = serde_json::from_str(&listed.out).unwrap();
+    let first = &document["schedules"][0];
+    assert_eq!(first["name"], "nightly");
+    assert_eq!(first["catchUp"], "all");
+    assert_eq!(first["catchUpMax"], 3);
+    assert!(first["nextSlot"].is_string(), "{document}");
+
+    let paused = cli(&store, &["schedules", "pause", "nightly"]).await;
+    assert_eq!(paused.exit, Exit::Success, "{}", paused.err);
+    assert!(
+        client
+            .get_schedule("nightly")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused
+    );
+    assert!(
+        cli(&store, &["schedules", "list"])
+            .await
+            .out
+            .contains("paused")
+    );
+    let resumed = cli(&store, &["schedules", "resume", "nightly"]).await;
+    assert_eq!(resumed.exit, Exit::Success, "{}", resumed.err);
+    assert!(
+        !client
+            .get_schedule("nightly")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused
+    );
+    let deleted = cli(&store, &["schedules", "delete", "nightly"]).await;
+    assert_eq!(deleted.exit, Exit::Success, "{}", deleted.err);
+    assert!(client.get_schedule("nightly").await.unwrap().is_none());
+    let gone = cli(&store, &["schedules", "pause", "nightly"]).await;
+    assert_eq!(gone.exit, Exit::NotFound, "{}", gone.err);
+    assert_eq!(
+        run_count(&store).await,
+        0,
+        "creating a schedule starts nothing by itself"
+    );
+}
+
 both_backends!(
+    schedules_are_checked_created_listed_paused_resumed_and_deleted,
     events_send_validates_the_payload_and_wakes_the_run,
     start_with_valid_input_stores_the_run,
     start_with_invalid_input_prints_every_violation_and_stores_nothing,

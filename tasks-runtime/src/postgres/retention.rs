@@ -13,7 +13,7 @@ use super::{PgStore, millis};
 use crate::error::{Operation, StoreResult, db};
 use crate::limits::{self, Field};
 use crate::retention::{FinishedBefore, PurgeRuns};
-use crate::transition::{PURGE, status_in};
+use crate::transition::{PURGE, purgeable_family, status_in};
 
 impl PgStore {
     /// [`Store::purge_runs`](crate::Store::purge_runs): one transaction of two statements.
@@ -39,6 +39,7 @@ impl PgStore {
                  SELECT r.id FROM tasks.workflow_runs r
                   WHERE r.namespace = $1 AND {selected}
                     AND r.finished_at < COALESCE($2, now() - $3 * INTERVAL '1 millisecond')
+                    AND {family}
                   LIMIT $4
                     FOR UPDATE SKIP LOCKED
              )
@@ -46,6 +47,7 @@ impl PgStore {
               WHERE r.namespace = $1 AND r.id = d.id AND {fence}
           RETURNING r.id",
             selected = status_in("r.", params.selected_statuses()),
+            family = purgeable_family("r.", "tasks.workflow_runs"),
             fence = PURGE.fence("r.", "NULL"),
         );
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;

@@ -11,7 +11,7 @@ use super::rows;
 use crate::error::{Operation, StoreResult, db};
 use crate::limits::{self, Field};
 use crate::retention::{FinishedBefore, PurgeRuns};
-use crate::transition::{PURGE, status_in};
+use crate::transition::{PURGE, purgeable_family, status_in};
 
 /// The ids of the batch, bound as one JSON array: `IN (SELECT value FROM json_each(?2))`.
 const BATCH: &str = "(SELECT value FROM json_each(?2))";
@@ -32,10 +32,11 @@ impl SqliteStore {
             FinishedBefore::Age(age) => write.now_minus(age)?,
         };
         let select = format!(
-            "SELECT id FROM tasks_workflow_runs
-              WHERE namespace = ?1 AND {selected} AND finished_at < ?2
+            "SELECT r.id FROM tasks_workflow_runs r
+              WHERE r.namespace = ?1 AND {selected} AND r.finished_at < ?2 AND {family}
               LIMIT ?3",
-            selected = status_in("", params.selected_statuses()),
+            selected = status_in("r.", params.selected_statuses()),
+            family = purgeable_family("r.", "tasks_workflow_runs"),
         );
         let doomed: Vec<String> = sqlx::query_scalar(&select)
             .bind(&*self.namespace)

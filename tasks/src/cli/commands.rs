@@ -157,19 +157,9 @@ pub(super) async fn start(
     out: Output<'_>,
     err: Output<'_>,
 ) -> Exit {
-    let text = match input_text(&args.input) {
-        Ok(text) => text,
-        Err(error) => {
-            let _ = writeln!(err, "error: cannot read the input {}: {error}", args.input);
-            return Exit::Usage;
-        }
-    };
-    let input: Value = match serde_json::from_str(&text) {
+    let input = match input_json(&args.input, err) {
         Ok(input) => input,
-        Err(error) => {
-            let _ = writeln!(err, "error: the input is not valid JSON: {error}");
-            return Exit::Usage;
-        }
+        Err(exit) => return exit,
     };
     let mut options = StartOptions::new();
     if let Some(version) = &args.version {
@@ -197,7 +187,15 @@ pub(super) async fn start(
             }
             Exit::Success
         }
-        Err(ClientError::InvalidInput(invalid)) => {
+        Err(error) => start_failed(error, err),
+    }
+}
+
+/// Prints why a start (or a schedule's check of its input) was refused, and returns the
+/// exit code: every violation of an invalid input on a line of its own.
+pub(super) fn start_failed(error: ClientError, err: Output<'_>) -> Exit {
+    match error {
+        ClientError::InvalidInput(invalid) => {
             let _ = writeln!(
                 err,
                 "error: invalid input for workflow {} ({} violation{}); nothing was stored",
@@ -214,11 +212,27 @@ pub(super) async fn start(
             }
             Exit::Usage
         }
-        Err(error @ ClientError::UnknownWorkflow { .. }) => fail(err, Exit::NotFound, &error),
-        Err(ClientError::Store(error)) => store_failed(&error, err),
-        Err(error @ ClientError::Json(_)) => fail(err, Exit::Usage, &error),
-        Err(error) => fail(err, Exit::Failure, &error),
+        error @ ClientError::UnknownWorkflow { .. } => fail(err, Exit::NotFound, &error),
+        ClientError::Store(error) => store_failed(&error, err),
+        error @ (ClientError::Json(_) | ClientError::Limit(_)) => fail(err, Exit::Usage, &error),
+        error => fail(err, Exit::Failure, &error),
     }
+}
+
+/// The JSON of an `--input`-style argument (literal, `@file` or `@-`); a usage error, printed,
+/// when it cannot be read or is not JSON.
+pub(super) fn input_json(arg: &str, err: Output<'_>) -> Result<Value, Exit> {
+    let text = match input_text(arg) {
+        Ok(text) => text,
+        Err(error) => {
+            let _ = writeln!(err, "error: cannot read the input {arg}: {error}");
+            return Err(Exit::Usage);
+        }
+    };
+    serde_json::from_str(&text).map_err(|error| {
+        let _ = writeln!(err, "error: the input is not valid JSON: {error}");
+        Exit::Usage
+    })
 }
 
 /// Reports the outcome of fork: the new run.

@@ -32,6 +32,9 @@
 //! | `purge --older-than 30d [--status failed,canceled] [--batch-size N]` | deletes finished runs older than that, with their steps and events, and prints how many |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
+//! | `schedules list [--json]` | the namespace's cron schedules, with their next slots (feature `schedules`) |
+//! | `schedules create NAME --workflow W --cron EXPR [--timezone TZ] [--input JSON\|@file] [--catch-up latest\|skip\|all(N)]` | creates a schedule; cron, timezone and input checked first |
+//! | `schedules pause NAME`, `resume NAME`, `delete NAME` | operate on a schedule |
 //! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
@@ -57,6 +60,8 @@ mod doctor;
 mod events;
 mod format;
 mod runs;
+#[cfg(feature = "schedules")]
+mod schedules;
 mod watch;
 
 use std::io::Write;
@@ -70,6 +75,8 @@ use crate::uuid::Uuid;
 pub use clap;
 use clap::{Args, Parser, Subcommand};
 pub use events::{EventsCommand, SendArgs};
+#[cfg(feature = "schedules")]
+pub use schedules::{CreateScheduleArgs, ScheduleName, SchedulesCommand};
 
 use crate::{Client, ConnectError, Cursor, Registry, RunStatus, StoreError};
 
@@ -199,6 +206,10 @@ pub enum Command {
     /// Send events to runs.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// List, create, pause, resume and delete cron schedules (feature `schedules`).
+    #[cfg(feature = "schedules")]
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
     /// Serve the web dashboard (on 127.0.0.1:8080 unless told otherwise) until Ctrl-C.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
@@ -449,6 +460,23 @@ impl TasksArgs {
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
             }
+            #[cfg(feature = "schedules")]
+            Command::Schedules(command) => match command {
+                SchedulesCommand::List { json } => schedules::list(&client, *json, out, err).await,
+                SchedulesCommand::Create(args) => schedules::create(&client, args, out, err).await,
+                SchedulesCommand::Pause(ScheduleName { name }) => {
+                    let paused = client.pause_schedule(name).await;
+                    schedules::operated(paused, name, "paused", out, err)
+                }
+                SchedulesCommand::Resume(ScheduleName { name }) => {
+                    let resumed = client.resume_schedule(name).await;
+                    schedules::operated(resumed, name, "resumed", out, err)
+                }
+                SchedulesCommand::Delete(ScheduleName { name }) => {
+                    let deleted = client.delete_schedule(name).await;
+                    schedules::operated(deleted, name, "deleted", out, err)
+                }
+            },
             #[cfg(feature = "dashboard")]
             Command::Dashboard(args) => dashboard::serve(&client, args, out, err).await,
         }
@@ -482,8 +510,11 @@ fn store_exit(error: &StoreError) -> Exit {
         StoreError::RunNotFound { .. }
         | StoreError::StepNotFound { .. }
         | StoreError::RunKeyNotFound { .. }
-        | StoreError::UnknownStep { .. } => Exit::NotFound,
-        StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Exit::Failure,
+        | StoreError::UnknownStep { .. }
+        | StoreError::ScheduleNotFound { .. } => Exit::NotFound,
+        StoreError::WrongState { .. }
+        | StoreError::LeaseLost { .. }
+        | StoreError::ScheduleExists { .. } => Exit::Failure,
         StoreError::InvalidCursor { .. }
         | StoreError::InvalidArgument(_)
         | StoreError::NotTerminal { .. } => Exit::Usage,
