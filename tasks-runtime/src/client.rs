@@ -389,7 +389,7 @@ impl Client {
     /// Cancels a run.
     pub async fn cancel(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
         let run = self.store.cancel_run(run_id).await?;
-        crate::metrics::run_finished(&run.workflow_name, "canceled");
+        crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 
@@ -697,7 +697,7 @@ impl<T: DeserializeOwned> RunHandle<T> {
     /// Cancels the run.
     pub async fn cancel(&self) -> Result<WorkflowRun, StoreError> {
         let run = self.store.cancel_run(self.run_id).await?;
-        crate::metrics::run_finished(&run.workflow_name, "canceled");
+        crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 

@@ -438,7 +438,12 @@ where
             Ok(Err(_)) => TIMEOUT_KIND,
             Err(_) => "panic",
         };
-        crate::metrics::step_attempt(ctx.workflow_name(), definition.name, outcome, elapsed);
+        crate::metrics::step_attempt(
+            ctx.workflow_name().to_owned(),
+            definition.name,
+            outcome,
+            elapsed,
+        );
         // The attempt is written once, when it has finished: at most one commit per step.
         let (record, error) = match result {
             Ok(Ok(Ok(value))) => {

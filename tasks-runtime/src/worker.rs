@@ -1,6 +1,7 @@
 //! The worker: claims runs in batches, executes them concurrently under a lease, wakes on
 //! notifications with polling as the fallback, and shuts down gracefully.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -471,6 +472,7 @@ impl Worker {
             "worker started"
         );
         let slots = Arc::new(Semaphore::new(inner.concurrency));
+        let in_flight = Arc::new(std::sync::Mutex::new(HashSet::new()));
         let _slots_gauge = crate::metrics::SlotsGauge::new(inner.concurrency);
         let slot_freed = Arc::new(Notify::new());
         let wake = Arc::new(Notify::new());
@@ -510,6 +512,15 @@ impl Worker {
                             idle = inner.poll_min;
                         }
                         for run in runs {
+                            // A lease that ran out while this worker still executes the run
+                            // (a heartbeat that came late on a starved machine) lets the
+                            // claim hand the run back to this same worker: the execution in
+                            // flight goes on under the renewed lease, and a second one
+                            // would run its unrecorded steps again.
+                            let Some(executing) = InFlight::enter(&in_flight, run.run.id) else {
+                                tracing::warn!(run.id = %run.run.id, "reclaimed a run whose lease ran out while this worker still executes it; the execution goes on");
+                                continue;
+                            };
                             let Ok(permit) = slots.clone().try_acquire_owned() else {
                                 // Cannot happen: we claimed no more than the free slots.
                                 tracing::error!(run.id = %run.run.id, "no free slot for a claimed run");
@@ -521,6 +532,7 @@ impl Worker {
                             let wake = wake.clone();
                             let shutdown = shutdown.clone();
                             tracker.spawn(async move {
+                                let _executing = executing;
                                 let mut slot = Some(Slot {
                                     permit: Some(permit),
                                     freed: slot_freed,
@@ -689,6 +701,30 @@ impl Worker {
                 error => tracing::warn!(%error, "could not hand back an unknown workflow's run"),
             }
         }
+    }
+}
+
+/// A run this worker executes: its id is in the worker's in-flight set until dropped.
+struct InFlight {
+    set: Arc<std::sync::Mutex<HashSet<Uuid>>>,
+    run_id: Uuid,
+}
+
+impl InFlight {
+    /// Marks `run_id` as executing; `None` when it already is.
+    fn enter(set: &Arc<std::sync::Mutex<HashSet<Uuid>>>, run_id: Uuid) -> Option<InFlight> {
+        let mut runs = set.lock().unwrap_or_else(|poison| poison.into_inner());
+        runs.insert(run_id).then(|| InFlight {
+            set: set.clone(),
+            run_id,
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut runs = self.set.lock().unwrap_or_else(|poison| poison.into_inner());
+        runs.remove(&self.run_id);
     }
 }
 

@@ -468,6 +468,9 @@ async fn a_killed_workers_runs_are_reclaimed_within_seconds(backend: Backend) {
 struct Flaky {
     inner: tasks::SharedStore,
     failures: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// How long every lease extension takes, as on a starved machine or a stalled
+    /// connection (`None`: as long as the store takes).
+    slow_extend: Option<Duration>,
 }
 
 impl Flaky {
@@ -496,6 +499,7 @@ impl tasks::Store for Flaky {
         tasks::SharedStore::new(Flaky {
             inner: self.inner.scoped(namespace),
             failures: self.failures.clone(),
+            slow_extend: self.slow_extend,
         })
     }
     async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
@@ -531,6 +535,9 @@ impl tasks::Store for Flaky {
         worker_id: &str,
         lease: Duration,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
+        if let Some(slow) = self.slow_extend {
+            tokio::time::sleep(slow).await;
+        }
         self.inner.extend_lease(run_id, worker_id, lease).await
     }
     async fn sleep_run(
@@ -735,6 +742,7 @@ async fn a_worker_retries_its_writes_through_database_errors(backend: Backend) {
     let flaky = tasks::SharedStore::new(Flaky {
         inner: store.shared(),
         failures: failures.clone(),
+        slow_extend: None,
     });
     let client = tasks::Client::new(flaky.clone()).unwrap();
     let handle = many::start(&client, 10).await.unwrap();
@@ -921,7 +929,53 @@ async fn a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed
     );
 }
 
+#[step]
+async fn recovery_long_step() -> Result<(), WorkflowError> {
+    let run_id = WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default();
+    bump(run_id, "long");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(())
+}
+
+#[workflow(name = "recovery-own-lease")]
+async fn own_lease(_ctx: WorkflowContext, _input: ()) -> Result<(), WorkflowError> {
+    recovery_long_step().await
+}
+
+/// A run whose lease runs out while its worker still executes it (the heartbeat's extension
+/// stalls for 3 s, the lease is 500 ms) is claimed again by that same worker: the
+/// execution in flight goes on, and the step does not run a second time.
+async fn a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out(backend: Backend) {
+    let store = backend.store().await;
+    let stalling = tasks::SharedStore::new(Flaky {
+        inner: store.shared(),
+        failures: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        slow_extend: Some(Duration::from_secs(3)),
+    });
+    let client = tasks::Client::new(stalling.clone()).unwrap();
+    let worker = tasks::Worker::builder(stalling)
+        .lease(Duration::from_millis(500))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .spawn();
+    let run = own_lease::start(&client, ()).await.unwrap();
+    run.result_within(Duration::from_secs(30)).await.unwrap();
+    worker.shutdown().await;
+    assert_eq!(calls(run.id(), "long"), 1, "the step ran once");
+    let steps = run.steps().await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let attempts = run.run().await.unwrap().attempts;
+    assert!(
+        attempts >= 2,
+        "the lease ran out and the run was claimed again ({attempts})"
+    );
+}
+
 both_backends!(
+    a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out,
     a_run_waiting_for_an_event_survives_a_killed_worker,
     a_killed_worker_is_replaced_and_no_completed_step_runs_again,
     runs_shared_by_several_workers_complete_exactly_once,
