@@ -520,8 +520,10 @@ impl Client {
 #[cfg(feature = "postgres")]
 impl Client {
     /// Starts a run of `W` inside the caller's transaction `conn` (pass `&mut *tx` of a
-    /// `sqlx::Transaction<'_, Postgres>`); see [the section above](#transactional-start-postgres-only).
-    /// Like [`Client::start_with`] with [`StartOptions::new`].
+    /// `sqlx::Transaction<'_, Postgres>`): the run exists if and only if that transaction
+    /// commits, and workers are woken when it does. Postgres only; the transaction must be
+    /// on the database of the client's store. Like [`Client::start_in_with`] with
+    /// [`StartOptions::new`], which lists the errors.
     pub async fn start_in<W: Workflow>(
         &self,
         conn: &mut sqlx::PgConnection,
