@@ -68,7 +68,7 @@ async fn runs(client: &tasks::Client) -> usize {
         .list_runs(ListRuns::default())
         .await
         .unwrap()
-        .items
+        .data
         .len()
 }
 
