@@ -87,7 +87,7 @@ async fn a_committed_start_runs_woken_at_commit() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let handle = client.start_in::<double>(&mut *tx, 21).await.unwrap();
+    let handle = client.start_in::<double>(&mut tx, 21).await.unwrap();
     // Before the commit, nobody else sees the run: the worker cannot run it.
     assert_eq!(runs(&client).await, 0);
     assert!(client.get_run(handle.id()).await.unwrap().is_none());
@@ -122,7 +122,7 @@ async fn a_rolled_back_start_leaves_no_run_and_no_row() {
         .await
         .unwrap();
     let handle = client
-        .start_in_with::<double>(&mut *tx, 1, StartOptions::new().idempotency_key("once"))
+        .start_in_with::<double>(&mut tx, 1, StartOptions::new().idempotency_key("once"))
         .await
         .unwrap();
     tx.rollback().await.unwrap();
@@ -158,14 +158,14 @@ async fn refused_starts_leave_the_transaction_usable() {
     // Past the idempotency key limit: refused before the transaction is touched.
     let too_long = StartOptions::new().idempotency_key("k".repeat(100_000));
     let refused = client
-        .start_in_with::<double>(&mut *tx, 1, too_long)
+        .start_in_with::<double>(&mut tx, 1, too_long)
         .await
         .unwrap_err();
     assert!(matches!(refused, ClientError::Limit(_)), "{refused:?}");
     // Input that does not match the workflow's schema.
     let refused = client
         .start_json_in(
-            &mut *tx,
+            &mut tx,
             "e2e-start-in-double",
             serde_json::json!("nope"),
             StartOptions::new(),
@@ -178,7 +178,7 @@ async fn refused_starts_leave_the_transaction_usable() {
     );
     let refused = client
         .start_json_in(
-            &mut *tx,
+            &mut tx,
             "e2e-start-in-missing",
             serde_json::json!(1),
             StartOptions::new(),
@@ -192,7 +192,7 @@ async fn refused_starts_leave_the_transaction_usable() {
     // A client on SQLite cannot start in a Postgres transaction.
     let sqlite = Backend::Sqlite.store().await;
     let refused = support::client(&sqlite)
-        .start_in::<double>(&mut *tx, 1)
+        .start_in::<double>(&mut tx, 1)
         .await
         .unwrap_err();
     assert!(
@@ -208,7 +208,7 @@ async fn refused_starts_leave_the_transaction_usable() {
         .unwrap();
     let handle = client
         .start_json_in(
-            &mut *tx,
+            &mut tx,
             "e2e-start-in-double",
             serde_json::json!(5),
             StartOptions::new(),
@@ -233,11 +233,11 @@ async fn idempotency_keys_work_inside_the_transaction() {
     // Twice in one transaction: one run.
     let mut tx = pool.begin().await.unwrap();
     let first = client
-        .start_in_with::<double>(&mut *tx, 7, key.clone())
+        .start_in_with::<double>(&mut tx, 7, key.clone())
         .await
         .unwrap();
     let second = client
-        .start_in_with::<double>(&mut *tx, 8, key.clone())
+        .start_in_with::<double>(&mut tx, 8, key.clone())
         .await
         .unwrap();
     assert_eq!(first.id(), second.id());
@@ -247,7 +247,7 @@ async fn idempotency_keys_work_inside_the_transaction() {
     // In a later transaction, the committed run is returned and nothing is created.
     let mut tx = pool.begin().await.unwrap();
     let third = client
-        .start_in_with::<double>(&mut *tx, 9, key.clone())
+        .start_in_with::<double>(&mut tx, 9, key.clone())
         .await
         .unwrap();
     tx.commit().await.unwrap();
