@@ -38,6 +38,17 @@ pub enum ClientError {
         /// The version asked for, if any.
         version: Option<String>,
     },
+    /// [`Client::start_in`] on a client whose store does not keep its runs in Postgres
+    /// ([`Store::is_postgres`](crate::Store::is_postgres) is `false`): a run created in the
+    /// caller's Postgres transaction would be invisible to that store. Nothing was written.
+    #[error(
+        "a transactional start needs a client on a Postgres store; the store of namespace \
+         {namespace:?} is not one"
+    )]
+    NotPostgres {
+        /// The namespace of the client's store.
+        namespace: String,
+    },
     /// The input does not match the workflow's input schema, or does not decode into its
     /// input type (a number out of the type's range, a NaN or infinite float); nothing was
     /// stored.
@@ -302,6 +313,19 @@ impl Client {
         input: Value,
         options: StartOptions,
     ) -> Result<RunHandle<Value>, ClientError> {
+        let (definition, input) = self.checked_json(name, input, &options)?;
+        let run = self.create(definition, input, options).await?;
+        Ok(self.handle(run.id))
+    }
+
+    /// The workflow `name` names (at `options`' version, or the latest) and `input` checked
+    /// against the limits, its schema and its input type.
+    fn checked_json(
+        &self,
+        name: &str,
+        input: Value,
+        options: &StartOptions,
+    ) -> Result<(&'static WorkflowDefinition, Value), ClientError> {
         let definition = match options.version.as_deref() {
             Some(version) => self.registry.get(name, Some(version)),
             None => self.registry.latest(name),
@@ -316,8 +340,7 @@ impl Client {
         self.registry
             .validate_input(definition.name, definition.version, &input)?;
         check_type(definition, &input)?;
-        let run = self.create(definition, input, options).await?;
-        Ok(self.handle(run.id))
+        Ok((definition, input))
     }
 
     /// Like [`Client::start_json`], from JSON text. Malformed JSON is
@@ -338,6 +361,20 @@ impl Client {
         input: Value,
         options: StartOptions,
     ) -> Result<WorkflowRun, ClientError> {
+        let params = self.create_params(definition, input, options)?;
+        let run = self.store.create_run(params).await?;
+        crate::metrics::run_started(definition.name);
+        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
+        Ok(run)
+    }
+
+    /// The checked parameters of a new run.
+    fn create_params(
+        &self,
+        definition: &'static WorkflowDefinition,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<CreateRun, ClientError> {
         let params = CreateRun {
             workflow_name: definition.name.to_owned(),
             version: definition.version.map(str::to_owned),
@@ -353,10 +390,7 @@ impl Client {
             concurrency: options.concurrency,
         };
         params.check(self.store.namespace())?;
-        let run = self.store.create_run(params).await?;
-        crate::metrics::run_started(definition.name);
-        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
-        Ok(run)
+        Ok(params)
     }
 
     /// A handle on an existing run whose output decodes as `T` (use `Value` when unsure).
@@ -450,6 +484,115 @@ impl Client {
     pub async fn purge(&self, params: PurgeRuns) -> Result<u64, StoreError> {
         let (purged, result) = purge_batches(&*self.store, &params, None).await;
         result.map(|()| purged)
+    }
+}
+
+/// Transactional start (Postgres only).
+///
+/// A run started with [`Client::start_in`] is created inside the caller's own transaction on
+/// the store's Postgres database: it exists if and only if that transaction commits, and
+/// its wake-up (a `NOTIFY`, which Postgres delivers at commit and drops on rollback)
+/// reaches the workers when it commits, not before. So "write my row and start the
+/// workflow that processes it" is atomic: no run for a row that was rolled back, no row
+/// without its run.
+///
+/// The transaction must be on the database of the client's store (the one its workers
+/// use), with the `tasks` schema migrated; the run goes into the client's namespace. Only
+/// the namespace is taken from the store: the statements run on the caller's connection.
+/// The SQLite store has no equivalent (its single writer would have to be the caller's),
+/// so a client on any store that is not Postgres gets [`ClientError::NotPostgres`].
+///
+/// ```no_run
+/// # async fn demo(client: tasks_runtime::Client, pool: tasks_runtime::postgres::sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use tasks_runtime::StartOptions;
+///
+/// let mut tx = pool.begin().await?;
+/// tasks_runtime::postgres::sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+///     .bind(7_i64)
+///     .execute(&mut *tx)
+///     .await?;
+/// let handle = client
+///     .start_json_in(&mut *tx, "checkout", serde_json::json!({ "order_id": 7 }), StartOptions::new())
+///     .await?;
+/// tx.commit().await?; // now the run exists, and a worker is woken
+/// # let _ = handle; Ok(()) }
+/// ```
+#[cfg(feature = "postgres")]
+impl Client {
+    /// Starts a run of `W` inside the caller's transaction `conn` (pass `&mut *tx` of a
+    /// `sqlx::Transaction<'_, Postgres>`): the run exists if and only if that transaction
+    /// commits, and workers are woken when it does. Postgres only; the transaction must be
+    /// on the database of the client's store. Like [`Client::start_in_with`] with
+    /// [`StartOptions::new`], which lists the errors.
+    pub async fn start_in<W: Workflow>(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        input: W::Input,
+    ) -> Result<RunHandle<W::Output>, ClientError> {
+        self.start_in_with::<W>(conn, input, StartOptions::new())
+            .await
+    }
+
+    /// Starts a run of `W` with options inside the caller's transaction `conn`.
+    ///
+    /// The input and options are checked exactly as [`Client::start_with`] checks them
+    /// (limits, the input type), and the client's store must be a Postgres store, all
+    /// before the transaction is touched: on [`ClientError::InvalidInput`],
+    /// [`ClientError::Limit`], [`ClientError::Json`] or [`ClientError::NotPostgres`] nothing
+    /// was sent to the database and the transaction is still usable. A database error
+    /// ([`ClientError::Store`]) happened inside the transaction, which Postgres then aborts:
+    /// roll it back. An idempotency key behaves as with [`Client::start_with`]: when a run
+    /// with the key exists (committed, or created earlier in this transaction), the handle
+    /// is of that run and nothing is created; when another transaction holds a run with the
+    /// key uncommitted, this call waits for it to commit or roll back.
+    ///
+    /// The returned handle names a run that no one else sees until the transaction commits
+    /// (waiting on its result before then waits until then; after a rollback the run never
+    /// exists: [`RunError::NotFound`]).
+    pub async fn start_in_with<W: Workflow>(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        input: W::Input,
+        options: StartOptions,
+    ) -> Result<RunHandle<W::Output>, ClientError> {
+        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
+        let definition = W::definition();
+        check_type(definition, &input)?;
+        let run = self.create_in(conn, definition, input, options).await?;
+        Ok(self.handle(run.id))
+    }
+
+    /// Like [`Client::start_json`] (the same checks, by workflow name with JSON input),
+    /// inside the caller's transaction `conn`, as [`Client::start_in_with`] describes.
+    pub async fn start_json_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<RunHandle<Value>, ClientError> {
+        let (definition, input) = self.checked_json(name, input, &options)?;
+        let run = self.create_in(conn, definition, input, options).await?;
+        Ok(self.handle(run.id))
+    }
+
+    async fn create_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        definition: &'static WorkflowDefinition,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<WorkflowRun, ClientError> {
+        let params = self.create_params(definition, input, options)?;
+        if !self.store.is_postgres() {
+            return Err(ClientError::NotPostgres {
+                namespace: self.store.namespace().to_owned(),
+            });
+        }
+        let run = crate::postgres::create_run_in(conn, self.store.namespace(), &params).await?;
+        crate::metrics::run_started(definition.name);
+        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started in the caller's transaction");
+        Ok(run)
     }
 }
 

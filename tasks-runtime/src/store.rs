@@ -624,6 +624,14 @@ pub trait Store: Send + Sync + 'static {
     /// The namespace this store reads and writes.
     fn namespace(&self) -> &str;
 
+    /// Whether this store keeps its runs in Postgres (in the `tasks` schema), so that
+    /// [`Client::start_in`](crate::Client::start_in) may create runs in a caller's
+    /// transaction on its database. `false` by default; a store that wraps a Postgres store
+    /// forwards its answer.
+    fn is_postgres(&self) -> bool {
+        false
+    }
+
     /// The same store (same connections, same background work) scoped to another namespace.
     fn scoped(&self, namespace: &str) -> SharedStore;
 

@@ -10,6 +10,7 @@ mod recorder;
 mod retention;
 mod rows;
 mod schedules;
+mod start_in;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -22,6 +23,11 @@ use sqlx::{Connection as _, PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
+/// The `sqlx` this store is built on: name its types (`sqlx::Transaction`,
+/// `sqlx::PgConnection`) through this re-export, so that a transaction given to
+/// [`Client::start_in`](crate::Client::start_in) is of the same version.
+pub use sqlx;
+pub(crate) use start_in::create_run_in;
 
 use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use crate::error::{Operation, StoreError, StoreResult, db};
@@ -691,6 +697,10 @@ fn millis(duration: Duration) -> i64 {
 impl Store for PgStore {
     fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    fn is_postgres(&self) -> bool {
+        true
     }
 
     fn scoped(&self, namespace: &str) -> SharedStore {
