@@ -42,6 +42,10 @@ impl Store for Counting {
         self.inner.namespace()
     }
 
+    fn is_postgres(&self) -> bool {
+        self.inner.is_postgres()
+    }
+
     fn scoped(&self, namespace: &str) -> SharedStore {
         SharedStore::new(Counting {
             inner: self.inner.scoped(namespace),

@@ -495,6 +495,10 @@ impl tasks::Store for Flaky {
     fn namespace(&self) -> &str {
         self.inner.namespace()
     }
+
+    fn is_postgres(&self) -> bool {
+        self.inner.is_postgres()
+    }
     fn scoped(&self, namespace: &str) -> tasks::SharedStore {
         tasks::SharedStore::new(Flaky {
             inner: self.inner.scoped(namespace),
