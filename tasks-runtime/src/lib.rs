@@ -88,7 +88,7 @@ pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, Work
 mod connect;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-#[cfg(feature = "sqlite")]
+#[cfg(feature = "testing")]
 pub mod testing;
 pub use connect::{
     ConnectError, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, connect, connect_from_env,

@@ -190,13 +190,11 @@ async fn a_schedule_fires_after_an_advance_and_not_before() {
 async fn a_retry_backoff_and_a_delayed_start_follow_the_clock() {
     let env = TestEnv::start().await.unwrap();
     let retried = retry_later::start(env.client(), ()).await.unwrap();
-    let delayed = hour_sleep::start_with(
-        env.client(),
-        (),
-        StartOptions::new().delay(2 * HOUR),
-    )
-    .await
-    .unwrap();
+    let delayed = env
+        .client()
+        .start_with::<hour_sleep>((), StartOptions::new().delay(2 * HOUR))
+        .await
+        .unwrap();
     retried
         .wait_until(PROMPT, |run| run.status == RunStatus::Pending && run.attempts == 1)
         .await
