@@ -1,15 +1,16 @@
 //! The clock a store reads durable instants from: the system clock, or a virtual clock that
 //! a test moves forward.
 //!
-//! Every durable instant of the [SQLite store](crate::sqlite) (when a run was created, when
+//! Every durable instant of the SQLite store (`sqlite::SqliteStore`; when a run was created, when
 //! its sleep ends, when an event wait times out, when a failed attempt is retried, whether its
 //! deadline passed, whether a schedule's slot is due, when a lease or a worker's heartbeat
 //! goes stale) is computed from the time its write transaction reads from the store's
 //! [`Clock`]. [`Clock::system`] (the default) is the process clock; [`Clock::manual`] is the
 //! process clock plus an offset that only [`Clock::advance`] moves, so a test skips past an
-//! hour-long durable sleep without waiting an hour (see [`crate::testing`]).
+//! hour-long durable sleep without waiting an hour (see `tasks::testing`, feature `testing`,
+//! which sets this up).
 //!
-//! The [Postgres store](crate::postgres) always uses the database's `now()`: one clock for
+//! The Postgres store always uses the database's `now()`: one clock for
 //! every worker on every machine, which a process cannot move. A virtual clock is therefore
 //! a SQLite feature.
 //!

@@ -1,5 +1,6 @@
 //! A kit for unit-testing workflows: an isolated store, a worker, a client and a virtual
-//! clock in one line.
+//! clock in one line (feature `testing`, which implies `sqlite`; add it to your
+//! `[dev-dependencies]`: `tasks = { version = "...", features = ["testing"] }`).
 //!
 //! ```no_run
 //! # use tasks_runtime as tasks;

@@ -7,10 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tasks::testing::{TestEnv, TestEnvError};
-use tasks::{
-    CatchUp, ListRuns, NewSchedule, RunStatus, StartOptions, Store, WorkflowContext,
-    WorkflowError, workflow,
-};
+use tasks::prelude::*;
+use tasks::{CatchUp, ListRuns, NewSchedule, Store};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// How long a test gives the worker to act on a wake-up (real time; generous).
@@ -230,9 +228,8 @@ async fn the_virtual_clock_only_moves_forward_and_within_limits() {
     env.shutdown().await;
 }
 
-// ---- The README's example ("Testing your workflows"), verbatim below this line ----
-
-use tasks::prelude::*;
+// ---- The README's example ("Testing your workflows"), verbatim below this line (its `use`
+// lines are at the top of this file) ----
 
 /// Sends a reminder when a trial ends, fourteen days after sign-up.
 #[workflow(name = "trial")]

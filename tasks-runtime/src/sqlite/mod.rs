@@ -15,7 +15,7 @@
 //!   share its clock, and because the time is read under the lock, `created_at` follows
 //!   commit order (as long as the system clock does not step back). A test can give the
 //!   store a [manual clock](Clock::manual) with [`SqliteStore::with_clock`] and skip ahead
-//!   in time; see [`crate::testing`].
+//!   in time; see `tasks::testing` (feature `testing`).
 //! * **Storage.** Ids, timestamps and JSON are stored as text; see the migration
 //!   `tasks-runtime/migrations/sqlite/0001_initial.sql` for the exact encodings. Tables carry a `tasks_`
 //!   prefix, since SQLite has no schemas.
@@ -207,7 +207,7 @@ impl SqliteStore {
     /// Every store on the same database should use the same clock (clones of a
     /// [manual clock](Clock::manual) share it); two stores on one file with clocks that
     /// disagree see each other's instants as past or future. Meant for tests: see
-    /// [`crate::testing`], which sets this up.
+    /// `tasks::testing` (feature `testing`), which sets this up.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
