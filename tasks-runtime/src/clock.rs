@@ -86,9 +86,7 @@ impl Clock {
             .ok_or(ClockError::OutOfRange { by })?;
         offset
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-                current
-                    .checked_add(by_micros)
-                    .filter(|total| *total <= max)
+                current.checked_add(by_micros).filter(|total| *total <= max)
             })
             .map(drop)
             .map_err(|_| ClockError::OutOfRange { by })

@@ -41,11 +41,11 @@ pub mod private;
 pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
-pub use clock::{Clock, ClockError};
 pub use client::{
     Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, WAIT_SAFETY_REREAD,
     WaitError,
 };
+pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;

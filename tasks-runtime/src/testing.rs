@@ -60,8 +60,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::clock::{Clock, ClockError};
 use crate::client::Client;
+use crate::clock::{Clock, ClockError};
 use crate::error::StoreError;
 use crate::migration::MigrateError;
 use crate::model::RunStatus;

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tasks::testing::{TestEnv, TestEnvError};
 use tasks::prelude::*;
+use tasks::testing::{TestEnv, TestEnvError};
 use tasks::{CatchUp, ListRuns, NewSchedule, Store};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -71,7 +71,11 @@ async fn scheduled_runs(env: &TestEnv) -> Vec<tasks::WorkflowRun> {
 }
 
 /// Runs whatever the worker must do, then checks that the run is still in `status`.
-async fn still(env: &TestEnv, run: &tasks::RunHandle<impl serde::de::DeserializeOwned>, status: RunStatus) {
+async fn still(
+    env: &TestEnv,
+    run: &tasks::RunHandle<impl serde::de::DeserializeOwned>,
+    status: RunStatus,
+) {
     env.settle(PROMPT).await.unwrap();
     assert_eq!(run.status().await.unwrap(), status);
 }
@@ -99,7 +103,10 @@ async fn an_hour_long_sleep_ends_after_an_advance_in_well_under_a_second() {
     // The instants written are virtual: the run finished an hour after it started.
     let slept = finished.finished_at.unwrap() - finished.created_at;
     assert!(slept >= chrono::TimeDelta::hours(1), "{slept}");
-    assert!(slept < chrono::TimeDelta::hours(1) + chrono::TimeDelta::minutes(1), "{slept}");
+    assert!(
+        slept < chrono::TimeDelta::hours(1) + chrono::TimeDelta::minutes(1),
+        "{slept}"
+    );
     env.shutdown().await;
 }
 
@@ -158,7 +165,10 @@ async fn a_schedule_fires_after_an_advance_and_not_before() {
     assert!(scheduled_runs(&env).await.is_empty());
     env.advance(Duration::from_secs(50 * 60)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(scheduled_runs(&env).await.is_empty(), "fired before its slot");
+    assert!(
+        scheduled_runs(&env).await.is_empty(),
+        "fired before its slot"
+    );
 
     env.advance(2 * HOUR).await.unwrap();
     let fired = tokio::time::timeout(PROMPT, async {
@@ -175,7 +185,12 @@ async fn a_schedule_fires_after_an_advance_and_not_before() {
     assert_eq!(fired.len(), 1);
     let run = env.client().handle::<u32>(fired[0].id);
     assert_eq!(run.result_within(PROMPT).await.unwrap(), 7);
-    let schedule = env.client().get_schedule("kit-daily").await.unwrap().unwrap();
+    let schedule = env
+        .client()
+        .get_schedule("kit-daily")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         schedule.next_slot,
         Some(slot + chrono::TimeDelta::days(1)),
@@ -194,7 +209,9 @@ async fn a_retry_backoff_and_a_delayed_start_follow_the_clock() {
         .await
         .unwrap();
     retried
-        .wait_until(PROMPT, |run| run.status == RunStatus::Pending && run.attempts == 1)
+        .wait_until(PROMPT, |run| {
+            run.status == RunStatus::Pending && run.attempts == 1
+        })
         .await
         .unwrap();
     still(&env, &retried, RunStatus::Pending).await;
@@ -224,7 +241,11 @@ async fn the_virtual_clock_only_moves_forward_and_within_limits() {
         env.advance(tasks::limits::MAX_DURATION).await,
         Err(TestEnvError::Clock(tasks::ClockError::OutOfRange { .. }))
     ));
-    assert_eq!(env.clock().offset(), HOUR, "a refused advance changes nothing");
+    assert_eq!(
+        env.clock().offset(),
+        HOUR,
+        "a refused advance changes nothing"
+    );
     env.shutdown().await;
 }
 
@@ -240,7 +261,8 @@ async fn trial(ctx: WorkflowContext, email: String) -> Result<String, WorkflowEr
 }
 
 #[tokio::test]
-async fn the_trial_reminder_goes_out_after_fourteen_days() -> Result<(), Box<dyn std::error::Error>> {
+async fn the_trial_reminder_goes_out_after_fourteen_days() -> Result<(), Box<dyn std::error::Error>>
+{
     let env = tasks::testing::TestEnv::start().await?;
     let run = trial::start(env.client(), "ada@example.com".to_owned()).await?;
     run.wait_for_status(&[RunStatus::Sleeping], Duration::from_secs(5))
