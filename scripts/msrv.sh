@@ -27,7 +27,7 @@ started=$SECONDS
 # published.
 cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
-  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules
+  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
 # Each store alone, and neither: the dashboard without a store (and without the command
 # line, which the build above has on) is also the build with no store at all, for

@@ -7,6 +7,7 @@
 
 pub mod children;
 pub mod client;
+pub mod clock;
 mod context;
 pub mod definition;
 pub mod error;
@@ -44,6 +45,7 @@ pub use client::{
     Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, WAIT_SAFETY_REREAD,
     WaitError,
 };
+pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
@@ -86,6 +88,8 @@ pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, Work
 mod connect;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub use connect::{
     ConnectError, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, connect, connect_from_env,
     database_url_from_env,

@@ -10,10 +10,12 @@
 //!   across processes they wait on the lock for up to the [busy timeout](BUSY_TIMEOUT).
 //!   Reads run without a transaction and, in WAL mode, never wait for writers.
 //! * **Clock.** SQLite's own clock has only millisecond precision, so timestamps are taken
-//!   from the process clock (`Utc::now()`, truncated to the microsecond) *after* the write
-//!   lock is held. All writers of a database file run on one machine and share its clock, and
-//!   because the time is read under the lock, `created_at` follows commit order (as long as
-//!   the system clock does not step back).
+//!   from the store's [`Clock`] (the process clock by default, truncated to the microsecond)
+//!   *after* the write lock is held. All writers of a database file run on one machine and
+//!   share its clock, and because the time is read under the lock, `created_at` follows
+//!   commit order (as long as the system clock does not step back). A test can give the
+//!   store a [manual clock](Clock::manual) with [`SqliteStore::with_clock`] and skip ahead
+//!   in time; see `tasks::testing` (feature `testing`).
 //! * **Storage.** Ids, timestamps and JSON are stored as text; see the migration
 //!   `tasks-runtime/migrations/sqlite/0001_initial.sql` for the exact encodings. Tables carry a `tasks_`
 //!   prefix, since SQLite has no schemas.
@@ -46,6 +48,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
 use crate::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use crate::clock::Clock;
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
@@ -88,6 +91,7 @@ pub struct SqliteStore {
     pool: SqlitePool,
     namespace: Arc<str>,
     shared: Arc<Shared>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -95,6 +99,7 @@ impl std::fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("database", &self.pool.connect_options().get_filename())
             .field("namespace", &self.namespace)
+            .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +122,7 @@ impl SqliteStore {
             pool,
             namespace: Arc::from(DEFAULT_NAMESPACE),
             shared,
+            clock: Clock::system(),
         }
     }
 
@@ -189,7 +195,50 @@ impl SqliteStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace.into()),
             shared: self.shared.clone(),
+            clock: self.clock.clone(),
         }
+    }
+
+    /// The same store, reading the time from `clock` instead of the system clock (the
+    /// default). Every instant the store writes or compares (creation and update times,
+    /// the end of a sleep, of an event wait, of a retry backoff, of a lease, of a worker's
+    /// heartbeat; whether a deadline passed or a schedule's slot is due) comes from it.
+    ///
+    /// Every store on the same database should use the same clock (clones of a
+    /// [manual clock](Clock::manual) share it); two stores on one file with clocks that
+    /// disagree see each other's instants as past or future. Meant for tests: see
+    /// `tasks::testing` (feature `testing`), which sets this up.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tasks_runtime::clock::Clock;
+    /// use tasks_runtime::sqlite::SqliteStore;
+    ///
+    /// let clock = Clock::manual();
+    /// let store = SqliteStore::connect("sqlite::memory:").await?.with_clock(clock.clone());
+    /// store.migrate().await?;
+    /// clock.advance(Duration::from_secs(3600))?; // the store is now an hour ahead
+    /// # Ok(()) }
+    /// ```
+    pub fn with_clock(&self, clock: Clock) -> Self {
+        SqliteStore {
+            clock,
+            ..self.clone()
+        }
+    }
+
+    /// The clock this store reads the time from.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Tells this process's workers and waiters on the database to look at the store again
+    /// (after a [manual clock](Clock::manual) moved: runs may have become due).
+    pub(crate) fn announce_time_moved(&self) {
+        self.notify(Notification::Missed {
+            namespace: self.namespace.to_string(),
+        });
     }
 
     /// The underlying pool.
@@ -214,7 +263,7 @@ impl SqliteStore {
             .map_err(db(operation))?;
         Ok(Write {
             tx,
-            now: Utc::now().trunc_subsecs(6),
+            now: self.clock.now().trunc_subsecs(6),
             operation,
             _gate: gate,
         })

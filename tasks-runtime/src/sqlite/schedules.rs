@@ -237,9 +237,9 @@ impl SqliteStore {
 
     pub(super) async fn due_schedules_impl(&self, limit: u32) -> StoreResult<DueSchedules> {
         const OPERATION: Operation = Operation::FireSchedule;
-        // The clock of a read, as a write would take it: the process clock, to the
+        // The clock of a read, as a write would take it: the store's clock, to the
         // microsecond.
-        let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
+        let now = chrono::SubsecRound::trunc_subsecs(self.clock.now(), 6);
         let sql = format!(
             "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules
               WHERE namespace = ?1 AND paused = 0 AND next_slot IS NOT NULL AND next_slot <= ?2
