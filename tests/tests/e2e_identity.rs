@@ -173,11 +173,7 @@ fn client(store: &TestStore) -> Client {
 }
 
 fn spawn_worker(store: &TestStore) -> tasks::WorkerHandle {
-    worker(store)
-        .registry(registry())
-        .build()
-        .unwrap()
-        .spawn()
+    worker(store).registry(registry()).build().unwrap().spawn()
 }
 
 const WITHIN: Duration = Duration::from_secs(20);
