@@ -16,6 +16,7 @@ use super::support::*;
 /// The start of a child of `workflow` from step `step_name` of the claimed run `parent`.
 fn start(parent: &WorkflowRun, step_name: &str, policy: ParentCancel) -> StartChild {
     StartChild {
+        call: None,
         run_id: parent.id,
         worker_id: owner(parent).to_owned(),
         step_name: step_name.to_owned(),

@@ -33,6 +33,7 @@ fn wait(
     timeout: Option<Duration>,
 ) -> WaitForEvent {
     WaitForEvent {
+        call: None,
         run_id: run.id,
         worker_id: owner(run).to_owned(),
         step_name: step_name.to_owned(),
@@ -381,6 +382,7 @@ pub async fn wait_is_fenced(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let stranger = WaitForEvent {
+        call: None,
         worker_id: new_worker(),
         ..wait(&run, "event/t", "t", None)
     };
@@ -392,6 +394,7 @@ pub async fn wait_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .wait_for_event(WaitForEvent {
+                call: None,
                 run_id: pending.id,
                 ..wait(&run, "event/t", "t", None)
             })
@@ -402,6 +405,7 @@ pub async fn wait_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .wait_for_event(WaitForEvent {
+                call: None,
                 run_id: unknown,
                 ..wait(&run, "event/t", "t", None)
             })

@@ -241,6 +241,7 @@ macro_rules! conformance_suite {
         } multi_thread {} }
         $crate::__conformance_module! { $setup, record {
             record_step_attempt_stores_a_completed_attempt,
+            recorded_kinds_and_call_identities_round_trip,
             record_step_attempt_stores_a_failed_attempt,
             record_step_attempt_rejects_unfinished_statuses,
             record_step_attempt_is_fenced,

@@ -51,6 +51,43 @@ pub async fn record_step_attempt_stores_a_completed_attempt(setup: impl Setup) {
     assert_eq!(store.step_history(run.id).await.unwrap(), vec![attempt]);
 }
 
+/// Every kind of attempt a run records, with the call identity replay compares (in its
+/// config, under `call`), reads back unchanged: a patch marker (`StepKind::Patch`) too.
+pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let call = json!({
+        "position": 3,
+        "path": "shop::charge",
+        "signature": "(&Order, u32) -> Result<Receipt, PaymentError>"
+    });
+    let step = recorded(
+        store
+            .record_step_attempt(RecordStepAttempt {
+                config: json!({ "attempt": 1, "call": call }),
+                ..record_params(&run, owner(&run), StepStatus::Completed)
+            })
+            .await
+            .unwrap(),
+    );
+    let marker = recorded(
+        store
+            .record_step_attempt(RecordStepAttempt {
+                step_name: "patch:fraud-check".into(),
+                kind: StepKind::Patch,
+                config: json!({ "patch": "fraud-check" }),
+                output: Some(json!(null)),
+                ..record_params(&run, owner(&run), StepStatus::Completed)
+            })
+            .await
+            .unwrap(),
+    );
+    assert_eq!(marker.kind, StepKind::Patch);
+    assert_eq!(step.config["call"], call);
+    let history = store.step_history(run.id).await.unwrap();
+    assert_eq!(history, vec![step, marker]);
+}
+
 /// A failed attempt is stored with its error.
 pub async fn record_step_attempt_stores_a_failed_attempt(setup: impl Setup) {
     let store = setup.store().await;

@@ -373,6 +373,7 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
     let parent = create_claimed(&store).await;
     let started = store
         .start_child(tasks::StartChild {
+            call: None,
             run_id: parent.id,
             worker_id: owner(&parent).to_owned(),
             step_name: "child".into(),

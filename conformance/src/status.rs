@@ -93,6 +93,7 @@ pub async fn sleeps_and_event_waits_announce_sleeping(setup: impl Setup) {
     let waiter = create_claimed(&store).await;
     let parked = store
         .wait_for_event(WaitForEvent {
+            call: None,
             run_id: waiter.id,
             worker_id: owner(&waiter).to_owned(),
             step_name: "event/t".to_owned(),

@@ -55,6 +55,9 @@ pub struct StartChild {
     pub child: CreateRun,
     /// What canceling the parent does to the child.
     pub on_parent_cancel: ParentCancel,
+    /// The start's place in the parent (`{"position": ..}`), recorded in its attempt's
+    /// config under `call` and compared on replay; `None` records none.
+    pub call: Option<Value>,
 }
 
 impl StartChild {
@@ -80,10 +83,14 @@ impl StartChild {
 
     /// The config of the start's step attempt: the child's workflow and version.
     pub fn step_config(&self) -> Value {
-        json!({
+        let mut config = json!({
             "workflow": self.child.workflow_name,
             "version": self.child.version,
-        })
+        });
+        if let Some(call) = &self.call {
+            config["call"] = call.clone();
+        }
+        config
     }
 }
 

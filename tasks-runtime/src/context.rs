@@ -23,7 +23,9 @@ use crate::definition::StepDefinition;
 use crate::failure::{ErrorRecord, WorkflowError, panic_message};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use crate::replay::{Replay, StepLimitExceeded};
+use crate::replay::{
+    Call, NonDeterminism, Patch, Replay, ResolveError, Resolved, StepLimitExceeded,
+};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
 use crate::step_failure::{
@@ -153,7 +155,10 @@ impl WorkflowContext {
     pub async fn sleep(&self, name: &str, duration: Duration) -> Result<(), WorkflowError> {
         limits::check_duration(Field::Sleep, duration)
             .map_err(|error| WorkflowError::from(error).non_retryable())?;
-        let step_name = self.resolve_name(name)?;
+        let Resolved {
+            name: step_name,
+            record: call,
+        } = self.resolve_call(name, Call::of(StepKind::Sleep))?;
         self.check_interrupted().await;
         let previous = self.last_attempt(&step_name);
         let attempt = match previous {
@@ -164,7 +169,10 @@ impl WorkflowContext {
                 attempt
             }
             _ => {
-                let config = json!({ "durationMs": u64::try_from(duration.as_millis()).unwrap_or(u64::MAX) });
+                let config = json!({
+                    "durationMs": u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+                    "call": call,
+                });
                 let attempt = self
                     .start_attempt(&step_name, StepKind::Sleep, config)
                     .await;
@@ -199,11 +207,13 @@ impl WorkflowContext {
         self.halt(Halt::Sleep(until)).await
     }
 
-    /// Resolves a step name in call order: `name`, then `name:1`, `name:2`, ...; past the
-    /// worker's step limit, or with a name the stores cannot hold, the run fails.
-    fn resolve_name(&self, base: &str) -> Result<String, WorkflowError> {
-        let resolved = lock(&self.inner.replay).resolve(base);
-        if let Ok(name) = &resolved
+    /// Resolves a call's step name in call order (`name`, then `name:1`, `name:2`, ...) and
+    /// checks it against the history (see [`crate::replay`]). Past the worker's step limit,
+    /// with a name the stores cannot hold, or with code that no longer matches the history
+    /// ([`NonDeterminism`]), the run fails: the halt is set and the error returned.
+    fn resolve_call(&self, base: &str, call: Call<'_>) -> Result<Resolved, WorkflowError> {
+        let resolved = lock(&self.inner.replay).resolve(base, call);
+        if let Ok(Resolved { name, .. }) = &resolved
             && let Err(error) = limits::check_step_name(name)
         {
             let record = ErrorRecord::from_error(&error)
@@ -212,15 +222,74 @@ impl WorkflowContext {
             self.set_halt(Halt::Fail(record));
             return Err(WorkflowError::from(error).non_retryable());
         }
-        resolved.map_err(|StepLimitExceeded { limit }| {
-            let record = ErrorRecord::new(format!(
-                "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"
-            ))
-            .with_kind("step_limit")
-            .non_retryable();
-            self.set_halt(Halt::Fail(record));
-            WorkflowError::msg("step limit exceeded").non_retryable()
+        resolved.map_err(|error| match error {
+            ResolveError::Limit(StepLimitExceeded { limit }) => {
+                let record = ErrorRecord::new(format!(
+                    "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"
+                ))
+                .with_kind("step_limit")
+                .non_retryable();
+                self.set_halt(Halt::Fail(record));
+                WorkflowError::msg("step limit exceeded").non_retryable()
+            }
+            ResolveError::NonDeterminism(error) => {
+                tracing::error!(run.id = %self.run_id(), %error, "the workflow's code does not match the run's history");
+                let record = ErrorRecord::from_error(&*error)
+                    .with_kind(NonDeterminism::KIND)
+                    .non_retryable();
+                self.set_halt(Halt::Fail(record));
+                WorkflowError::from_boxed(error).non_retryable()
+            }
         })
+    }
+
+    /// Whether this run takes the code guarded by the patch `patch`: the way to change a
+    /// workflow's code in place without breaking its runs in flight.
+    ///
+    /// ```ignore
+    /// if ctx.patched("fraud-check").await? {
+    ///     fraud_check(&order).await?; // the new code
+    /// }
+    /// charge(&order).await?;
+    /// ```
+    ///
+    /// - A run that reaches this point for the first time (every new run, and a run whose
+    ///   history ends before it) takes the patch: a marker attempt of kind
+    ///   [`StepKind::Patch`] is recorded, and every replay of the run returns `true` here.
+    /// - A run that went past this point before the patch was deployed (its history holds
+    ///   calls made after it) returns `false`, and so replays down the old code's path.
+    ///
+    /// Patch markers take no position among the run's calls, so the steps after the
+    /// patch keep theirs. Once no run in flight predates the patch, the `if` can go (keep
+    /// its body), and so can the marker check: the markers left in old histories are never
+    /// read again. A patch name follows the rules of step names.
+    pub async fn patched(&self, patch: &str) -> Result<bool, WorkflowError> {
+        crate::registry::is_valid_name(patch).map_err(|reason| {
+            WorkflowError::msg(format!("invalid patch name {patch:?}: {reason}")).non_retryable()
+        })?;
+        let marker = crate::replay::patch_marker(patch);
+        limits::check_step_name(&marker)
+            .map_err(|error| WorkflowError::from(error).non_retryable())?;
+        let found = lock(&self.inner.replay).patch(patch);
+        match found {
+            Patch::Taken => Ok(true),
+            Patch::Skipped => Ok(false),
+            Patch::New => {
+                self.check_interrupted().await;
+                let session = &self.inner.session;
+                let mut params = session.finished_attempt(
+                    &marker,
+                    json!({ "patch": patch }),
+                    Ok(Value::Null),
+                    Duration::ZERO,
+                );
+                params.kind = StepKind::Patch;
+                // Written with the run's next write, like a completed step: the patched
+                // code's first effect makes it durable first.
+                session.hold(params);
+                Ok(true)
+            }
+        }
     }
 
     fn last_attempt(&self, step_name: &str) -> Option<StepAttempt> {
@@ -347,8 +416,14 @@ where
     let Some(ctx) = WorkflowContext::current() else {
         return f().await;
     };
-    let step_name = match ctx.resolve_name(definition.name) {
-        Ok(name) => name,
+    let call = Call {
+        kind: StepKind::Function,
+        path: Some(definition.path),
+        signature: Some(definition.signature),
+    };
+    let (step_name, call) = match ctx.resolve_call(definition.name, call) {
+        Ok(Resolved { name, record }) => (name, record),
+        // The halt that says why is set; this one only stands in when none is.
         Err(_) => {
             return ctx
                 .halt(Halt::Fail(ErrorRecord::new("step limit exceeded")))
@@ -405,6 +480,7 @@ where
         let mut config = json!({
             "attempt": attempt_number,
             "retryPolicy": policy,
+            "call": call,
         });
         if let Some(timeout) = definition.timeout {
             config["timeoutMs"] = json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));

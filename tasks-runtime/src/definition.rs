@@ -149,6 +149,14 @@ pub struct StepDefinition {
     pub timeout: Option<std::time::Duration>,
     /// Where the step function is.
     pub location: SourceLocation,
+    /// The step function's path (`module::function`), recorded with each attempt and
+    /// compared on replay.
+    pub path: &'static str,
+    /// The step's argument and output types as written (`(&Order, u32) -> Receipt`),
+    /// recorded with each attempt and compared on replay: a changed type is a
+    /// [`NonDeterminism`](crate::NonDeterminism), not a stored output handed to the wrong
+    /// type.
+    pub signature: &'static str,
 }
 
 /// Link-time registration of a step, collected by `inventory`, so that the registry can

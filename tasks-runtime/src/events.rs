@@ -223,6 +223,9 @@ pub struct WaitForEvent {
     /// How long the wait may last, from its first attempt (by the store's clock); `None`
     /// waits for ever.
     pub timeout: Option<Duration>,
+    /// The wait's place in the run (`{"position": ..}`), recorded in its attempt's config
+    /// under `call` and compared on replay; `None` records none.
+    pub call: Option<Value>,
 }
 
 impl WaitForEvent {
@@ -240,10 +243,14 @@ impl WaitForEvent {
 
     /// The config of the wait's step attempt: the topic and the timeout.
     pub(crate) fn config(&self) -> Value {
-        json!({
+        let mut config = json!({
             "topic": self.topic,
             "timeoutMs": self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        })
+        });
+        if let Some(call) = &self.call {
+            config["call"] = call.clone();
+        }
+        config
     }
 }
 
@@ -344,6 +351,7 @@ mod tests {
         };
         assert_eq!(send.check("n").unwrap_err().field(), Field::Topic);
         let wait = WaitForEvent {
+            call: None,
             run_id: Uuid::now_v7(),
             worker_id: "w".into(),
             step_name: "event/t".into(),

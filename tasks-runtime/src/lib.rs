@@ -63,6 +63,7 @@ pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 #[allow(deprecated)]
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};
+pub use replay::{CallIdentity, NonDeterminism};
 pub use retention::{FinishedBefore, PurgeRuns};
 pub use retry::RetryPolicy;
 #[cfg(feature = "schedules")]

@@ -158,6 +158,9 @@ pub enum StepKind {
     /// `child_workflow_run_id`) and completes when the run has seen the child finish, with
     /// the child's outcome as output.
     Child,
+    /// The marker of a patch the run took (`WorkflowContext::patched`): completed when
+    /// written, with no output. It is not a call and has no position.
+    Patch,
 }
 
 impl StepKind {
@@ -168,6 +171,7 @@ impl StepKind {
             StepKind::Sleep => "sleep",
             StepKind::Event => "event",
             StepKind::Child => "child",
+            StepKind::Patch => "patch",
         }
     }
 }
@@ -187,6 +191,7 @@ impl FromStr for StepKind {
             "sleep" => Ok(StepKind::Sleep),
             "event" => Ok(StepKind::Event),
             "child" => Ok(StepKind::Child),
+            "patch" => Ok(StepKind::Patch),
             other => Err(UnknownStatus(other.to_owned())),
         }
     }

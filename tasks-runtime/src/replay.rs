@@ -5,12 +5,34 @@
 //! the run's history. Nothing here does I/O: the executor loads the history once per claim,
 //! the workflow context asks this module what to do with each call and tells it about every
 //! attempt it writes.
+//!
+//! # Identity: noticing changed code
+//!
+//! Every call also has a *position*: its place among the calls of the execution (steps,
+//! sleeps, event waits and child starts, counted from 0; patch markers do not count). Each
+//! attempt records its call's position, and a step's attempt also its path and signature,
+//! in its config under `call`. On replay, before a stored outcome is handed back, the call
+//! is compared with what the history recorded:
+//!
+//! - the attempt recorded at this position must be of the same name and kind;
+//! - the attempts recorded under this name must be at this position, of this kind, and
+//!   (for a step) of this path and signature.
+//!
+//! Anything else is a [`NonDeterminism`]: the workflow's code changed under a run in flight
+//! (a step reordered, renamed, inserted or retyped) and replaying would hand one call's
+//! record to another. Attempts recorded before identities existed carry none and are
+//! matched by name alone, as before.
+//!
+//! [`Replay::patch`] answers [`WorkflowContext::patched`](crate::WorkflowContext::patched):
+//! whether a run takes the code inside a patch.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 
-use crate::model::{StepAttempt, StepStatus};
+use crate::model::{StepAttempt, StepKind, StepStatus};
 
 /// The run resolved more step names than its worker allows (a loop calling steps forever).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,17 +41,161 @@ pub(crate) struct StepLimitExceeded {
     pub(crate) limit: u32,
 }
 
+/// What a call is, as the code now makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Call<'a> {
+    /// What the call does.
+    pub(crate) kind: StepKind,
+    /// A step's path (`module::function`).
+    pub(crate) path: Option<&'a str>,
+    /// A step's signature: its argument and output types, as written.
+    pub(crate) signature: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `kind` with no path or signature: a sleep, an event wait, a child start.
+    pub(crate) fn of(kind: StepKind) -> Self {
+        Call {
+            kind,
+            path: None,
+            signature: None,
+        }
+    }
+}
+
+/// One call, as recorded in the history or as made by the code now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallIdentity {
+    /// Its place among the run's calls, from 0 (`None`: recorded before identities were).
+    pub position: Option<u32>,
+    /// The resolved step name (`charge`, `charge:1`, ...).
+    pub name: String,
+    /// What the call does.
+    pub kind: StepKind,
+    /// A step's path (`module::function`).
+    pub path: Option<String>,
+    /// A step's argument and output types, as written in its signature.
+    pub signature: Option<String>,
+}
+
+impl fmt::Display for CallIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} `{}`", self.kind, self.name)?;
+        if let Some(path) = &self.path {
+            write!(f, " ({path}")?;
+            if let Some(signature) = &self.signature {
+                write!(f, ": {signature}")?;
+            }
+            f.write_str(")")?;
+        }
+        if let Some(position) = self.position {
+            write!(f, " at call #{position}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The code of a workflow changed under a run in flight: the call the code makes now does
+/// not match what the run's history recorded for it (a step reordered, renamed, inserted
+/// or given other argument or output types).
+///
+/// The run fails for good with this error (kind [`NonDeterminism::KIND`]) before the call
+/// runs or is handed a stored outcome, so nothing is written for it. Deploy code that
+/// matches the history (or guard the change with
+/// [`WorkflowContext::patched`](crate::WorkflowContext::patched)) and
+/// [`retry`](crate::Client::retry) the run, or start a new version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "non-determinism: the history has {recorded}, but the workflow's code now makes {called}; \
+     the code changed under a run in flight (use a new version or `ctx.patched`)"
+)]
+#[non_exhaustive]
+pub struct NonDeterminism {
+    /// What the history recorded.
+    pub recorded: CallIdentity,
+    /// What the code calls now.
+    pub called: CallIdentity,
+}
+
+impl NonDeterminism {
+    /// The `kind` of the run's stored error ([`ErrorRecord::kind`](crate::ErrorRecord)).
+    pub const KIND: &'static str = "nondeterminism";
+}
+
+/// Why a call cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResolveError {
+    /// Too many calls.
+    Limit(StepLimitExceeded),
+    /// The code does not match the history.
+    NonDeterminism(Box<NonDeterminism>),
+}
+
+/// A resolved call: its name, and the identity to record with its attempts (under `call`
+/// in their config).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved {
+    /// The resolved step name.
+    pub(crate) name: String,
+    /// `{"position": .., "path": .., "signature": ..}`.
+    pub(crate) record: Value,
+}
+
+/// What [`Replay::patch`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patch {
+    /// The run recorded the patch's marker: it took the patched code.
+    Taken,
+    /// The run went past this point without the patch: the old code.
+    Skipped,
+    /// The run is past everything it recorded: the patched code, once its marker is written.
+    New,
+}
+
+/// The step name of a patch's marker attempt (`:` cannot come from a step name, whose call
+/// suffixes are numbers).
+pub(crate) fn patch_marker(patch: &str) -> String {
+    format!("patch:{patch}")
+}
+
 /// The replay state of one execution of a run.
 #[derive(Debug)]
 pub(crate) struct Replay {
     /// Attempts by resolved step name, oldest first.
     history: HashMap<String, Vec<StepAttempt>>,
+    /// The resolved name recorded at each position.
+    positions: HashMap<u32, String>,
     /// How often each base name was resolved so far.
     counters: HashMap<String, u32>,
+    /// The names resolved so far.
+    consumed: HashSet<String>,
+    /// What each patch asked in this execution answered: the same all through it.
+    patches: HashMap<String, bool>,
     /// How many names were resolved so far.
     resolved: u32,
     /// Most names one execution may resolve.
     max_steps: u32,
+}
+
+/// The identity an attempt recorded: position, path and signature from its config.
+fn recorded_call(attempt: &StepAttempt) -> CallIdentity {
+    let call = attempt.config.get("call");
+    let text = |key: &str| {
+        call.and_then(|call| call.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    CallIdentity {
+        position: call
+            .and_then(|call| call.get("position"))
+            .and_then(Value::as_u64)
+            .and_then(|position| u32::try_from(position).ok()),
+        name: attempt.step_name.clone(),
+        kind: attempt.kind,
+        path: text("path"),
+        signature: text("signature"),
+    }
 }
 
 impl Replay {
@@ -56,31 +222,114 @@ impl Replay {
                 .or_default()
                 .push(attempt);
         }
+        let positions = by_name
+            .iter()
+            .filter_map(|(name, attempts)| {
+                let position = recorded_call(attempts.last()?).position?;
+                Some((position, name.clone()))
+            })
+            .collect();
         Replay {
             history: by_name,
+            positions,
             counters: HashMap::new(),
+            consumed: HashSet::new(),
+            patches: HashMap::new(),
             resolved: 0,
             max_steps,
         }
     }
 
-    /// The name of the next call of `base`: `base` the first time, then `base:1`,
-    /// `base:2`, ...
-    pub(crate) fn resolve(&mut self, base: &str) -> Result<String, StepLimitExceeded> {
-        self.resolved += 1;
-        if self.resolved > self.max_steps {
-            return Err(StepLimitExceeded {
+    /// The name of the next call of `base` (`base` the first time, then `base:1`,
+    /// `base:2`, ...), checked against the history ([module docs](self)), with the identity
+    /// to record with its attempts.
+    pub(crate) fn resolve(&mut self, base: &str, call: Call<'_>) -> Result<Resolved, ResolveError> {
+        if self.resolved >= self.max_steps {
+            return Err(ResolveError::Limit(StepLimitExceeded {
                 limit: self.max_steps,
-            });
+            }));
         }
-        let count = self.counters.entry(base.to_owned()).or_insert(0);
-        let name = if *count == 0 {
+        let position = self.resolved;
+        let count = self.counters.get(base).copied().unwrap_or(0);
+        let name = if count == 0 {
             base.to_owned()
         } else {
             format!("{base}:{count}")
         };
-        *count += 1;
-        Ok(name)
+        let called = CallIdentity {
+            position: Some(position),
+            name: name.clone(),
+            kind: call.kind,
+            path: call.path.map(str::to_owned),
+            signature: call.signature.map(str::to_owned),
+        };
+        if let Some(recorded) = self.mismatch(&called) {
+            return Err(ResolveError::NonDeterminism(Box::new(NonDeterminism {
+                recorded,
+                called,
+            })));
+        }
+        self.resolved += 1;
+        self.counters.insert(base.to_owned(), count + 1);
+        self.consumed.insert(name.clone());
+        let mut record = json!({ "position": position });
+        if let Some(path) = call.path {
+            record["path"] = json!(path);
+        }
+        if let Some(signature) = call.signature {
+            record["signature"] = json!(signature);
+        }
+        Ok(Resolved { name, record })
+    }
+
+    /// What the history recorded that `called` contradicts, if anything.
+    fn mismatch(&self, called: &CallIdentity) -> Option<CallIdentity> {
+        let at_position = called
+            .position
+            .and_then(|position| self.positions.get(&position));
+        if let Some(name) = at_position
+            && *name != called.name
+            && let Some(attempt) = self.last(name)
+        {
+            return Some(recorded_call(attempt));
+        }
+        let recorded = recorded_call(self.last(&called.name)?);
+        let differs = |was: &Option<String>, now: &Option<String>| matches!((was, now), (Some(was), Some(now)) if was != now);
+        let moved = matches!(
+            (recorded.position, called.position),
+            (Some(was), Some(now)) if was != now
+        );
+        (recorded.kind != called.kind
+            || moved
+            || differs(&recorded.path, &called.path)
+            || differs(&recorded.signature, &called.signature))
+        .then_some(recorded)
+    }
+
+    /// Whether the run takes the code of `patch` ([`Patch`]). After [`Patch::New`], the
+    /// caller writes the marker; later calls in this execution get the same answer.
+    pub(crate) fn patch(&mut self, patch: &str) -> Patch {
+        match self.patches.get(patch) {
+            Some(true) => return Patch::Taken,
+            Some(false) => return Patch::Skipped,
+            None => {}
+        }
+        if self.history.contains_key(&patch_marker(patch)) {
+            self.patches.insert(patch.to_owned(), true);
+            return Patch::Taken;
+        }
+        let went_further = self.history.iter().any(|(name, attempts)| {
+            !self.consumed.contains(name)
+                && attempts
+                    .last()
+                    .is_some_and(|attempt| attempt.kind != StepKind::Patch)
+        });
+        self.patches.insert(patch.to_owned(), !went_further);
+        if went_further {
+            Patch::Skipped
+        } else {
+            Patch::New
+        }
     }
 
     /// The newest attempt recorded under `name`.
@@ -125,6 +374,173 @@ mod tests {
     use super::*;
     use crate::model::StepKind;
 
+    const FUNCTION: Call<'static> = Call {
+        kind: StepKind::Function,
+        path: None,
+        signature: None,
+    };
+
+    /// Resolves a function call with no identity.
+    fn step(replay: &mut Replay, base: &str) -> String {
+        replay.resolve(base, FUNCTION).unwrap().name
+    }
+
+    /// A completed attempt of step `name` recorded at `position` by `path` with
+    /// `signature`.
+    fn recorded(name: &str, position: u32, path: &str, signature: &str) -> StepAttempt {
+        let mut attempt = attempt(name, StepStatus::Completed, json!(1));
+        attempt.config = json!({
+            "call": { "position": position, "path": path, "signature": signature }
+        });
+        attempt
+    }
+
+    fn call<'a>(path: &'a str, signature: &'a str) -> Call<'a> {
+        Call {
+            kind: StepKind::Function,
+            path: Some(path),
+            signature: Some(signature),
+        }
+    }
+
+    fn nondeterminism(result: Result<Resolved, ResolveError>) -> NonDeterminism {
+        match result {
+            Err(ResolveError::NonDeterminism(error)) => *error,
+            other => panic!("expected a non-determinism error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_same_code_replays_and_records_its_identity() {
+        let history = vec![
+            recorded("charge", 0, "shop::charge", "(u32) -> Result<u32, E>"),
+            recorded("ship", 1, "shop::ship", "() -> Result<(), E>"),
+        ];
+        let mut replay = Replay::new(history, None, 100);
+        let charge = replay
+            .resolve("charge", call("shop::charge", "(u32) -> Result<u32, E>"))
+            .unwrap();
+        assert_eq!(
+            charge.record,
+            json!({ "position": 0, "path": "shop::charge", "signature": "(u32) -> Result<u32, E>" })
+        );
+        let ship = replay
+            .resolve("ship", call("shop::ship", "() -> Result<(), E>"))
+            .unwrap();
+        assert_eq!(ship.record["position"], 1);
+        let sleep = replay.resolve("nap", Call::of(StepKind::Sleep)).unwrap();
+        assert_eq!(
+            sleep.record,
+            json!({ "position": 2 }),
+            "past the history: new"
+        );
+    }
+
+    #[test]
+    fn a_reordered_step_is_refused() {
+        let history = vec![
+            recorded("charge", 0, "shop::charge", "() -> Result<(), E>"),
+            recorded("ship", 1, "shop::ship", "() -> Result<(), E>"),
+        ];
+        let mut replay = Replay::new(history, None, 100);
+        let error =
+            nondeterminism(replay.resolve("ship", call("shop::ship", "() -> Result<(), E>")));
+        assert_eq!(error.recorded.name, "charge");
+        assert_eq!(error.called.name, "ship");
+        assert_eq!(error.called.position, Some(0));
+        let text = error.to_string();
+        assert!(
+            text.contains("`charge`") && text.contains("`ship`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_renamed_or_inserted_step_is_refused() {
+        let history = vec![recorded("charge", 0, "shop::charge", "() -> Result<(), E>")];
+        let mut replay = Replay::new(history.clone(), None, 100);
+        let error = nondeterminism(replay.resolve(
+            "charge_card",
+            call("shop::charge_card", "() -> Result<(), E>"),
+        ));
+        assert_eq!(error.recorded.name, "charge");
+        // A sleep inserted before the step.
+        let mut replay = Replay::new(history, None, 100);
+        let error = nondeterminism(replay.resolve("nap", Call::of(StepKind::Sleep)));
+        assert_eq!(error.recorded.kind, StepKind::Function);
+        assert_eq!(error.called.kind, StepKind::Sleep);
+    }
+
+    #[test]
+    fn a_changed_signature_or_path_is_refused() {
+        let history = vec![recorded(
+            "charge",
+            0,
+            "shop::charge",
+            "() -> Result<u32, E>",
+        )];
+        let mut replay = Replay::new(history.clone(), None, 100);
+        let error = nondeterminism(
+            replay.resolve("charge", call("shop::charge", "() -> Result<String, E>")),
+        );
+        assert_eq!(
+            error.recorded.signature.as_deref(),
+            Some("() -> Result<u32, E>")
+        );
+        assert_eq!(
+            error.called.signature.as_deref(),
+            Some("() -> Result<String, E>")
+        );
+        let mut replay = Replay::new(history, None, 100);
+        nondeterminism(replay.resolve("charge", call("billing::charge", "() -> Result<u32, E>")));
+    }
+
+    #[test]
+    fn attempts_without_identity_match_by_name_alone() {
+        let history = vec![
+            attempt("charge", StepStatus::Completed, json!(1)),
+            attempt("ship", StepStatus::Completed, json!(2)),
+        ];
+        let mut replay = Replay::new(history, None, 100);
+        let ship = replay
+            .resolve("ship", call("shop::ship", "() -> Result<u32, E>"))
+            .unwrap();
+        assert_eq!(replay.completed(&ship.name).unwrap().output, Some(json!(2)));
+    }
+
+    #[test]
+    fn patches_are_taken_by_new_runs_and_skipped_by_runs_that_went_past() {
+        // A new run: taken, and the same answer all through the execution.
+        let mut replay = Replay::new(Vec::new(), None, 100);
+        assert_eq!(replay.patch("fraud-check"), Patch::New);
+        assert_eq!(replay.patch("fraud-check"), Patch::Taken);
+
+        // A run that called `charge` after this point without the patch: skipped, and
+        // its history still lines up (a marker takes no position).
+        let history = vec![recorded("charge", 0, "shop::charge", "() -> Result<(), E>")];
+        let mut replay = Replay::new(history.clone(), None, 100);
+        assert_eq!(replay.patch("fraud-check"), Patch::Skipped);
+        step(&mut replay, "charge");
+        assert_eq!(replay.patch("fraud-check"), Patch::Skipped, "decided once");
+
+        // A run whose history ends before the patch: taken.
+        let mut replay = Replay::new(history.clone(), None, 100);
+        step(&mut replay, "charge");
+        assert_eq!(replay.patch("fraud-check"), Patch::New);
+
+        // A run that recorded the marker: taken on every replay, and the marker is not
+        // mistaken for calls made further on.
+        let mut marker = attempt(
+            &patch_marker("fraud-check"),
+            StepStatus::Completed,
+            Value::Null,
+        );
+        marker.kind = StepKind::Patch;
+        let mut replay = Replay::new(vec![marker.clone()], None, 100);
+        assert_eq!(replay.patch("fraud-check"), Patch::Taken);
+        assert_eq!(replay.patch("other"), Patch::New);
+    }
+
     fn attempt(name: &str, status: StepStatus, output: Value) -> StepAttempt {
         let now = Utc::now();
         StepAttempt {
@@ -152,7 +568,7 @@ mod tests {
         let mut replay = Replay::new(Vec::new(), None, 100);
         let names: Vec<String> = ["charge", "ship", "charge", "charge", "ship"]
             .into_iter()
-            .map(|base| replay.resolve(base).unwrap())
+            .map(|base| step(&mut replay, base))
             .collect();
         assert_eq!(names, ["charge", "ship", "charge:1", "charge:2", "ship:1"]);
     }
@@ -164,9 +580,9 @@ mod tests {
             attempt("charge:1", StepStatus::Completed, json!("second")),
         ];
         let mut replay = Replay::new(history, None, 100);
-        let first = replay.resolve("charge").unwrap();
-        let second = replay.resolve("charge").unwrap();
-        let third = replay.resolve("charge").unwrap();
+        let first = step(&mut replay, "charge");
+        let second = step(&mut replay, "charge");
+        let third = step(&mut replay, "charge");
         assert_eq!(
             replay.completed(&first).unwrap().output,
             Some(json!("first"))
@@ -185,7 +601,7 @@ mod tests {
             attempt("charge", StepStatus::Failed, Value::Null),
         ];
         let mut replay = Replay::new(history, None, 100);
-        let name = replay.resolve("charge").unwrap();
+        let name = step(&mut replay, "charge");
         assert_eq!(replay.failed_attempts(&name), 2);
         assert!(replay.completed(&name).is_none());
 
@@ -207,8 +623,8 @@ mod tests {
         after.created_at = retried + chrono::Duration::milliseconds(5);
         before.push(after);
         let mut replay = Replay::new(before, Some(retried), 100);
-        let charge = replay.resolve("charge").unwrap();
-        let ship = replay.resolve("ship").unwrap();
+        let charge = step(&mut replay, "charge");
+        let ship = step(&mut replay, "ship");
         assert_eq!(
             replay.completed(&charge).unwrap().output,
             Some(json!("paid"))
@@ -234,8 +650,11 @@ mod tests {
     #[test]
     fn the_step_limit_counts_every_resolution() {
         let mut replay = Replay::new(Vec::new(), None, 2);
-        assert!(replay.resolve("a").is_ok());
-        assert!(replay.resolve("b").is_ok());
-        assert_eq!(replay.resolve("a"), Err(StepLimitExceeded { limit: 2 }));
+        step(&mut replay, "a");
+        step(&mut replay, "b");
+        assert_eq!(
+            replay.resolve("a", FUNCTION),
+            Err(ResolveError::Limit(StepLimitExceeded { limit: 2 }))
+        );
     }
 }

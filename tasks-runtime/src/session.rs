@@ -344,6 +344,7 @@ impl RunSession {
         step_name: &str,
         topic: &str,
         timeout: Option<Duration>,
+        call: Value,
     ) -> Result<crate::events::EventWait, Halt> {
         let params = crate::events::WaitForEvent {
             run_id: self.run_id,
@@ -351,6 +352,7 @@ impl RunSession {
             step_name: step_name.to_owned(),
             topic: topic.to_owned(),
             timeout,
+            call: Some(call),
         };
         retrying(self.retry_for, || self.store.wait_for_event(params.clone()))
             .await
@@ -369,6 +371,7 @@ impl RunSession {
         step_name: &str,
         child: crate::store::CreateRun,
         on_parent_cancel: crate::children::ParentCancel,
+        call: Value,
     ) -> Result<crate::children::StartedChild, Halt> {
         let params = crate::children::StartChild {
             run_id: self.run_id,
@@ -376,6 +379,7 @@ impl RunSession {
             step_name: step_name.to_owned(),
             child,
             on_parent_cancel,
+            call: Some(call),
         };
         retrying(self.retry_for, || self.store.start_child(params.clone()))
             .await

@@ -65,6 +65,8 @@ pub(crate) fn step(step: &Step) -> TokenStream {
     let retry_policy = retry_policy(private, step.retry.as_ref(), RetryDefault::Step);
     let retry_assertion = retry_assertion(private, step.retry.as_ref(), &retry_policy);
     let location = source_location(private, sig.ident.span());
+    let function = sig.ident.to_string();
+    let signature = signature_text(sig, step);
     let (timeout, timeout_assertion) = match &step.timeout {
         None => (quote!(::core::option::Option::None), TokenStream::new()),
         Some(timeout @ DurationValue::Parsed { .. }) => (
@@ -92,6 +94,8 @@ pub(crate) fn step(step: &Step) -> TokenStream {
                     retry_policy: #retry_policy,
                     timeout: #timeout,
                     location: #location,
+                    path: ::core::concat!(::core::module_path!(), "::", #function),
+                    signature: #signature,
                 };
             #private::inventory::submit! {
                 #private::StepRegistration(&__TASKS_STEP_DEFINITION)
@@ -117,6 +121,49 @@ pub(crate) fn step(step: &Step) -> TokenStream {
             .await
         }
     }
+}
+
+/// The step's identity on replay: its receiver and argument types and its `Result` types,
+/// as written (`(&Order, u32) -> Result<Receipt, PaymentError>`), with the token spacing
+/// of `quote` squeezed out. Only an edit of the signature changes it.
+fn signature_text(sig: &Signature, step: &Step) -> String {
+    let receiver = sig.inputs.iter().find_map(|arg| match arg {
+        FnArg::Receiver(receiver) => Some(squeezed(&quote!(#receiver))),
+        FnArg::Typed(_) => None,
+    });
+    let args = receiver
+        .into_iter()
+        .chain(step.args.iter().map(|arg| {
+            let ty = &arg.ty;
+            squeezed(&quote!(#ty))
+        }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (ok, err) = (&step.result.ok, &step.result.err);
+    format!(
+        "({args}) -> Result<{}, {}>",
+        squeezed(&quote!(#ok)),
+        squeezed(&quote!(#err))
+    )
+}
+
+/// `tokens` as text, with a space kept only between two words (`dyn Error`, `mut T`).
+fn squeezed(tokens: &TokenStream) -> String {
+    let text = tokens.to_string();
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '\'';
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    for (index, &c) in chars.iter().enumerate() {
+        if c == ' ' {
+            let before = out.chars().last().is_some_and(word);
+            let after = chars.get(index + 1).copied().is_some_and(word);
+            if !(before && after) {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out.replace(',', ", ")
 }
 
 /// The signature with every parameter renamed to its generated identifier, and without

@@ -21,6 +21,7 @@ use crate::definition::Workflow;
 use crate::failure::ErrorRecord;
 use crate::limits;
 use crate::model::{StepAttempt, StepKind};
+use crate::replay::{Call, Resolved};
 use crate::session::Halt;
 use crate::store::CreateRun;
 
@@ -145,8 +146,11 @@ impl WorkflowContext {
             .name
             .clone()
             .unwrap_or_else(|| format!("child/{}", definition.name));
-        let step_name = self
-            .resolve_name(&base)
+        let Resolved {
+            name: step_name,
+            record: call,
+        } = self
+            .resolve_call(&base, Call::of(StepKind::Child))
             .map_err(|error| ChildError::Input {
                 workflow: definition.name.to_owned(),
                 reason: error.to_string(),
@@ -178,7 +182,7 @@ impl WorkflowContext {
         let started = self
             .inner
             .session
-            .start_child(&step_name, child, options.on_parent_cancel)
+            .start_child(&step_name, child, options.on_parent_cancel, call)
             .await;
         match started {
             Ok(started) => {

@@ -14,7 +14,8 @@ use super::WorkflowContext;
 use crate::events::{Event, EventWait, decode_output};
 use crate::failure::{ErrorRecord, WorkflowError};
 use crate::limits::{self, Field};
-use crate::model::StepAttempt;
+use crate::model::{StepAttempt, StepKind};
+use crate::replay::{Call, Resolved};
 use crate::session::Halt;
 
 /// How a wait with a timeout ended.
@@ -81,7 +82,10 @@ impl WorkflowContext {
             limits::check_duration(Field::EventTimeout, timeout)
                 .map_err(|error| WorkflowError::from(error).non_retryable())?;
         }
-        let step_name = self.resolve_name(&format!("event/{topic}"))?;
+        let Resolved {
+            name: step_name,
+            record: call,
+        } = self.resolve_call(&format!("event/{topic}"), Call::of(StepKind::Event))?;
         self.check_interrupted().await;
         if let Some(done) = self.completed_attempt(&step_name) {
             return self.payload_of(&done).await;
@@ -91,7 +95,7 @@ impl WorkflowContext {
         let waited = self
             .inner
             .session
-            .wait_for_event(&step_name, topic, timeout)
+            .wait_for_event(&step_name, topic, timeout, call)
             .await;
         match waited {
             Ok(EventWait::Done(attempt)) => {

@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
     },
+    Migration {
+        version: 11,
+        name: "patch markers",
+        sql: include_str!("../../migrations/postgres/0011_patch_markers.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.
