@@ -543,11 +543,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     let shots = screenshots(backend);
 
     let worker = worker(&store).build().unwrap().spawn();
-    let failed = client
-        .start::<dash_refuse>(())
-        .await
-        .unwrap()
-        .id();
+    let failed = client.start::<dash_refuse>(()).await.unwrap().id();
     eventually!(Duration::from_secs(30), {
         let run = client.get_run(failed).await.unwrap().unwrap();
         (run.status == RunStatus::Failed).then_some(())
@@ -562,7 +558,12 @@ async fn run_actions_in_chromium(backend: Backend) {
     browser.open(&format!("{base}run?id={failed}")).await;
     assert!(browser.wait_for("#run-status").await.contains("failed"));
     let forks = browser.texts("#timeline button.fork").await;
-    assert_eq!(forks, ["Fork from here"], "one step, one fork button");
+    assert_eq!(
+        forks,
+        ["Fork from here"],
+        "one step, one fork button: {}",
+        browser.client.source().await.unwrap()
+    );
     browser.screenshot(&shots, "run-failed").await;
     browser.click("#timeline button.fork").await;
     assert!(browser.wait_for("#notice").await.contains("forked"));
@@ -620,23 +621,56 @@ async fn run_actions_in_chromium(backend: Backend) {
     browser.wait_for("#event-error").await;
     let violations = browser.texts("#event-violations li").await;
     assert_eq!(violations.len(), 2, "{violations:?}");
-    assert!(violations.iter().any(|v| v.starts_with("/by")), "{violations:?}");
-    assert!(violations.iter().any(|v| v.starts_with("/level")), "{violations:?}");
-    assert!(browser.wait_for("#event-error").await.contains("Nothing was stored"));
+    assert!(
+        violations.iter().any(|v| v.starts_with("/by")),
+        "{violations:?}"
+    );
+    assert!(
+        violations.iter().any(|v| v.starts_with("/level")),
+        "{violations:?}"
+    );
+    assert!(
+        browser
+            .wait_for("#event-error")
+            .await
+            .contains("Nothing was stored")
+    );
     // The payload is shown again as typed.
     let typed = browser
         .client
-        .execute("return document.getElementById('event-payload').value", vec![])
+        .execute(
+            "return document.getElementById('event-payload').value",
+            vec![],
+        )
         .await
         .unwrap();
     assert_eq!(typed, json!(r#"{"by": "", "level": 7}"#));
     browser.screenshot(&shots, "event-invalid").await;
-    assert!(client.store().list_events(waiting).await.unwrap().is_empty());
+    assert!(
+        client
+            .store()
+            .list_events(waiting)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Not JSON at all: said so, nothing stored.
     type_into(&browser, "#event-payload", "{by: ada").await;
     browser.click("#send-event").await;
-    assert!(browser.wait_for("#event-error").await.contains("not valid JSON"));
-    assert!(client.store().list_events(waiting).await.unwrap().is_empty());
+    assert!(
+        browser
+            .wait_for("#event-error")
+            .await
+            .contains("not valid JSON")
+    );
+    assert!(
+        client
+            .store()
+            .list_events(waiting)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A valid payload is stored.
     type_into(&browser, "#event-payload", r#"{"by": "ada", "level": 2}"#).await;
     browser.click("#send-event").await;
@@ -665,22 +699,44 @@ async fn run_actions_in_chromium(backend: Backend) {
     browser.click("#nav-schedules").await;
     let rows = browser.texts("#schedules tbody tr").await;
     assert_eq!(rows.len(), 1, "{rows:?}");
-    for shown in ["nightly-refusal", "dash-refuse", "0 3 * * *", "Europe/Paris", "active"] {
+    for shown in [
+        "nightly-refusal",
+        "dash-refuse",
+        "0 3 * * *",
+        "Europe/Paris",
+        "active",
+    ] {
         assert!(rows[0].contains(shown), "{shown} in {}", rows[0]);
     }
     browser
         .click("tr[data-schedule='nightly-refusal'] button.pause")
         .await;
     assert!(browser.wait_for("#notice").await.contains("paused"));
-    assert!(browser.wait_for("#schedules td.state").await.contains("paused"));
-    let schedule = client.get_schedule("nightly-refusal").await.unwrap().unwrap();
+    assert!(
+        browser
+            .wait_for("#schedules td.state")
+            .await
+            .contains("paused")
+    );
+    let schedule = client
+        .get_schedule("nightly-refusal")
+        .await
+        .unwrap()
+        .unwrap();
     assert!(schedule.paused);
     browser.screenshot(&shots, "schedules").await;
     browser
         .click("tr[data-schedule='nightly-refusal'] button.resume")
         .await;
     assert!(browser.wait_for("#notice").await.contains("resumed"));
-    assert!(!client.get_schedule("nightly-refusal").await.unwrap().unwrap().paused);
+    assert!(
+        !client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused
+    );
     browser.close().await;
 
     // Delete (which asks first in a browser) needs the token and a same-site request too.
@@ -691,11 +747,23 @@ async fn run_actions_in_chromium(backend: Backend) {
     let wrong = format!("name=nightly-refusal&action=delete&csrf={}", "0".repeat(64));
     let same = format!("POST /schedule HTTP/1.1\r\n{FORM}Sec-Fetch-Site: same-origin\r\n");
     assert_eq!(http(addr, &same, &wrong).await.0, 403);
-    assert!(client.get_schedule("nightly-refusal").await.unwrap().is_some());
+    assert!(
+        client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .is_some()
+    );
     let (status, head, _) = http(addr, &same, &body).await;
     assert_eq!(status, 303, "{head}");
     assert!(head.contains("location: /schedules?done=deleted"), "{head}");
-    assert!(client.get_schedule("nightly-refusal").await.unwrap().is_none());
+    assert!(
+        client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .is_none()
+    );
     // A schedule that is not there: 404 with the store's reason.
     let (status, _, page) = http(addr, &same, &body).await;
     assert_eq!(status, 404);

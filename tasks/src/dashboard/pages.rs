@@ -196,19 +196,28 @@ pub(super) async fn run(
         Some("event") => Some("Event sent."),
         _ => None,
     };
-    run_page(&base, &state, id, done, EventForm::default(), StatusCode::OK).await
+    run_page(
+        &base,
+        &state,
+        id,
+        done,
+        EventForm::default(),
+        StatusCode::OK,
+    )
+    .await
 }
 
 /// The events `run`'s workflow (its name and version) declares: topic and payload schema,
 /// by topic.
 fn declared_events(run: &WorkflowRun) -> Vec<(&'static str, Value)> {
-    let mut events: Vec<_> = crate::__private::inventory::iter::<crate::__private::EventRegistration>
-        .into_iter()
-        .map(|registration| registration.0)
-        .filter(|declared| {
-            declared.workflow == run.workflow_name && declared.version == run.version.as_deref()
-        })
-        .collect();
+    let mut events: Vec<_> =
+        crate::__private::inventory::iter::<crate::__private::EventRegistration>
+            .into_iter()
+            .map(|registration| registration.0)
+            .filter(|declared| {
+                declared.workflow == run.workflow_name && declared.version == run.version.as_deref()
+            })
+            .collect();
     events.sort_by_key(|declared| declared.topic);
     events.dedup_by_key(|declared| declared.topic);
     events
@@ -431,7 +440,10 @@ pub(super) async fn schedule_action(
     let client = &state.client;
     let (result, done) = match form.action.as_str() {
         "pause" => (client.pause_schedule(&form.name).await.map(drop), "paused"),
-        "resume" => (client.resume_schedule(&form.name).await.map(drop), "resumed"),
+        "resume" => (
+            client.resume_schedule(&form.name).await.map(drop),
+            "resumed",
+        ),
         "delete" => (client.delete_schedule(&form.name).await, "deleted"),
         _ => {
             return problem(
