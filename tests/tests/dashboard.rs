@@ -17,8 +17,10 @@ use support::{Backend, TestStore, bump, client, worker};
 use tasks::cli::clap::Parser as _;
 use tasks::cli::{Cli, Command};
 use tasks::dashboard::Dashboard;
+use tasks::schedule::{CatchUp, NewSchedule};
 use tasks::{
-    Client, ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step, workflow,
+    Client, Event, ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step,
+    workflow,
 };
 use uuid::Uuid;
 
@@ -74,6 +76,38 @@ async fn dash_ship(ctx: WorkflowContext, order: Order) -> Result<String, Workflo
     let parcel = book_carrier().await?;
     ctx.sleep("cool-off", Duration::from_millis(300)).await?;
     Ok(ship(&parcel).await?)
+}
+
+#[step]
+async fn take_note() -> Result<String, std::io::Error> {
+    Ok("noted".to_owned())
+}
+
+/// Takes a note, then refuses for good: a run that fails at once.
+#[workflow(name = "dash-refuse")]
+async fn dash_refuse(_ctx: WorkflowContext) -> Result<String, WorkflowError> {
+    take_note().await?;
+    Err(WorkflowError::msg("refused on purpose").non_retryable())
+}
+
+/// An approval, with a schema the form's payload is checked against.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Approval {
+    #[schemars(length(min = 1))]
+    by: String,
+    #[schemars(range(min = 1, max = 3))]
+    level: u8,
+}
+
+impl Event for Approval {
+    const TOPIC: &'static str = "dash-approval";
+}
+
+/// Waits for an approval.
+#[workflow(name = "dash-approve", events(Approval))]
+async fn dash_approve(ctx: WorkflowContext) -> Result<String, WorkflowError> {
+    let approval = ctx.wait_for_event::<Approval>().await?;
+    Ok(approval.by)
 }
 
 /// Serves `dashboard` on a loopback port of this test's runtime.
@@ -241,7 +275,7 @@ async fn pages_work_in_chromium(backend: Backend) {
     // An invalid start form shows every violation and stores nothing.
     let before = run_count(&client).await;
     browser.open(&format!("{base}workflows")).await;
-    browser.click("table.workflows a").await;
+    browser.click("table.workflows a[href*='dash-ship']").await;
     browser.wait_for("#start-run").await;
     let input = browser
         .client
@@ -389,6 +423,16 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     let (status, head, _) = http(guarded, "GET / HTTP/1.1\r\n", "").await;
     assert_eq!(status, 401);
     assert!(head.contains("www-authenticate: bearer"), "{head}");
+    // The refusal carries the security headers of every other response.
+    for header in [
+        "content-security-policy: default-src 'none'",
+        "x-frame-options: deny",
+        "x-content-type-options: nosniff",
+        "referrer-policy: same-origin",
+        "cache-control: no-store",
+    ] {
+        assert!(head.contains(header), "{header} in {head}");
+    }
     let (status, _, _) = http(
         guarded,
         "GET / HTTP/1.1\r\nAuthorization: Bearer wrong\r\n",
@@ -467,6 +511,272 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     assert!(body.contains("DOMParser"));
     let (status, _, _) = http(addr, "GET /assets/nope.js HTTP/1.1\r\n", "").await;
     assert_eq!(status, 404);
+}
+
+/// The id in the query of the browser's page.
+async fn id_in_url(browser: &Browser) -> Uuid {
+    let url = browser.client.current_url().await.unwrap();
+    url.query_pairs()
+        .find(|(key, _)| key == "id")
+        .map(|(_, value)| value.parse().unwrap())
+        .expect("the run page's id")
+}
+
+/// Types `text` into the field matching `css`, replacing what it held.
+async fn type_into(browser: &Browser, css: &str, text: &str) {
+    let field = browser
+        .client
+        .find(fantoccini::Locator::Css(css))
+        .await
+        .unwrap();
+    field.clear().await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
+/// The actions of a run's page in Chromium: fork a failed run from a step (onto the new
+/// run's page), retry it (runnable again in the store), send an event (an invalid payload
+/// shows every violation and stores nothing, a valid one is stored), and the schedules
+/// page (pause from the page pauses the schedule in the store).
+async fn run_actions_in_chromium(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let shots = screenshots(backend);
+
+    let worker = worker(&store).build().unwrap().spawn();
+    let failed = client.start::<dash_refuse>(()).await.unwrap().id();
+    eventually!(Duration::from_secs(30), {
+        let run = client.get_run(failed).await.unwrap().unwrap();
+        (run.status == RunStatus::Failed).then_some(())
+    });
+    worker.shutdown().await;
+
+    let addr = serve(Dashboard::new(client.clone())).await;
+    let base = format!("http://{addr}/");
+    let browser = Browser::launch().await;
+
+    // A failed run offers retry and a fork from each step; fork opens the new run.
+    browser.open(&format!("{base}run?id={failed}")).await;
+    assert!(browser.wait_for("#run-status").await.contains("failed"));
+    let forks = browser.texts("#timeline button.fork").await;
+    assert_eq!(
+        forks,
+        ["Fork from here"],
+        "one step, one fork button: {}",
+        browser.client.source().await.unwrap()
+    );
+    browser.screenshot(&shots, "run-failed").await;
+    browser.click("#timeline button.fork").await;
+    assert!(browser.wait_for("#notice").await.contains("forked"));
+    let fork = id_in_url(&browser).await;
+    assert_ne!(fork, failed);
+    assert!(
+        browser
+            .wait_for("#forked-from")
+            .await
+            .contains(&format!("{failed} at step take_note")),
+    );
+    let forked = client.get_run(fork).await.unwrap().unwrap();
+    assert_eq!(forked.forked_from_run_id, Some(failed));
+    assert_eq!(forked.forked_from_step.as_deref(), Some("take_note"));
+    assert_eq!(forked.status, RunStatus::Pending);
+
+    // Retry makes the failed run runnable again, in the store.
+    browser.open(&format!("{base}run?id={failed}")).await;
+    browser.click("#retry-run").await;
+    assert!(browser.wait_for("#notice").await.contains("retried"));
+    assert_eq!(id_in_url(&browser).await, failed);
+    let retried = client.get_run(failed).await.unwrap().unwrap();
+    assert_eq!(retried.status, RunStatus::Pending);
+    // A live run offers neither retry nor fork.
+    assert!(browser.texts("#retry-run").await.is_empty());
+    assert!(browser.texts("#timeline button.fork").await.is_empty());
+
+    // Retrying it again is refused with the store's reason, and changes nothing.
+    let page = csrf_page(addr, failed).await;
+    let (status, _, body) = http(
+        addr,
+        &format!("POST /action HTTP/1.1\r\n{FORM}Sec-Fetch-Site: same-origin\r\n"),
+        &format!("id={failed}&action=retry&csrf={}", csrf_of(&page)),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("pending"), "{body}");
+    // Forking from a step the run never recorded is a 404 saying so.
+    let (status, _, body) = http(
+        addr,
+        &format!("POST /fork HTTP/1.1\r\n{FORM}Sec-Fetch-Site: same-origin\r\n"),
+        &format!("id={fork}&step=nope&csrf={}", csrf_of(&page)),
+    )
+    .await;
+    assert!(status == 404 || status == 409, "{status} {body}");
+
+    // The event form: only the topics the run's workflow declares.
+    let waiting = client.start::<dash_approve>(()).await.unwrap().id();
+    browser.open(&format!("{base}run?id={waiting}")).await;
+    let topics = browser.texts("#event-topic option").await;
+    assert_eq!(topics, ["dash-approval"]);
+    // An invalid payload: every violation with its path, nothing stored.
+    type_into(&browser, "#event-payload", r#"{"by": "", "level": 7}"#).await;
+    browser.click("#send-event").await;
+    browser.wait_for("#event-error").await;
+    let violations = browser.texts("#event-violations li").await;
+    assert_eq!(violations.len(), 2, "{violations:?}");
+    assert!(
+        violations.iter().any(|v| v.starts_with("/by")),
+        "{violations:?}"
+    );
+    assert!(
+        violations.iter().any(|v| v.starts_with("/level")),
+        "{violations:?}"
+    );
+    assert!(
+        browser
+            .wait_for("#event-error")
+            .await
+            .contains("Nothing was stored")
+    );
+    // The payload is shown again as typed.
+    let typed = browser
+        .client
+        .execute(
+            "return document.getElementById('event-payload').value",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(typed, json!(r#"{"by": "", "level": 7}"#));
+    browser.screenshot(&shots, "event-invalid").await;
+    assert!(
+        client
+            .store()
+            .list_events(waiting)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Not JSON at all: said so, nothing stored.
+    type_into(&browser, "#event-payload", "{by: ada").await;
+    browser.click("#send-event").await;
+    assert!(
+        browser
+            .wait_for("#event-error")
+            .await
+            .contains("not valid JSON")
+    );
+    assert!(
+        client
+            .store()
+            .list_events(waiting)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A valid payload is stored.
+    type_into(&browser, "#event-payload", r#"{"by": "ada", "level": 2}"#).await;
+    browser.click("#send-event").await;
+    assert!(browser.wait_for("#notice").await.contains("Event sent"));
+    let events = client.store().list_events(waiting).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, json!({ "by": "ada", "level": 2 }));
+    // A run whose workflow declares no events has no form.
+    browser.open(&format!("{base}run?id={fork}")).await;
+    assert!(browser.texts("#send-event").await.is_empty());
+
+    // Schedules: listed from the nav, paused from the page, in the store.
+    client
+        .create_schedule(NewSchedule {
+            name: "nightly-refusal".to_owned(),
+            workflow_name: "dash-refuse".to_owned(),
+            version: None,
+            cron: "0 3 * * *".to_owned(),
+            timezone: "Europe/Paris".to_owned(),
+            input: serde_json::Value::Null,
+            catch_up: CatchUp::Skip,
+        })
+        .await
+        .unwrap();
+    browser.open(&base).await;
+    browser.click("#nav-schedules").await;
+    let rows = browser.texts("#schedules tbody tr").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    for shown in [
+        "nightly-refusal",
+        "dash-refuse",
+        "0 3 * * *",
+        "Europe/Paris",
+        "active",
+    ] {
+        assert!(rows[0].contains(shown), "{shown} in {}", rows[0]);
+    }
+    browser
+        .click("tr[data-schedule='nightly-refusal'] button.pause")
+        .await;
+    assert!(browser.wait_for("#notice").await.contains("paused"));
+    assert!(
+        browser
+            .wait_for("#schedules td.state")
+            .await
+            .contains("paused")
+    );
+    let schedule = client
+        .get_schedule("nightly-refusal")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(schedule.paused);
+    browser.screenshot(&shots, "schedules").await;
+    browser
+        .click("tr[data-schedule='nightly-refusal'] button.resume")
+        .await;
+    assert!(browser.wait_for("#notice").await.contains("resumed"));
+    assert!(
+        !client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .unwrap()
+            .paused
+    );
+    browser.close().await;
+
+    // Delete (which asks first in a browser) needs the token and a same-site request too.
+    let (_, _, page) = http(addr, "GET /schedules HTTP/1.1\r\n", "").await;
+    let body = format!("name=nightly-refusal&action=delete&csrf={}", csrf_of(&page));
+    let cross = format!("POST /schedule HTTP/1.1\r\n{FORM}Sec-Fetch-Site: cross-site\r\n");
+    assert_eq!(http(addr, &cross, &body).await.0, 403);
+    let wrong = format!("name=nightly-refusal&action=delete&csrf={}", "0".repeat(64));
+    let same = format!("POST /schedule HTTP/1.1\r\n{FORM}Sec-Fetch-Site: same-origin\r\n");
+    assert_eq!(http(addr, &same, &wrong).await.0, 403);
+    assert!(
+        client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let (status, head, _) = http(addr, &same, &body).await;
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("location: /schedules?done=deleted"), "{head}");
+    assert!(
+        client
+            .get_schedule("nightly-refusal")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A schedule that is not there: 404 with the store's reason.
+    let (status, _, page) = http(addr, &same, &body).await;
+    assert_eq!(status, 404);
+    assert!(page.contains("nightly-refusal"), "{page}");
+}
+
+const FORM: &str = "Content-Type: application/x-www-form-urlencoded\r\n";
+
+/// A run's page, over HTTP.
+async fn csrf_page(addr: SocketAddr, id: Uuid) -> String {
+    let (status, _, page) = http(addr, &format!("GET /run?id={id} HTTP/1.1\r\n"), "").await;
+    assert_eq!(status, 200);
+    page
 }
 
 /// A writer shared with a command that runs in another task.
@@ -548,8 +858,80 @@ async fn cli_dashboard_serves_the_store(backend: Backend) {
     serving.abort();
 }
 
+/// `tasks worker --metrics-bind ADDR` serves the Prometheus metrics while it works.
+async fn cli_worker_serves_metrics(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let url = store.url();
+    let cli = parse(&[
+        "--database-url",
+        &url,
+        "--namespace",
+        store.namespace(),
+        "worker",
+        "--metrics-bind",
+        "127.0.0.1:0",
+    ]);
+    let (out, err) = (Shared::default(), Shared::default());
+    let (mut task_out, mut task_err) = (out.clone(), err.clone());
+    let working = tokio::spawn(async move { cli.execute(&mut task_out, &mut task_err).await });
+    let addr: SocketAddr = eventually!(Duration::from_secs(30), {
+        out.text()
+            .split_once("metrics on http://")
+            .and_then(|(_, rest)| rest.split_once("/metrics"))
+            .and_then(|(addr, _)| addr.parse().ok())
+    });
+    // The worker executes a run, and the scrape counts it.
+    let run = client
+        .start_with::<dash_ship>(order("lamp", ""), StartOptions::new())
+        .await
+        .unwrap();
+    let output = run.result_within(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(output, "shipped parcel-42");
+    let (status, head, _) = http(addr, "GET /metrics HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("content-type: text/plain"), "{head}");
+    // The worker counts the run just after the store shows it completed.
+    let body = eventually!(Duration::from_secs(30), {
+        let (_, _, body) = http(addr, "GET /metrics HTTP/1.1\r\n", "").await;
+        body.lines()
+            .any(|line| {
+                line.starts_with("tasks_runs_finished_total{")
+                    && line.contains("workflow=\"dash-ship\"")
+                    && line.contains("status=\"completed\"")
+                    && line.ends_with(" 1")
+            })
+            .then_some(body)
+    });
+    assert!(body.contains("tasks_worker_slots 16"), "{body}");
+    assert!(
+        body.contains("tasks_step_attempts_total{") && body.contains("step=\"book_carrier\""),
+        "{body}"
+    );
+    assert_eq!(err.text(), "");
+    working.abort();
+
+    // An address that cannot be bound is a usage error (exit 2).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cli = parse(&[
+        "--database-url",
+        &url,
+        "--namespace",
+        store.namespace(),
+        "worker",
+        "--metrics-bind",
+        &taken.local_addr().unwrap().to_string(),
+    ]);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli.execute(&mut out, &mut err).await;
+    assert_eq!(exit.code(), 2);
+    assert!(String::from_utf8(err).unwrap().contains("cannot listen on"));
+}
+
 both_backends!(
     pages_work_in_chromium,
+    run_actions_in_chromium,
     actions_and_credentials_are_guarded,
     cli_dashboard_serves_the_store,
+    cli_worker_serves_metrics,
 );

@@ -34,6 +34,14 @@ pub(super) async fn worker(
         Ok(worker) => worker,
         Err(error) => return fail(err, Exit::Usage, &error),
     };
+    #[cfg(feature = "prometheus")]
+    let _metrics = match args.metrics_bind {
+        Some(bind) => match serve_metrics(client, bind, out, err).await {
+            Ok(serving) => Some(serving),
+            Err(exit) => return exit,
+        },
+        None => None,
+    };
     let names: Vec<String> = worker
         .registry()
         .iter()
@@ -56,6 +64,49 @@ pub(super) async fn worker(
         }
         Err(error) => fail(err, Exit::Failure, &error),
     }
+}
+
+/// The metrics endpoint of `worker --metrics-bind`; stops when dropped.
+#[cfg(feature = "prometheus")]
+struct MetricsServer(tokio::task::JoinHandle<()>);
+
+#[cfg(feature = "prometheus")]
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Installs the Prometheus recorder and serves it at `http://bind/metrics` for the client's
+/// namespace. A recorder that cannot be installed is exit 1, an address that cannot be
+/// bound exit 2.
+#[cfg(feature = "prometheus")]
+async fn serve_metrics(
+    client: &Client,
+    bind: std::net::SocketAddr,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Result<MetricsServer, Exit> {
+    let prometheus = match crate::metrics::Prometheus::install() {
+        Ok(prometheus) => prometheus,
+        Err(error) => return Err(fail(err, Exit::Failure, &error)),
+    };
+    let listener = match tokio::net::TcpListener::bind(bind).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            let _ = writeln!(err, "error: cannot listen on {bind}: {error}");
+            return Err(Exit::Usage);
+        }
+    };
+    let address = listener.local_addr().unwrap_or(bind);
+    let router = prometheus.router(client.store().clone());
+    let task = tokio::spawn(async move {
+        if let Err(error) = crate::metrics::axum::serve(listener, router).await {
+            tracing::error!(%error, "the metrics endpoint stopped");
+        }
+    });
+    let _ = writeln!(out, "metrics on http://{address}/metrics");
+    Ok(MetricsServer(task))
 }
 
 pub(super) async fn migrate(url: &str, out: Output<'_>, err: Output<'_>) -> Exit {

@@ -253,6 +253,12 @@ pub struct WorkerArgs {
     /// How long Ctrl-C waits for in-flight runs (e.g. 30s).
     #[arg(long, value_parser = format::parse_duration, default_value = "30s")]
     pub shutdown_grace: Duration,
+    /// Serve the process's Prometheus metrics at http://ADDR/metrics while the worker runs
+    /// (feature `prometheus`). Without credentials: bind it to loopback or a private
+    /// network.
+    #[cfg(feature = "prometheus")]
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_bind: Option<std::net::SocketAddr>,
 }
 
 /// `workflows` subcommands.

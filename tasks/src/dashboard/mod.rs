@@ -14,9 +14,12 @@
 //! ```
 //!
 //! Pages: the runs (filters, cursor pagination, live refresh), a run (its fields and a step
-//! timeline drawn to scale, with attempts, errors, outputs and sleeps, and the cancel, pause
-//! and resume actions), the workflows linked into the binary (their JSON Schemas) and a
-//! start form per workflow, validated against its schema.
+//! timeline drawn to scale, with attempts, errors, outputs and sleeps; the cancel, pause,
+//! resume and retry actions, "fork from this step" on each step of a finished run, and a
+//! form sending an event its workflow declares, validated against the payload's schema),
+//! the workflows linked into the binary (their JSON Schemas) and a start form per workflow,
+//! validated against its schema, and (feature `schedules`) the cron schedules with their
+//! pause, resume and delete actions.
 //!
 //! It is safe by default:
 //!
@@ -115,9 +118,10 @@ impl Dashboard {
         self
     }
 
-    /// The router: pages at `/`, `/run`, `/workflows`, `/workflow`, actions at `/action` and
-    /// `/start`, assets under `/assets/`, and `/metrics` when given one. Every link is relative, so it can be mounted with
-    /// [`Router::nest`] anywhere; link to the mount point with a trailing slash
+    /// The router: pages at `/`, `/run`, `/workflows`, `/workflow` and `/schedules`, actions
+    /// (POST) at `/action`, `/fork`, `/event`, `/start` and `/schedule`, assets under
+    /// `/assets/`, and `/metrics` when given one. Every link is relative, so it can be
+    /// mounted with [`Router::nest`] anywhere; link to the mount point with a trailing slash
     /// (`/tasks/`).
     pub fn router(self) -> Router {
         let state = Arc::new(State {
@@ -134,6 +138,10 @@ impl Dashboard {
             }
             None => router,
         };
+        #[cfg(feature = "schedules")]
+        let router = router
+            .route("/schedules", get(pages::schedules))
+            .route("/schedule", post(pages::schedule_action));
         router
             .route("/", get(pages::runs))
             .route("/run", get(pages::run))
@@ -141,14 +149,18 @@ impl Dashboard {
             .route("/workflows", get(pages::workflows))
             .route("/workflow", get(pages::workflow))
             .route("/start", post(pages::start))
+            .route("/fork", post(pages::fork))
+            .route("/event", post(pages::send_event))
             .route("/assets/{file}", get(pages::asset))
             .fallback(pages::not_found)
             .layer(axum::middleware::from_fn(security::guard_posts))
-            .layer(axum::middleware::from_fn(security::headers))
             .layer(axum::middleware::from_fn_with_state(
                 credentials,
                 security::authenticate,
             ))
+            // Outermost, so that every response carries the headers, the 401 of a request
+            // without credentials included.
+            .layer(axum::middleware::from_fn(security::headers))
             .with_state(state)
     }
 }

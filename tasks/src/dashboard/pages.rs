@@ -10,9 +10,12 @@ use serde_json::Value;
 
 use super::AppState;
 use super::security::token_matches;
-use super::views::{self, Base, RunFilters, StartForm};
+use super::views::{self, Base, EventForm, RunFilters, RunPage, StartForm};
 use crate::uuid::Uuid;
-use crate::{ClientError, Cursor, ListRuns, Order, RunStatus, StartOptions, StoreError};
+use crate::{
+    ClientError, Cursor, ListRuns, Order, RunStatus, SendOptions, StartOptions, StoreError,
+    WorkflowRun,
+};
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/dashboard.js");
@@ -39,9 +42,16 @@ fn problem(base: &Base, status: StatusCode, heading: &str, text: &str) -> Respon
 /// The page of a store error.
 fn store_problem(base: &Base, error: &StoreError) -> Response {
     let status = match error {
-        StoreError::RunNotFound { .. } | StoreError::StepNotFound { .. } => StatusCode::NOT_FOUND,
-        StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => StatusCode::CONFLICT,
+        StoreError::RunNotFound { .. }
+        | StoreError::StepNotFound { .. }
+        | StoreError::UnknownStep { .. }
+        | StoreError::RunKeyNotFound { .. }
+        | StoreError::ScheduleNotFound { .. } => StatusCode::NOT_FOUND,
+        StoreError::WrongState { .. }
+        | StoreError::LeaseLost { .. }
+        | StoreError::ScheduleExists { .. } => StatusCode::CONFLICT,
         StoreError::InvalidCursor { .. }
+        | StoreError::NotTerminal { .. }
         | StoreError::InvalidArgument(_)
         | StoreError::Limit(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -175,34 +185,81 @@ pub(super) async fn run(
             &format!("{:?} is not a run id", query.id),
         );
     };
+    // Only the dashboard's own words are shown back.
+    let done = match query.done.as_deref() {
+        Some("canceled") => Some("Run canceled."),
+        Some("paused") => Some("Run paused."),
+        Some("resumed") => Some("Run resumed."),
+        Some("started") => Some("Run started."),
+        Some("retried") => Some("Run retried: it runs again from its first unfinished step."),
+        Some("forked") => Some("Run forked: this new run replays the steps before the fork."),
+        Some("event") => Some("Event sent."),
+        _ => None,
+    };
+    run_page(
+        &base,
+        &state,
+        id,
+        done,
+        EventForm::default(),
+        StatusCode::OK,
+    )
+    .await
+}
+
+/// The events `run`'s workflow (its name and version) declares: topic and payload schema,
+/// by topic.
+fn declared_events(run: &WorkflowRun) -> Vec<(&'static str, Value)> {
+    let mut events: Vec<_> =
+        crate::__private::inventory::iter::<crate::__private::EventRegistration>
+            .into_iter()
+            .map(|registration| registration.0)
+            .filter(|declared| {
+                declared.workflow == run.workflow_name && declared.version == run.version.as_deref()
+            })
+            .collect();
+    events.sort_by_key(|declared| declared.topic);
+    events.dedup_by_key(|declared| declared.topic);
+    events
+        .into_iter()
+        .map(|declared| (declared.topic, (declared.schema)()))
+        .collect()
+}
+
+/// A run's page, with `event_form` shown again when it holds a refusal (and then no live
+/// refresh: the page is the answer to a POST).
+async fn run_page(
+    base: &Base,
+    state: &AppState,
+    id: Uuid,
+    done: Option<&'static str>,
+    event_form: EventForm,
+    status: StatusCode,
+) -> Response {
     let run = match state.client.get_run(id).await {
         Ok(Some(run)) => run,
         Ok(None) => {
-            return store_problem(&base, &StoreError::RunNotFound { id });
+            return store_problem(base, &StoreError::RunNotFound { id });
         }
-        Err(error) => return store_problem(&base, &error),
+        Err(error) => return store_problem(base, &error),
     };
     let steps = match state.client.store().step_history(id).await {
         Ok(steps) => steps,
-        Err(error) => return store_problem(&base, &error),
+        Err(error) => return store_problem(base, &error),
     };
-    // Only the dashboard's own words are shown back.
-    let done = match query.done.as_deref() {
-        Some("canceled") => Some("canceled"),
-        Some("paused") => Some("paused"),
-        Some("resumed") => Some("resumed"),
-        Some("started") => Some("started"),
-        _ => None,
-    };
-    let body = views::run(
-        &base,
-        &run,
-        &steps,
-        &state.csrf_token,
+    let page = RunPage {
+        csrf: &state.csrf_token,
         done,
-        state.refresh.as_millis(),
-    );
-    respond(&base, StatusCode::OK, &format!("Run {id}"), "runs", body)
+        refresh_ms: if status == StatusCode::OK {
+            state.refresh.as_millis()
+        } else {
+            0
+        },
+        events: declared_events(&run),
+        event_form,
+    };
+    let body = views::run(base, &run, &steps, &page);
+    respond(base, status, &format!("Run {id}"), "runs", body)
 }
 
 #[derive(Deserialize)]
@@ -212,7 +269,7 @@ pub(super) struct ActionForm {
     action: String,
 }
 
-/// `cancel`, `pause` or `resume` from a run's page; back to the page when done.
+/// `cancel`, `pause`, `resume` or `retry` from a run's page; back to the page when done.
 pub(super) async fn act(
     base: Base,
     State(state): State<AppState>,
@@ -226,12 +283,13 @@ pub(super) async fn act(
         "cancel" => (client.cancel(form.id).await, "canceled"),
         "pause" => (client.pause(form.id).await, "paused"),
         "resume" => (client.resume(form.id).await, "resumed"),
+        "retry" => (client.retry(form.id).await, "retried"),
         _ => {
             return problem(
                 &base,
                 StatusCode::BAD_REQUEST,
                 "Unknown action",
-                "The action must be cancel, pause or resume.",
+                "The action must be cancel, pause, resume or retry.",
             );
         }
     };
@@ -239,6 +297,165 @@ pub(super) async fn act(
         Ok(run) => {
             Redirect::to(&base.link(&format!("run?id={}&done={done}", run.id))).into_response()
         }
+        Err(error) => store_problem(&base, &error),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct ForkForm {
+    csrf: String,
+    id: Uuid,
+    step: String,
+}
+
+/// "Fork from this step" on a finished run's page: on to the new run's page.
+pub(super) async fn fork(
+    base: Base,
+    State(state): State<AppState>,
+    Form(form): Form<ForkForm>,
+) -> Response {
+    if !token_matches(&state, &form.csrf) {
+        return forbidden(&base);
+    }
+    match state.client.fork(form.id, &form.step).await {
+        Ok(run) => {
+            Redirect::to(&base.link(&format!("run?id={}&done=forked", run.id))).into_response()
+        }
+        Err(error) => store_problem(&base, &error),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct EventFormData {
+    csrf: String,
+    id: Uuid,
+    topic: String,
+    payload: String,
+}
+
+/// Sends an event from a run's page; a refusal shows the page again with the reason and
+/// every violation, and nothing is stored.
+pub(super) async fn send_event(
+    base: Base,
+    State(state): State<AppState>,
+    Form(data): Form<EventFormData>,
+) -> Response {
+    if !token_matches(&state, &data.csrf) {
+        return forbidden(&base);
+    }
+    let sent = state
+        .client
+        .send_event_json_str(data.id, &data.topic, &data.payload, SendOptions::new())
+        .await;
+    let mut form = EventForm {
+        topic: data.topic.clone(),
+        payload: data.payload.clone(),
+        ..EventForm::default()
+    };
+    match sent {
+        Ok(_) => {
+            return Redirect::to(&base.link(&format!("run?id={}&done=event", data.id)))
+                .into_response();
+        }
+        Err(ClientError::InvalidEvent {
+            topic, violations, ..
+        }) => {
+            let count = violations.len();
+            form.error = Some(format!(
+                "The payload does not match the schema of the event {topic} ({count} violation{}). Nothing was stored.",
+                if count == 1 { "" } else { "s" }
+            ));
+            form.violations = violations;
+        }
+        Err(ClientError::Json(error)) => {
+            form.error = Some(format!(
+                "The payload is not valid JSON: {error}. Nothing was stored."
+            ));
+        }
+        Err(ClientError::Store(error)) => return store_problem(&base, &error),
+        Err(error) => form.error = Some(format!("{error}. Nothing was stored.")),
+    }
+    run_page(
+        &base,
+        &state,
+        data.id,
+        None,
+        form,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await
+}
+
+#[cfg(feature = "schedules")]
+#[derive(Deserialize)]
+pub(super) struct SchedulesQuery {
+    done: Option<String>,
+}
+
+/// The schedules of the client's namespace.
+#[cfg(feature = "schedules")]
+pub(super) async fn schedules(
+    base: Base,
+    State(state): State<AppState>,
+    Query(query): Query<SchedulesQuery>,
+) -> Response {
+    let schedules = match state.client.list_schedules().await {
+        Ok(schedules) => schedules,
+        Err(error) => return store_problem(&base, &error),
+    };
+    // Only the dashboard's own words are shown back.
+    let done = match query.done.as_deref() {
+        Some("paused") => Some("Schedule paused."),
+        Some("resumed") => Some("Schedule resumed: the slots it missed go to its catch-up policy."),
+        Some("deleted") => Some("Schedule deleted; the runs it started are kept."),
+        _ => None,
+    };
+    respond(
+        &base,
+        StatusCode::OK,
+        "Schedules",
+        "schedules",
+        views::schedules(&base, &schedules, &state.csrf_token, done),
+    )
+}
+
+#[cfg(feature = "schedules")]
+#[derive(Deserialize)]
+pub(super) struct ScheduleForm {
+    csrf: String,
+    name: String,
+    action: String,
+}
+
+/// `pause`, `resume` or `delete` a schedule; back to the schedules when done.
+#[cfg(feature = "schedules")]
+pub(super) async fn schedule_action(
+    base: Base,
+    State(state): State<AppState>,
+    Form(form): Form<ScheduleForm>,
+) -> Response {
+    if !token_matches(&state, &form.csrf) {
+        return forbidden(&base);
+    }
+    let client = &state.client;
+    let (result, done) = match form.action.as_str() {
+        "pause" => (client.pause_schedule(&form.name).await.map(drop), "paused"),
+        "resume" => (
+            client.resume_schedule(&form.name).await.map(drop),
+            "resumed",
+        ),
+        "delete" => (client.delete_schedule(&form.name).await, "deleted"),
+        _ => {
+            return problem(
+                &base,
+                StatusCode::BAD_REQUEST,
+                "Unknown action",
+                "The action must be pause, resume or delete.",
+            );
+        }
+    };
+    match result {
+        Ok(()) => Redirect::to(&base.link(&format!("schedules?done={done}"))).into_response(),
         Err(error) => store_problem(&base, &error),
     }
 }

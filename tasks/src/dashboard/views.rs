@@ -68,6 +68,9 @@ pub(super) fn page(base: &Base, title: &str, nav: &str, body: Markup) -> Markup 
                     nav {
                         a href=(base.root()) class=(if nav == "runs" { "current" } else { "" }) { "Runs" }
                         a href=(base.link("workflows")) class=(if nav == "workflows" { "current" } else { "" }) { "Workflows" }
+                        @if cfg!(feature = "schedules") {
+                            a #nav-schedules href=(base.link("schedules")) class=(if nav == "schedules" { "current" } else { "" }) { "Schedules" }
+                        }
                     }
                 }
                 main { (body) }
@@ -210,15 +213,53 @@ fn sleep_until(step: &StepAttempt) -> Option<DateTime<Utc>> {
         .checked_add_signed(TimeDelta::try_milliseconds(millis)?)
 }
 
+/// What the event form shows again after a refusal.
+#[derive(Default)]
+pub(super) struct EventForm {
+    pub(super) topic: String,
+    pub(super) payload: String,
+    pub(super) error: Option<String>,
+    pub(super) violations: Vec<Violation>,
+}
+
+/// A list of violations, each with its JSON path.
+fn violation_list(id: &str, violations: &[Violation]) -> Markup {
+    html! {
+        @if !violations.is_empty() {
+            ul id=(id) {
+                @for violation in violations {
+                    li { code { (if violation.path.is_empty() { "/" } else { violation.path.as_str() }) } ": " (violation.message) }
+                }
+            }
+        }
+    }
+}
+
+/// What the run page needs besides the run and its steps.
+pub(super) struct RunPage<'a> {
+    pub(super) csrf: &'a str,
+    /// The notice of an action just done.
+    pub(super) done: Option<&'static str>,
+    pub(super) refresh_ms: u128,
+    /// The events the run's workflow declares (topic and payload schema), by topic.
+    pub(super) events: Vec<(&'static str, Value)>,
+    pub(super) event_form: EventForm,
+}
+
 /// The run page.
 pub(super) fn run(
     base: &Base,
     run: &WorkflowRun,
     steps: &[StepAttempt],
-    csrf: &str,
-    done: Option<&str>,
-    refresh_ms: u128,
+    page: &RunPage<'_>,
 ) -> Markup {
+    let (csrf, done, refresh_ms) = (page.csrf, page.done, page.refresh_ms);
+    // Fork from a step: offered once per step name (on its first attempt), on a finished run.
+    let mut seen = std::collections::HashSet::new();
+    let forkable: Vec<bool> = steps
+        .iter()
+        .map(|step| run.status.is_terminal() && seen.insert(step.step_name.as_str()))
+        .collect();
     let now = Utc::now();
     let start = steps
         .iter()
@@ -249,7 +290,7 @@ pub(super) fn run(
     html! {
         h1 { "Run " span.mono { (run.id) } }
         @if let Some(done) = done {
-            p.notice #notice { "Run " (done) "." }
+            p.notice #notice { (done) }
         }
         div #live data-refresh-ms=(if live { refresh_ms } else { 0 }) {
             dl.fields {
@@ -268,6 +309,23 @@ pub(super) fn run(
                 @if let Some(worker) = &run.worker_id { dt { "Worker" } dd.mono { (worker) } }
                 @if let Some(parent) = run.parent_run_id {
                     dt { "Parent" } dd { a.mono href=(base.link(&format!("run?id={parent}"))) { (parent) } }
+                }
+                @if let Some(origin) = run.forked_from_run_id {
+                    dt { "Forked from" }
+                    dd #forked-from {
+                        a.mono href=(base.link(&format!("run?id={origin}"))) { (origin) }
+                        @if let Some(step) = &run.forked_from_step { " at step " code { (step) } }
+                    }
+                }
+            }
+            @if matches!(run.status, RunStatus::Failed | RunStatus::Canceled) {
+                div.actions {
+                    form method="post" action=(base.link("action")) {
+                        input type="hidden" name="csrf" value=(csrf);
+                        input type="hidden" name="id" value=(run.id);
+                        input type="hidden" name="action" value="retry";
+                        button type="submit" #retry-run.retry title="Run it again from its first unfinished step" { "Retry" }
+                    }
                 }
             }
             @if !run.status.is_terminal() {
@@ -294,9 +352,9 @@ pub(super) fn run(
             } @else {
                 p.scale { "0 — " (duration(end - start)) " from " (time(start)) }
                 table.timeline #timeline {
-                    thead { tr { th { "#" } th { "Step" } th { "Attempt" } th { "Status" } th { "Start" } th { "Duration" } th.bar-cell { "Timeline" } } }
+                    thead { tr { th { "#" } th { "Step" } th { "Attempt" } th { "Status" } th { "Start" } th { "Duration" } th.bar-cell { "Timeline" } @if run.status.is_terminal() { th { "Fork" } } } }
                     tbody {
-                        @for (index, (step, attempt)) in steps.iter().zip(&numbers).enumerate() {
+                        @for (index, ((step, attempt), fork)) in steps.iter().zip(&numbers).zip(&forkable).enumerate() {
                             @let began = step.started_at.unwrap_or(step.created_at);
                             @let x = scale(began);
                             @let width = (scale(end_of(step)) - x).max(2.0);
@@ -332,6 +390,18 @@ pub(super) fn run(
                                         rect class=(format!("status-{}", step.status)) x=(format!("{x:.1}")) y="0" width=(format!("{width:.1}")) height="10" {}
                                     }
                                 }
+                                @if run.status.is_terminal() {
+                                    td.fork-cell {
+                                        @if *fork {
+                                            form method="post" action=(base.link("fork")) {
+                                                input type="hidden" name="csrf" value=(csrf);
+                                                input type="hidden" name="id" value=(run.id);
+                                                input type="hidden" name="step" value=(step.step_name);
+                                                button.fork type="submit" title="Start a new run that replays the steps before this one and runs this one and the rest again" { "Fork from here" }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
@@ -343,6 +413,47 @@ pub(super) fn run(
             @if let Some(error) = &run.error {
                 h2 { "Error" }
                 p.error #run-error { (error_text(error)) }
+            }
+        }
+        // Outside the live part, so that a refresh does not wipe what is being typed.
+        @if !run.status.is_terminal() && !page.events.is_empty() {
+            (event_form(base, run, page))
+        }
+    }
+}
+
+/// The form sending an event the run's workflow declares.
+fn event_form(base: &Base, run: &WorkflowRun, page: &RunPage<'_>) -> Markup {
+    let form = &page.event_form;
+    html! {
+        section.send-event {
+            h2 { "Send an event" }
+            @if let Some(error) = &form.error {
+                div.error #event-error {
+                    p { (error) }
+                    (violation_list("event-violations", &form.violations))
+                }
+            }
+            form.start method="post" action=(base.link("event")) {
+                input type="hidden" name="csrf" value=(page.csrf);
+                input type="hidden" name="id" value=(run.id);
+                label {
+                    "Event "
+                    select #event-topic name="topic" {
+                        @for (topic, _) in &page.events {
+                            option value=(topic) selected[form.topic == *topic] { (topic) }
+                        }
+                    }
+                }
+                label for="event-payload" { "Payload (JSON, checked against the event's schema below)" }
+                textarea #event-payload name="payload" rows="5" spellcheck="false" { (form.payload) }
+                button #send-event type="submit" { "Send" }
+            }
+            @for (topic, schema) in &page.events {
+                details.event-schema {
+                    summary { "Payload schema of " code { (topic) } }
+                    (json_block(schema))
+                }
             }
         }
     }
@@ -409,13 +520,7 @@ pub(super) fn workflow(
         @if let Some(error) = &form.error {
             div.error #start-error {
                 p { (error) }
-                @if !form.violations.is_empty() {
-                    ul #violations {
-                        @for violation in &form.violations {
-                            li { code { (if violation.path.is_empty() { "/" } else { violation.path.as_str() }) } ": " (violation.message) }
-                        }
-                    }
-                }
+                (violation_list("violations", &form.violations))
             }
         }
         form.start method="post" action=(base.link("start")) {
@@ -431,5 +536,62 @@ pub(super) fn workflow(
         (json_block(&input_schema))
         h2 { "Output schema" }
         (json_block(&output_schema))
+    }
+}
+
+/// The schedules page.
+#[cfg(feature = "schedules")]
+pub(super) fn schedules(
+    base: &Base,
+    schedules: &[crate::schedule::Schedule],
+    csrf: &str,
+    done: Option<&'static str>,
+) -> Markup {
+    html! {
+        h1 { "Schedules" }
+        @if let Some(done) = done {
+            p.notice #notice { (done) }
+        }
+        @if schedules.is_empty() {
+            p.empty { "No schedules in this namespace." }
+        } @else {
+            table.schedules #schedules {
+                thead { tr { th { "Name" } th { "Workflow" } th { "Cron" } th { "Timezone" } th { "Next slot" } th { "State" } th { "Actions" } } }
+                tbody {
+                    @for schedule in schedules {
+                        tr data-schedule=(schedule.name) {
+                            td.name { (schedule.name) }
+                            td {
+                                a href=(base.link(&format!("workflow?name={}", query_value(&schedule.workflow_name)))) {
+                                    (schedule.workflow_name)
+                                    @if let Some(version) = &schedule.version { "@" (version) }
+                                }
+                            }
+                            td { code { (schedule.cron) } }
+                            td { (schedule.timezone) }
+                            td { (maybe_time(schedule.next_slot)) }
+                            td.state { (status_badge(if schedule.paused { "paused" } else { "active" })) }
+                            td.actions {
+                                @for (action, label, enabled) in [
+                                    ("pause", "Pause", !schedule.paused),
+                                    ("resume", "Resume", schedule.paused),
+                                    ("delete", "Delete", true),
+                                ] {
+                                    @if enabled {
+                                        form method="post" action=(base.link("schedule")) data-confirm=[(action == "delete").then(|| format!("Delete the schedule {:?}? The runs it started are kept.", schedule.name))] {
+                                            input type="hidden" name="csrf" value=(csrf);
+                                            input type="hidden" name="name" value=(schedule.name);
+                                            input type="hidden" name="action" value=(action);
+                                            button type="submit" class=(action) { (label) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p.hint { "Create schedules in code (" code { "#[workflow(schedule = ...)]" } ", " code { "Client::create_schedule" } ") or with " code { "tasks schedules create" } "." }
     }
 }

@@ -153,7 +153,9 @@ impl Browser {
         }
     }
 
-    /// Clicks the element matching `css` (found again when a live refresh replaced it).
+    /// Clicks the element matching `css` (found again when a live refresh replaced it; on a
+    /// loaded machine a refresh can land between finding and clicking several times in a
+    /// row, so it tries for a while, a little apart).
     pub async fn click(&self, css: &str) {
         let mut tries = 0;
         loop {
@@ -165,8 +167,9 @@ impl Browser {
                 .unwrap_or_else(|error| panic!("no element {css} to click: {error}"));
             match element.click().await {
                 Ok(()) => return,
-                Err(error) if tries < 10 => {
+                Err(error) if tries < 50 => {
                     let _ = error;
+                    tokio::time::sleep(Duration::from_millis(37)).await;
                 }
                 Err(error) => panic!("cannot click {css}: {error}"),
             }

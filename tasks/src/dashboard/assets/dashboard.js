@@ -31,3 +31,8 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
+// A form with data-confirm (deleting a schedule) asks first.
+document.addEventListener("submit", function (event) {
+  var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+  if (question && !window.confirm(question)) event.preventDefault();
+});
