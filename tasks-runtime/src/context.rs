@@ -30,6 +30,7 @@ use crate::step_failure::{
     ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
+pub(crate) mod branches;
 pub(crate) mod children;
 pub(crate) mod events;
 
@@ -54,6 +55,9 @@ pub(crate) struct ExecutionLimits {
 #[derive(Clone)]
 pub struct WorkflowContext {
     inner: Arc<RunState>,
+    /// The name of the branch ([`WorkflowContext::spawn`]) this context runs in, which
+    /// scopes every name it resolves (`branch/step`); `None` for the workflow itself.
+    scope: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for WorkflowContext {
@@ -76,6 +80,9 @@ struct RunState {
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
+    /// The tasks of the run's branches ([`WorkflowContext::spawn`]), aborted when the
+    /// execution ends.
+    branches: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl WorkflowContext {
@@ -94,7 +101,9 @@ impl WorkflowContext {
                 replay: Mutex::new(replay),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
+                branches: Mutex::new(tokio::task::JoinSet::new()),
             }),
+            scope: None,
         }
     }
 
@@ -202,7 +211,10 @@ impl WorkflowContext {
     /// Resolves a step name in call order: `name`, then `name:1`, `name:2`, ...; past the
     /// worker's step limit, or with a name the stores cannot hold, the run fails.
     fn resolve_name(&self, base: &str) -> Result<String, WorkflowError> {
-        let resolved = lock(&self.inner.replay).resolve(base);
+        let resolved = match &self.scope {
+            Some(branch) => lock(&self.inner.replay).resolve(&format!("{branch}/{base}")),
+            None => lock(&self.inner.replay).resolve(base),
+        };
         if let Ok(name) = &resolved
             && let Err(error) = limits::check_step_name(name)
         {

@@ -45,6 +45,7 @@ pub use client::{
     WaitError,
 };
 pub use context::WorkflowContext;
+pub use context::branches::Branch;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use definition::{
