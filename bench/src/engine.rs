@@ -14,9 +14,7 @@ use uuid::Uuid;
 use crate::Result;
 use crate::db::{self, Costs, Counters, Cpu, CpuUse};
 use crate::stats::{Summary, median};
-use crate::workflows::{
-    Ping, Replay, Steps, bench_event, bench_parent, bench_replay, bench_steps,
-};
+use crate::workflows::{Ping, Replay, Steps, bench_event, bench_parent, bench_replay, bench_steps};
 
 /// How many runs a client starts at once while enqueueing.
 pub const ENQUEUE_CONCURRENCY: usize = 16;

@@ -112,7 +112,10 @@ async fn a_quarantined_child_wakes_its_parent(backend: Backend) {
         if let Some(child) = children.iter().find(|c| c.status == RunStatus::Sleeping) {
             break child.clone();
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "the child never slept");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the child never slept"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     store.poison_input(child.id).await;
