@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::Result;
 use crate::db::{self, Costs, Counters, Cpu, CpuUse};
 use crate::stats::{Summary, median};
-use crate::workflows::{Ping, Replay, Steps, bench_event, bench_replay, bench_steps};
+use crate::workflows::{Ping, Replay, Steps, bench_event, bench_parent, bench_replay, bench_steps};
 
 /// How many runs a client starts at once while enqueueing.
 pub const ENQUEUE_CONCURRENCY: usize = 16;
@@ -279,6 +279,11 @@ pub struct LatencyResult {
     /// Event wake-up: `send_event` → the run's `result()` returned, for runs parked on an
     /// event wait on the same idle worker, ms.
     pub event_ms: Summary,
+    /// Child round trip: parent `start` → the parent's `result()` returned, for a parent
+    /// that runs one child which returns at once (parent claimed, child started, parent
+    /// parked, child claimed and completed, parent woken, claimed, replayed and
+    /// completed), on the same idle worker, ms.
+    pub child_ms: Summary,
 }
 
 /// Starts `samples` one-step runs one at a time against an idle, already started worker and
@@ -359,6 +364,15 @@ async fn latency_in(
         run.result().await?;
         event_ms.push(started.elapsed().as_secs_f64() * 1000.0);
     }
+    // Child round trip: parent start -> child done -> parent done (the same worker, idle).
+    let mut child_ms = Vec::with_capacity(samples);
+    for n in 0..samples {
+        tokio::time::sleep(LATENCY_GAP).await;
+        let started = Instant::now();
+        let run = bench_parent::start(&client, n as u32).await?;
+        run.result().await?;
+        child_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
     worker.shutdown().await;
     drop((client, store));
     db::close(pool).await;
@@ -415,6 +429,7 @@ async fn latency_in(
         },
         write_txns_per_run: counters.per(&after, samples as f64).write_txns,
         event_ms: Summary::of(&event_ms),
+        child_ms: Summary::of(&child_ms),
     })
 }
 

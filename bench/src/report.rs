@@ -559,6 +559,14 @@ impl Report {
             l.event_ms.p50,
             l.event_ms.p99,
             l.event_ms.p50 / l.total_ms.p50
+        )?;
+        writeln!(
+            out,
+            "   child round trip (parent start -> child done -> parent result(), one child, \
+             same idle worker): p50 {:.2} ms   p99 {:.2} ms   ({:.2} x start -> result at p50)",
+            l.child_ms.p50,
+            l.child_ms.p99,
+            l.child_ms.p50 / l.total_ms.p50
         )
     }
 

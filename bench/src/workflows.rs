@@ -92,3 +92,16 @@ impl tasks::Event for Ping {
 pub async fn bench_event(ctx: WorkflowContext) -> Result<u32, WorkflowError> {
     Ok(ctx.wait_for_event::<Ping>().await?.n)
 }
+
+/// A child that returns at once ([`bench_parent()`]'s).
+#[workflow(name = "bench-child")]
+pub async fn bench_child(_ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    Ok(n)
+}
+
+/// Runs one [`bench_child()`] and returns its output (latency: the child round trip, parent
+/// start -> child claimed and done -> parent woken and done).
+#[workflow(name = "bench-parent")]
+pub async fn bench_parent(ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    Ok(ctx.child::<bench_child>(n).await?)
+}

@@ -389,3 +389,67 @@ pub async fn runs_are_listed_by_parent(setup: impl Setup) {
         .unwrap();
     assert!(none.data.is_empty());
 }
+
+/// Claims for new workers until one returns a run, at most `claims` times: a claim whose
+/// deadline sweep woke a parent may leave that parent to the next claim.
+async fn claim_within<S: Store + ?Sized>(store: &S, claims: usize) -> Option<WorkflowRun> {
+    for _ in 0..claims {
+        if let Some(run) = store.claim_run(&new_worker(), LONG_LEASE).await.unwrap() {
+            return Some(run);
+        }
+    }
+    None
+}
+
+/// Children failed by their deadline (a claim's sweep, [`ChildOutcome::Failed`] with kind
+/// `deadline`) wake their parked parent like any other end, even when several of them
+/// expire in one sweep; the parent's wait then reads both failures.
+pub async fn child_deadline_wakes_the_parent(setup: impl Setup) {
+    let store = setup.store().await;
+    let parent = create_claimed(&store).await;
+    let deadline = chrono::Utc::now() + chrono::Duration::milliseconds(400);
+    let mut children = Vec::new();
+    for step in ["child/a", "child/b"] {
+        let mut params = start(&parent, step, ParentCancel::Cascade);
+        params.child.deadline_at = Some(deadline);
+        children.push(started(&store, params).await.child);
+    }
+    parked(
+        store
+            .wait_for_children(wait(&parent, &["child/a", "child/b"]))
+            .await
+            .unwrap(),
+    );
+    sleep_past(deadline).await;
+
+    let woken = claim_within(&store, 3)
+        .await
+        .expect("the expired children woke the parent");
+    assert_eq!(woken.id, parent.id, "only the parent is claimable");
+    for child in &children {
+        let child = store.get_run(child.id).await.unwrap().unwrap();
+        assert_eq!(child.status, RunStatus::Failed);
+        assert_eq!(child.error.as_ref().unwrap()["kind"], json!("deadline"));
+    }
+    let steps = done(
+        store
+            .wait_for_children(wait(&woken, &["child/a", "child/b"]))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(steps.len(), 2);
+    for step in &steps {
+        match outcome(step) {
+            ChildOutcome::Failed(error) => assert_eq!(error["kind"], json!("deadline")),
+            other => panic!("expected a deadline failure, got {other:?}"),
+        }
+    }
+    assert!(
+        store
+            .claim_run(&new_worker(), LONG_LEASE)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing else is claimable"
+    );
+}

@@ -293,6 +293,7 @@ macro_rules! conformance_suite {
             parent_wakes_after_its_last_child,
             wait_for_finished_children_does_not_park,
             child_cancel_wakes_the_parent,
+            child_deadline_wakes_the_parent,
             cancel_cascades_to_children,
             runs_are_listed_by_parent,
         } multi_thread {} }
@@ -313,6 +314,7 @@ macro_rules! conformance_suite {
             claims_announce_running,
             retries_and_releases_announce_pending,
             finishes_are_not_status_changes,
+            deadline_failures_are_announced,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, schedules {
             create_get_and_list_schedules,

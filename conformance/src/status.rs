@@ -279,3 +279,51 @@ pub async fn finishes_are_not_status_changes(setup: impl Setup) {
     let heard = until_finished(&mut notifications, failed.id).await;
     assert!(!terminal(&heard), "{heard:?}");
 }
+
+/// A run failed by its deadline (a claim's sweep) is announced finished once the claim
+/// committed, whether it was pending or running: a waiter on its result or status learns
+/// of it at once, not at its next poll.
+pub async fn deadline_failures_are_announced(setup: impl Setup) {
+    let store = setup.store().await;
+    let deadline = chrono::Utc::now() + chrono::Duration::milliseconds(400);
+    store
+        .create_run(with_policy(RetryPolicy::new(1), Some(deadline)))
+        .await
+        .unwrap();
+    let running = claim_one(&store, Duration::from_secs(60)).await;
+    let pending = store
+        .create_run(with_policy(RetryPolicy::new(1), Some(deadline)))
+        .await
+        .unwrap();
+    let mut notifications = store.subscribe().await.unwrap();
+    sleep_past(deadline).await;
+    assert!(
+        store
+            .claim_run(&new_worker(), Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none(),
+        "both runs are past their deadline"
+    );
+    // Both finishes, in any order.
+    let mut unheard = vec![running.id, pending.id];
+    while !unheard.is_empty() {
+        match tokio::time::timeout(ANNOUNCEMENT_TIMEOUT, notifications.next()).await {
+            Err(_) => panic!("runs {unheard:?} were not announced finished"),
+            Ok(None) => panic!("the notification stream ended"),
+            Ok(Some(Notification::RunFinished { run_id, .. })) => {
+                unheard.retain(|id| *id != run_id)
+            }
+            Ok(Some(Notification::StatusChanged { run_id, status, .. })) => assert!(
+                !(unheard.contains(&run_id) && status.is_terminal()),
+                "a finish is not a status change"
+            ),
+            Ok(Some(_)) => {}
+        }
+    }
+    for run in [&running, &pending] {
+        let stored = store.get_run(run.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, RunStatus::Failed);
+        assert_eq!(stored.error.as_ref().unwrap()["kind"], json!("deadline"));
+    }
+}

@@ -32,6 +32,7 @@ use crate::step_failure::{
     ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
+pub(crate) mod branches;
 pub(crate) mod children;
 pub(crate) mod events;
 
@@ -56,6 +57,9 @@ pub(crate) struct ExecutionLimits {
 #[derive(Clone)]
 pub struct WorkflowContext {
     inner: Arc<RunState>,
+    /// The name of the branch ([`WorkflowContext::spawn`]) this context runs in, which
+    /// scopes every name it resolves (`branch/step`); `None` for the workflow itself.
+    scope: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for WorkflowContext {
@@ -78,6 +82,9 @@ struct RunState {
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
+    /// The tasks of the run's branches ([`WorkflowContext::spawn`]), aborted when the
+    /// execution ends.
+    branches: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl WorkflowContext {
@@ -96,7 +103,9 @@ impl WorkflowContext {
                 replay: Mutex::new(replay),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
+                branches: Mutex::new(tokio::task::JoinSet::new()),
             }),
+            scope: None,
         }
     }
 
@@ -212,7 +221,7 @@ impl WorkflowContext {
     /// with a name the stores cannot hold, or with code that no longer matches the history
     /// ([`NonDeterminism`]), the run fails: the halt is set and the error returned.
     fn resolve_call(&self, base: &str, call: Call<'_>) -> Result<Resolved, WorkflowError> {
-        let resolved = lock(&self.inner.replay).resolve(base, call);
+        let resolved = lock(&self.inner.replay).resolve(base, self.scope.as_deref(), call);
         if let Ok(Resolved { name, .. }) = &resolved
             && let Err(error) = limits::check_step_name(name)
         {

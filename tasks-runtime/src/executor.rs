@@ -149,6 +149,8 @@ impl Executor {
             },
             _ = sleep_until(deadline) => Finished::DeadlineExceeded,
         };
+        // The execution ended: its branches stop before anything else is written.
+        ctx.end_branches().await;
         if matches!(finished, Finished::Returned(_)) {
             // Nothing of the workflow runs any more: its slot can take the next run while
             // the outcome is written.

@@ -47,6 +47,7 @@ pub use client::{
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
+pub use context::branches::Branch;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use definition::{

@@ -8,8 +8,10 @@
 //!
 //! # Identity: noticing changed code
 //!
-//! Every call also has a *position*: its place among the calls of the execution (steps,
-//! sleeps, event waits and child starts, counted from 0; patch markers do not count). Each
+//! Every call also has a *position*: its place among the calls of its scope (steps,
+//! sleeps, event waits, child starts and branches, counted from 0; patch markers do not
+//! count). The scope is the workflow itself or a branch (`ctx.spawn`), whose calls are
+//! counted on their own, so that interleaving between branches changes no position. Each
 //! attempt records its call's position, and a step's attempt also its path and signature,
 //! in its config under `call`. On replay, before a stored outcome is handed back, the call
 //! is compared with what the history recorded:
@@ -67,7 +69,10 @@ impl<'a> Call<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallIdentity {
-    /// Its place among the run's calls, from 0 (`None`: recorded before identities were).
+    /// The branch (`ctx.spawn`) the call was made in; `None` for the workflow itself.
+    pub branch: Option<String>,
+    /// Its place among the calls of its branch or workflow, from 0 (`None`: recorded before
+    /// identities were).
     pub position: Option<u32>,
     /// The resolved step name (`charge`, `charge:1`, ...).
     pub name: String,
@@ -91,6 +96,9 @@ impl fmt::Display for CallIdentity {
         }
         if let Some(position) = self.position {
             write!(f, " at call #{position}")?;
+        }
+        if let Some(branch) = &self.branch {
+            write!(f, " of branch `{branch}`")?;
         }
         Ok(())
     }
@@ -164,8 +172,10 @@ pub(crate) fn patch_marker(patch: &str) -> String {
 pub(crate) struct Replay {
     /// Attempts by resolved step name, oldest first.
     history: HashMap<String, Vec<StepAttempt>>,
-    /// The resolved name recorded at each position.
-    positions: HashMap<u32, String>,
+    /// The resolved name recorded at each position of each scope (`""`: the workflow).
+    positions: HashMap<(String, u32), String>,
+    /// The next position of each scope.
+    next_position: HashMap<String, u32>,
     /// How often each base name was resolved so far.
     counters: HashMap<String, u32>,
     /// The names resolved so far.
@@ -187,6 +197,7 @@ fn recorded_call(attempt: &StepAttempt) -> CallIdentity {
             .map(str::to_owned)
     };
     CallIdentity {
+        branch: text("branch"),
         position: call
             .and_then(|call| call.get("position"))
             .and_then(Value::as_u64)
@@ -225,13 +236,17 @@ impl Replay {
         let positions = by_name
             .iter()
             .filter_map(|(name, attempts)| {
-                let position = recorded_call(attempts.last()?).position?;
-                Some((position, name.clone()))
+                let call = recorded_call(attempts.last()?);
+                Some((
+                    (call.branch.unwrap_or_default(), call.position?),
+                    name.clone(),
+                ))
             })
             .collect();
         Replay {
             history: by_name,
             positions,
+            next_position: HashMap::new(),
             counters: HashMap::new(),
             consumed: HashSet::new(),
             patches: HashMap::new(),
@@ -240,16 +255,30 @@ impl Replay {
         }
     }
 
-    /// The name of the next call of `base` (`base` the first time, then `base:1`,
-    /// `base:2`, ...), checked against the history ([module docs](self)), with the identity
-    /// to record with its attempts.
-    pub(crate) fn resolve(&mut self, base: &str, call: Call<'_>) -> Result<Resolved, ResolveError> {
+    /// The name of the next call of `base` in `branch` (`base` the first time, then
+    /// `base:1`, `base:2`, ...; in a branch `branch/base`, ...), checked against the history
+    /// ([module docs](self)), with the identity to record with its attempts.
+    pub(crate) fn resolve(
+        &mut self,
+        base: &str,
+        branch: Option<&str>,
+        call: Call<'_>,
+    ) -> Result<Resolved, ResolveError> {
         if self.resolved >= self.max_steps {
             return Err(ResolveError::Limit(StepLimitExceeded {
                 limit: self.max_steps,
             }));
         }
-        let position = self.resolved;
+        let scoped;
+        let base = match branch {
+            Some(branch) => {
+                scoped = format!("{branch}/{base}");
+                scoped.as_str()
+            }
+            None => base,
+        };
+        let scope = branch.unwrap_or_default();
+        let position = self.next_position.get(scope).copied().unwrap_or(0);
         let count = self.counters.get(base).copied().unwrap_or(0);
         let name = if count == 0 {
             base.to_owned()
@@ -257,6 +286,7 @@ impl Replay {
             format!("{base}:{count}")
         };
         let called = CallIdentity {
+            branch: branch.map(str::to_owned),
             position: Some(position),
             name: name.clone(),
             kind: call.kind,
@@ -270,9 +300,13 @@ impl Replay {
             })));
         }
         self.resolved += 1;
+        self.next_position.insert(scope.to_owned(), position + 1);
         self.counters.insert(base.to_owned(), count + 1);
         self.consumed.insert(name.clone());
         let mut record = json!({ "position": position });
+        if let Some(branch) = branch {
+            record["branch"] = json!(branch);
+        }
         if let Some(path) = call.path {
             record["path"] = json!(path);
         }
@@ -284,9 +318,10 @@ impl Replay {
 
     /// What the history recorded that `called` contradicts, if anything.
     fn mismatch(&self, called: &CallIdentity) -> Option<CallIdentity> {
+        let scope = called.branch.clone().unwrap_or_default();
         let at_position = called
             .position
-            .and_then(|position| self.positions.get(&position));
+            .and_then(|position| self.positions.get(&(scope, position)));
         if let Some(name) = at_position
             && *name != called.name
             && let Some(attempt) = self.last(name)
@@ -297,7 +332,7 @@ impl Replay {
         let differs = |was: &Option<String>, now: &Option<String>| matches!((was, now), (Some(was), Some(now)) if was != now);
         let moved = matches!(
             (recorded.position, called.position),
-            (Some(was), Some(now)) if was != now
+            (Some(was), Some(now)) if was != now || recorded.branch != called.branch
         );
         (recorded.kind != called.kind
             || moved
@@ -382,7 +417,7 @@ mod tests {
 
     /// Resolves a function call with no identity.
     fn step(replay: &mut Replay, base: &str) -> String {
-        replay.resolve(base, FUNCTION).unwrap().name
+        replay.resolve(base, None, FUNCTION).unwrap().name
     }
 
     /// A completed attempt of step `name` recorded at `position` by `path` with
@@ -418,17 +453,23 @@ mod tests {
         ];
         let mut replay = Replay::new(history, None, 100);
         let charge = replay
-            .resolve("charge", call("shop::charge", "(u32) -> Result<u32, E>"))
+            .resolve(
+                "charge",
+                None,
+                call("shop::charge", "(u32) -> Result<u32, E>"),
+            )
             .unwrap();
         assert_eq!(
             charge.record,
             json!({ "position": 0, "path": "shop::charge", "signature": "(u32) -> Result<u32, E>" })
         );
         let ship = replay
-            .resolve("ship", call("shop::ship", "() -> Result<(), E>"))
+            .resolve("ship", None, call("shop::ship", "() -> Result<(), E>"))
             .unwrap();
         assert_eq!(ship.record["position"], 1);
-        let sleep = replay.resolve("nap", Call::of(StepKind::Sleep)).unwrap();
+        let sleep = replay
+            .resolve("nap", None, Call::of(StepKind::Sleep))
+            .unwrap();
         assert_eq!(
             sleep.record,
             json!({ "position": 2 }),
@@ -444,7 +485,7 @@ mod tests {
         ];
         let mut replay = Replay::new(history, None, 100);
         let error =
-            nondeterminism(replay.resolve("ship", call("shop::ship", "() -> Result<(), E>")));
+            nondeterminism(replay.resolve("ship", None, call("shop::ship", "() -> Result<(), E>")));
         assert_eq!(error.recorded.name, "charge");
         assert_eq!(error.called.name, "ship");
         assert_eq!(error.called.position, Some(0));
@@ -461,12 +502,13 @@ mod tests {
         let mut replay = Replay::new(history.clone(), None, 100);
         let error = nondeterminism(replay.resolve(
             "charge_card",
+            None,
             call("shop::charge_card", "() -> Result<(), E>"),
         ));
         assert_eq!(error.recorded.name, "charge");
         // A sleep inserted before the step.
         let mut replay = Replay::new(history, None, 100);
-        let error = nondeterminism(replay.resolve("nap", Call::of(StepKind::Sleep)));
+        let error = nondeterminism(replay.resolve("nap", None, Call::of(StepKind::Sleep)));
         assert_eq!(error.recorded.kind, StepKind::Function);
         assert_eq!(error.called.kind, StepKind::Sleep);
     }
@@ -480,9 +522,11 @@ mod tests {
             "() -> Result<u32, E>",
         )];
         let mut replay = Replay::new(history.clone(), None, 100);
-        let error = nondeterminism(
-            replay.resolve("charge", call("shop::charge", "() -> Result<String, E>")),
-        );
+        let error = nondeterminism(replay.resolve(
+            "charge",
+            None,
+            call("shop::charge", "() -> Result<String, E>"),
+        ));
         assert_eq!(
             error.recorded.signature.as_deref(),
             Some("() -> Result<u32, E>")
@@ -492,7 +536,34 @@ mod tests {
             Some("() -> Result<String, E>")
         );
         let mut replay = Replay::new(history, None, 100);
-        nondeterminism(replay.resolve("charge", call("billing::charge", "() -> Result<u32, E>")));
+        nondeterminism(replay.resolve(
+            "charge",
+            None,
+            call("billing::charge", "() -> Result<u32, E>"),
+        ));
+    }
+
+    #[test]
+    fn branches_count_their_own_positions_whatever_the_interleaving() {
+        // First execution: a/leg, b/leg, a/leg:1 (interleaved one way).
+        let mut first = Replay::new(Vec::new(), None, 100);
+        let mut history = Vec::new();
+        for (branch, base) in [("a", "leg"), ("b", "leg"), ("a", "leg")] {
+            let resolved = first.resolve(base, Some(branch), FUNCTION).unwrap();
+            let mut attempt = attempt(&resolved.name, StepStatus::Completed, json!(1));
+            attempt.config = json!({ "call": resolved.record });
+            history.push(attempt);
+        }
+        assert_eq!(history[2].step_name, "a/leg:1");
+        assert_eq!(
+            history[2].config["call"],
+            json!({ "position": 1, "branch": "a" })
+        );
+        // The replay interleaves the other way: no position moved.
+        let mut replay = Replay::new(history, None, 100);
+        for (branch, base) in [("b", "leg"), ("a", "leg"), ("a", "leg")] {
+            replay.resolve(base, Some(branch), FUNCTION).unwrap();
+        }
     }
 
     #[test]
@@ -503,7 +574,7 @@ mod tests {
         ];
         let mut replay = Replay::new(history, None, 100);
         let ship = replay
-            .resolve("ship", call("shop::ship", "() -> Result<u32, E>"))
+            .resolve("ship", None, call("shop::ship", "() -> Result<u32, E>"))
             .unwrap();
         assert_eq!(replay.completed(&ship.name).unwrap().output, Some(json!(2)));
     }
@@ -653,7 +724,7 @@ mod tests {
         step(&mut replay, "a");
         step(&mut replay, "b");
         assert_eq!(
-            replay.resolve("a", FUNCTION),
+            replay.resolve("a", None, FUNCTION),
             Err(ResolveError::Limit(StepLimitExceeded { limit: 2 }))
         );
     }

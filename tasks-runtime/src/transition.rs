@@ -277,15 +277,21 @@ pub(crate) fn quarantine_error(run_id: Uuid, reason: &str) -> Value {
     })
 }
 
-/// Fails runs whose deadline passed before they finished (done by every claim). It
-/// announces nothing yet: the claim statements do not return the runs they expire, so a
-/// waiter learns of them by polling.
+/// Fails runs whose deadline passed before they finished (done by every claim, for the
+/// runs of its namespace). Like every finishing transition it wakes the parent of a child
+/// it fails ([`Transition::wakes_parent`]) and announces the finish: the claim statements
+/// return the runs they expired beside the runs they claimed.
+///
+/// A claim never waits for a lock to expire a run: a run, or the parent of a child, that
+/// another transaction holds is left for a later claim (Postgres `SKIP LOCKED`; SQLite's
+/// write lock serializes everything anyway). A child is expired only together with its
+/// parent's countdown, so a parent parking at that moment cannot miss the wake-up.
 pub(crate) const EXPIRE: Transition = Transition {
     operation: Operation::ClaimRuns,
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[],
-    announce: Announce::Nothing,
+    announce: Announce::Finished,
     announce_status: false,
 };
 
@@ -363,12 +369,15 @@ pub(crate) const WAKE_PARENT: Transition = Transition {
 };
 
 /// The `SET` list of [`WAKE_PARENT`] on the parent row (table alias `alias`, with its dot,
-/// or empty), with `now` the SQL expression of the store's clock.
-pub(crate) fn wake_parent_set(alias: &str, now: &str) -> String {
+/// or empty), with `now` the SQL expression of the store's clock and `ended` the SQL
+/// expression of how many of its children just ended (`1` for a single child's
+/// transition; a claim may expire several children of one parent at once). The countdown
+/// stops at zero; the parent is woken when it reaches zero from above while parked.
+pub(crate) fn wake_parent_set(alias: &str, now: &str, ended: &str) -> String {
     format!(
-        "awaiting_children = CASE WHEN {alias}awaiting_children > 0
-                                  THEN {alias}awaiting_children - 1 ELSE 0 END,
-         available_at = CASE WHEN {alias}awaiting_children = 1 AND {parked}
+        "awaiting_children = CASE WHEN {alias}awaiting_children > {ended}
+                                  THEN {alias}awaiting_children - {ended} ELSE 0 END,
+         available_at = CASE WHEN {alias}awaiting_children BETWEEN 1 AND {ended} AND {parked}
                              THEN {now} ELSE {alias}available_at END",
         parked = status_in(alias, WAKE_PARENT.from),
     )
@@ -454,6 +463,16 @@ pub(crate) const COMPLETE_STEP: Transition = Transition::leased(Operation::Compl
 pub(crate) const RECORD_STEP: Transition = Transition::leased(Operation::RecordStepAttempt);
 
 impl Transition {
+    /// Whether the transition may end a run, and so must wake its parent ([`WAKE_PARENT`]) in
+    /// the same statement or transaction when the run is a child that it left in one of the
+    /// [`FINISHED`] statuses: every transition that announces a finish. This is the single
+    /// rule every store applies (a completion, a failure for good, a cancel, a claim's
+    /// deadline sweep [`EXPIRE`], a poison row's [`QUARANTINE`]); a parent parked in a join
+    /// can rely on every way a child ends.
+    pub(crate) fn wakes_parent(&self) -> bool {
+        self.announce == Announce::Finished
+    }
+
     /// A transition of a running run by the worker that holds its lease.
     const fn leased(operation: Operation) -> Self {
         Transition {
@@ -887,8 +906,9 @@ mod tests {
 
     #[test]
     fn the_parent_wake_renders_once() {
-        let set = wake_parent_set("p.", "now()");
-        assert!(set.contains("p.awaiting_children = 1 AND p.status IN ('sleeping')"));
+        let set = wake_parent_set("p.", "now()", "1");
+        assert!(set.contains("p.awaiting_children BETWEEN 1 AND 1 AND p.status IN ('sleeping')"));
+        assert!(set.contains("THEN p.awaiting_children - 1 ELSE 0 END"));
         assert!(set.contains("THEN now() ELSE p.available_at END"));
         assert!(START_CHILD.admits(&run(Running, Some("w")), Some("w")));
         assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some("w")));
@@ -910,6 +930,33 @@ mod tests {
         );
         for status in FINISHED {
             assert!(status.is_terminal());
+        }
+    }
+
+    #[test]
+    fn every_way_a_run_ends_wakes_its_parent_and_is_announced() {
+        for transition in [&COMPLETE, &FAIL, &CANCEL, &EXPIRE, &QUARANTINE] {
+            assert!(transition.wakes_parent(), "{:?}", transition.operation);
+            let ended = run(RunStatus::Failed, None);
+            assert_eq!(
+                announced(transition, &ended),
+                [Notification::RunFinished {
+                    namespace: ended.namespace.clone(),
+                    run_id: ended.id,
+                }],
+                "{:?}",
+                transition.operation
+            );
+        }
+        for transition in [
+            &SLEEP,
+            &RELEASE,
+            &PAUSE,
+            &WAIT_CHILDREN,
+            &WAIT_EVENT,
+            &RETRY,
+        ] {
+            assert!(!transition.wakes_parent(), "{:?}", transition.operation);
         }
     }
 

@@ -90,6 +90,43 @@ async fn retry_after_child(ctx: WorkflowContext, n: u64) -> Result<u64, Workflow
     Ok(squared)
 }
 
+/// Joins a child that naps for `ms`; a failed child is handled.
+#[workflow(name = "e2e-children-napper")]
+async fn napper(ctx: WorkflowContext, ms: u64) -> Result<String, WorkflowError> {
+    match ctx.child::<nap>(ms).await {
+        Ok(()) => Ok("rested".into()),
+        Err(ChildError::Failed { error, .. }) => Ok(format!("child failed: {}", error.message)),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// A child whose row cannot be decoded when it wakes is quarantined by the claim (failed,
+/// kind `corrupt`), and that wakes its parked parent, which reads the failure.
+async fn a_quarantined_child_wakes_its_parent(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let run = napper::start(&client(&store), 1500).await.unwrap();
+    let started = std::time::Instant::now();
+    let child = loop {
+        let children = children_of(&store, run.id()).await;
+        if let Some(child) = children.iter().find(|c| c.status == RunStatus::Sleeping) {
+            break child.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the child never slept"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    store.poison_input(child.id).await;
+    let out = run.result_within(Duration::from_secs(20)).await.unwrap();
+    assert!(
+        out.starts_with("child failed:") && out.contains("cannot be decoded"),
+        "{out}"
+    );
+    worker.shutdown().await;
+}
+
 async fn children_of(
     store: &support::TestStore,
     parent: tasks::uuid::Uuid,
@@ -250,4 +287,5 @@ both_backends!(
     fan_out_of_50_children_and_fan_in,
     canceling_a_parent_cascades_to_its_children,
     a_retry_replays_the_child_without_starting_it_again,
+    a_quarantined_child_wakes_its_parent,
 );

@@ -25,7 +25,7 @@ use crate::limits;
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::store::{Notification, status_of};
 use crate::transition::{
-    CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
+    CASCADE_FROM, EXPIRE, FINISHED, START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
 };
 
 /// The CTE `woken` of a finishing statement whose finished run is the CTE `done`: the
@@ -37,8 +37,60 @@ pub(super) fn wake_parent_cte() -> String {
                FROM done f
               WHERE p.namespace = f.namespace AND p.id = f.parent_run_id AND {finished}
           RETURNING p.id)",
-        set = wake_parent_set("p.", "now()"),
+        set = wake_parent_set("p.", "now()", "1"),
         finished = status_in("f.", FINISHED),
+    )
+}
+
+/// The CTEs of the claim statement's deadline sweep ([`EXPIRE`]), ending with `expired`
+/// (the failed runs, [`RUN_COLUMNS`]) and `woken` (the parents it counted down, `id`), with
+/// `$1` the namespace and `$5` the deadline error.
+///
+/// The sweep waits for no lock: runs past their deadline that another transaction holds
+/// are skipped, and so are children whose parent another transaction holds (a parent
+/// parking in [`Store::wait_for_children`] at that moment, a cancel): a later claim fails
+/// them once the parent is free, so the countdown is never lost. A parent is counted down
+/// by the number of its children that expired here ([`wake_parent_set`]); a parent that
+/// expires itself in the same sweep is not written twice, and a child whose parent no
+/// longer exists (purged) is expired alone.
+///
+/// [`EXPIRE`]: crate::transition::EXPIRE
+/// [`Store::wait_for_children`]: crate::Store::wait_for_children
+pub(super) fn expire_ctes() -> String {
+    format!(
+        "expiring AS (
+             SELECT ctid, id, parent_run_id FROM tasks.workflow_runs
+              WHERE namespace = $1 AND {expire}
+                AND deadline_at IS NOT NULL AND deadline_at <= now()
+              FOR UPDATE SKIP LOCKED
+         ), expiring_parents AS (
+             SELECT id FROM tasks.workflow_runs
+              WHERE namespace = $1
+                AND id = ANY(ARRAY(SELECT parent_run_id FROM expiring
+                                    WHERE parent_run_id IS NOT NULL))
+              FOR UPDATE SKIP LOCKED
+         ), expired AS (
+             UPDATE tasks.workflow_runs
+                SET status = 'failed', error = $5, worker_id = NULL, available_at = NULL,
+                    finished_at = now(), updated_at = now()
+              WHERE ctid = ANY(ARRAY(
+                        SELECT e.ctid FROM expiring e
+                         WHERE e.parent_run_id IS NULL
+                            OR e.parent_run_id IN (SELECT id FROM expiring_parents)
+                            OR NOT EXISTS (SELECT 1 FROM tasks.workflow_runs p
+                                            WHERE p.namespace = $1 AND p.id = e.parent_run_id)))
+                AND {expire}
+          RETURNING {RUN_COLUMNS}
+         ), woken AS (
+             UPDATE tasks.workflow_runs p SET {set}, updated_at = now()
+               FROM (SELECT parent_run_id, count(*)::int AS ended FROM expired
+                      WHERE parent_run_id IS NOT NULL GROUP BY parent_run_id) e
+              WHERE p.namespace = $1 AND p.id = e.parent_run_id
+                AND p.id <> ALL(ARRAY(SELECT id FROM expired))
+          RETURNING p.id
+         )",
+        expire = status_in("", EXPIRE.from),
+        set = wake_parent_set("p.", "now()", "e.ended"),
     )
 }
 

@@ -42,12 +42,11 @@ use crate::store::{
     SharedStore, StepUpdate, Store, complete_separately,
 };
 use crate::transition::{
-    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP,
-    CREATE_STEP, EXPIRE, EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER,
-    QUARANTINE, RECORD_STEP, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted,
-    deadline_error, explain_step_miss, forgettable_workers, interrupted, keyed_candidates,
-    pending_order, quarantine_error, retry_after, slots_held, stale_workers, status_in,
-    step_status_in,
+    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
+    EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
+    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
+    forgettable_workers, interrupted, keyed_candidates, pending_order, quarantine_error,
+    retry_after, slots_held, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -265,7 +264,7 @@ impl PgStore {
         );
         // A transition that may finish the run wakes its parent in the same statement; a
         // cancel also cancels the descendants that cascade (see `children.rs`).
-        let finishing = transition.announce == Announce::Finished;
+        let finishing = transition.wakes_parent();
         let cascade = transition.operation == Operation::CancelRun;
         let sql = match (finishing, cascade) {
             (false, _) => update,
@@ -346,15 +345,15 @@ impl PgStore {
 
     /// Fails for good run `run_id`, just claimed by `worker_id`, whose row did not decode
     /// ([`QUARANTINE`]): its undecodable JSON `columns` are moved into the error record as
-    /// text and reset, so the row reads again. A failure is logged, not returned: the claim
+    /// text and reset, so the row reads again. Like every finishing transition, it wakes the
+    /// run's parent when the run is a child. A failure is logged, not returned: the claim
     /// goes on with the other runs, and the run's lease brings it back.
     async fn quarantine(&self, run_id: Uuid, worker_id: &str, reason: &str, columns: &[&str]) {
         tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
         // Every right-hand side reads the row as it was; `error` is replaced in any case.
         let mut moved = Vec::new();
         let mut set = String::from(
-            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = now(), \
-             updated_at = now()",
+            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = now()",
         );
         for (column, empty) in JSON_COLUMNS {
             if columns.contains(column) {
@@ -364,35 +363,52 @@ impl PgStore {
                 }
             }
         }
-        let sql = format!(
-            "UPDATE tasks.workflow_runs
-                SET {set}, error = $4::jsonb
-                        || jsonb_build_object('quarantined', jsonb_build_object({moved}))
-              WHERE namespace = $1 AND id = $2 AND {fence}",
-            moved = moved.join(", "),
-            fence = QUARANTINE.fence("", "$3"),
-        );
+        set.push_str(&format!(
+            ", error = $4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
+            moved.join(", ")
+        ));
         let error = quarantine_error(run_id, reason);
-        let failed = sqlx::query(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .bind(worker_id)
-            .bind(error)
-            .execute(&self.pool)
+        let failed = self
+            .transition(&QUARANTINE, &set, run_id, Some(worker_id), |q| {
+                q.bind(error)
+            })
             .await;
         match failed {
-            Ok(done) if done.rows_affected() > 0 => {
-                self.notify_now(&[Notification::RunFinished {
-                    namespace: self.namespace.to_string(),
-                    run_id,
-                }])
-                .await;
-            }
-            Ok(_) => {
+            Ok(_) => {}
+            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) => {
                 tracing::warn!(run.id = %run_id, "the corrupt run changed before it could be failed")
             }
             Err(error) => {
                 tracing::warn!(run.id = %run_id, %error, "could not fail a corrupt run; its lease will bring it back")
+            }
+        }
+    }
+
+    /// Announces run `row`, failed by the claim's deadline sweep ([`EXPIRE`]): its finish,
+    /// and its parent's wake-up when it is a child. A row that does not decode is still
+    /// announced finished, by its id.
+    async fn announce_expired(&self, row: &sqlx::postgres::PgRow) {
+        match decode_run(row, Operation::ClaimRuns) {
+            Ok(run) => {
+                self.announce_now(&EXPIRE, &run).await;
+                self.announce_family(&run, &[]).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "a run failed by its deadline does not decode");
+                if let Ok(run_id) = sqlx::Row::try_get::<Uuid, _>(row, "id") {
+                    let parent: Option<Uuid> =
+                        sqlx::Row::try_get(row, "parent_run_id").unwrap_or(None);
+                    let mut notifications = vec![Notification::RunFinished {
+                        namespace: self.namespace.to_string(),
+                        run_id,
+                    }];
+                    if parent.is_some() {
+                        notifications.push(Notification::RunAvailable {
+                            namespace: self.namespace.to_string(),
+                        });
+                    }
+                    self.notify_now(&notifications).await;
+                }
             }
         }
     }
@@ -437,21 +453,16 @@ impl PgStore {
     }
 }
 
-/// The claim statement: fails runs past their deadline, then claims runs for a worker.
+/// The claim statement: fails runs past their deadline ([`EXPIRE`], waking the parents of
+/// expired children), then claims runs for a worker.
 /// Binds: namespace, worker id, lease in ms, most runs to claim, the deadline error (JSON),
 /// the most candidates with a concurrency key to look at ([`keyed_candidates`]).
-/// Returns the claimed runs' columns and `first_execution`.
+/// Returns the run columns, `first_execution` and `expired` of the claimed runs
+/// (`expired` false) and of the runs it failed by their deadline (`expired` true).
 fn claim_runs_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "WITH expired AS (
-                UPDATE tasks.workflow_runs
-                   SET status = 'failed', error = $5, worker_id = NULL, available_at = NULL,
-                       finished_at = now(), updated_at = now()
-                 WHERE namespace = $1 AND {expire}
-                   AND deadline_at IS NOT NULL AND deadline_at <= now()
-             RETURNING id
-             ),
+            "WITH {expire},
              -- Pending runs first, then runs whose lease or sleep is over; each group in
              -- the order of its index, so a claim reads only the rows it takes. Pending runs
              -- without a concurrency key:
@@ -564,7 +575,8 @@ fn claim_runs_sql() -> &'static str {
                  ORDER BY available_at, created_at
                  LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
                  FOR UPDATE SKIP LOCKED
-             )
+             ),
+             claimed AS (
              UPDATE tasks.workflow_runs wr
                 SET status = 'running', worker_id = $2,
                     -- Waking from a durable sleep continues the same attempt.
@@ -579,8 +591,15 @@ fn claim_runs_sql() -> &'static str {
               -- simply not claimed this time.
               WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
                                         UNION ALL SELECT ctid FROM orphaned))
-          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution",
-            expire = status_in("", EXPIRE.from),
+                -- A parent woken by an expired child is written by `woken` in this
+                -- statement: it waits for the next claim.
+                AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
+          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
+             )
+             SELECT claimed.*, false AS expired FROM claimed
+             UNION ALL
+             SELECT expired.*, false, true FROM expired",
+            expire = children::expire_ctes(),
             pending = status_in("", CLAIM_PENDING.from),
             due = status_in("", CLAIM_DUE.from),
             orphaned = status_in("", CLAIM_ORPHANED.from),
@@ -836,6 +855,11 @@ impl Store for PgStore {
             .map_err(db(OPERATION))?;
         let mut runs = Vec::with_capacity(rows.len());
         for row in &rows {
+            let expired: bool = sqlx::Row::try_get(row, "expired").map_err(db(OPERATION))?;
+            if expired {
+                self.announce_expired(row).await;
+                continue;
+            }
             match decode_claimed(row, OPERATION) {
                 Ok(claimed) => runs.push(claimed),
                 // A poison row must not strand the batch: fail it and go on with the others.

@@ -44,21 +44,7 @@ impl SqliteStore {
         }
         let now = write.now();
         if let Some(parent) = run.parent_run_id {
-            let sql = format!(
-                "UPDATE tasks_workflow_runs SET {set}, updated_at = ?3
-                  WHERE namespace = ?1 AND id = ?2",
-                set = wake_parent_set("", "?3"),
-            );
-            sqlx::query(&sql)
-                .bind(&*self.namespace)
-                .bind(rows::id(parent))
-                .bind(&now)
-                .execute(write.conn())
-                .await
-                .map_err(db(operation))?;
-            notes.push(Notification::RunAvailable {
-                namespace: run.namespace.clone(),
-            });
+            notes.push(self.wake_parent(write, parent, operation).await?);
         }
         if cascade {
             let sql = format!(
@@ -93,6 +79,33 @@ impl SqliteStore {
             }
         }
         Ok(notes)
+    }
+
+    /// In the transaction `write`, counts down run `parent` by one child that just ended
+    /// ([`WAKE_PARENT`](crate::transition::WAKE_PARENT)), waking it when that was the last
+    /// child it waits for. Returns the wake-up to announce once committed.
+    pub(super) async fn wake_parent(
+        &self,
+        write: &mut Write<'_>,
+        parent: Uuid,
+        operation: Operation,
+    ) -> StoreResult<Notification> {
+        let sql = format!(
+            "UPDATE tasks_workflow_runs SET {set}, updated_at = ?3
+              WHERE namespace = ?1 AND id = ?2",
+            set = wake_parent_set("", "?3", "1"),
+        );
+        let now = write.now();
+        sqlx::query(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(parent))
+            .bind(&now)
+            .execute(write.conn())
+            .await
+            .map_err(db(operation))?;
+        Ok(Notification::RunAvailable {
+            namespace: self.namespace.to_string(),
+        })
     }
 
     pub(super) async fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {

@@ -19,9 +19,9 @@ use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    Announce, CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE,
-    FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT,
-    Transition, admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
+    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
+    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
+    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
     quarantine_error, retry_after, slots_held, stale_workers, status_in,
 };
 
@@ -80,7 +80,7 @@ impl SqliteStore {
             Some(row) => {
                 let run = row.into_run(operation)?;
                 // A finished child wakes its parent, a cancel cascades: in this transaction.
-                if transition.announce == Announce::Finished {
+                if transition.wakes_parent() {
                     let cascade = operation == Operation::CancelRun;
                     family = self
                         .after_finish(&mut write, &run, cascade, operation)
@@ -260,21 +260,36 @@ impl SqliteStore {
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let lease_end = write.now_plus(lease)?;
+        // Runs past their deadline fail ([`EXPIRE`]); a finishing transition like any
+        // other: their parents are woken in this transaction, their finish announced.
         let expire = format!(
             "UPDATE tasks_workflow_runs
                 SET status = 'failed', error = ?3, worker_id = NULL, available_at = NULL,
                     finished_at = ?2, updated_at = ?2
               WHERE namespace = ?1 AND {}
-                AND deadline_at IS NOT NULL AND deadline_at <= ?2",
+                AND deadline_at IS NOT NULL AND deadline_at <= ?2
+          RETURNING id, parent_run_id",
             status_in("", EXPIRE.from)
         );
-        sqlx::query(&expire)
+        let expired: Vec<(String, Option<String>)> = sqlx::query_as(&expire)
             .bind(&*self.namespace)
             .bind(&now)
             .bind(rows::json(&deadline_error()))
-            .execute(write.conn())
+            .fetch_all(write.conn())
             .await
             .map_err(db(OPERATION))?;
+        let mut ended = Vec::with_capacity(expired.len());
+        for (id, parent) in expired {
+            let run_id = rows::parse_id(&id, OPERATION)?;
+            ended.push(Notification::RunFinished {
+                namespace: self.namespace.to_string(),
+                run_id,
+            });
+            if let Some(parent) = parent.filter(|_| EXPIRE.wakes_parent()) {
+                let parent = rows::parse_id(&parent, OPERATION)?;
+                ended.push(self.wake_parent(&mut write, parent, OPERATION).await?);
+            }
+        }
         let claimable: Vec<_> = CLAIM_PENDING
             .from
             .iter()
@@ -361,8 +376,12 @@ impl SqliteStore {
                 // A poison row must not strand the batch: fail it, in this transaction, and
                 // go on with the others.
                 Err(StoreError::CorruptRun { id, reason, .. }) => {
-                    self.quarantine(&mut write, id, worker_id, &reason, &columns)
-                        .await?;
+                    if let Some(parent) = self
+                        .quarantine(&mut write, id, worker_id, &reason, &columns)
+                        .await?
+                    {
+                        ended.push(self.wake_parent(&mut write, parent, OPERATION).await?);
+                    }
                     quarantined.push(id);
                 }
                 Err(error) => return Err(error),
@@ -374,6 +393,9 @@ impl SqliteStore {
                 namespace: self.namespace.to_string(),
                 run_id,
             });
+        }
+        for notification in ended {
+            self.notify(notification);
         }
         for claimed in &runs {
             for notification in CLAIM_PENDING.announcements(&claimed.run) {
@@ -387,7 +409,9 @@ impl SqliteStore {
 
     /// Fails for good run `run_id`, just claimed by `worker_id` in `write`, whose row did
     /// not decode ([`QUARANTINE`]): its undecodable JSON `columns` (with their stored text)
-    /// are moved into the error record and reset, so the row reads again.
+    /// are moved into the error record and reset, so the row reads again. Returns the run's
+    /// parent, which the caller wakes in the same transaction like after every finish
+    /// ([`Transition::wakes_parent`]).
     async fn quarantine(
         &self,
         write: &mut Write<'_>,
@@ -395,7 +419,7 @@ impl SqliteStore {
         worker_id: &str,
         reason: &str,
         columns: &[(&'static str, String)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<Uuid>> {
         tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
         let mut error = quarantine_error(run_id, reason);
         let moved: serde_json::Map<String, Value> = columns
@@ -414,19 +438,25 @@ impl SqliteStore {
         }
         let sql = format!(
             "UPDATE tasks_workflow_runs SET {set}
-              WHERE namespace = ?1 AND id = ?2 AND {fence}",
+              WHERE namespace = ?1 AND id = ?2 AND {fence}
+          RETURNING parent_run_id",
             fence = QUARANTINE.fence("", "?3"),
         );
-        sqlx::query(&sql)
+        let parent: Option<Option<String>> = sqlx::query_scalar(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(run_id))
             .bind(worker_id)
             .bind(write.now())
             .bind(rows::json(&error))
-            .execute(write.conn())
+            .fetch_optional(write.conn())
             .await
             .map_err(db(QUARANTINE.operation))?;
-        Ok(())
+        match parent.flatten() {
+            Some(parent) if QUARANTINE.wakes_parent() => {
+                Ok(Some(rows::parse_id(&parent, QUARANTINE.operation)?))
+            }
+            _ => Ok(None),
+        }
     }
 
     pub(super) async fn heartbeat_impl(
