@@ -235,6 +235,7 @@ impl SqliteStore {
 
     /// Tells this process's workers and waiters on the database to look at the store again
     /// (after a [manual clock](Clock::manual) moved: runs may have become due).
+    #[cfg(feature = "testing")]
     pub(crate) fn announce_time_moved(&self) {
         self.notify(Notification::Missed {
             namespace: self.namespace.to_string(),
