@@ -27,7 +27,7 @@ use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
 use crate::step_failure::{
-    ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
+    RETRY_AFTER_KIND, ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
 pub(crate) mod children;
@@ -76,6 +76,9 @@ struct RunState {
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
+    /// When this execution began, soon after the claim (`run.updated_at`, the database's
+    /// clock): with it, an instant on the database's clock is known without asking.
+    claimed: std::time::Instant,
 }
 
 impl WorkflowContext {
@@ -94,6 +97,7 @@ impl WorkflowContext {
                 replay: Mutex::new(replay),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
+                claimed: std::time::Instant::now(),
             }),
         }
     }
@@ -262,6 +266,13 @@ impl WorkflowContext {
         if slot.is_none() {
             *slot = Some(halt);
         }
+    }
+
+    /// Now, on the database's clock: the claim's time plus the time elapsed since.
+    pub(crate) fn database_now(&self) -> chrono::DateTime<chrono::Utc> {
+        let elapsed = chrono::Duration::from_std(self.inner.claimed.elapsed())
+            .unwrap_or(chrono::Duration::zero());
+        self.inner.run.updated_at + elapsed
     }
 
     pub(crate) fn exhausted_step(&self) -> Option<ErrorRecord> {
@@ -475,6 +486,29 @@ where
                 (record, None)
             }
         };
+        // An error that asks to be retried after a delay parks the run until then; the
+        // attempt is recorded (kind `retry_after`) but does not count against the policy.
+        if record.retryable
+            && let Some(wait) = record.retry_after
+        {
+            if let Err(limit) = limits::check_duration(Field::RetryAfter, wait) {
+                let refused = ErrorRecord::from_error(&limit)
+                    .with_kind("limit")
+                    .non_retryable();
+                ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                    .await;
+                return ctx.halt(Halt::Fail(refused)).await;
+            }
+            let record = record.with_kind(RETRY_AFTER_KIND);
+            tracing::info!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, ?wait, "step asked to be retried later; the run parks");
+            let parked = ctx
+                .record(&step_name, config, Err(record.to_json()), elapsed)
+                .await;
+            let since = parked.finished_at.unwrap_or(parked.updated_at);
+            let until =
+                limits::add_duration(Field::RetryAfter, since, wait).unwrap_or(limits::LATEST);
+            return ctx.halt(Halt::Sleep(until)).await;
+        }
         tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
         let delay = policy.delay_after(attempt_number);
         // The final error goes back to the workflow: it is stored so that a replay can hand
