@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
     },
+    Migration {
+        version: 14,
+        name: "idempotency scopes",
+        sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -629,15 +629,28 @@ pub mod __bench {
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
-/// Inserts a pending run (the statement of [`Store::create_run`]) on `executor`: `None` when
-/// a run with its idempotency key exists already. Announces nothing.
-async fn insert_run<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
+/// Inserts a pending run (the statement of [`Store::create_run`]) on `conn`: `None` when
+/// a run holds its idempotency key already. A key whose holder's scope has lapsed is
+/// released first (see [`crate::idempotency`]). Announces nothing.
+async fn insert_run(
+    conn: &mut sqlx::PgConnection,
     namespace: &str,
     params: &CreateRun,
 ) -> StoreResult<Option<RunRow>> {
     const OPERATION: Operation = Operation::CreateRun;
     let config = params.stored_config()?;
+    if let Some(key) = &params.idempotency_key {
+        let release =
+            crate::idempotency::release_sql("tasks.workflow_runs", "$1", "$2", "$3", "now()");
+        sqlx::query(&release)
+            .bind(namespace)
+            .bind(&params.workflow_name)
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(db(OPERATION))?;
+    }
+    let (scope, ttl) = params.stored_scope();
     // A run with a concurrency key brings its key's row (see the claim) in the same
     // statement, so a claim that sees the run sees the row.
     let key_row = match params.concurrency {
@@ -653,10 +666,11 @@ async fn insert_run<'e>(
         "{key_row}INSERT INTO tasks.workflow_runs
              (namespace, id, workflow_name, version, status, idempotency_key, config, context,
               input, attempts, available_at, deadline_at, created_at, updated_at,
-              priority, concurrency_key, concurrency_limit)
+              priority, concurrency_key, concurrency_limit,
+              idempotency_scope, idempotency_expires_at)
          VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
                  COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
-                 $12, $13, $14)
+                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond')
          ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
          DO NOTHING
          RETURNING {RUN_COLUMNS}"
@@ -676,7 +690,9 @@ async fn insert_run<'e>(
         .bind(params.priority)
         .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
         .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
-        .fetch_optional(executor)
+        .bind(scope)
+        .bind(ttl)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(db(OPERATION))
 }
@@ -710,7 +726,8 @@ impl Store for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
-        let inserted = insert_run(&self.pool, &self.namespace, &params).await?;
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
         match inserted {
             Some(row) => {
                 let run = row.into_run(OPERATION)?;
@@ -732,7 +749,7 @@ impl Store for PgStore {
                     .bind(&*self.namespace)
                     .bind(&params.workflow_name)
                     .bind(&params.idempotency_key)
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *conn)
                     .await
                     .map_err(db(OPERATION))?
                     .into_run(OPERATION)
