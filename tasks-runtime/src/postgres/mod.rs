@@ -727,9 +727,33 @@ impl Store for PgStore {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
         let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
-        let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
-        match inserted {
-            Some(row) => {
+        // The holder found by a refused insert can lose the key before it is read (its scope
+        // lapsed and another start released it): then the insert is tried again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
+            let Some(row) = inserted else {
+                // Lost the idempotency race (or a plain repeat): hand back the first run.
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3"
+                );
+                let holder = sqlx::query_as::<_, RunRow>(&sql)
+                    .bind(&*self.namespace)
+                    .bind(&params.workflow_name)
+                    .bind(&params.idempotency_key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db(OPERATION))?;
+                match holder {
+                    Some(holder) => return holder.into_run(OPERATION),
+                    None if tries < 3 => continue,
+                    // Three lapses in a row during one start: give up as a database error.
+                    None => return Err(db(OPERATION)(sqlx::Error::RowNotFound)),
+                }
+            };
+            {
                 let run = row.into_run(OPERATION)?;
                 // After the insert committed: a NOTIFY in the insert's own transaction would
                 // serialize every start on Postgres's notify queue lock at its commit.
@@ -737,22 +761,7 @@ impl Store for PgStore {
                     namespace: run.namespace.clone(),
                 };
                 self.notify_now(&[wake_up]).await;
-                Ok(run)
-            }
-            None => {
-                // Lost the idempotency race (or a plain repeat): hand back the first run.
-                let sql = format!(
-                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
-                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3"
-                );
-                sqlx::query_as::<_, RunRow>(&sql)
-                    .bind(&*self.namespace)
-                    .bind(&params.workflow_name)
-                    .bind(&params.idempotency_key)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(db(OPERATION))?
-                    .into_run(OPERATION)
+                return Ok(run);
             }
         }
     }
