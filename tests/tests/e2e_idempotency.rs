@@ -134,7 +134,9 @@ async fn a_zero_time_to_live_is_refused(backend: Backend) {
     let refused = client
         .start_with::<nap>((1, 0), keyed("zero", IdempotencyScope::Ttl(Duration::ZERO)))
         .await;
-    let error = refused.err().expect("a zero time to live is refused");
+    let Err(error) = refused else {
+        panic!("a zero time to live is refused");
+    };
     assert!(
         error.to_string().contains("time to live"),
         "the error names the value: {error}"
