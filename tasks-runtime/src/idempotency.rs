@@ -3,7 +3,7 @@
 //! A key is unique per namespace and workflow name (a unique index). A run started with a
 //! scope other than [`IdempotencyScope::ForEver`] records its scope (and, for a time to
 //! live, when the key expires); a later start of the same key first releases the key from
-//! the run that holds it when that run's scope has lapsed ([`release_sql`], the same
+//! the run that holds it when that run's scope has lapsed (one condition, the same
 //! condition in both stores), then inserts as before: the insert either takes the key or
 //! finds it held and hands back the holder. Releasing only ever touches a key whose scope
 //! has lapsed, so it needs no transaction with the insert: of concurrent starts, one
