@@ -54,6 +54,7 @@ pub mod children;
 pub mod claims;
 pub mod events;
 pub mod flow;
+pub mod idempotency;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
@@ -106,7 +107,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -126,6 +127,14 @@ macro_rules! conformance_suite {
             idempotency_key_is_scoped_to_workflow_name,
         } multi_thread {
             idempotency_race_creates_one_run,
+        } }
+        $crate::__conformance_module! { $setup, idempotency {
+            idempotency_for_ever_keeps_the_key_after_the_run_finished,
+            idempotency_while_active_frees_the_key_once_the_run_finished,
+            idempotency_ttl_frees_the_key_after_its_time,
+            idempotency_ttl_is_checked,
+        } multi_thread {
+            idempotency_release_race_creates_one_run,
         } }
         $crate::__conformance_module! { $setup, listing {
             list_runs_ordered_by_creation_time,
@@ -378,6 +387,7 @@ mod tests {
         let suite = include_str!("lib.rs");
         let files = [
             ("runs", include_str!("runs.rs")),
+            ("idempotency", include_str!("idempotency.rs")),
             ("listing", include_str!("listing.rs")),
             ("claims", include_str!("claims.rs")),
             ("outcomes", include_str!("outcomes.rs")),

@@ -27,6 +27,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         deadline_at: Some(in_a_year),
         retry_policy: None,
         idempotency_key: Some(Uuid::new_v4().to_string()),
+        idempotency_scope: tasks::IdempotencyScope::ForEver,
         priority: 3,
         concurrency: Some(tasks::Concurrency::new("all-fields", 2)),
     };

@@ -159,6 +159,7 @@ pub enum RunError {
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     idempotency_key: Option<String>,
+    idempotency_scope: crate::idempotency::IdempotencyScope,
     available_at: Option<DateTime<Utc>>,
     delay: Option<Duration>,
     deadline_at: Option<DateTime<Utc>>,
@@ -175,9 +176,21 @@ impl StartOptions {
         StartOptions::default()
     }
 
-    /// A second start with the same workflow name and key returns the first run.
+    /// A second start with the same workflow name and key returns the first run, while that
+    /// run holds the key: for ever unless [`idempotency_scope`](Self::idempotency_scope)
+    /// says otherwise.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// How long the run holds its idempotency key (see [`IdempotencyScope`]); the default is
+    /// for ever. Without an idempotency key it has no effect. When the key is held already,
+    /// the holder's scope counts: the start returns the holder and this scope is not used.
+    ///
+    /// [`IdempotencyScope`]: crate::IdempotencyScope
+    pub fn idempotency_scope(mut self, scope: crate::idempotency::IdempotencyScope) -> Self {
+        self.idempotency_scope = scope;
         self
     }
 
@@ -386,6 +399,7 @@ impl Client {
             deadline_at: options.deadline_at,
             retry_policy: definition.retry_policy,
             idempotency_key: options.idempotency_key,
+            idempotency_scope: options.idempotency_scope,
             priority: options.priority,
             concurrency: options.concurrency,
         };

@@ -29,7 +29,7 @@ use crate::replay::{
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
 use crate::step_failure::{
-    ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
+    RETRY_AFTER_KIND, ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
 pub(crate) mod branches;
@@ -85,6 +85,9 @@ struct RunState {
     /// The tasks of the run's branches ([`WorkflowContext::spawn`]), aborted when the
     /// execution ends.
     branches: Mutex<tokio::task::JoinSet<()>>,
+    /// When this execution began, soon after the claim (`run.updated_at`, the database's
+    /// clock): with it, an instant on the database's clock is known without asking.
+    claimed: std::time::Instant,
 }
 
 impl WorkflowContext {
@@ -104,6 +107,7 @@ impl WorkflowContext {
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
                 branches: Mutex::new(tokio::task::JoinSet::new()),
+                claimed: std::time::Instant::now(),
             }),
             scope: None,
         }
@@ -342,6 +346,13 @@ impl WorkflowContext {
         }
     }
 
+    /// Now, on the database's clock: the claim's time plus the time elapsed since.
+    pub(crate) fn database_now(&self) -> chrono::DateTime<chrono::Utc> {
+        let elapsed = chrono::Duration::from_std(self.inner.claimed.elapsed())
+            .unwrap_or(chrono::Duration::zero());
+        self.inner.run.updated_at + elapsed
+    }
+
     pub(crate) fn exhausted_step(&self) -> Option<ErrorRecord> {
         lock(&self.inner.exhausted_step).clone()
     }
@@ -560,6 +571,29 @@ where
                 (record, None)
             }
         };
+        // An error that asks to be retried after a delay parks the run until then; the
+        // attempt is recorded (kind `retry_after`) but does not count against the policy.
+        if record.retryable
+            && let Some(wait) = record.retry_after
+        {
+            if let Err(limit) = limits::check_duration(Field::RetryAfter, wait) {
+                let refused = ErrorRecord::from_error(&limit)
+                    .with_kind("limit")
+                    .non_retryable();
+                ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                    .await;
+                return ctx.halt(Halt::Fail(refused)).await;
+            }
+            let record = record.with_kind(RETRY_AFTER_KIND);
+            tracing::info!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, ?wait, "step asked to be retried later; the run parks");
+            let parked = ctx
+                .record(&step_name, config, Err(record.to_json()), elapsed)
+                .await;
+            let since = parked.finished_at.unwrap_or(parked.updated_at);
+            let until =
+                limits::add_duration(Field::RetryAfter, since, wait).unwrap_or(limits::LATEST);
+            return ctx.halt(Halt::Sleep(until)).await;
+        }
         tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
         let delay = policy.delay_after(attempt_number);
         // The final error goes back to the workflow: it is stored so that a replay can hand

@@ -199,12 +199,21 @@ impl Executor {
                 // Errors that come from a step whose retries ran out are final: the
                 // workflow-level policy only covers errors outside steps.
                 let exhausted = ctx.exhausted_step();
-                let force = !error.retryable || exhausted.is_some();
-                let record = match exhausted {
-                    Some(step_error) if error.message == step_error.message => step_error,
-                    _ => error,
-                };
-                fail(session, record, force).await
+                // An error that asks to be retried after a delay parks the run until then,
+                // without using up an attempt (not after a step's retries ran out: its final
+                // error would come back the same on the next execution).
+                if let (Some(wait), true, None) =
+                    (error.retry_after, error.retryable, exhausted.as_ref())
+                {
+                    retry_later(session, ctx, error, wait).await
+                } else {
+                    let force = !error.retryable || exhausted.is_some();
+                    let record = match exhausted {
+                        Some(step_error) if error.message == step_error.message => step_error,
+                        _ => error,
+                    };
+                    fail(session, record, force).await
+                }
             }
             Finished::DeadlineExceeded => {
                 let record = ErrorRecord::new("Workflow run deadline exceeded")
@@ -295,6 +304,37 @@ impl Executor {
             }
             .instrument(span),
         ))
+    }
+}
+
+/// Parks the run for `wait` after its workflow returned `error`, which asked for it; a
+/// wait past the limits fails the run for good.
+async fn retry_later(
+    session: &RunSession,
+    ctx: &WorkflowContext,
+    error: ErrorRecord,
+    wait: Duration,
+) -> crate::error::StoreResult<Outcome> {
+    let until =
+        crate::limits::check_duration(crate::limits::Field::RetryAfter, wait).and_then(|()| {
+            crate::limits::add_duration(crate::limits::Field::RetryAfter, ctx.database_now(), wait)
+        });
+    match until {
+        Ok(until) => {
+            tracing::info!(error = %error, ?wait, "workflow asked to be retried later; the run parks");
+            session.sleep(until).await.map(|parked| {
+                let wait = (until - parked.updated_at)
+                    .to_std()
+                    .unwrap_or(Duration::ZERO);
+                Outcome::Sleeping(wait)
+            })
+        }
+        Err(limit) => {
+            let record = ErrorRecord::from_error(&limit)
+                .with_kind("limit")
+                .non_retryable();
+            fail(session, record, true).await
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Errors as they are recorded on runs and steps, and the error type workflows return.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,7 +21,157 @@ pub struct ErrorRecord {
     /// `false` when retrying cannot help (invalid input, exhausted step, ...).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub retryable: bool,
+    /// The error asks to be retried after this delay (a [`RetryAfter`] in its chain, or
+    /// [`WorkflowError::retry_after`]): the run parks until then without using up an
+    /// attempt. Stored as `retryAfterMs`.
+    #[serde(
+        rename = "retryAfterMs",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "optional_millis"
+    )]
+    pub retry_after: Option<Duration>,
 }
+
+mod optional_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.serialize_u64(value.as_millis().min(u64::MAX as u128) as u64),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<u64>::deserialize(deserializer).map(|ms| ms.map(Duration::from_millis))
+    }
+}
+
+/// An error that asks for its step or workflow to be tried again after a delay, for example
+/// a rate-limited API's HTTP 429 with `Retry-After`: the run parks (its worker slot is free)
+/// until then, and the attempt does not count against the retry policy.
+///
+/// Return it as the error, or anywhere in the error's `source()` chain (a `#[source]` field
+/// of your own error type: it is `Serialize + Deserialize`, so serde error types can hold
+/// it), or inside a `WorkflowError`, boxed error, `anyhow::Error` or `std::io::Error`:
+///
+/// ```
+/// use std::time::Duration;
+/// use tasks_runtime::{ErrorRecord, RetryAfter, WorkflowError};
+///
+/// #[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+/// enum ApiError {
+///     #[error("rate limited")]
+///     RateLimited(#[source] RetryAfter),
+///     #[error("bad request: {0}")]
+///     BadRequest(String),
+/// }
+///
+/// let error = ApiError::RateLimited(RetryAfter::new(Duration::from_secs(30)));
+/// let record = ErrorRecord::from_error(&error);
+/// assert_eq!(record.retry_after, Some(Duration::from_secs(30)));
+///
+/// let error = WorkflowError::msg("slow down").retry_after(Duration::from_secs(5));
+/// assert_eq!(error.record().retry_after, Some(Duration::from_secs(5)));
+/// ```
+///
+/// The delay may be at most [`MAX_DURATION`](crate::limits::MAX_DURATION); a longer one
+/// fails the run for good with a [`LimitError`](crate::LimitError). An error that is also
+/// non-retryable ([`WorkflowError::non_retryable`]) is not retried at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryAfter {
+    #[serde(rename = "delayMs", with = "millis")]
+    delay: Duration,
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(value.as_millis().min(u64::MAX as u128) as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
+
+impl RetryAfter {
+    /// Try again after `delay` (kept to the millisecond).
+    pub fn new(delay: Duration) -> Self {
+        let millis = delay.as_millis().min(u128::from(u64::MAX)) as u64;
+        RetryAfter {
+            delay: Duration::from_millis(millis),
+        }
+    }
+
+    /// The delay.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Reads an HTTP `Retry-After` header value: delay-seconds (`"120"`) or an HTTP date
+    /// (`"Wed, 21 Oct 2015 07:28:00 GMT"`, read against `now`; a date in the past means
+    /// no delay). `None` when it is neither.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tasks_runtime::RetryAfter;
+    ///
+    /// let now = chrono::Utc::now();
+    /// assert_eq!(RetryAfter::from_header("120", now).unwrap().delay(), Duration::from_secs(120));
+    /// assert!(RetryAfter::from_header("soon", now).is_none());
+    /// ```
+    pub fn from_header(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Self> {
+        let value = value.trim();
+        if let Ok(seconds) = value.parse::<u64>() {
+            return Some(RetryAfter::new(Duration::from_secs(seconds)));
+        }
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        let delay = (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        Some(RetryAfter::new(delay))
+    }
+
+    /// The delay asked for by `error` or any error of its `source()` chain (looking inside
+    /// `std::io::Error`s too), if any asks for one: the first found wins.
+    pub fn find(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if let Some(retry) = error.downcast_ref::<RetryAfter>() {
+                return Some(retry.delay);
+            }
+            if let Some(io) = error.downcast_ref::<std::io::Error>()
+                && let Some(inner) = io.get_ref()
+                && let Some(delay) = RetryAfter::find(inner)
+            {
+                return Some(delay);
+            }
+            next = error.source();
+        }
+        None
+    }
+}
+
+impl fmt::Display for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "retry after {:?}", self.delay)
+    }
+}
+
+impl std::error::Error for RetryAfter {}
 
 /// Longest message (and source message) of a stored error, in bytes; longer ones are cut
 /// (with `...` at the end). With [`MAX_ERROR_SOURCES`], a stored error always fits
@@ -69,10 +220,12 @@ impl ErrorRecord {
             sources: Vec::new(),
             kind: None,
             retryable: true,
+            retry_after: None,
         }
     }
 
-    /// Records `error` and its source chain.
+    /// Records `error` and its source chain; a [`RetryAfter`] in the chain sets
+    /// [`retry_after`](Self::retry_after).
     pub fn from_error(error: &(dyn std::error::Error + 'static)) -> Self {
         let mut sources = Vec::new();
         let mut next = error.source();
@@ -85,7 +238,14 @@ impl ErrorRecord {
             sources,
             kind: None,
             retryable: true,
+            retry_after: RetryAfter::find(error),
         }
+    }
+
+    /// Asks for a retry after `delay` (see [`RetryAfter`]).
+    pub fn with_retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(RetryAfter::new(delay).delay());
+        self
     }
 
     /// Sets where the error came from.
@@ -115,6 +275,7 @@ impl ErrorRecord {
                 .collect(),
             kind: self.kind.as_deref().map(|kind| storable(kind, 64)),
             retryable: self.retryable,
+            retry_after: self.retry_after,
         };
         serde_json::to_value(&fit).unwrap_or_else(|_| serde_json::json!({ "message": fit.message }))
     }
@@ -198,6 +359,27 @@ impl WorkflowError {
         self
     }
 
+    /// Asks for the step or workflow to be tried again after `delay` instead of by its retry
+    /// policy: the run parks (its worker slot is free) and the attempt is not used up. See
+    /// [`RetryAfter`], which does the same from inside any error's source chain.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tasks_runtime::WorkflowError;
+    ///
+    /// let error = WorkflowError::msg("HTTP 429").retry_after(Duration::from_secs(2));
+    /// assert_eq!(error.retry_after_delay(), Some(Duration::from_secs(2)));
+    /// ```
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        self.record = self.record.with_retry_after(delay);
+        self
+    }
+
+    /// The delay this error asks to be retried after, if any.
+    pub fn retry_after_delay(&self) -> Option<Duration> {
+        self.record.retry_after
+    }
+
     /// Whether the workflow retry policy applies to this error.
     pub fn is_retryable(&self) -> bool {
         self.record.retryable
@@ -245,6 +427,7 @@ impl fmt::Debug for WorkflowError {
             .field("message", &self.record.message)
             .field("sources", &self.record.sources)
             .field("retryable", &self.record.retryable)
+            .field("retry_after", &self.record.retry_after)
             .finish()
     }
 }

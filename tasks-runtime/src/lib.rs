@@ -15,6 +15,7 @@ pub mod events;
 mod executor;
 pub mod failure;
 pub mod flow;
+pub mod idempotency;
 pub mod limits;
 mod liveness;
 pub mod metrics;
@@ -56,8 +57,9 @@ pub use definition::{
 };
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
-pub use failure::{ErrorRecord, RecordError, WorkflowError};
+pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::Concurrency;
+pub use idempotency::IdempotencyScope;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};

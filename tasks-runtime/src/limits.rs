@@ -172,6 +172,11 @@ pub enum Field {
     Timezone,
     /// The bound of a schedule's catch-up.
     CatchUp,
+    // Retry-after and idempotency scopes (issue #12).
+    /// The delay a step or workflow error asked to be retried after.
+    RetryAfter,
+    /// The time to live of an idempotency key.
+    IdempotencyTtl,
 }
 
 impl Field {
@@ -216,6 +221,8 @@ impl Field {
             Field::Cron => "the cron expression",
             Field::Timezone => "the timezone",
             Field::CatchUp => "the catch-up bound",
+            Field::RetryAfter => "the retry-after delay",
+            Field::IdempotencyTtl => "the idempotency key's time to live",
         }
     }
 }

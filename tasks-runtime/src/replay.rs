@@ -379,12 +379,13 @@ impl Replay {
             .filter(|attempt| attempt.status == StepStatus::Completed)
     }
 
-    /// How many attempts of `name` failed: the next attempt's number is one more.
+    /// How many attempts of `name` failed: the next attempt's number is one more. Attempts
+    /// whose error asked to be retried after a delay do not count.
     pub(crate) fn failed_attempts(&self, name: &str) -> u32 {
         self.history.get(name).map_or(0, |attempts| {
             let failed = attempts
                 .iter()
-                .filter(|attempt| attempt.status == StepStatus::Failed)
+                .filter(|attempt| attempt.status == StepStatus::Failed && !retried_after(attempt))
                 .count();
             u32::try_from(failed).unwrap_or(u32::MAX)
         })
@@ -398,6 +399,17 @@ impl Replay {
             None => attempts.push(attempt),
         }
     }
+}
+
+/// Whether the attempt's error asked to be retried after a delay (see
+/// [`RetryAfter`](crate::RetryAfter)): it parked the run without using up an attempt.
+fn retried_after(attempt: &StepAttempt) -> bool {
+    attempt
+        .error
+        .as_ref()
+        .and_then(|error| error.get("kind"))
+        .and_then(serde_json::Value::as_str)
+        == Some(crate::step_failure::RETRY_AFTER_KIND)
 }
 
 #[cfg(test)]

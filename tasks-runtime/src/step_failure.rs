@@ -73,6 +73,11 @@ impl StepFailure {
     }
 }
 
+/// The kind of the error recorded for an attempt whose error asked to be retried after a
+/// delay ([`RetryAfter`](crate::RetryAfter)): it parked the run and is not counted against
+/// the step's retry policy.
+pub(crate) const RETRY_AFTER_KIND: &str = "retry_after";
+
 /// The kind of the error recorded for an attempt that ran past its timeout.
 pub(crate) const TIMEOUT_KIND: &str = "timeout";
 
@@ -275,7 +280,12 @@ const IO_KINDS: &[std::io::ErrorKind] = {
 
 impl ReplayError<via::Io> for std::io::Error {
     fn failure_record(&self) -> ErrorRecord {
-        ErrorRecord::from_error(self)
+        // `io::Error` hides its inner error from `source()`: look inside it too.
+        let mut record = ErrorRecord::from_error(self);
+        if record.retry_after.is_none() {
+            record.retry_after = crate::failure::RetryAfter::find(self);
+        }
+        record
     }
 
     fn replay_data(&self) -> Result<Value, String> {

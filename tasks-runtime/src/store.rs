@@ -80,8 +80,12 @@ pub struct CreateRun {
     /// The workflow-level retry policy, stored in `config.retryPolicy`.
     pub retry_policy: Option<RetryPolicy>,
     /// Deduplication key: a second create with the same workflow name and key returns the
-    /// first run.
+    /// first run, while that run holds the key (see `idempotency_scope`).
     pub idempotency_key: Option<String>,
+    /// How long the run holds its `idempotency_key` (for ever by default); nothing without
+    /// a key. A create whose key is held by a run whose scope has lapsed releases the key
+    /// from that run and creates a new one.
+    pub idempotency_scope: crate::idempotency::IdempotencyScope,
     // Flow control (issue #12).
     /// Pending runs of higher priority are claimed first (default 0).
     pub priority: i32,
@@ -91,6 +95,15 @@ pub struct CreateRun {
 }
 
 impl CreateRun {
+    /// The idempotency scope as stored: its name and time to live in milliseconds, both
+    /// `None` without a key or for ever.
+    pub(crate) fn stored_scope(&self) -> (Option<&'static str>, Option<i64>) {
+        match self.idempotency_key {
+            Some(_) => self.idempotency_scope.stored(),
+            None => (None, None),
+        }
+    }
+
     /// The config as stored: `config` (a JSON object, or null for none) with the retry
     /// policy under `retryPolicy`.
     pub(crate) fn stored_config(&self) -> StoreResult<Value> {
@@ -131,6 +144,7 @@ impl CreateRun {
                 limits::MAX_IDEMPOTENCY_KEY_BYTES,
             )?;
         }
+        self.idempotency_scope.check()?;
         if let Some(input) = &self.input {
             limits::check_json(Field::Input, input)?;
         }

@@ -64,6 +64,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "patch markers",
         sql: include_str!("../../migrations/postgres/0011_patch_markers.sql"),
     },
+    Migration {
+        version: 14,
+        name: "idempotency scopes",
+        sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -648,15 +648,28 @@ pub mod __bench {
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
-/// Inserts a pending run (the statement of [`Store::create_run`]) on `executor`: `None` when
-/// a run with its idempotency key exists already. Announces nothing.
-async fn insert_run<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
+/// Inserts a pending run (the statement of [`Store::create_run`]) on `conn`: `None` when
+/// a run holds its idempotency key already. A key whose holder's scope has lapsed is
+/// released first (see [`crate::idempotency`]). Announces nothing.
+async fn insert_run(
+    conn: &mut sqlx::PgConnection,
     namespace: &str,
     params: &CreateRun,
 ) -> StoreResult<Option<RunRow>> {
     const OPERATION: Operation = Operation::CreateRun;
     let config = params.stored_config()?;
+    if let Some(key) = &params.idempotency_key {
+        let release =
+            crate::idempotency::release_sql("tasks.workflow_runs", "$1", "$2", "$3", "now()");
+        sqlx::query(&release)
+            .bind(namespace)
+            .bind(&params.workflow_name)
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(db(OPERATION))?;
+    }
+    let (scope, ttl) = params.stored_scope();
     // A run with a concurrency key brings its key's row (see the claim) in the same
     // statement, so a claim that sees the run sees the row.
     let key_row = match params.concurrency {
@@ -672,10 +685,11 @@ async fn insert_run<'e>(
         "{key_row}INSERT INTO tasks.workflow_runs
              (namespace, id, workflow_name, version, status, idempotency_key, config, context,
               input, attempts, available_at, deadline_at, created_at, updated_at,
-              priority, concurrency_key, concurrency_limit)
+              priority, concurrency_key, concurrency_limit,
+              idempotency_scope, idempotency_expires_at)
          VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
                  COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
-                 $12, $13, $14)
+                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond')
          ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
          DO NOTHING
          RETURNING {RUN_COLUMNS}"
@@ -695,7 +709,9 @@ async fn insert_run<'e>(
         .bind(params.priority)
         .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
         .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
-        .fetch_optional(executor)
+        .bind(scope)
+        .bind(ttl)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(db(OPERATION))
 }
@@ -729,9 +745,34 @@ impl Store for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
-        let inserted = insert_run(&self.pool, &self.namespace, &params).await?;
-        match inserted {
-            Some(row) => {
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        // The holder found by a refused insert can lose the key before it is read (its scope
+        // lapsed and another start released it): then the insert is tried again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
+            let Some(row) = inserted else {
+                // Lost the idempotency race (or a plain repeat): hand back the first run.
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3"
+                );
+                let holder = sqlx::query_as::<_, RunRow>(&sql)
+                    .bind(&*self.namespace)
+                    .bind(&params.workflow_name)
+                    .bind(&params.idempotency_key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db(OPERATION))?;
+                match holder {
+                    Some(holder) => return holder.into_run(OPERATION),
+                    None if tries < 3 => continue,
+                    // Three lapses in a row during one start: give up as a database error.
+                    None => return Err(db(OPERATION)(sqlx::Error::RowNotFound)),
+                }
+            };
+            {
                 let run = row.into_run(OPERATION)?;
                 // After the insert committed: a NOTIFY in the insert's own transaction would
                 // serialize every start on Postgres's notify queue lock at its commit.
@@ -739,22 +780,7 @@ impl Store for PgStore {
                     namespace: run.namespace.clone(),
                 };
                 self.notify_now(&[wake_up]).await;
-                Ok(run)
-            }
-            None => {
-                // Lost the idempotency race (or a plain repeat): hand back the first run.
-                let sql = format!(
-                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
-                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3"
-                );
-                sqlx::query_as::<_, RunRow>(&sql)
-                    .bind(&*self.namespace)
-                    .bind(&params.workflow_name)
-                    .bind(&params.idempotency_key)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(db(OPERATION))?
-                    .into_run(OPERATION)
+                return Ok(run);
             }
         }
     }

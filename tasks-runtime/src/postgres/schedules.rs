@@ -296,7 +296,7 @@ impl PgStore {
         }
         let mut runs = Vec::with_capacity(params.runs.len());
         for run in &params.runs {
-            if let Some(row) = insert_run(&mut *tx, &self.namespace, run).await? {
+            if let Some(row) = insert_run(&mut tx, &self.namespace, run).await? {
                 runs.push(row.into_run(OPERATION)?);
             }
         }

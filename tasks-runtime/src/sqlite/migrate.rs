@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "patch markers",
         sql: include_str!("../../migrations/sqlite/0010_patch_markers.sql"),
     },
+    Migration {
+        version: 13,
+        name: "idempotency scopes",
+        sql: include_str!("../../migrations/sqlite/0013_idempotency_scopes.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

@@ -152,19 +152,39 @@ impl SqliteStore {
         let config = params.stored_config()?;
         let available_at = rows::ts_opt(params.available_at)?;
         let deadline_at = rows::ts_opt(params.deadline_at)?;
+        let now = write.now();
+        if let Some(key) = &params.idempotency_key {
+            let release =
+                crate::idempotency::release_sql("tasks_workflow_runs", "?1", "?2", "?3", "?4");
+            sqlx::query(&release)
+                .bind(&*self.namespace)
+                .bind(&params.workflow_name)
+                .bind(key)
+                .bind(&now)
+                .execute(write.conn())
+                .await
+                .map_err(db(OPERATION))?;
+        }
+        let (scope, ttl) = params.stored_scope();
+        let expires_at = match ttl {
+            Some(ms) => Some(write.now_plus(std::time::Duration::from_millis(
+                u64::try_from(ms).unwrap_or(0),
+            ))?),
+            None => None,
+        };
         let sql = format!(
             "INSERT INTO tasks_workflow_runs
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
                   input, attempts, available_at, deadline_at, created_at, updated_at,
-                  priority, concurrency_key, concurrency_limit)
+                  priority, concurrency_key, concurrency_limit,
+                  idempotency_scope, idempotency_expires_at)
              VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
-                     ?12, ?13, ?14)
+                     ?12, ?13, ?14, ?15, ?16)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
              RETURNING {RUN_COLUMNS}"
         );
-        let now = write.now();
         let available_at = match (available_at, params.delay) {
             (None, Some(delay)) => Some(write.now_plus(delay)?),
             (available_at, _) => available_at,
@@ -184,6 +204,8 @@ impl SqliteStore {
             .bind(params.priority)
             .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
             .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
+            .bind(scope)
+            .bind(expires_at)
             .fetch_optional(write.conn())
             .await
             .map_err(db(OPERATION))
