@@ -26,6 +26,7 @@ use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::replay::{Replay, StepLimitExceeded};
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
+use crate::step_args::ArgsRecorder;
 use crate::step_failure::{
     ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
@@ -310,12 +311,13 @@ impl WorkflowContext {
         &self,
         step_name: &str,
         config: Value,
+        args: Option<Value>,
         result: Result<Value, Value>,
         elapsed: Duration,
     ) -> StepAttempt {
         self.flush().await;
         let session = &self.inner.session;
-        let params = session.finished_attempt(step_name, config, result, elapsed);
+        let params = session.finished_attempt(step_name, config, args, result, elapsed);
         self.written(session.record(params).await).await
     }
 
@@ -334,18 +336,21 @@ impl WorkflowContext {
 /// Outside a workflow run (no [`WorkflowContext`] on the task) the step is an ordinary
 /// async function call: it runs once, is not recorded and is not retried. That keeps steps
 /// usable from unit tests and plain code.
+///
+/// `f` gets the call's [`ArgsRecorder`]: the arguments it records on the first attempt
+/// that runs are stored with every attempt of this call.
 pub async fn run_step<T, E, F, Fut, Via>(
     definition: &'static StepDefinition,
     mut f: F,
 ) -> Result<T, E>
 where
-    F: FnMut() -> Fut + Send,
+    F: FnMut(&mut ArgsRecorder) -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
     E: ReplayError<Via> + Send,
 {
     let Some(ctx) = WorkflowContext::current() else {
-        return f().await;
+        return f(&mut ArgsRecorder::off()).await;
     };
     let step_name = match ctx.resolve_name(definition.name) {
         Ok(name) => name,
@@ -401,6 +406,7 @@ where
     let mut attempt_number = ctx.failed_attempts(&step_name) + 1;
     // Earlier steps are durable before this one has any effect.
     ctx.flush().await;
+    let mut recorder = ArgsRecorder::new();
     loop {
         let mut config = json!({
             "attempt": attempt_number,
@@ -421,10 +427,10 @@ where
         // running past the step's timeout, which drops the attempt's future.
         let attempt = async {
             match definition.timeout {
-                Some(timeout) => tokio::time::timeout(timeout, f())
+                Some(timeout) => tokio::time::timeout(timeout, f(&mut recorder))
                     .await
                     .map_err(|_| timeout),
-                None => Ok(f().await),
+                None => Ok(f(&mut recorder).await),
             }
         };
         let result = AssertUnwindSafe(attempt)
@@ -432,6 +438,7 @@ where
             .instrument(span)
             .await;
         let elapsed = started.elapsed();
+        let args = recorder.args();
         let outcome = match &result {
             Ok(Ok(Ok(_))) => "completed",
             Ok(Ok(Err(_))) => "failed",
@@ -450,14 +457,15 @@ where
                 let output = match storable_output(&step_name, &value) {
                     Ok(output) => output,
                     Err(record) => {
-                        ctx.record(&step_name, config, Err(record.to_json()), elapsed)
+                        ctx.record(&step_name, config, args, Err(record.to_json()), elapsed)
                             .await;
                         return ctx.halt(Halt::Fail(record)).await;
                     }
                 };
                 // Written before the run's next write or step, or with its completion.
                 let session = &ctx.inner.session;
-                session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
+                let params = session.finished_attempt(&step_name, config, args, Ok(output), elapsed);
+                session.hold(params);
                 return Ok(value);
             }
             Ok(Ok(Err(error))) => (error.failure_record().with_kind("step"), Some(error)),
@@ -491,14 +499,16 @@ where
                     ))
                     .with_kind("output")
                     .non_retryable();
-                    ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                    ctx.record(&step_name, config, args, Err(refused.to_json()), elapsed)
                         .await;
                     return ctx.halt(Halt::Fail(refused)).await;
                 }
             },
             _ => record.to_json(),
         };
-        let failed = ctx.record(&step_name, config, Err(stored), elapsed).await;
+        let failed = ctx
+            .record(&step_name, config, args, Err(stored), elapsed)
+            .await;
         match delay {
             Some(delay) if delay <= ctx.inner.limits.park_threshold => {
                 tokio::time::sleep(delay).await;

@@ -30,6 +30,7 @@ pub mod schedule;
 mod scheduler;
 mod session;
 pub mod step_failure;
+mod step_args;
 pub mod store;
 mod transition;
 pub mod worker;

@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
     },
+    Migration {
+        version: 12,
+        name: "step arguments",
+        sql: include_str!("../../migrations/postgres/0012_step_args.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.
