@@ -102,7 +102,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(receipts[0].steps().await?.is_empty());
 
     // The live run is untouched.
-    let still = client.get_run(live.id()).await?.expect("a live run is never purged");
+    let still = client
+        .get_run(live.id())
+        .await?
+        .expect("a live run is never purged");
     assert_eq!(still.status, RunStatus::Sleeping);
     println!("the sleeping run is still there: {}", still.status);
     worker.shutdown().await;

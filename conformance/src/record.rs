@@ -100,7 +100,8 @@ pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let mut params = record_params(&run, owner(&run), StepStatus::Completed);
-    params.args = Some(json!([{ "name": "blob", "value": "x".repeat(tasks::limits::MAX_PAYLOAD_BYTES) }]));
+    params.args =
+        Some(json!([{ "name": "blob", "value": "x".repeat(tasks::limits::MAX_PAYLOAD_BYTES) }]));
     match store.record_step_attempt(params).await {
         Err(StoreError::Limit(error)) => {
             assert_eq!(error.field(), tasks::limits::Field::StepArgs, "{error}")
@@ -109,7 +110,10 @@ pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
     }
     let mut params = record_params(&run, owner(&run), StepStatus::Completed);
     params.args = Some(json!([{ "name": "nul", "value": "a\u{0}b" }]));
-    assert_err!(store.record_step_attempt(params).await, StoreError::Limit(_));
+    assert_err!(
+        store.record_step_attempt(params).await,
+        StoreError::Limit(_)
+    );
     assert!(store.step_history(run.id).await.unwrap().is_empty());
 }
 

@@ -226,7 +226,10 @@ pub async fn fork_copies_the_history_before_the_step(setup: impl Setup) {
     assert_eq!(copied[0].step_name, "a");
     assert_eq!(copied[0].status, StepStatus::Completed);
     assert_eq!(copied[0].output, original.output);
-    assert_eq!(copied[0].args, original.args, "the recorded arguments come along");
+    assert_eq!(
+        copied[0].args, original.args,
+        "the recorded arguments come along"
+    );
     assert!(original.args.is_some());
     assert_eq!(copied[0].workflow_run_id, forked.id);
     assert_ne!(copied[0].id, original.id);

@@ -464,7 +464,8 @@ where
                 };
                 // Written before the run's next write or step, or with its completion.
                 let session = &ctx.inner.session;
-                let params = session.finished_attempt(&step_name, config, args, Ok(output), elapsed);
+                let params =
+                    session.finished_attempt(&step_name, config, args, Ok(output), elapsed);
                 session.hold(params);
                 return Ok(value);
             }

@@ -29,8 +29,8 @@ pub mod schedule;
 #[cfg(feature = "schedules")]
 mod scheduler;
 mod session;
-pub mod step_failure;
 mod step_args;
+pub mod step_failure;
 pub mod store;
 mod transition;
 pub mod worker;

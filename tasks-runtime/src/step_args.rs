@@ -305,7 +305,12 @@ impl serde::Serializer for FloatProbe {
     fn serialize_unit(self) -> Result<(), ProbeError> {
         Ok(())
     }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), ProbeError> {
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), ProbeError> {
         Ok(())
     }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(

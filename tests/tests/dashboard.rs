@@ -562,17 +562,16 @@ async fn step_arguments_are_shown_escaped(backend: Backend) {
     worker.shutdown().await;
     let addr = serve(Dashboard::new(client.clone())).await;
 
-    let (status, _, page) = http(
-        addr,
-        &format!("GET /run?id={} HTTP/1.1\r\n", done.id()),
-        "",
-    )
-    .await;
+    let (status, _, page) =
+        http(addr, &format!("GET /run?id={} HTTP/1.1\r\n", done.id()), "").await;
     assert_eq!(status, 200);
     assert!(page.contains("<summary>arguments</summary>"), "{page}");
     // `reserve(order)` and `ship(parcel)`; `book_carrier()` takes none.
     assert!(page.contains("parcel"), "{page}");
-    assert!(page.contains("&quot;item&quot;:&quot;teapot&quot;"), "{page}");
+    assert!(
+        page.contains("&quot;item&quot;:&quot;teapot&quot;"),
+        "{page}"
+    );
     assert!(
         page.contains("&lt;img src=x onerror=\\&quot;window.pwned=1\\&quot;&gt;&lt;script&gt;"),
         "{page}"

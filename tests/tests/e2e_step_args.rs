@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 use support::{Backend, bump, client, worker};
-use tasks::{ListStepAttempts, Order, StepKind, StepStatus, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{
+    ListStepAttempts, Order, StepKind, StepStatus, WorkflowContext, WorkflowError, step, workflow,
+};
 use uuid::Uuid;
 
 fn run_id() -> Uuid {
@@ -32,7 +34,12 @@ struct Pool;
 
 /// Fails its first attempt, so that both attempts carry the arguments.
 #[step(retry(max_attempts = 3, initial_interval = "10ms"))]
-async fn charge(order: &Purchase, mut count: u32, _pool: Pool, ratio: f64) -> Result<u32, std::io::Error> {
+async fn charge(
+    order: &Purchase,
+    mut count: u32,
+    _pool: Pool,
+    ratio: f64,
+) -> Result<u32, std::io::Error> {
     count += 1;
     if bump(run_id(), "charge") == 1 {
         return Err(std::io::Error::other("declined"));
@@ -64,7 +71,9 @@ async fn arguments_are_recorded_with_each_attempt(backend: Backend) {
     let store = backend.store().await;
     let worker = worker(&store).build().unwrap().spawn();
     let client = client(&store);
-    let run = checkout::start(&client, "Ada Lovelace".into()).await.unwrap();
+    let run = checkout::start(&client, "Ada Lovelace".into())
+        .await
+        .unwrap();
     let output = run.result_within(Duration::from_secs(30)).await.unwrap();
     assert_eq!(output, 11 + 12 + tasks::limits::MAX_PAYLOAD_BYTES + 1);
 

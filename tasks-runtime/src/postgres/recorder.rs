@@ -376,7 +376,8 @@ async fn insert(
 /// error, args as text, elapsed microseconds; see `StepArrays`).
 fn step_rows(first: usize) -> String {
     let types = [
-        "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "text", "bigint",
+        "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "text",
+        "bigint",
     ];
     let arrays: Vec<String> = types
         .iter()

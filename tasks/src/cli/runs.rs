@@ -188,7 +188,12 @@ pub(super) async fn show(
             continue;
         }
         shown = Some((step.step_name.as_str(), args));
-        lines.push(format!("{:<4}{}({})", index + 1, step.step_name, arguments_line(args)));
+        lines.push(format!(
+            "{:<4}{}({})",
+            index + 1,
+            step.step_name,
+            arguments_line(args)
+        ));
     }
     if !lines.is_empty() {
         let _ = writeln!(out, "\narguments");

@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::chrono::{DateTime, TimeDelta, Utc};
 use crate::display::{
-    argument_texts, attempt_numbers, duration, error_text, maybe_time, step_duration, time, workflow_of,
+    argument_texts, attempt_numbers, duration, error_text, maybe_time, step_duration, time,
+    workflow_of,
 };
 use crate::{RunStatus, StepAttempt, StepKind, Violation, WorkflowDefinition, WorkflowRun};
 

@@ -34,7 +34,12 @@ async fn sign_in(_ctx: WorkflowContext, token: String) -> Result<u64, WorkflowEr
 
 fn main() {
     // Outside a run a step is a plain call: nothing is recorded.
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    assert_eq!(runtime.block_on(authenticate("abc".into(), Pool)).unwrap(), 3);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        runtime.block_on(authenticate("abc".into(), Pool)).unwrap(),
+        3
+    );
     assert_eq!(runtime.block_on(look_up(&Pool, 1, vec![])).unwrap(), 2);
 }
