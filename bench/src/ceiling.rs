@@ -153,7 +153,7 @@ where
     (tx, writers)
 }
 
-/// Binds the recorder's eleven arrays for completed no-op function steps, given as (run id,
+/// Binds the recorder's twelve arrays for completed no-op function steps, given as (run id,
 /// attempt id, step name), filled as the recorder fills them.
 fn bind_noop_steps<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -172,6 +172,7 @@ fn bind_noop_steps<'q>(
         .bind(vec!["completed"; n])
         .bind(vec![config; n])
         .bind(vec![Some("null"); n])
+        .bind(vec![None::<&str>; n])
         .bind(vec![None::<&str>; n])
         .bind(vec![0_i64; n])
 }

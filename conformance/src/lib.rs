@@ -258,6 +258,8 @@ macro_rules! conformance_suite {
             complete_run_with_steps_writes_steps_and_completes,
             complete_run_with_steps_is_fenced,
             complete_run_with_steps_rejects_bad_attempts,
+            recorded_arguments_round_trip,
+            recorded_arguments_past_the_limits_are_refused,
             first_claim_is_recognisable,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, limits {

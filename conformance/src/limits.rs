@@ -292,6 +292,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
             status: StepStatus::Completed,
             output: Some(json!(1)),
             error: None,
+            args: None,
             elapsed: Duration::from_millis(1),
         };
         edit(&mut params);

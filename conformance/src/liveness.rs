@@ -28,6 +28,7 @@ fn finished_step(run: &WorkflowRun, worker: &str, name: &str) -> RecordStepAttem
         status: StepStatus::Completed,
         output: Some(json!(1)),
         error: None,
+        args: None,
         elapsed: Duration::from_millis(1),
     }
 }

@@ -22,6 +22,7 @@ fn record_params(run: &tasks::WorkflowRun, worker: &str, status: StepStatus) -> 
         status,
         output: (status == StepStatus::Completed).then(|| json!({ "ok": true })),
         error: (status == StepStatus::Failed).then(|| error_value("declined")),
+        args: None,
         elapsed: Duration::from_millis(250),
     }
 }
@@ -86,6 +87,71 @@ pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
     assert_eq!(step.config["call"], call);
     let history = store.step_history(run.id).await.unwrap();
     assert_eq!(history, vec![step, marker]);
+}
+
+/// A step call's arguments, as `#[step]` records them: every JSON shape, markers of
+/// arguments not recorded, text in any script.
+fn recorded_arguments() -> serde_json::Value {
+    json!([
+        { "name": "order", "value": { "id": 7, "lines": [1.5, -2, null, true], "note": "café ☕ \"q\"" } },
+        { "name": "count", "value": 3 },
+        { "name": "pool", "type": "sqlx::PgPool", "unrecorded": "not_serializable" },
+        { "name": "(a, b)", "value": [[], {}] },
+    ])
+}
+
+/// The arguments stored with an attempt read back equal, whichever write stored them (one
+/// record, or the run's last steps with its completion), and `None` stays `None`.
+pub async fn recorded_arguments_round_trip(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let mut params = record_params(&run, owner(&run), StepStatus::Failed);
+    params.args = Some(recorded_arguments());
+    let attempt = recorded(store.record_step_attempt(params).await.unwrap());
+    assert_eq!(attempt.args, Some(recorded_arguments()));
+
+    let mut last = record_params(&run, owner(&run), StepStatus::Completed);
+    last.step_name = "ship".into();
+    last.args = Some(json!([{ "name": "to", "value": "Zürich" }]));
+    let unrecorded = RecordStepAttempt {
+        step_name: "secret".into(),
+        ..record_params(&run, owner(&run), StepStatus::Completed)
+    };
+    store
+        .complete_run_with_steps(run.id, owner(&run), json!(1), vec![last, unrecorded])
+        .await
+        .unwrap();
+    let history = store.step_history(run.id).await.unwrap();
+    assert_eq!(names(&history), vec!["charge", "ship", "secret"]);
+    assert_eq!(history[0], attempt);
+    assert_eq!(
+        history[1].args,
+        Some(json!([{ "name": "to", "value": "Zürich" }]))
+    );
+    assert_eq!(history[2].args, None);
+}
+
+/// Arguments past the limits are refused like any other value, and nothing is stored
+/// (`#[step]` never sends such a list: it records a marker instead).
+pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let mut params = record_params(&run, owner(&run), StepStatus::Completed);
+    params.args =
+        Some(json!([{ "name": "blob", "value": "x".repeat(tasks::limits::MAX_PAYLOAD_BYTES) }]));
+    match store.record_step_attempt(params).await {
+        Err(StoreError::Limit(error)) => {
+            assert_eq!(error.field(), tasks::limits::Field::StepArgs, "{error}")
+        }
+        other => panic!("expected a limit error, got {other:?}"),
+    }
+    let mut params = record_params(&run, owner(&run), StepStatus::Completed);
+    params.args = Some(json!([{ "name": "nul", "value": "a\u{0}b" }]));
+    assert_err!(
+        store.record_step_attempt(params).await,
+        StoreError::Limit(_)
+    );
+    assert!(store.step_history(run.id).await.unwrap().is_empty());
 }
 
 /// A failed attempt is stored with its error.

@@ -38,6 +38,7 @@ fn completed_step(run: &WorkflowRun, step_name: &str) -> RecordStepAttempt {
         status: StepStatus::Completed,
         output: Some(json!("done")),
         error: None,
+        args: None,
         elapsed: Duration::from_millis(1),
     }
 }

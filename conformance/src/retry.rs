@@ -40,6 +40,7 @@ fn record(run: &WorkflowRun, step_name: &str, status: StepStatus) -> RecordStepA
         status,
         output: completed.then(|| json!("done")),
         error: (!completed).then(|| json!({ "message": "boom" })),
+        args: Some(json!([{ "name": "step", "value": step_name }])),
         elapsed: Duration::from_millis(1),
     }
 }
@@ -225,6 +226,11 @@ pub async fn fork_copies_the_history_before_the_step(setup: impl Setup) {
     assert_eq!(copied[0].step_name, "a");
     assert_eq!(copied[0].status, StepStatus::Completed);
     assert_eq!(copied[0].output, original.output);
+    assert_eq!(
+        copied[0].args, original.args,
+        "the recorded arguments come along"
+    );
+    assert!(original.args.is_some());
     assert_eq!(copied[0].workflow_run_id, forked.id);
     assert_ne!(copied[0].id, original.id);
 

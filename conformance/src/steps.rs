@@ -38,6 +38,7 @@ pub async fn create_step_attempt_returns_running_attempt(setup: impl Setup) {
         context: None,
         output: None,
         error: None,
+        args: None,
         child_workflow_run_namespace: None,
         child_workflow_run_id: None,
         started_at: created.started_at,

@@ -44,6 +44,8 @@ pub(crate) struct Step {
     pub retry: Option<RetryOptions>,
     /// `timeout = "..."`.
     pub timeout: Option<DurationValue>,
+    /// `record_args = ...`: whether the arguments are stored with each attempt.
+    pub record_args: bool,
     /// The parameters, in order (a step has no receiver).
     pub args: Vec<PatType>,
     /// The return type's halves.

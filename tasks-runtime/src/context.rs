@@ -28,6 +28,7 @@ use crate::replay::{
 };
 use crate::retry::RetryPolicy;
 use crate::session::{Halt, RunSession, lock};
+use crate::step_args::ArgsRecorder;
 use crate::step_failure::{
     RETRY_AFTER_KIND, ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
@@ -293,6 +294,7 @@ impl WorkflowContext {
                 let mut params = session.finished_attempt(
                     &marker,
                     json!({ "patch": patch }),
+                    None,
                     Ok(Value::Null),
                     Duration::ZERO,
                 );
@@ -399,12 +401,13 @@ impl WorkflowContext {
         &self,
         step_name: &str,
         config: Value,
+        args: Option<Value>,
         result: Result<Value, Value>,
         elapsed: Duration,
     ) -> StepAttempt {
         self.flush().await;
         let session = &self.inner.session;
-        let params = session.finished_attempt(step_name, config, result, elapsed);
+        let params = session.finished_attempt(step_name, config, args, result, elapsed);
         self.written(session.record(params).await).await
     }
 
@@ -423,18 +426,21 @@ impl WorkflowContext {
 /// Outside a workflow run (no [`WorkflowContext`] on the task) the step is an ordinary
 /// async function call: it runs once, is not recorded and is not retried. That keeps steps
 /// usable from unit tests and plain code.
+///
+/// `f` gets the call's [`ArgsRecorder`]: the arguments it records on the first attempt
+/// that runs are stored with every attempt of this call.
 pub async fn run_step<T, E, F, Fut, Via>(
     definition: &'static StepDefinition,
     mut f: F,
 ) -> Result<T, E>
 where
-    F: FnMut() -> Fut + Send,
+    F: FnMut(&mut ArgsRecorder) -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
     E: ReplayError<Via> + Send,
 {
     let Some(ctx) = WorkflowContext::current() else {
-        return f().await;
+        return f(&mut ArgsRecorder::off()).await;
     };
     let call = Call {
         kind: StepKind::Function,
@@ -496,6 +502,7 @@ where
     let mut attempt_number = ctx.failed_attempts(&step_name) + 1;
     // Earlier steps are durable before this one has any effect.
     ctx.flush().await;
+    let mut recorder = ArgsRecorder::new();
     loop {
         let mut config = json!({
             "attempt": attempt_number,
@@ -517,10 +524,10 @@ where
         // running past the step's timeout, which drops the attempt's future.
         let attempt = async {
             match definition.timeout {
-                Some(timeout) => tokio::time::timeout(timeout, f())
+                Some(timeout) => tokio::time::timeout(timeout, f(&mut recorder))
                     .await
                     .map_err(|_| timeout),
-                None => Ok(f().await),
+                None => Ok(f(&mut recorder).await),
             }
         };
         let result = AssertUnwindSafe(attempt)
@@ -528,6 +535,7 @@ where
             .instrument(span)
             .await;
         let elapsed = started.elapsed();
+        let args = recorder.args();
         let outcome = match &result {
             Ok(Ok(Ok(_))) => "completed",
             Ok(Ok(Err(_))) => "failed",
@@ -546,14 +554,16 @@ where
                 let output = match storable_output(&step_name, &value) {
                     Ok(output) => output,
                     Err(record) => {
-                        ctx.record(&step_name, config, Err(record.to_json()), elapsed)
+                        ctx.record(&step_name, config, args, Err(record.to_json()), elapsed)
                             .await;
                         return ctx.halt(Halt::Fail(record)).await;
                     }
                 };
                 // Written before the run's next write or step, or with its completion.
                 let session = &ctx.inner.session;
-                session.hold(session.finished_attempt(&step_name, config, Ok(output), elapsed));
+                let params =
+                    session.finished_attempt(&step_name, config, args, Ok(output), elapsed);
+                session.hold(params);
                 return Ok(value);
             }
             Ok(Ok(Err(error))) => (error.failure_record().with_kind("step"), Some(error)),
@@ -580,14 +590,14 @@ where
                 let refused = ErrorRecord::from_error(&limit)
                     .with_kind("limit")
                     .non_retryable();
-                ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                ctx.record(&step_name, config, args, Err(refused.to_json()), elapsed)
                     .await;
                 return ctx.halt(Halt::Fail(refused)).await;
             }
             let record = record.with_kind(RETRY_AFTER_KIND);
             tracing::info!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, ?wait, "step asked to be retried later; the run parks");
             let parked = ctx
-                .record(&step_name, config, Err(record.to_json()), elapsed)
+                .record(&step_name, config, args, Err(record.to_json()), elapsed)
                 .await;
             let since = parked.finished_at.unwrap_or(parked.updated_at);
             let until =
@@ -610,14 +620,16 @@ where
                     ))
                     .with_kind("output")
                     .non_retryable();
-                    ctx.record(&step_name, config, Err(refused.to_json()), elapsed)
+                    ctx.record(&step_name, config, args, Err(refused.to_json()), elapsed)
                         .await;
                     return ctx.halt(Halt::Fail(refused)).await;
                 }
             },
             _ => record.to_json(),
         };
-        let failed = ctx.record(&step_name, config, Err(stored), elapsed).await;
+        let failed = ctx
+            .record(&step_name, config, args, Err(stored), elapsed)
+            .await;
         match delay {
             Some(delay) if delay <= ctx.inner.limits.park_threshold => {
                 tokio::time::sleep(delay).await;

@@ -31,6 +31,7 @@ pub mod schedule;
 #[cfg(feature = "schedules")]
 mod scheduler;
 mod session;
+mod step_args;
 pub mod step_failure;
 pub mod store;
 mod transition;

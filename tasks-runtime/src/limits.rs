@@ -114,6 +114,8 @@ pub enum Field {
     Config,
     /// A step's output.
     StepOutput,
+    /// The recorded arguments of a step call.
+    StepArgs,
     /// A workflow's output.
     WorkflowOutput,
     /// A recorded error.
@@ -194,6 +196,7 @@ impl Field {
             Field::Context => "the context",
             Field::Config => "the config",
             Field::StepOutput => "the step output",
+            Field::StepArgs => "the step arguments",
             Field::WorkflowOutput => "the workflow output",
             Field::Error => "the error",
             Field::AvailableAt => "the start time",

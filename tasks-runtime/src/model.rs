@@ -288,6 +288,14 @@ pub struct StepAttempt {
     pub output: Option<Value>,
     /// The error once failed.
     pub error: Option<Value>,
+    /// The arguments the step function was called with, for inspection: a JSON array with
+    /// one entry per parameter, in order, `{"name": "order", "value": ...}`, or, for an
+    /// argument that could not be recorded, `{"name": "pool", "type": "...", "unrecorded":
+    /// "<reason>"}` (see the README, "Step arguments"). `None` when nothing was recorded:
+    /// `#[step(record_args = false)]`, steps that are not function calls (sleeps, events,
+    /// children), and attempts stored before arguments were recorded.
+    #[serde(default)]
+    pub args: Option<Value>,
     /// Namespace of a child run started by this step.
     pub child_workflow_run_namespace: Option<String>,
     /// A child run started by this step.

@@ -25,6 +25,9 @@ pub use crate::events::{Event, EventDeclaration, EventRegistration, check_payloa
 pub use crate::failure::{ErrorRecord, RecordError};
 pub use crate::retry::RetryPolicy;
 pub use crate::schedule::{CatchUp, ScheduleDeclaration, ScheduleRegistration};
+pub use crate::step_args::{
+    ArgList, ArgProbe, ArgsRecorder, RecordSerializable, RecordUnserializable, RecordedArg,
+};
 pub use crate::step_failure::ReplayError;
 pub use inventory;
 pub use schemars;
@@ -229,7 +232,7 @@ pub fn run_step_boxed<'a, T, E, F, Fut, Via>(
     f: F,
 ) -> Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'a>>
 where
-    F: FnMut() -> Fut + Send + 'a,
+    F: FnMut(&mut ArgsRecorder) -> Fut + Send + 'a,
     Fut: Future<Output = Result<T, E>> + Send + 'a,
     T: StepOutput + Serialize + DeserializeOwned + Send + 'a,
     E: StepError<Via> + ReplayError<Via> + Send + 'a,

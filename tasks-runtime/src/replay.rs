@@ -637,6 +637,7 @@ mod tests {
             context: None,
             output: Some(output),
             error: None,
+            args: None,
             child_workflow_run_namespace: None,
             child_workflow_run_id: None,
             started_at: Some(now),

@@ -192,6 +192,7 @@ impl RunSession {
         &self,
         step_name: &str,
         config: Value,
+        args: Option<Value>,
         result: Result<Value, Value>,
         elapsed: Duration,
     ) -> RecordStepAttempt {
@@ -208,6 +209,7 @@ impl RunSession {
             status,
             output,
             error,
+            args,
             elapsed,
         }
     }

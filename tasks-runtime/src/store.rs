@@ -418,6 +418,9 @@ pub struct RecordStepAttempt {
     pub output: Option<Value>,
     /// The error of a failed attempt.
     pub error: Option<Value>,
+    /// The arguments of the step call, stored with the attempt
+    /// ([`StepAttempt::args`](crate::StepAttempt::args)); `None` stores none.
+    pub args: Option<Value>,
     /// How long the attempt ran; its `started_at` is the store's clock minus this.
     pub elapsed: Duration,
 }
@@ -435,6 +438,9 @@ impl RecordStepAttempt {
         }
         if let Some(error) = &self.error {
             limits::check_json(Field::Error, error)?;
+        }
+        if let Some(args) = &self.args {
+            limits::check_json(Field::StepArgs, args)?;
         }
         limits::check_duration(Field::Elapsed, self.elapsed)
     }

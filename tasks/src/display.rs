@@ -64,3 +64,48 @@ pub(crate) fn step_duration(step: &StepAttempt) -> String {
         None => format!("{} so far", duration(Utc::now() - started)),
     }
 }
+
+/// The recorded arguments of a step call, one `(name, text)` per parameter: the value as
+/// compact JSON, or why it was not recorded (see `StepAttempt::args`).
+pub(crate) fn argument_texts(args: &serde_json::Value) -> Vec<(String, String)> {
+    let Some(entries) = args.as_array() else {
+        return vec![("?".to_owned(), args.to_string())];
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let name = entry
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?")
+                .to_owned();
+            let text = match (entry.get("value"), entry.get("unrecorded")) {
+                (Some(value), _) => value.to_string(),
+                (None, Some(reason)) => {
+                    let why = match reason.as_str().unwrap_or_default() {
+                        "not_serializable" => "its type is not Serialize",
+                        "non_finite_float" => "it holds a NaN or infinite float",
+                        "exceeds_limits" => "it is past the store's limits",
+                        "serialize_error" => "it failed to serialize",
+                        _ => "unknown reason",
+                    };
+                    match entry.get("type").and_then(serde_json::Value::as_str) {
+                        Some(ty) => format!("<not recorded: {why}; {ty}>"),
+                        None => format!("<not recorded: {why}>"),
+                    }
+                }
+                (None, None) => entry.to_string(),
+            };
+            (name, text)
+        })
+        .collect()
+}
+
+/// The recorded arguments on one line: `order={"id":7}, count=2`.
+pub(crate) fn arguments_line(args: &serde_json::Value) -> String {
+    argument_texts(args)
+        .into_iter()
+        .map(|(name, text)| format!("{name}={text}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -336,6 +336,7 @@ async fn runs_show_and_watch_give_the_step_timeline(backend: Backend) {
         .out
         .lines()
         .skip_while(|l| !l.starts_with('#'))
+        .take_while(|l| !l.is_empty())
         .collect();
     assert_eq!(timeline.len(), 4, "{}", ran.out);
     assert!(timeline[0].contains("DURATION") && timeline[0].contains("ATTEMPT"));
@@ -358,11 +359,29 @@ async fn runs_show_and_watch_give_the_step_timeline(backend: Backend) {
         columns(timeline[3]),
         ["3", "deliver", "function", "completed", "2"]
     );
+    // The arguments of each call, once per call (the retry of `deliver` had the same).
+    let arguments: Vec<&str> = ran
+        .out
+        .lines()
+        .skip_while(|l| *l != "arguments")
+        .skip(1)
+        .collect();
+    assert_eq!(arguments.len(), 2, "{}", ran.out);
+    assert_eq!(arguments[0], r#"1   compose(name="ada", times=2)"#);
+    assert!(
+        arguments[1].starts_with(r#"2   deliver(text="hello ada"#),
+        "{}",
+        arguments[1]
+    );
 
     let ran = cli(&store, &["runs", "show", &id, "--json"]).await;
     let document: Value = serde_json::from_str(&ran.out).unwrap();
     assert_eq!(document["run"]["output"], json!(18));
     assert_eq!(document["steps"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        document["steps"][0]["args"],
+        json!([{ "name": "name", "value": "ada" }, { "name": "times", "value": 2 }])
+    );
 
     // The completed run forks from `deliver`: a new pending run that copies `compose`.
     let ran = cli(&store, &["fork", &id, "--from-step", "deliver"]).await;

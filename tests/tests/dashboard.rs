@@ -928,9 +928,42 @@ async fn cli_worker_serves_metrics(backend: Backend) {
     assert!(String::from_utf8(err).unwrap().contains("cannot listen on"));
 }
 
+/// A run's page shows the arguments each step was called with, HTML-escaped like all user
+/// data.
+async fn step_arguments_are_shown_escaped(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let worker = worker(&store).build().unwrap().spawn();
+    let done = client
+        .start_with::<dash_ship>(order("teapot", HOSTILE), StartOptions::new())
+        .await
+        .unwrap();
+    done.result_within(Duration::from_secs(30)).await.unwrap();
+    worker.shutdown().await;
+    let addr = serve(Dashboard::new(client.clone())).await;
+
+    let (status, _, page) =
+        http(addr, &format!("GET /run?id={} HTTP/1.1\r\n", done.id()), "").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<summary>arguments</summary>"), "{page}");
+    // `reserve(order)` and `ship(parcel)`; `book_carrier()` takes none.
+    assert!(page.contains("parcel"), "{page}");
+    assert!(
+        page.contains("&quot;item&quot;:&quot;teapot&quot;"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;img src=x onerror=\\&quot;window.pwned=1\\&quot;&gt;&lt;script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<img"), "{page}");
+    assert!(!page.contains("<script>window"), "{page}");
+}
+
 both_backends!(
     pages_work_in_chromium,
     run_actions_in_chromium,
+    step_arguments_are_shown_escaped,
     actions_and_credentials_are_guarded,
     cli_dashboard_serves_the_store,
     cli_worker_serves_metrics,

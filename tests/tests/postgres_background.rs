@@ -23,6 +23,7 @@ fn finished_step(run_id: uuid::Uuid, worker: &str) -> RecordStepAttempt {
         status: StepStatus::Completed,
         output: Some(json!(1)),
         error: None,
+        args: None,
         elapsed: Duration::from_millis(1),
     }
 }

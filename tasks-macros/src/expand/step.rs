@@ -3,6 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, PatType, Signature};
 
@@ -15,7 +16,11 @@ use crate::model::{DurationValue, ItemFn, Step};
 /// #[attrs] vis async fn charge(&self, __tasks_arg0: &Order, __tasks_arg1: u32) -> Result<T, E> {
 ///     assert_step_arg::<&Order>(); assert_step_arg::<u32>(); // and the output and error
 ///     static __TASKS_STEP_DEFINITION: StepDefinition = ...;
-///     run_step_boxed::<T, E, _, _, _>(&__TASKS_STEP_DEFINITION, move || {
+///     run_step_boxed::<T, E, _, _, _>(&__TASKS_STEP_DEFINITION, move |__tasks_recorder| {
+///         __tasks_recorder.record(|__tasks_list| { // not with `record_args = false`
+///             __tasks_list.push("order", (&ArgProbe(&__tasks_arg0)).__tasks_record_arg());
+///             __tasks_list.push("count", (&ArgProbe(&__tasks_arg1)).__tasks_record_arg());
+///         });
 ///         let order: &Order = <&Order as Clone>::clone(&__tasks_arg0);
 ///         let mut count: u32 = <u32 as Clone>::clone(&__tasks_arg1);
 ///         async move {
@@ -28,7 +33,10 @@ use crate::model::{DurationValue, ItemFn, Step};
 /// ```
 ///
 /// The original parameters, patterns included, are bound again for every attempt from fresh
-/// clones of the outer parameters, which get plain generated names. The body stays inside the
+/// clones of the outer parameters, which get plain generated names. The arguments are recorded
+/// from the outer parameters, on the first attempt that runs: `__tasks_record_arg` resolves
+/// to the JSON of a `Serialize` type and to a marker naming any other type (autoref
+/// specialisation), so a step may still take a pool or a client. The body stays inside the
 /// function as an `async` block with its own spans, so `Self` and a `&self` receiver (a shared
 /// reference, copied into each attempt) work in steps that are associated functions.
 pub(crate) fn step(step: &Step) -> TokenStream {
@@ -60,6 +68,8 @@ pub(crate) fn step(step: &Step) -> TokenStream {
         let clone = quote_spanned!(ty.span()=> <#ty as ::core::clone::Clone>::clone(&#ident));
         quote!(#(#attrs)* let #pat: #ty = #clone;)
     });
+
+    let record_args = record_args(step, &arg_idents);
 
     let name = &step.name;
     let retry_policy = retry_policy(private, step.retry.as_ref(), RetryDefault::Step);
@@ -103,7 +113,8 @@ pub(crate) fn step(step: &Step) -> TokenStream {
 
             #private::run_step_boxed::<#ok, #err, _, _, _>(
                 &__TASKS_STEP_DEFINITION,
-                move || {
+                move |__tasks_recorder: &mut #private::ArgsRecorder| {
+                    #record_args
                     #(#bindings)*
                     async move {
                         // Fixes the block's output type before the body is checked, so a type
@@ -164,6 +175,37 @@ fn squeezed(tokens: &TokenStream) -> String {
         out.push(c);
     }
     out.replace(',', ", ")
+}
+
+/// The call that records the arguments on the attempt's recorder; nothing with
+/// `record_args = false`.
+fn record_args(step: &Step, arg_idents: &[syn::Ident]) -> TokenStream {
+    if !step.record_args {
+        return TokenStream::new();
+    }
+    let private = &step.private;
+    let pushes = step.args.iter().zip(arg_idents).map(|(arg, ident)| {
+        let name = parameter_name(&arg.pat);
+        quote! {
+            __tasks_list.push(#name, (&#private::ArgProbe(&#ident)).__tasks_record_arg());
+        }
+    });
+    quote! {
+        __tasks_recorder.record(|__tasks_list: &mut #private::ArgList| {
+            #[allow(unused_imports)]
+            use #private::{RecordSerializable as _, RecordUnserializable as _};
+            #(#pushes)*
+        });
+    }
+}
+
+/// The name an argument is recorded under: the parameter's identifier (without `mut` or
+/// `r#`), or the pattern as written (`(a, b)`).
+fn parameter_name(pat: &Pat) -> String {
+    match pat {
+        Pat::Ident(PatIdent { ident, .. }) => ident.unraw().to_string(),
+        other => quote!(#other).to_string(),
+    }
 }
 
 /// The signature with every parameter renamed to its generated identifier, and without

@@ -1,5 +1,6 @@
 //! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)`,
-//! `timeout = "..."` (steps), `events(...)` (workflows) and `crate = "..."`.
+//! `timeout = "..."` and `record_args = false` (steps), `events(...)` (workflows) and
+//! `crate = "..."`.
 //!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
@@ -33,6 +34,8 @@ pub(crate) struct Options {
     pub krate: Option<Path>,
     /// `timeout = "30s"` (steps only): the limit of each attempt.
     pub timeout: Option<DurationValue>,
+    /// `record_args = false` (steps only): store none of the step's arguments.
+    pub record_args: Option<bool>,
     /// `events(Approval, Payment)` (workflows only): the event types the workflow accepts.
     pub events: Vec<Path>,
     /// `schedule = "..."`, `timezone = "..."`, `catch_up = "..."` (workflows only).
@@ -152,6 +155,15 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     options.timeout = Some(timeout);
                 }
             }
+            "record_args" if kind == MacroKind::Step => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(record) = name_value(&meta, "false", errors)
+                    .and_then(|expr| bool_literal("record_args", expr, errors))
+                    && fresh
+                {
+                    options.record_args = Some(record);
+                }
+            }
             "schedule" if kind == MacroKind::Workflow => {
                 let fresh = seen.first(meta.path(), errors);
                 schedule_given = true;
@@ -198,6 +210,26 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
     options
 }
 
+/// `record_args = false`: a `bool` literal.
+fn bool_literal(key: &str, expr: &Expr, errors: &mut Errors) -> Option<bool> {
+    match expr {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Bool(lit),
+            ..
+        }) => Some(lit.value),
+        _ => {
+            errors.spanned(
+                expr,
+                format_args!(
+                    "`{key}` must be `true` or `false`, as in `{key} = false` (for a step whose \
+                     arguments hold secrets)"
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// `timeout = "30s"`: a duration longer than zero (a literal is checked here, an expression
 /// by a `const` assertion).
 fn step_timeout(expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
@@ -216,6 +248,9 @@ fn step_timeout(expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
 
 fn unknown_option(kind: MacroKind, key: &str) -> String {
     match kind {
+        MacroKind::Workflow if key == "record_args" => {
+            "#[workflow] has no `record_args`: a run's input is always stored; set it on a `#[step]`".to_owned()
+        }
         MacroKind::Workflow if key == "timeout" => {
             "#[workflow] has no `timeout`: set it on each `#[step]`, or give the run a deadline when it starts".to_owned()
         }
@@ -234,7 +269,7 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         }
         MacroKind::Step => {
             format!(
-                "unknown #[step] option `{key}`; expected `name`, `retry`, `timeout` or `crate`"
+                "unknown #[step] option `{key}`; expected `name`, `retry`, `timeout`, `record_args` or `crate`"
             )
         }
     }

@@ -68,6 +68,7 @@ pub(crate) fn step(input: Input) -> Result<Step, Invalid> {
             name: options.name_or(&item.sig.ident),
             retry: options.retry,
             timeout: options.timeout,
+            record_args: options.record_args.unwrap_or(true),
             args: step::step_args(&item),
             result,
             private: PrivatePath::new(options.krate.as_ref()),

@@ -59,11 +59,11 @@ impl PgStore {
                  INSERT INTO tasks.step_attempts
                      (namespace, id, workflow_run_id, step_name, kind, status, config, context,
                       output, error, child_workflow_run_namespace, child_workflow_run_id,
-                      started_at, finished_at, created_at, updated_at)
+                      started_at, finished_at, created_at, updated_at, args)
                  SELECT s.namespace, gen_random_uuid(), f.id, s.step_name, s.kind, s.status,
                         s.config, s.context, s.output, s.error, s.child_workflow_run_namespace,
                         s.child_workflow_run_id, s.started_at, s.finished_at, s.created_at,
-                        s.updated_at
+                        s.updated_at, s.args
                    FROM tasks.step_attempts s, forked f, boundary b
                   WHERE s.namespace = $1 AND s.workflow_run_id = $2
                     AND (s.created_at, s.id) < (b.created_at, b.id)

@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0011_patch_markers.sql"),
     },
     Migration {
+        version: 12,
+        name: "step arguments",
+        sql: include_str!("../../migrations/postgres/0012_step_args.sql"),
+    },
+    Migration {
         version: 14,
         name: "idempotency scopes",
         sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),

@@ -1249,8 +1249,8 @@ impl Store for PgStore {
         let sql = format!(
             "INSERT INTO tasks.step_attempts
                  (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
-                  started_at, finished_at, created_at, updated_at)
-             SELECT $1, $3, wr.id, $5, $6, $7, $8, $9, $10,
+                  args, started_at, finished_at, created_at, updated_at)
+             SELECT $1, $3, wr.id, $5, $6, $7, $8, $9, $10, $12,
                     clock_timestamp() - $11 * INTERVAL '1 microsecond',
                     clock_timestamp(), clock_timestamp(), clock_timestamp()
                FROM tasks.workflow_runs wr
@@ -1270,6 +1270,7 @@ impl Store for PgStore {
             .bind(&params.output)
             .bind(&params.error)
             .bind(elapsed)
+            .bind(&params.args)
             .fetch_optional(&self.pool)
             .await
             .map_err(db(operation))?;
@@ -1280,9 +1281,9 @@ impl Store for PgStore {
         let trace = |mark: StepStatus| async move {
             sqlx::query(
                 "INSERT INTO tasks.step_attempts
-                     (namespace, id, workflow_run_id, step_name, kind, status, config,
+                     (namespace, id, workflow_run_id, step_name, kind, status, config, args,
                       started_at, created_at, updated_at)
-                 VALUES ($1, $3, $2, $4, $5, $6, $7,
+                 VALUES ($1, $3, $2, $4, $5, $6, $7, $9,
                          clock_timestamp() - $8 * INTERVAL '1 microsecond',
                          clock_timestamp(), clock_timestamp())",
             )
@@ -1294,6 +1295,7 @@ impl Store for PgStore {
             .bind(mark.as_str())
             .bind(&params.config)
             .bind(elapsed)
+            .bind(&params.args)
             .execute(&self.pool)
             .await
             .map_err(db(operation))?;

@@ -273,8 +273,8 @@ async fn complete(
 }
 
 /// Finished step attempts as the parallel arrays both statements take: namespace, id, run
-/// id, worker id, step name, kind, status, config, output, error (JSON as text) and elapsed
-/// microseconds.
+/// id, worker id, step name, kind, status, config, output, error, args (JSON as text) and
+/// elapsed microseconds.
 struct StepArrays {
     namespaces: Vec<String>,
     ids: Vec<Uuid>,
@@ -286,6 +286,7 @@ struct StepArrays {
     configs: Vec<String>,
     outputs: Vec<Option<String>>,
     errors: Vec<Option<String>>,
+    args: Vec<Option<String>>,
     elapsed: Vec<i64>,
 }
 
@@ -304,6 +305,7 @@ impl StepArrays {
             configs: Vec::with_capacity(n),
             outputs: Vec::with_capacity(n),
             errors: Vec::with_capacity(n),
+            args: Vec::with_capacity(n),
             elapsed: Vec::with_capacity(n),
         };
         for record in records {
@@ -323,13 +325,16 @@ impl StepArrays {
                 .errors
                 .push(params.error.as_ref().map(ToString::to_string));
             arrays
+                .args
+                .push(params.args.as_ref().map(ToString::to_string));
+            arrays
                 .elapsed
                 .push(i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX));
         }
         arrays
     }
 
-    /// Binds the eleven arrays, in order, after whatever `query` already binds.
+    /// Binds the twelve arrays, in order, after whatever `query` already binds.
     fn bind<'q, O>(
         self,
         query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
@@ -345,6 +350,7 @@ impl StepArrays {
             .bind(self.configs)
             .bind(self.outputs)
             .bind(self.errors)
+            .bind(self.args)
             .bind(self.elapsed)
     }
 }
@@ -365,12 +371,13 @@ async fn insert(
         .collect()
 }
 
-/// The finished step attempts of a batch as rows `r`: eleven parallel arrays bound from
+/// The finished step attempts of a batch as rows `r`: twelve parallel arrays bound from
 /// `$first` on (namespace, id, run id, worker id, step name, kind, status, config, output,
-/// error as text, elapsed microseconds; see `StepArrays`).
+/// error, args as text, elapsed microseconds; see `StepArrays`).
 fn step_rows(first: usize) -> String {
     let types = [
-        "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "bigint",
+        "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "text",
+        "bigint",
     ];
     let arrays: Vec<String> = types
         .iter()
@@ -379,7 +386,7 @@ fn step_rows(first: usize) -> String {
         .collect();
     format!(
         "unnest({}) AS r(namespace, id, run_id, worker_id, step_name, kind, status, config, \
-         output, error, elapsed)",
+         output, error, args, elapsed)",
         arrays.join(", ")
     )
 }
@@ -388,13 +395,13 @@ fn step_rows(first: usize) -> String {
 /// they are joined to by the statement's `FROM` clause that follows.
 const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
              (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
-              started_at, finished_at, created_at, updated_at)
+              args, started_at, finished_at, created_at, updated_at)
          SELECT r.namespace, r.id, run.id, r.step_name, r.kind, r.status, r.config::jsonb,
-                r.output::jsonb, r.error::jsonb,
+                r.output::jsonb, r.error::jsonb, r.args::jsonb,
                 clock_timestamp() - r.elapsed * INTERVAL '1 microsecond',
                 clock_timestamp(), clock_timestamp(), clock_timestamp()";
 
-/// The statement that writes a batch of finished step attempts: the eleven arrays of
+/// The statement that writes a batch of finished step attempts: the twelve arrays of
 /// [`step_rows`] from `$1`; returns the rows written. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).
 pub(crate) fn record_steps_sql() -> &'static str {
@@ -417,7 +424,7 @@ pub(crate) fn record_steps_sql() -> &'static str {
 }
 
 /// The statement that completes a batch of runs: four parallel arrays (namespace, run id,
-/// worker id, output as JSON text), then the runs' last step attempts as the eleven arrays
+/// worker id, output as JSON text), then the runs' last step attempts as the twelve arrays
 /// of [`step_rows`] from `$5`; returns the runs completed. A run's attempts are written only
 /// when the run is completed, in the same transaction. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).

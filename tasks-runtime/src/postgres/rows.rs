@@ -21,7 +21,7 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
     config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
-    started_at, finished_at, created_at, updated_at";
+    started_at, finished_at, created_at, updated_at, args";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct RunRow {
@@ -165,6 +165,7 @@ pub(crate) struct StepRow {
     output: Option<Value>,
     error: Option<Value>,
     child_workflow_run_namespace: Option<String>,
+    args: Option<Value>,
     child_workflow_run_id: Option<Uuid>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
@@ -191,6 +192,7 @@ impl StepRow {
             context: json_null_to_none(self.context),
             output: self.output,
             error: self.error,
+            args: json_null_to_none(self.args),
             child_workflow_run_namespace: self.child_workflow_run_namespace,
             child_workflow_run_id: self.child_workflow_run_id,
             started_at: self.started_at,

@@ -88,10 +88,10 @@ impl SqliteStore {
                 "INSERT INTO tasks_step_attempts
                      (namespace, id, workflow_run_id, step_name, kind, status, config, context,
                       output, error, child_workflow_run_namespace, child_workflow_run_id,
-                      started_at, finished_at, created_at, updated_at)
+                      started_at, finished_at, created_at, updated_at, args)
                  SELECT namespace, ?3, ?4, step_name, kind, status, config, context, output,
                         error, child_workflow_run_namespace, child_workflow_run_id, started_at,
-                        finished_at, created_at, updated_at
+                        finished_at, created_at, updated_at, args
                    FROM tasks_step_attempts WHERE namespace = ?1 AND id = ?2",
             )
             .bind(&*self.namespace)

@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0010_patch_markers.sql"),
     },
     Migration {
+        version: 11,
+        name: "step arguments",
+        sql: include_str!("../../migrations/sqlite/0011_step_args.sql"),
+    },
+    Migration {
         version: 13,
         name: "idempotency scopes",
         sql: include_str!("../../migrations/sqlite/0013_idempotency_scopes.sql"),

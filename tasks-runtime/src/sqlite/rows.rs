@@ -32,7 +32,7 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
 /// Columns of `tasks_step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
     config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
-    started_at, finished_at, created_at, updated_at";
+    started_at, finished_at, created_at, updated_at, args";
 
 /// The stored timestamp format: fixed width, so text order is time order.
 const TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
@@ -272,6 +272,7 @@ pub(crate) struct StepRow {
     output: Option<String>,
     error: Option<String>,
     child_workflow_run_namespace: Option<String>,
+    args: Option<String>,
     child_workflow_run_id: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
@@ -299,6 +300,7 @@ impl StepRow {
             context: json_null_to_none(parse_json_opt(self.context, op)?),
             output: parse_json_opt(self.output, op)?,
             error: parse_json_opt(self.error, op)?,
+            args: json_null_to_none(parse_json_opt(self.args, op)?),
             child_workflow_run_namespace: self.child_workflow_run_namespace,
             child_workflow_run_id: parse_id_opt(self.child_workflow_run_id, op)?,
             started_at: parse_ts_opt(self.started_at, op)?,

@@ -197,8 +197,8 @@ impl SqliteStore {
         let sql = format!(
             "INSERT INTO tasks_step_attempts
                  (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
-                  started_at, finished_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11)
+                  started_at, finished_at, created_at, updated_at, args)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11, ?13)
           RETURNING {STEP_COLUMNS}"
         );
         let (now, started) = (write.now(), write.now_minus(params.elapsed)?);
@@ -224,6 +224,7 @@ impl SqliteStore {
             .bind(started)
             .bind(now)
             .bind(finished_at)
+            .bind(params.args.as_ref().map(rows::json))
             .fetch_one(write.conn())
             .await
             .map_err(db(RECORD_STEP.operation))

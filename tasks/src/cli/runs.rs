@@ -4,7 +4,9 @@ use crate::uuid::Uuid;
 use serde_json::{Value, json};
 
 use super::{Exit, ListArgs, Output, fail, format, store_failed};
-pub(super) use crate::display::{attempt_numbers, error_text, step_duration, workflow_of};
+pub(super) use crate::display::{
+    arguments_line, attempt_numbers, error_text, step_duration, workflow_of,
+};
 use crate::{Client, ListRuns, Order, RunError, StepAttempt, WorkflowRun};
 
 pub(super) async fn list(
@@ -177,5 +179,27 @@ pub(super) async fn show(
         "#", "STEP", "KIND", "STATUS", "ATTEMPT", "STARTED", "DURATION", "ERROR",
     ];
     let _ = write!(out, "{}", format::table(&headers, &rows));
+    // The arguments of each call, once per call (its retries were called with the same).
+    let mut shown: Option<(&str, &Value)> = None;
+    let mut lines = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        let Some(args) = &step.args else { continue };
+        if shown == Some((step.step_name.as_str(), args)) {
+            continue;
+        }
+        shown = Some((step.step_name.as_str(), args));
+        lines.push(format!(
+            "{:<4}{}({})",
+            index + 1,
+            step.step_name,
+            arguments_line(args)
+        ));
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\narguments");
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     Exit::Success
 }

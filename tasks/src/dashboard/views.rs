@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::chrono::{DateTime, TimeDelta, Utc};
 use crate::display::{
-    attempt_numbers, duration, error_text, maybe_time, step_duration, time, workflow_of,
+    argument_texts, attempt_numbers, duration, error_text, maybe_time, step_duration, time,
+    workflow_of,
 };
 use crate::{RunStatus, StepAttempt, StepKind, Violation, WorkflowDefinition, WorkflowRun};
 
@@ -376,6 +377,16 @@ pub(super) fn run(
                                         }
                                     }
                                     @if let Some(error) = &step.error { div.error { (error_text(error)) } }
+                                    @if let Some(args) = &step.args {
+                                        details.args {
+                                            summary { "arguments" }
+                                            dl {
+                                                @for (name, text) in argument_texts(args) {
+                                                    dt.mono { (name) } dd.mono { (text) }
+                                                }
+                                            }
+                                        }
+                                    }
                                     // A function step's output, or the event a wait consumed.
                                     @if let Some(output) = step.output.as_ref().filter(|_| step.kind != StepKind::Sleep) {
                                         details { summary { "output" } (json_block(output)) }
