@@ -88,6 +88,8 @@ pub struct CreateRun {
     /// The run's concurrency key and limit: at most that many runs of the key run at once,
     /// across every worker.
     pub concurrency: Option<Concurrency>,
+    /// The W3C trace context every execution of the run joins (see [`crate::trace`]).
+    pub trace_context: Option<crate::trace::TraceContext>,
 }
 
 impl CreateRun {

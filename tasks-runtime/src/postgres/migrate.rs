@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
     },
+    Migration {
+        version: 13,
+        name: "trace context",
+        sql: include_str!("../../migrations/postgres/0013_trace_context.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

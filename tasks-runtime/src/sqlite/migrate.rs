@@ -54,6 +54,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/sqlite/0009_child_workflows.sql"),
     },
+    Migration {
+        version: 12,
+        name: "trace context",
+        sql: include_str!("../../migrations/sqlite/0012_trace_context.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once
