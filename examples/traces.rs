@@ -70,7 +70,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let trace_id = root.span_context.trace_id();
     let mut children: HashMap<SpanId, Vec<&SpanData>> = HashMap::new();
-    for span in spans.iter().filter(|s| s.span_context.trace_id() == trace_id) {
+    for span in spans
+        .iter()
+        .filter(|s| s.span_context.trace_id() == trace_id)
+    {
         children.entry(span.parent_span_id).or_default().push(span);
     }
     println!("trace {trace_id}:");
@@ -82,9 +85,7 @@ fn print_tree(span: &SpanData, children: &HashMap<SpanId, Vec<&SpanData>>, depth
     let fields: Vec<String> = span
         .attributes
         .iter()
-        .filter(|kv| {
-            ["worker.id", "replay", "step.name", "steps"].contains(&kv.key.as_str())
-        })
+        .filter(|kv| ["worker.id", "replay", "step.name", "steps"].contains(&kv.key.as_str()))
         .map(|kv| format!("{}={}", kv.key, kv.value))
         .collect();
     println!("{}{} {}", "  ".repeat(depth), span.name, fields.join(" "));

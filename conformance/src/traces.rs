@@ -37,7 +37,12 @@ pub async fn trace_context_is_stored_and_claimed_with_the_run(setup: impl Setup)
         .unwrap();
     assert_eq!(created.trace_context.as_ref(), Some(&with_state));
     assert_eq!(
-        store.get_run(created.id).await.unwrap().unwrap().trace_context,
+        store
+            .get_run(created.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .trace_context,
         Some(with_state.clone())
     );
 
@@ -64,7 +69,12 @@ pub async fn trace_context_is_stored_and_claimed_with_the_run(setup: impl Setup)
     let untraced = create_pending(&store).await;
     assert_eq!(untraced.trace_context, None);
     assert_eq!(
-        store.get_run(untraced.id).await.unwrap().unwrap().trace_context,
+        store
+            .get_run(untraced.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .trace_context,
         None
     );
 }
@@ -97,7 +107,12 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
         .unwrap();
     assert_eq!(started.child.trace_context.as_ref(), Some(&child_trace));
     assert_eq!(
-        store.get_run(started.child.id).await.unwrap().unwrap().trace_context,
+        store
+            .get_run(started.child.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .trace_context,
         Some(child_trace)
     );
 

@@ -116,7 +116,8 @@ impl Executor {
             // Nothing can have been recorded yet: skip the round trip.
             Ok(Vec::new())
         } else {
-            let span = tracing::info_span!("replay", run.id = %run_id, steps = tracing::field::Empty);
+            let span =
+                tracing::info_span!("replay", run.id = %run_id, steps = tracing::field::Empty);
             async {
                 let history = self.store.step_history(run_id).await;
                 if let Ok(history) = &history {

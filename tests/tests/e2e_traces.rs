@@ -103,7 +103,10 @@ fn caller_span(name: &'static str) -> (tracing::Span, TraceId, SpanId) {
     let span = tracing::info_span!("caller", test = name);
     let cx = span.context();
     let ids = cx.span().span_context().clone();
-    assert!(ids.is_valid(), "the caller's span has an OpenTelemetry context");
+    assert!(
+        ids.is_valid(),
+        "the caller's span has an OpenTelemetry context"
+    );
     (span, ids.trace_id(), ids.span_id())
 }
 
@@ -119,7 +122,9 @@ async fn the_parent_link_survives_a_replay_on_another_worker(backend: Backend) {
     drop(caller);
 
     let stored = store.get_run(run_id).await.unwrap().unwrap();
-    let trace = stored.trace_context.expect("the start stored a trace context");
+    let trace = stored
+        .trace_context
+        .expect("the start stored a trace context");
     assert_eq!(trace.trace_id(), trace_id.to_string());
     assert_eq!(trace.parent_id(), caller_id.to_string());
 
@@ -135,11 +140,19 @@ async fn the_parent_link_survives_a_replay_on_another_worker(backend: Backend) {
     });
     worker_a.shutdown().await;
     let abandoned = store.get_run(run_id).await.unwrap().unwrap();
-    assert_eq!(abandoned.status, RunStatus::Running, "A left the run running");
+    assert_eq!(
+        abandoned.status,
+        RunStatus::Running,
+        "A left the run running"
+    );
 
     // Worker B takes it over once A's lease runs out, and replays it.
     released().lock().unwrap().insert(run_id);
-    let worker_b = worker(&store).worker_id("traces-b").build().unwrap().spawn();
+    let worker_b = worker(&store)
+        .worker_id("traces-b")
+        .build()
+        .unwrap()
+        .spawn();
     let output = handle.result_within(Duration::from_secs(30)).await.unwrap();
     assert_eq!(output, 3);
     worker_b.shutdown().await;
