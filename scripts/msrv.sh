@@ -23,11 +23,12 @@ export CARGO_TARGET_DIR=target/msrv
 export RUSTFLAGS="-D warnings"
 echo "Checking the published crates with $compiler" >&2
 started=$SECONDS
-# The optional parts too (the command line, the dashboard, anyhow errors, Prometheus): they are
+# The optional parts too (the command line, the dashboard, anyhow errors, Prometheus,
+# OpenTelemetry traces): they are
 # published.
 cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
-  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing
+  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
 # Each store alone, and neither: the dashboard without a store (and without the command
 # line, which the build above has on) is also the build with no store at all, for

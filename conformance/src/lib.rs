@@ -70,6 +70,7 @@ pub mod status;
 pub mod step_outcomes;
 pub mod steps;
 mod support;
+pub mod traces;
 
 #[doc(hidden)]
 pub mod __private {
@@ -307,6 +308,10 @@ macro_rules! conformance_suite {
             child_deadline_wakes_the_parent,
             cancel_cascades_to_children,
             runs_are_listed_by_parent,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, traces {
+            trace_context_is_stored_and_claimed_with_the_run,
+            children_and_forks_keep_their_trace_context,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, flow {
             claim_takes_higher_priority_first,

@@ -25,6 +25,7 @@ use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::registry::{InvalidInput, Registry, RegistryError, Violation};
 use crate::retention::{PurgeRuns, purge_batches};
 use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
+use crate::trace::TraceContext;
 
 /// Why a run could not be started or looked at.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +169,7 @@ pub struct StartOptions {
     // Flow control (issue #12).
     priority: i32,
     concurrency: Option<Concurrency>,
+    trace_context: Option<TraceContext>,
 }
 
 impl StartOptions {
@@ -235,6 +237,15 @@ impl StartOptions {
     /// limit is stored with each run; give every run of a key the same one).
     pub fn concurrency_key(mut self, key: impl Into<String>, limit: u32) -> Self {
         self.concurrency = Some(Concurrency::new(key, limit));
+        self
+    }
+
+    /// The trace the run's executions join (see [`crate::trace`]), for a caller that holds
+    /// a W3C trace context itself (an incoming `traceparent` header, say). Without it the
+    /// run takes the current `tracing` span's OpenTelemetry context when the
+    /// `opentelemetry` feature is on, and no trace context otherwise.
+    pub fn trace_context(mut self, trace: TraceContext) -> Self {
+        self.trace_context = Some(trace);
         self
     }
 }
@@ -402,6 +413,7 @@ impl Client {
             idempotency_scope: options.idempotency_scope,
             priority: options.priority,
             concurrency: options.concurrency,
+            trace_context: crate::trace::for_new_run(options.trace_context),
         };
         params.check(self.store.namespace())?;
         Ok(params)

@@ -150,6 +150,12 @@ impl WorkflowContext {
         self.inner.run.context.as_ref()
     }
 
+    /// The W3C trace context stored with the run, which its executions join (see
+    /// [`crate::trace`]): the same on every replay, on every worker.
+    pub fn trace_context(&self) -> Option<&crate::trace::TraceContext> {
+        self.inner.run.trace_context.as_ref()
+    }
+
     /// The slot this run was started for, when a schedule started it (see
     /// [`crate::schedule`]): the instant the cron expression named, not when the run
     /// started. The same on every replay and attempt. It is stored in the run's context

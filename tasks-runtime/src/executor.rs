@@ -85,13 +85,19 @@ impl Executor {
             run,
             first_execution,
         } = claimed;
+        // One span per execution: its `replay` and `step` spans are its children, and it
+        // joins the trace of the run's start (see `crate::trace`).
         let span = tracing::info_span!(
             "run",
             run.id = %run.id,
             workflow.name = %run.workflow_name,
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
+            worker.id = %self.worker_id,
+            replay = !first_execution,
+            trace.parent = tracing::field::Empty,
         );
+        crate::trace::adopt(&span, run.trace_context.as_ref());
         self.execute_inner(run, first_execution, definition, shutdown, returned)
             .instrument(span)
             .await
@@ -110,7 +116,17 @@ impl Executor {
             // Nothing can have been recorded yet: skip the round trip.
             Ok(Vec::new())
         } else {
-            self.store.step_history(run_id).await
+            let span =
+                tracing::info_span!("replay", run.id = %run_id, steps = tracing::field::Empty);
+            async {
+                let history = self.store.step_history(run_id).await;
+                if let Ok(history) = &history {
+                    tracing::Span::current().record("steps", history.len());
+                }
+                history
+            }
+            .instrument(span)
+            .await
         };
         let history = match history {
             Ok(history) => history,

@@ -34,6 +34,7 @@ mod session;
 mod step_args;
 pub mod step_failure;
 pub mod store;
+pub mod trace;
 mod transition;
 pub mod worker;
 
@@ -80,6 +81,7 @@ pub use store::{
     SharedStore, StepUpdate, Store,
 };
 pub use tokio_util::sync::CancellationToken;
+pub use trace::{TraceContext, TraceContextError};
 
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.

@@ -259,6 +259,10 @@ pub struct WorkflowRun {
     /// unless the child was started detached from its parent's cancel.
     #[serde(default = "cascade_default")]
     pub cancel_with_parent: bool,
+    /// The W3C trace context of the start's caller, which every execution of the run joins
+    /// (see [`crate::trace`]).
+    #[serde(default)]
+    pub trace_context: Option<crate::trace::TraceContext>,
 }
 
 fn cascade_default() -> bool {
@@ -342,6 +346,7 @@ impl WorkflowRun {
             forked_from_step: None,
             parent_run_id: None,
             cancel_with_parent: true,
+            trace_context: None,
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct CreateRun {
     /// The run's concurrency key and limit: at most that many runs of the key run at once,
     /// across every worker.
     pub concurrency: Option<Concurrency>,
+    /// The W3C trace context every execution of the run joins (see [`crate::trace`]).
+    pub trace_context: Option<crate::trace::TraceContext>,
 }
 
 impl CreateRun {
@@ -658,7 +660,10 @@ pub trait Store: Send + Sync + 'static {
     /// Creates a pending run, available at `available_at`, or `delay` after now by the
     /// store's clock, or now; announces it with [`Notification::RunAvailable`]. With an
     /// idempotency key, a second create of the same workflow name and key (racing or not)
-    /// creates nothing and returns the first run.
+    /// creates nothing and returns the first run. The run's trace context
+    /// ([`CreateRun::trace_context`]) is stored with it, and every read and claim of the run
+    /// returns it ([`WorkflowRun::trace_context`]); [`Store::start_child`] stores the child's
+    /// the same way, and [`Store::fork_run`] copies the source's.
     ///
     /// Errors: [`StoreError::InvalidArgument`] for a config that is not a JSON object or
     /// null, or a time out of the store's range.

@@ -172,6 +172,10 @@ impl WorkflowContext {
             version: definition.version.map(str::to_owned),
             input: Some(input),
             retry_policy: definition.retry_policy,
+            // With OpenTelemetry, the child's executions are children of this execution's
+            // span; otherwise the child joins the trace its parent joined.
+            trace_context: crate::trace::for_new_run(None)
+                .or_else(|| self.inner.run.trace_context.clone()),
             ..CreateRun::new(definition.name)
         };
         child

@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0012_step_args.sql"),
     },
     Migration {
+        version: 13,
+        name: "trace context",
+        sql: include_str!("../../migrations/postgres/0013_trace_context.sql"),
+    },
+    Migration {
         version: 14,
         name: "idempotency scopes",
         sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),

@@ -686,10 +686,10 @@ async fn insert_run(
              (namespace, id, workflow_name, version, status, idempotency_key, config, context,
               input, attempts, available_at, deadline_at, created_at, updated_at,
               priority, concurrency_key, concurrency_limit,
-              idempotency_scope, idempotency_expires_at)
+              idempotency_scope, idempotency_expires_at, traceparent, tracestate)
          VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
                  COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
-                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond')
+                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18)
          ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
          DO NOTHING
          RETURNING {RUN_COLUMNS}"
@@ -711,6 +711,8 @@ async fn insert_run(
         .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
         .bind(scope)
         .bind(ttl)
+        .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
+        .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
         .fetch_optional(&mut *conn)
         .await
         .map_err(db(OPERATION))

@@ -16,7 +16,8 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
     idempotency_key, config, context, input, output, error, attempts, \
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
     deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
-    forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent";
+    forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent, traceparent, \
+    tracestate";
 
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -51,6 +52,8 @@ pub(crate) struct RunRow {
     forked_from_step: Option<String>,
     parent_run_id: Option<Uuid>,
     cancel_with_parent: bool,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 /// Decodes a run from a returned row; a row that does not decode (JSON the decoder refuses,
@@ -131,6 +134,7 @@ impl RunRow {
             forked_from_step: self.forked_from_step,
             parent_run_id: self.parent_run_id,
             cancel_with_parent: self.cancel_with_parent,
+            trace_context: crate::trace::from_columns(self.traceparent, self.tracestate),
         })
     }
 }

@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0011_step_args.sql"),
     },
     Migration {
+        version: 12,
+        name: "trace context",
+        sql: include_str!("../../migrations/sqlite/0012_trace_context.sql"),
+    },
+    Migration {
         version: 13,
         name: "idempotency scopes",
         sql: include_str!("../../migrations/sqlite/0013_idempotency_scopes.sql"),

@@ -177,9 +177,9 @@ impl SqliteStore {
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
                   input, attempts, available_at, deadline_at, created_at, updated_at,
                   priority, concurrency_key, concurrency_limit,
-                  idempotency_scope, idempotency_expires_at)
+                  idempotency_scope, idempotency_expires_at, traceparent, tracestate)
              VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
-                     ?12, ?13, ?14, ?15, ?16)
+                     ?12, ?13, ?14, ?15, ?16, ?17, ?18)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
@@ -206,6 +206,8 @@ impl SqliteStore {
             .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
             .bind(scope)
             .bind(expires_at)
+            .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
+            .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
             .fetch_optional(write.conn())
             .await
             .map_err(db(OPERATION))
