@@ -172,6 +172,11 @@ pub enum Field {
     Timezone,
     /// The bound of a schedule's catch-up.
     CatchUp,
+    // Published state (issue #11).
+    /// The key of a published state value.
+    StateKey,
+    /// A published state value.
+    StateValue,
 }
 
 impl Field {
@@ -216,6 +221,8 @@ impl Field {
             Field::Cron => "the cron expression",
             Field::Timezone => "the timezone",
             Field::CatchUp => "the catch-up bound",
+            Field::StateKey => "the state key",
+            Field::StateValue => "the state value",
         }
     }
 }
@@ -348,6 +355,12 @@ pub fn check_text(field: Field, value: &str, limit: usize) -> Result<(), LimitEr
 /// Checks a namespace ([`MAX_NAMESPACE_BYTES`], no NUL).
 pub fn check_namespace(namespace: &str) -> Result<(), LimitError> {
     check_text(Field::Namespace, namespace, MAX_NAMESPACE_BYTES)
+}
+
+/// Checks the key of a published state value ([`MAX_TOPIC_BYTES`], like an event topic; no
+/// NUL).
+pub fn check_state_key(key: &str) -> Result<(), LimitError> {
+    check_text(Field::StateKey, key, MAX_TOPIC_BYTES)
 }
 
 /// Checks an event topic ([`MAX_TOPIC_BYTES`], no NUL).

@@ -158,6 +158,10 @@ pub enum StepKind {
     /// `child_workflow_run_id`) and completes when the run has seen the child finish, with
     /// the child's outcome as output.
     Child,
+    /// A value published by the run (`WorkflowContext::set_state`): the attempt is recorded
+    /// completed together with the value, with the key in its config and the version it
+    /// gave the key as output (`{"version": n}`).
+    State,
 }
 
 impl StepKind {
@@ -168,6 +172,7 @@ impl StepKind {
             StepKind::Sleep => "sleep",
             StepKind::Event => "event",
             StepKind::Child => "child",
+            StepKind::State => "state",
         }
     }
 }
@@ -186,6 +191,7 @@ impl FromStr for StepKind {
             "function" => Ok(StepKind::Function),
             "sleep" => Ok(StepKind::Sleep),
             "event" => Ok(StepKind::Event),
+            "state" => Ok(StepKind::State),
             "child" => Ok(StepKind::Child),
             other => Err(UnknownStatus(other.to_owned())),
         }

@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/postgres/0010_child_workflows.sql"),
     },
+    Migration {
+        version: 11,
+        name: "published state",
+        sql: include_str!("../../migrations/postgres/0011_published_state.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

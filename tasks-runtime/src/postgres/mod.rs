@@ -10,6 +10,7 @@ mod recorder;
 mod retention;
 mod rows;
 mod schedules;
+mod state;
 mod start_in;
 
 use std::sync::{Arc, LazyLock};
@@ -35,6 +36,7 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
+use crate::state::{PublishedState, SetState, StateSet};
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
@@ -1306,6 +1308,20 @@ impl Store for PgStore {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
+    }
+
+    // ---- Published state (issue #11): the SQL is in `state.rs` ----
+
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.set_state_impl(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.get_state_impl(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id).await
     }
 
     // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----

@@ -54,6 +54,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "child workflows",
         sql: include_str!("../../migrations/sqlite/0009_child_workflows.sql"),
     },
+    Migration {
+        version: 10,
+        name: "published state",
+        sql: include_str!("../../migrations/sqlite/0010_published_state.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once
