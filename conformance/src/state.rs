@@ -37,7 +37,12 @@ pub async fn publications_version_the_latest_value(setup: impl Setup) {
     assert!(store.list_state(run.id).await.unwrap().is_empty());
 
     let first = store
-        .set_state(set(&run, "state/progress", "progress", json!({ "done": 1 })))
+        .set_state(set(
+            &run,
+            "state/progress",
+            "progress",
+            json!({ "done": 1 }),
+        ))
         .await
         .unwrap();
     assert!(first.published);
@@ -55,7 +60,12 @@ pub async fn publications_version_the_latest_value(setup: impl Setup) {
     assert_near_now(Some(state.updated_at), "updated_at");
 
     let second = store
-        .set_state(set(&run, "state/progress:1", "progress", json!({ "done": 2 })))
+        .set_state(set(
+            &run,
+            "state/progress:1",
+            "progress",
+            json!({ "done": 2 }),
+        ))
         .await
         .unwrap();
     assert!(second.published);
@@ -207,7 +217,10 @@ pub async fn purge_removes_published_state(setup: impl Setup) {
         store.get_state(run.id, "p").await,
         StoreError::RunNotFound { .. }
     );
-    assert_err!(store.list_state(run.id).await, StoreError::RunNotFound { .. });
+    assert_err!(
+        store.list_state(run.id).await,
+        StoreError::RunNotFound { .. }
+    );
 }
 
 /// A key or a value past the limits is refused before anything is written.
@@ -252,7 +265,11 @@ pub async fn concurrent_publications_get_distinct_versions(setup: impl Setup) {
     let done = futures::future::join_all(publications).await;
     let mut versions: Vec<u64> = done
         .iter()
-        .map(|set| set.attempt.output.as_ref().unwrap()["version"].as_u64().unwrap())
+        .map(|set| {
+            set.attempt.output.as_ref().unwrap()["version"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     versions.sort_unstable();
     assert_eq!(versions, (1..=8).collect::<Vec<u64>>());

@@ -87,7 +87,9 @@ pub enum ClientError {
     // Published state (issue #11).
     /// A published value that does not decode into the type asked for
     /// ([`Client::get_state`]).
-    #[error("the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}")]
+    #[error(
+        "the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}"
+    )]
     InvalidState {
         /// The run.
         run_id: Uuid,

@@ -102,7 +102,12 @@ pub(crate) fn published_output(version: u64) -> Value {
 
 /// What [`Store::set_state`](crate::Store::set_state) announces once the publication
 /// committed: [`Notification::StateChanged`].
-pub(crate) fn state_changed(namespace: &str, run_id: Uuid, key: &str, version: u64) -> Notification {
+pub(crate) fn state_changed(
+    namespace: &str,
+    run_id: Uuid,
+    key: &str,
+    version: u64,
+) -> Notification {
     Notification::StateChanged {
         namespace: namespace.to_owned(),
         run_id,

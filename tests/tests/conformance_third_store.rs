@@ -17,9 +17,10 @@ use serde_json::Value;
 use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
     ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
-    ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus,
-    SendEvent, SentEvent, SetState, SharedStore, StartChild, StartedChild, StateSet, StepAttempt, StepUpdate, Store,
-    StoreResult, WaitForChildren, WaitForEvent, WorkflowRun,
+    ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns, RecordStepAttempt,
+    RunEvent, RunStatus, SendEvent, SentEvent, SetState, SharedStore, StartChild, StartedChild,
+    StateSet, StepAttempt, StepUpdate, Store, StoreResult, WaitForChildren, WaitForEvent,
+    WorkflowRun,
 };
 use uuid::Uuid;
 

@@ -114,7 +114,12 @@ async fn published_state_observed_by_a_waiting_client(backend: Backend) {
         .unwrap()
         .into_iter()
         .filter(|step| step.kind == StepKind::State)
-        .map(|step| (step.step_name, step.output.unwrap()["version"].as_u64().unwrap()))
+        .map(|step| {
+            (
+                step.step_name,
+                step.output.unwrap()["version"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         published,
@@ -126,7 +131,10 @@ async fn published_state_observed_by_a_waiting_client(backend: Backend) {
     );
     let listed = client.list_state(run.id()).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].value, serde_json::json!({ "done": 3, "total": 3 }));
+    assert_eq!(
+        listed[0].value,
+        serde_json::json!({ "done": 3, "total": 3 })
+    );
 
     // A finished run publishes nothing more: a wait for a newer version ends at once.
     let started = std::time::Instant::now();
@@ -201,7 +209,10 @@ async fn a_key_past_the_limits_fails_the_run(backend: Backend) {
     let client = client(&store);
     let run = long_key::start(&client, ()).await.unwrap();
     let worker = worker(&store).build().unwrap().spawn();
-    let error = run.result_within(Duration::from_secs(20)).await.unwrap_err();
+    let error = run
+        .result_within(Duration::from_secs(20))
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains("state key"), "{error}");
     assert!(client.list_state(run.id()).await.unwrap().is_empty());
     let finished = client.get_run(run.id()).await.unwrap().unwrap();

@@ -46,7 +46,9 @@ pub enum StateWaitError {
         version: Option<u64>,
     },
     /// No newer value within the timeout.
-    #[error("workflow run {run_id} published no version of state {key:?} after {after} within {waited:?}")]
+    #[error(
+        "workflow run {run_id} published no version of state {key:?} after {after} within {waited:?}"
+    )]
     Timeout {
         /// The run.
         run_id: Uuid,
@@ -60,7 +62,9 @@ pub enum StateWaitError {
         version: Option<u64>,
     },
     /// The newer value does not decode into the type asked for.
-    #[error("the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}")]
+    #[error(
+        "the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}"
+    )]
     Invalid {
         /// The run.
         run_id: Uuid,

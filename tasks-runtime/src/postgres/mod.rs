@@ -10,8 +10,8 @@ mod recorder;
 mod retention;
 mod rows;
 mod schedules;
-mod state;
 mod start_in;
+mod state;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -36,8 +36,8 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
-use crate::state::{PublishedState, SetState, StateSet};
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use crate::state::{PublishedState, SetState, StateSet};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,

@@ -52,8 +52,8 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::retention::PurgeRuns;
-use crate::state::{PublishedState, SetState, StateSet};
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use crate::state::{PublishedState, SetState, StateSet};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
