@@ -66,6 +66,7 @@ pub mod retention;
 pub mod retry;
 pub mod runs;
 pub mod schedules;
+pub mod state;
 pub mod status;
 pub mod step_outcomes;
 pub mod steps;
@@ -108,7 +109,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `status`, `children`, `flow`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -298,6 +299,17 @@ macro_rules! conformance_suite {
         } multi_thread {
             send_racing_a_park_never_loses_the_wake_up,
         } }
+        $crate::__conformance_module! { $setup, state {
+            publications_version_the_latest_value,
+            a_recorded_publication_is_not_repeated,
+            publication_is_fenced,
+            reading_an_unknown_run_is_not_found,
+            publication_is_announced,
+            purge_removes_published_state,
+            state_values_past_the_limits_are_refused,
+        } multi_thread {
+            concurrent_publications_get_distinct_versions,
+        } }
         $crate::__conformance_module! { $setup, children {
             child_start_is_memoized,
             child_start_is_fenced,
@@ -407,6 +419,7 @@ mod tests {
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
             ("events", include_str!("events.rs")),
+            ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
             ("flow", include_str!("flow.rs")),
             ("status", include_str!("status.rs")),

@@ -11,9 +11,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 mod events;
+mod state;
 mod wait;
 
 pub use events::SendOptions;
+pub use state::StateWaitError;
 pub use wait::{WAIT_SAFETY_REREAD, WaitError};
 
 use crate::definition::{Workflow, WorkflowDefinition};
@@ -82,6 +84,21 @@ pub enum ClientError {
         topic: String,
         /// The topics the workflow declares.
         declared: Vec<&'static str>,
+    },
+    // Published state (issue #11).
+    /// A published value that does not decode into the type asked for
+    /// ([`Client::get_state`]).
+    #[error(
+        "the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}"
+    )]
+    InvalidState {
+        /// The run.
+        run_id: Uuid,
+        /// The key.
+        key: String,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
     },
     // Schedules (issue #12).
     /// A cron expression or timezone that does not parse; nothing was stored.

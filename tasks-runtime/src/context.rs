@@ -36,6 +36,7 @@ use crate::step_failure::{
 pub(crate) mod branches;
 pub(crate) mod children;
 pub(crate) mod events;
+pub(crate) mod state;
 
 tokio::task_local! {
     static CURRENT: WorkflowContext;

@@ -83,6 +83,12 @@ pub enum Operation {
     StartChild,
     /// [`Store::wait_for_children`](crate::Store::wait_for_children).
     WaitForChildren,
+    // Published state (issue #11).
+    /// [`Store::set_state`](crate::Store::set_state).
+    SetState,
+    /// [`Store::get_state`](crate::Store::get_state) and
+    /// [`Store::list_state`](crate::Store::list_state).
+    GetState,
     // Schedules (issue #12).
     /// [`Store::create_schedule`](crate::Store::create_schedule) and
     /// [`Store::put_schedule`](crate::Store::put_schedule).
@@ -137,6 +143,8 @@ impl Operation {
             Operation::RetentionTurn => "taking the retention turn",
             Operation::StartChild => "starting a child workflow run",
             Operation::WaitForChildren => "waiting for child workflow runs",
+            Operation::SetState => "publishing state of a workflow run",
+            Operation::GetState => "reading the published state of a workflow run",
             Operation::CreateSchedule => "creating a schedule",
             Operation::GetSchedule => "reading schedules",
             Operation::PauseSchedule => "pausing or resuming a schedule",
@@ -166,6 +174,7 @@ impl Operation {
             Operation::WaitForEvent => "wait for an event in",
             Operation::StartChild => "start a child of",
             Operation::WaitForChildren => "wait for the children of",
+            Operation::SetState => "publish state of",
             _ => "change",
         }
     }

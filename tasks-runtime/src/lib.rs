@@ -31,6 +31,7 @@ pub mod schedule;
 #[cfg(feature = "schedules")]
 mod scheduler;
 mod session;
+pub mod state;
 mod step_args;
 pub mod step_failure;
 pub mod store;
@@ -45,8 +46,8 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use client::{
-    Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, WAIT_SAFETY_REREAD,
-    WaitError,
+    Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, StateWaitError,
+    WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
@@ -74,6 +75,7 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "schedules")]
 pub use schedule::{Cadence, ScheduleError};
 pub use schedule::{CatchUp, NewSchedule, Schedule};
+pub use state::{PublishedState, SetState, StateSet};
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,

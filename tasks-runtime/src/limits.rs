@@ -179,6 +179,11 @@ pub enum Field {
     RetryAfter,
     /// The time to live of an idempotency key.
     IdempotencyTtl,
+    // Published state (issue #11).
+    /// The key of a published state value.
+    StateKey,
+    /// A published state value.
+    StateValue,
 }
 
 impl Field {
@@ -226,6 +231,8 @@ impl Field {
             Field::CatchUp => "the catch-up bound",
             Field::RetryAfter => "the retry-after delay",
             Field::IdempotencyTtl => "the idempotency key's time to live",
+            Field::StateKey => "the state key",
+            Field::StateValue => "the state value",
         }
     }
 }
@@ -358,6 +365,12 @@ pub fn check_text(field: Field, value: &str, limit: usize) -> Result<(), LimitEr
 /// Checks a namespace ([`MAX_NAMESPACE_BYTES`], no NUL).
 pub fn check_namespace(namespace: &str) -> Result<(), LimitError> {
     check_text(Field::Namespace, namespace, MAX_NAMESPACE_BYTES)
+}
+
+/// Checks the key of a published state value ([`MAX_TOPIC_BYTES`], like an event topic; no
+/// NUL).
+pub fn check_state_key(key: &str) -> Result<(), LimitError> {
+    check_text(Field::StateKey, key, MAX_TOPIC_BYTES)
 }
 
 /// Checks an event topic ([`MAX_TOPIC_BYTES`], no NUL).

@@ -161,6 +161,10 @@ pub enum StepKind {
     /// The marker of a patch the run took (`WorkflowContext::patched`): completed when
     /// written, with no output. It is not a call and has no position.
     Patch,
+    /// A value published by the run (`WorkflowContext::set_state`): the attempt is recorded
+    /// completed together with the value, with the key in its config and the version it
+    /// gave the key as output (`{"version": n}`).
+    State,
 }
 
 impl StepKind {
@@ -172,6 +176,7 @@ impl StepKind {
             StepKind::Event => "event",
             StepKind::Child => "child",
             StepKind::Patch => "patch",
+            StepKind::State => "state",
         }
     }
 }
@@ -190,6 +195,7 @@ impl FromStr for StepKind {
             "function" => Ok(StepKind::Function),
             "sleep" => Ok(StepKind::Sleep),
             "event" => Ok(StepKind::Event),
+            "state" => Ok(StepKind::State),
             "child" => Ok(StepKind::Child),
             "patch" => Ok(StepKind::Patch),
             other => Err(UnknownStatus(other.to_owned())),

@@ -361,6 +361,25 @@ impl RunSession {
             .map_err(Halt::after)
     }
 
+    /// A publication of state (see [`Store::set_state`](crate::Store::set_state)).
+    pub(crate) async fn set_state(
+        &self,
+        step_name: &str,
+        key: &str,
+        value: Value,
+    ) -> Result<crate::state::StateSet, Halt> {
+        let params = crate::state::SetState {
+            run_id: self.run_id,
+            worker_id: self.worker_id.clone(),
+            step_name: step_name.to_owned(),
+            key: key.to_owned(),
+            value,
+        };
+        retrying(self.retry_for, || self.store.set_state(params.clone()))
+            .await
+            .map_err(Halt::after)
+    }
+
     /// The namespace of the run's store.
     pub(crate) fn namespace(&self) -> &str {
         self.store.namespace()

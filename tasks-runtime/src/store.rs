@@ -50,6 +50,7 @@ use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
 use crate::retry::RetryPolicy;
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use crate::state::{PublishedState, SetState, StateSet};
 
 /// The namespace stores use when none is chosen.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -546,6 +547,19 @@ pub enum Notification {
         /// The status the transition left the run in (it may have changed again since).
         status: RunStatus,
     },
+    /// A run published a new value of one of its keys
+    /// ([`Store::set_state`]). Workers do not wake on it. See
+    /// [`Client::wait_state`](crate::Client::wait_state).
+    StateChanged {
+        /// The namespace it is in.
+        namespace: String,
+        /// The run.
+        run_id: Uuid,
+        /// The key.
+        key: String,
+        /// The version the publication gave the key.
+        version: u64,
+    },
     /// Notifications may have been lost (the listener reconnected or fell behind): anything
     /// waiting for one should look at the store again.
     Missed {
@@ -561,6 +575,7 @@ impl Notification {
             Notification::RunAvailable { namespace }
             | Notification::RunFinished { namespace, .. }
             | Notification::StatusChanged { namespace, .. }
+            | Notification::StateChanged { namespace, .. }
             | Notification::Missed { namespace } => namespace,
         }
     }
@@ -996,6 +1011,33 @@ pub trait Store: Send + Sync + 'static {
     /// Errors: [`StoreError::UnknownStep`] when a name is not a child step of the run;
     /// [`StoreError::InvalidArgument`] for an empty list; worker-side errors.
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait>;
+
+    // ---- Published state (issue #11; see the `state` module) ----
+
+    /// The publication `params.step_name` of a value under `params.key` by a run that
+    /// `params.worker_id` is running, in one transaction that first locks the run, fenced
+    /// on that lease: records the step attempt (kind [`StepKind::State`], completed, with
+    /// the key in its config and `{"version": n}` as output) and makes `params.value` the
+    /// latest value of (run, key), with version `n` one more than the key's last (1 for
+    /// the first), and the store's clock as `updated_at`; once committed it announces
+    /// [`Notification::StateChanged`]. When the run already has an attempt named
+    /// `params.step_name`, nothing is written and that attempt is returned (`published`
+    /// false): a replay never publishes a value again.
+    ///
+    /// Errors: the limit errors of [`SetState::check`]; worker-side errors. Nothing is
+    /// written then.
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet>;
+
+    /// The latest value the run published under `key`, or `None` when it published none.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run; a [`StoreError::Limit`] for
+    /// a key the limits refuse.
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>>;
+
+    /// The latest value of every key the run published, by key.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run.
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>>;
 
     // ---- Schedules (issue #12; see the `schedule` module) ----
 

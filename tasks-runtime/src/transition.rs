@@ -332,6 +332,15 @@ pub(crate) const WAIT_EVENT: Transition = Transition {
     ..Transition::leased(Operation::WaitForEvent)
 };
 
+// ---- Published state (issue #11) ----
+
+/// A publication of state by a running run's worker: the step attempt (kind state,
+/// completed) and the new value of (run, key), its version one more than before, in one
+/// transaction that first locks the run, fenced on the lease. A repeat of the same step
+/// (a replay) writes nothing. The run's status does not change, so it announces no status;
+/// the store announces the new version itself ([`Notification::StateChanged`]).
+pub(crate) const SET_STATE: Transition = Transition::leased(Operation::SetState);
+
 // ---- Child workflows (issue #11) ----
 
 /// Starts a child run from a step of a running run, by its worker: the step attempt (kind

@@ -750,10 +750,12 @@ async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<(
     match notifications {
         Some(stream) => loop {
             match stream.next().await {
-                // Neither makes a run claimable: a finish, or a status change for waiters.
+                // None makes a run claimable: a finish, or a status change or a published
+                // value for waiters.
                 Some(
                     crate::store::Notification::RunFinished { .. }
-                    | crate::store::Notification::StatusChanged { .. },
+                    | crate::store::Notification::StatusChanged { .. }
+                    | crate::store::Notification::StateChanged { .. },
                 ) => continue,
                 Some(_) => return Some(()),
                 None => return None,

@@ -75,6 +75,15 @@ async fn approve(ctx: WorkflowContext) -> Result<String, WorkflowError> {
     Ok(ctx.wait_for_event::<Approval>().await?.by)
 }
 
+/// Publishes two keys, one of them twice.
+#[workflow(name = "cli-publish")]
+async fn publish(ctx: WorkflowContext) -> Result<(), WorkflowError> {
+    ctx.set_state("progress", &json!({ "done": 1 })).await?;
+    ctx.set_state("phase", "copying").await?;
+    ctx.set_state("progress", &json!({ "done": 2 })).await?;
+    Ok(())
+}
+
 /// The outcome of one command line.
 struct Ran {
     exit: Exit,
@@ -492,6 +501,7 @@ async fn unknown_runs_are_not_found(backend: Backend) {
     for args in [
         vec!["runs", "show", &missing],
         vec!["runs", "watch", &missing],
+        vec!["runs", "state", &missing],
         vec!["cancel", &missing],
         vec!["pause", &missing],
         vec!["resume", &missing],
@@ -508,6 +518,50 @@ async fn unknown_runs_are_not_found(backend: Backend) {
         );
         assert_eq!(ran.err.lines().count(), 1, "{}", ran.err);
     }
+}
+
+async fn runs_state_prints_the_published_values(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let run = publish::start(&client, ()).await.unwrap();
+    let id = run.id().to_string();
+    let ran = cli(&store, &["runs", "state", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains("published no state"), "{}", ran.out);
+
+    let worker = worker(&store).build().unwrap().spawn();
+    run.result_within(Duration::from_secs(20)).await.unwrap();
+    worker.shutdown().await;
+
+    let ran = cli(&store, &["runs", "state", &id]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let lines: Vec<&str> = ran.out.lines().collect();
+    assert!(lines[0].starts_with("KEY"), "{}", ran.out);
+    assert!(
+        lines[1].starts_with("phase") && lines[1].contains("\"copying\""),
+        "{}",
+        ran.out
+    );
+    assert!(
+        lines[2].starts_with("progress") && lines[2].contains(r#"{"done":2}"#),
+        "{}",
+        ran.out
+    );
+
+    let ran = cli(&store, &["runs", "state", &id, "--json"]).await;
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(document["run"], json!(id));
+    assert_eq!(document["state"].as_array().unwrap().len(), 2);
+
+    let ran = cli(&store, &["runs", "state", &id, "progress", "--json"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    let state: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(state["value"], json!({ "done": 2 }));
+    assert_eq!(state["version"], json!(2));
+
+    let ran = cli(&store, &["runs", "state", &id, "nothing"]).await;
+    assert_eq!(ran.exit, Exit::NotFound);
+    assert!(ran.err.contains("published nothing"), "{}", ran.err);
 }
 
 async fn workflows_list_and_schema(backend: Backend) {
@@ -856,6 +910,7 @@ both_backends!(
     cancel_pause_and_resume_change_the_status,
     purge_deletes_old_finished_runs,
     unknown_runs_are_not_found,
+    runs_state_prints_the_published_values,
     workflows_list_and_schema,
     worker_settings_are_checked_before_it_runs,
     doctor_passes_on_a_healthy_store,

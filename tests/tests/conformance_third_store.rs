@@ -17,9 +17,10 @@ use serde_json::Value;
 use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
     ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
-    ListStepAttempts, NotificationStream, Page, PurgeRuns, RecordStepAttempt, RunEvent, RunStatus,
-    SendEvent, SentEvent, SharedStore, StartChild, StartedChild, StepAttempt, StepUpdate, Store,
-    StoreResult, WaitForChildren, WaitForEvent, WorkflowRun,
+    ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns, RecordStepAttempt,
+    RunEvent, RunStatus, SendEvent, SentEvent, SetState, SharedStore, StartChild, StartedChild,
+    StateSet, StepAttempt, StepUpdate, Store, StoreResult, WaitForChildren, WaitForEvent,
+    WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -191,6 +192,18 @@ impl Store for Counting {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.inner.list_events(run_id).await
+    }
+
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.write().set_state(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.inner.get_state(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.inner.list_state(run_id).await
     }
 
     async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {

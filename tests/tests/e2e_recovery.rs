@@ -664,6 +664,23 @@ impl tasks::Store for Flaky {
     async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
         self.inner.list_events(run_id).await
     }
+    // Published state (issue #11).
+    async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
+        self.inner.set_state(params).await
+    }
+    async fn get_state(
+        &self,
+        run_id: uuid::Uuid,
+        key: &str,
+    ) -> tasks::StoreResult<Option<tasks::PublishedState>> {
+        self.inner.get_state(run_id, key).await
+    }
+    async fn list_state(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
+        self.inner.list_state(run_id).await
+    }
     // Retry and fork (issue #14).
     async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.retry_run(run_id).await

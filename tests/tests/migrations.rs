@@ -91,6 +91,7 @@ async fn check_migrations(database: &str) {
             "concurrency_keys",
             "events",
             "retention_leases",
+            "run_state",
             "schedules",
             "schema_migrations",
             "step_attempts",

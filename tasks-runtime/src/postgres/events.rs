@@ -63,7 +63,7 @@ impl From<EventRow> for RunEvent {
 impl PgStore {
     /// Locks the run `target` names in `conn`'s transaction and reads it; `None` when it
     /// does not exist in this namespace.
-    async fn lock_run(
+    pub(super) async fn lock_run(
         &self,
         conn: &mut PgConnection,
         target: &EventTarget,

@@ -61,8 +61,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 11,
-        name: "patch markers",
-        sql: include_str!("../../migrations/postgres/0011_patch_markers.sql"),
+        name: "published state",
+        sql: include_str!("../../migrations/postgres/0011_published_state.sql"),
     },
     Migration {
         version: 12,

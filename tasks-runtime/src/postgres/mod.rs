@@ -11,6 +11,7 @@ mod retention;
 mod rows;
 mod schedules;
 mod start_in;
+mod state;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -36,6 +37,7 @@ use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retention::PurgeRuns;
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use crate::state::{PublishedState, SetState, StateSet};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, PageQuery, RecordStepAttempt,
@@ -1360,6 +1362,20 @@ impl Store for PgStore {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
+    }
+
+    // ---- Published state (issue #11): the SQL is in `state.rs` ----
+
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.set_state_impl(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.get_state_impl(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id).await
     }
 
     // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----

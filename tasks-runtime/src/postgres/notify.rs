@@ -37,6 +37,12 @@ enum Payload {
         run: Uuid,
         st: RunStatus,
     },
+    State {
+        ns: String,
+        run: Uuid,
+        key: String,
+        v: u64,
+    },
 }
 
 /// What the hub broadcasts: a notification, or "the connection dropped, re-check everything".
@@ -63,6 +69,17 @@ pub(crate) fn payload(notification: &Notification) -> String {
             ns: namespace.clone(),
             run: *run_id,
             st: *status,
+        },
+        Notification::StateChanged {
+            namespace,
+            run_id,
+            key,
+            version,
+        } => Payload::State {
+            ns: namespace.clone(),
+            run: *run_id,
+            key: key.clone(),
+            v: *version,
         },
         // Only listeners produce this one; sending it means "everyone, look again".
         Notification::Missed { namespace } => Payload::Available {
@@ -221,6 +238,12 @@ async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) 
                             namespace: ns,
                             run_id: run,
                             status: st,
+                        },
+                        Payload::State { ns, run, key, v } => Notification::StateChanged {
+                            namespace: ns,
+                            run_id: run,
+                            key,
+                            version: v,
                         },
                     };
                     let _ = tx.send(Event::Notification(notification));

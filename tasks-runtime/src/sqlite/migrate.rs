@@ -56,8 +56,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 10,
-        name: "patch markers",
-        sql: include_str!("../../migrations/sqlite/0010_patch_markers.sql"),
+        name: "published state",
+        sql: include_str!("../../migrations/sqlite/0010_published_state.sql"),
     },
     Migration {
         version: 11,

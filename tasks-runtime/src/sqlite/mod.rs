@@ -32,6 +32,7 @@ mod retention;
 mod rows;
 mod runs;
 mod schedules;
+mod state;
 mod steps;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,7 @@ use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::retention::PurgeRuns;
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use crate::state::{PublishedState, SetState, StateSet};
 use crate::store::{
     ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
     ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
@@ -572,6 +574,20 @@ impl Store for SqliteStore {
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
+    }
+
+    // ---- Published state (issue #11): the SQL is in `state.rs` ----
+
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.set_state_impl(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.get_state_impl(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id).await
     }
 
     // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----

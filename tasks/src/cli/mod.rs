@@ -317,6 +317,16 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The values a run published (`ctx.set_state`): every key, or one.
+    State {
+        /// The run id.
+        id: Uuid,
+        /// Only this key (exit code 3, not found, when the run published nothing under it).
+        key: Option<String>,
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a run until it ends; the exit code says how it ended.
     Watch {
         /// The run id.
@@ -442,6 +452,9 @@ impl TasksArgs {
             Command::Runs(RunsCommand::List(args)) => runs::list(&client, args, out, err).await,
             Command::Runs(RunsCommand::Show { id, json }) => {
                 runs::show(&client, *id, *json, out, err).await
+            }
+            Command::Runs(RunsCommand::State { id, key, json }) => {
+                runs::state(&client, *id, key.as_deref(), *json, out, err).await
             }
             Command::Runs(RunsCommand::Watch { id, interval }) => {
                 watch::watch(&client, *id, *interval, out, err).await

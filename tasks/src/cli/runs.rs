@@ -1,4 +1,4 @@
-//! `runs list` and `runs show`.
+//! `runs list`, `runs show` and `runs state`.
 
 use crate::uuid::Uuid;
 use serde_json::{Value, json};
@@ -201,5 +201,67 @@ pub(super) async fn show(
             let _ = writeln!(out, "{line}");
         }
     }
+    Exit::Success
+}
+
+/// `runs state ID [KEY] [--json]`: the latest value of every key the run published, or of
+/// one key.
+pub(super) async fn state(
+    client: &Client,
+    id: Uuid,
+    key: Option<&str>,
+    json: bool,
+    out: Output<'_>,
+    err: Output<'_>,
+) -> Exit {
+    let read = match key {
+        Some(key) => client
+            .store()
+            .get_state(id, key)
+            .await
+            .map(|state| state.into_iter().collect::<Vec<_>>()),
+        None => client.store().list_state(id).await,
+    };
+    let states = match read {
+        Ok(states) => states,
+        Err(error) => return store_failed(&error, err),
+    };
+    if let Some(key) = key
+        && states.is_empty()
+    {
+        if json {
+            let _ = writeln!(out, "null");
+        }
+        let _ = writeln!(err, "error: run {id} published nothing under {key:?}");
+        return Exit::NotFound;
+    }
+    if json {
+        let document = match key {
+            Some(_) => json!(states.first()),
+            None => json!({ "run": id, "state": states }),
+        };
+        let _ = writeln!(out, "{document}");
+        return Exit::Success;
+    }
+    if states.is_empty() {
+        let _ = writeln!(out, "run {id} published no state");
+        return Exit::Success;
+    }
+    let rows: Vec<Vec<String>> = states
+        .iter()
+        .map(|state| {
+            vec![
+                state.key.clone(),
+                state.version.to_string(),
+                format::time(state.updated_at),
+                state.value.to_string(),
+            ]
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "{}",
+        format::table(&["KEY", "VERSION", "UPDATED", "VALUE"], &rows)
+    );
     Exit::Success
 }

@@ -1,7 +1,8 @@
--- Patch markers (issue #16); see the Postgres migration 0011_patch_markers.sql.
+-- Published state (issue #11); see the Postgres migration 0011_published_state.sql.
 -- Encodings as in 0001_initial.sql.
 
--- Patch markers are step attempts of their own kind. SQLite cannot change a CHECK
+-- Publications, and patch markers (issue #16, `ctx.patched`), are step attempts of their own
+-- kinds. SQLite cannot change a CHECK
 -- constraint in place, so the table is rebuilt (create, copy, drop, rename, index), as in
 -- 0004_events.sql. Dropping the old table runs its ON DELETE SET NULL actions, which would
 -- clear the parent step of every child run: the links are saved first and restored after
@@ -36,7 +37,7 @@ CREATE TABLE tasks_step_attempts_new (
     CONSTRAINT step_attempts_status_check CHECK (status IN
         ('running', 'completed', 'failed', 'paused', 'canceled')),
     CONSTRAINT step_attempts_kind_check CHECK (kind IN
-        ('function', 'sleep', 'event', 'child', 'patch'))
+        ('function', 'sleep', 'event', 'child', 'state', 'patch'))
 );
 
 INSERT INTO tasks_step_attempts_new SELECT * FROM tasks_step_attempts;
@@ -61,3 +62,17 @@ UPDATE tasks_workflow_runs
             WHERE s.namespace = tasks_workflow_runs.namespace AND s.id = tasks_workflow_runs.id);
 
 DROP TABLE tasks_saved_parent_steps;
+
+-- Deleted with its run (a purge), like the run's step attempts and events.
+CREATE TABLE tasks_run_state (
+    namespace        TEXT    NOT NULL,
+    workflow_run_id  TEXT    NOT NULL,
+    key              TEXT    NOT NULL,
+    value            TEXT    NOT NULL,
+    version          INTEGER NOT NULL,
+    updated_at       TEXT    NOT NULL,
+    PRIMARY KEY (namespace, workflow_run_id, key),
+    FOREIGN KEY (namespace, workflow_run_id)
+        REFERENCES tasks_workflow_runs (namespace, id) ON DELETE CASCADE,
+    CONSTRAINT run_state_version_check CHECK (version > 0)
+);
