@@ -19,6 +19,7 @@ use super::support::*;
 /// The publication `step_name` of `value` under `key` by the run's worker.
 fn set(run: &WorkflowRun, step_name: &str, key: &str, value: Value) -> SetState {
     SetState {
+        call: None,
         run_id: run.id,
         worker_id: owner(run).to_owned(),
         step_name: step_name.to_owned(),
@@ -125,6 +126,7 @@ pub async fn publication_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .set_state(SetState {
+                call: None,
                 worker_id: new_worker(),
                 ..set(&run, "state/p", "p", json!(1))
             })
@@ -135,6 +137,7 @@ pub async fn publication_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .set_state(SetState {
+                call: None,
                 run_id: unknown,
                 ..set(&run, "state/p", "p", json!(1))
             })

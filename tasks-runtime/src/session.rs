@@ -367,6 +367,7 @@ impl RunSession {
         step_name: &str,
         key: &str,
         value: Value,
+        call: Value,
     ) -> Result<crate::state::StateSet, Halt> {
         let params = crate::state::SetState {
             run_id: self.run_id,
@@ -374,6 +375,7 @@ impl RunSession {
             step_name: step_name.to_owned(),
             key: key.to_owned(),
             value,
+            call: Some(call),
         };
         retrying(self.retry_for, || self.store.set_state(params.clone()))
             .await

@@ -66,6 +66,9 @@ pub struct SetState {
     pub key: String,
     /// The value.
     pub value: Value,
+    /// The publication's place in the run (`{"position": ..}`), recorded in its attempt's
+    /// config under `call` and compared on replay; `None` records none.
+    pub call: Option<Value>,
 }
 
 impl SetState {
@@ -81,7 +84,11 @@ impl SetState {
 
     /// The config of the publication's step attempt: its key.
     pub(crate) fn config(&self) -> Value {
-        json!({ "key": self.key })
+        let mut config = json!({ "key": self.key });
+        if let Some(call) = &self.call {
+            config["call"] = call.clone();
+        }
+        config
     }
 }
 
@@ -128,6 +135,7 @@ mod tests {
     #[test]
     fn checks_refuse_before_any_sql() {
         let set = SetState {
+            call: None,
             run_id: Uuid::now_v7(),
             worker_id: "w".into(),
             step_name: "state/k".into(),
@@ -136,6 +144,7 @@ mod tests {
         };
         assert_eq!(set.check().unwrap_err().field(), Field::StateKey);
         let set = SetState {
+            call: None,
             key: "k".into(),
             value: json!("\0"),
             ..set

@@ -12,6 +12,8 @@ use serde_json::Value;
 use super::WorkflowContext;
 use crate::failure::WorkflowError;
 use crate::limits::{self, Field};
+use crate::model::StepKind;
+use crate::replay::{Call, Resolved};
 
 impl WorkflowContext {
     /// Publishes `value` as the latest value of `key` for this run, for clients to read
@@ -60,14 +62,22 @@ impl WorkflowContext {
         limits::check_state_key(key).map_err(|error| WorkflowError::from(error).non_retryable())?;
         limits::check_json(Field::StateValue, &value)
             .map_err(|error| WorkflowError::from(error).non_retryable())?;
-        let step_name = self.resolve_name(&format!("state/{key}"))?;
+        let Resolved {
+            name: step_name,
+            record: call,
+        } = self.resolve_call(&format!("state/{key}"), Call::of(StepKind::State))?;
         self.check_interrupted().await;
         if self.completed_attempt(&step_name).is_some() {
             return Ok(());
         }
         // Earlier steps are durable before the value they led to is published.
         self.flush().await;
-        match self.inner.session.set_state(&step_name, key, value).await {
+        match self
+            .inner
+            .session
+            .set_state(&step_name, key, value, call)
+            .await
+        {
             Ok(set) => {
                 self.remember(set.attempt);
                 Ok(())
