@@ -425,6 +425,7 @@ mod tests {
             ("status", include_str!("status.rs")),
             ("schedules", include_str!("schedules.rs")),
             ("isolation", include_str!("isolation.rs")),
+            ("traces", include_str!("traces.rs")),
         ];
         let mut total = 0;
         for (module, source) in files {

@@ -102,6 +102,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
                 ..CreateRun::new(unique_name())
             },
             on_parent_cancel: ParentCancel::Cascade,
+            call: None,
         })
         .await
         .unwrap();
@@ -126,6 +127,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
             status: StepStatus::Completed,
             output: Some(json!(1)),
             error: None,
+            args: None,
             elapsed: Duration::from_millis(1),
         })
         .await
