@@ -91,10 +91,18 @@ async fn a_store_on_two_connections_runs_workflows() {
         .spawn();
     let client = Client::new(store.clone()).unwrap();
 
+    // A start must not wait on the pool for a connection it holds itself: with the pool's
+    // 30 s acquire timeout, that would stall each start by 30 s (it once did: the wake-up
+    // after the insert took a second connection while the first was still held).
     let mut runs = Vec::new();
-    for n in 0..8 {
-        runs.push((n, double_twice::start(&client, Number { n }).await.unwrap()));
-    }
+    let starts = async {
+        for n in 0..8 {
+            runs.push((n, double_twice::start(&client, Number { n }).await.unwrap()));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), starts)
+        .await
+        .expect("8 starts on a 2-connection pool take well under 20 s");
     for (n, run) in runs {
         let output = run.result_within(Duration::from_secs(30)).await.unwrap();
         assert_eq!(output, n * 4);

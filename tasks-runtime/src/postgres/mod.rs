@@ -778,6 +778,9 @@ impl Store for PgStore {
             };
             {
                 let run = row.into_run(OPERATION)?;
+                // The connection goes back to the pool first: the wake-up takes one of its
+                // own, and a small pool must not wait on itself.
+                drop(conn);
                 // After the insert committed: a NOTIFY in the insert's own transaction would
                 // serialize every start on Postgres's notify queue lock at its commit.
                 let wake_up = Notification::RunAvailable {
