@@ -102,6 +102,7 @@ pub(crate) fn argument_texts(args: &serde_json::Value) -> Vec<(String, String)> 
 }
 
 /// The recorded arguments on one line: `order={"id":7}, count=2`.
+#[cfg(feature = "cli")]
 pub(crate) fn arguments_line(args: &serde_json::Value) -> String {
     argument_texts(args)
         .into_iter()
