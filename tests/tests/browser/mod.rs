@@ -105,7 +105,8 @@ impl Browser {
     }
 
     /// Waits up to 15 s for an element matching `css`, and returns its text (found again
-    /// when a live refresh replaced it in between).
+    /// when a live refresh replaced it in between; on a loaded machine that can happen
+    /// several times in a row, so it tries for a while, a little apart, like `click`).
     pub async fn wait_for(&self, css: &str) -> String {
         let mut tries = 0;
         loop {
@@ -119,16 +120,17 @@ impl Browser {
                 .unwrap_or_else(|error| panic!("no element {css}: {error}"));
             match element.text().await {
                 Ok(text) => return text,
-                Err(error) if tries < 10 => {
+                Err(error) if tries < 50 => {
                     let _ = error;
+                    tokio::time::sleep(Duration::from_millis(37)).await;
                 }
                 Err(error) => panic!("cannot read {css}: {error}"),
             }
         }
     }
 
-    /// The texts of every element matching `css` (read again when a live refresh replaced
-    /// the elements while they were read).
+    /// The texts of every element matching `css` (read again, a little later, when a live
+    /// refresh replaced the elements while they were read).
     pub async fn texts(&self, css: &str) -> Vec<String> {
         let mut tries = 0;
         'again: loop {
@@ -142,8 +144,9 @@ impl Browser {
             {
                 match element.text().await {
                     Ok(text) => texts.push(text),
-                    Err(error) if tries < 10 => {
+                    Err(error) if tries < 50 => {
                         let _ = error;
+                        tokio::time::sleep(Duration::from_millis(37)).await;
                         continue 'again;
                     }
                     Err(error) => panic!("cannot read {css}: {error}"),
