@@ -612,7 +612,13 @@ where
             return ctx.halt(Halt::Sleep(until)).await;
         }
         tracing::warn!(run.id = %ctx.run_id(), step.name = %step_name, attempt = attempt_number, error = %record, "step failed");
-        let delay = policy.delay_after(attempt_number);
+        // A non-retryable error (`WorkflowError::non_retryable`) ends the step's attempts at
+        // once, whatever its policy has left.
+        let delay = if record.retryable {
+            policy.delay_after(attempt_number)
+        } else {
+            None
+        };
         // The final error goes back to the workflow: it is stored so that a replay can hand
         // it back without running the step; one that cannot be stored fails the run.
         let stored = match (&delay, &error) {

@@ -263,7 +263,44 @@ async fn a_fork_replays_the_history_before_its_step_and_runs_the_rest(backend: B
     worker.shutdown().await;
 }
 
+/// Declines every call, for good: its policy's five attempts must not be used.
+#[step(retry(max_attempts = 5, initial_interval = "10ms"))]
+async fn charge_card() -> Result<String, WorkflowError> {
+    bump(run_id(), "charge_card");
+    Err(WorkflowError::msg("card declined").non_retryable())
+}
+
+#[workflow(name = "e2e-retry-declined", retry(max_attempts = 3))]
+async fn declined(_ctx: WorkflowContext, _input: ()) -> Result<String, WorkflowError> {
+    charge_card().await
+}
+
+async fn a_non_retryable_step_error_ends_the_step_at_its_first_attempt(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let client = client(&store);
+    let run = declined::start(&client, ()).await.unwrap();
+    match run.result_within(Duration::from_secs(20)).await {
+        Err(RunError::Failed { error, .. }) => {
+            assert!(error.message.contains("card declined"), "{error:?}");
+            assert!(!error.retryable, "{error:?}");
+        }
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+    assert_eq!(
+        calls(run.id(), "charge_card"),
+        1,
+        "neither the step's policy nor the workflow's retried it"
+    );
+    let steps = run.steps().await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].status, StepStatus::Failed);
+    assert_eq!(run.run().await.unwrap().attempts, 1);
+    worker.shutdown().await;
+}
+
 both_backends!(
+    a_non_retryable_step_error_ends_the_step_at_its_first_attempt,
     a_retried_run_runs_only_its_unfinished_steps_with_a_fresh_budget,
     a_canceled_run_is_retried_from_its_unfinished_step,
     a_fork_replays_the_history_before_its_step_and_runs_the_rest,
