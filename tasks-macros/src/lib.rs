@@ -15,6 +15,7 @@ mod expand;
 mod kind;
 mod model;
 mod parse;
+mod placement;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -33,7 +34,9 @@ use crate::kind::MacroKind;
 /// A workflow without input takes only the context; its input type is `()`.
 ///
 /// Next to the function, a type of the same name implements `tasks::Workflow`, so the
-/// function must be a free item of a module (not in an `impl` block). In doc comments, link
+/// function must be a free item of a module: on an associated function (in an `impl` or
+/// `trait` block) the macro reports one error saying so, when the compiler names the
+/// function's source file. In doc comments, link
 /// to one or the other explicitly: ``[`checkout()`]`` for the function,
 /// ``[`struct@checkout`]`` for the type (a bare ``[`checkout`]`` is ambiguous to rustdoc).
 #[proc_macro_attribute]
@@ -43,6 +46,13 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         Ok(input) => input,
         Err(error) => return expand::fallback::unparsed(item, error).into(),
     };
+    // An associated function: one error that says what to write, not rustc's refusal of
+    // each generated item. (A `self` receiver has an error of its own, saying the same.)
+    if input.item.sig.receiver().is_none()
+        && let Some(error) = placement::associated(&input.item.sig.ident)
+    {
+        return expand::fallback::unparsed(item, error).into();
+    }
     match validate::workflow(input) {
         Ok(workflow) => expand::workflow(item, &workflow),
         Err(invalid) => expand::fallback::invalid(item, invalid),

@@ -6,10 +6,20 @@
 //! nothing. The table of every metric, its labels and its meaning is in
 //! [`tasks_runtime::metrics`] (re-exported here).
 //!
-//! With the `prometheus` feature, [`Prometheus::install`] installs a Prometheus recorder for
-//! the process, and [`Prometheus::router`] serves it at `GET /metrics` (mount it in your
-//! axum app, or serve it on its own port). The dashboard serves it too, behind its own
-//! credentials, when given one ([`Dashboard::metrics`](crate::dashboard::Dashboard::metrics)).
+#![cfg_attr(
+    all(feature = "prometheus", feature = "dashboard"),
+    doc = "With the `prometheus` feature, [`Prometheus::install`] installs a Prometheus recorder
+for the process, and [`Prometheus::router`] serves it at `GET /metrics` (mount it in your axum
+app, or serve it on its own port). The dashboard serves it too, behind its own credentials, when
+given one ([`Dashboard::metrics`](crate::dashboard::Dashboard::metrics))."
+)]
+#![cfg_attr(
+    not(all(feature = "prometheus", feature = "dashboard")),
+    doc = "With the `prometheus` feature, `Prometheus::install` installs a Prometheus recorder
+for the process, and `Prometheus::router` serves it at `GET /metrics` (mount it in your axum
+app, or serve it on its own port). The dashboard (feature `dashboard`) serves it too, behind
+its own credentials, when given one (`Dashboard::metrics`)."
+)]
 //!
 //! ```no_run
 //! # #[cfg(feature = "prometheus")]
