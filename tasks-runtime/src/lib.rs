@@ -27,6 +27,8 @@ pub mod registry;
 mod replay;
 pub mod retention;
 pub mod retry;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod row;
 pub mod schedule;
 #[cfg(feature = "schedules")]
 mod scheduler;

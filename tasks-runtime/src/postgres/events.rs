@@ -31,7 +31,8 @@ use crate::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
     consumed_by, consumed_at, created_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::postgres::PgRow =>
 struct EventRow {
     namespace: String,
     id: Uuid,
@@ -43,6 +44,7 @@ struct EventRow {
     consumed_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
 }
+);
 
 impl From<EventRow> for RunEvent {
     fn from(row: EventRow) -> Self {

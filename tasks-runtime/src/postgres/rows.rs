@@ -24,7 +24,8 @@ pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name
     config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
     started_at, finished_at, created_at, updated_at, args";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::postgres::PgRow =>
 pub(crate) struct RunRow {
     namespace: String,
     id: Uuid,
@@ -55,6 +56,7 @@ pub(crate) struct RunRow {
     traceparent: Option<String>,
     tracestate: Option<String>,
 }
+);
 
 /// Decodes a run from a returned row; a row that does not decode (JSON the decoder refuses,
 /// an unknown status) is a [`StoreError::CorruptRun`] naming the run.
@@ -140,11 +142,19 @@ impl RunRow {
 }
 
 /// A claimed run: its row and whether the claim is its first execution.
-#[derive(sqlx::FromRow)]
 pub(crate) struct ClaimRow {
-    #[sqlx(flatten)]
     run: RunRow,
     first_execution: bool,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for ClaimRow {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> sqlx::Result<Self> {
+        use sqlx::Row as _;
+        Ok(Self {
+            run: RunRow::from_row(row)?,
+            first_execution: row.try_get("first_execution")?,
+        })
+    }
 }
 
 impl ClaimRow {
@@ -156,7 +166,8 @@ impl ClaimRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::postgres::PgRow =>
 pub(crate) struct StepRow {
     namespace: String,
     id: Uuid,
@@ -176,6 +187,7 @@ pub(crate) struct StepRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
+);
 
 impl StepRow {
     pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {

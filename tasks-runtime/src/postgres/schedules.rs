@@ -24,7 +24,8 @@ use crate::transition::schedule_fence;
 const SCHEDULE_COLUMNS: &str = "namespace, name, workflow_name, version, cron, timezone, input, \
     catch_up, catch_up_max, paused, next_slot, created_at, updated_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::postgres::PgRow =>
 struct ScheduleRow {
     namespace: String,
     name: String,
@@ -40,6 +41,7 @@ struct ScheduleRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
+);
 
 impl ScheduleRow {
     fn into_schedule(self, operation: Operation) -> StoreResult<Schedule> {

@@ -28,7 +28,8 @@ use crate::transition::SET_STATE;
 /// Columns of `run_state`, in the order of [`StateRow`].
 const STATE_COLUMNS: &str = "workflow_run_id, key, value, version, updated_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::postgres::PgRow =>
 struct StateRow {
     workflow_run_id: Uuid,
     key: String,
@@ -36,6 +37,7 @@ struct StateRow {
     version: i64,
     updated_at: DateTime<Utc>,
 }
+);
 
 impl From<StateRow> for PublishedState {
     fn from(row: StateRow) -> Self {

@@ -28,7 +28,8 @@ use crate::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
     consumed_by, consumed_at, created_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::sqlite::SqliteRow =>
 struct EventRow {
     namespace: String,
     id: String,
@@ -40,6 +41,7 @@ struct EventRow {
     consumed_at: Option<String>,
     created_at: String,
 }
+);
 
 impl EventRow {
     fn into_event(self, operation: Operation) -> StoreResult<RunEvent> {

@@ -137,7 +137,8 @@ fn parse_json_opt(value: Option<String>, operation: Operation) -> StoreResult<Op
         .transpose()
 }
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::sqlite::SqliteRow =>
 pub(crate) struct RunRow {
     namespace: String,
     id: String,
@@ -168,6 +169,7 @@ pub(crate) struct RunRow {
     traceparent: Option<String>,
     tracestate: Option<String>,
 }
+);
 
 impl RunRow {
     /// The run; a row that does not decode is a [`StoreError::CorruptRun`] naming the run
@@ -242,11 +244,19 @@ impl RunRow {
 }
 
 /// A claimed run: its row and whether the claim is its first execution.
-#[derive(sqlx::FromRow)]
 pub(crate) struct ClaimRow {
-    #[sqlx(flatten)]
     run: RunRow,
     first_execution: bool,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> for ClaimRow {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> sqlx::Result<Self> {
+        use sqlx::Row as _;
+        Ok(Self {
+            run: RunRow::from_row(row)?,
+            first_execution: row.try_get("first_execution")?,
+        })
+    }
 }
 
 impl ClaimRow {
@@ -263,7 +273,8 @@ impl ClaimRow {
     }
 }
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::sqlite::SqliteRow =>
 pub(crate) struct StepRow {
     namespace: String,
     id: String,
@@ -283,6 +294,7 @@ pub(crate) struct StepRow {
     created_at: String,
     updated_at: String,
 }
+);
 
 impl StepRow {
     pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {

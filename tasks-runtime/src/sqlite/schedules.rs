@@ -18,7 +18,8 @@ use crate::transition::schedule_fence;
 const SCHEDULE_COLUMNS: &str = "namespace, name, workflow_name, version, cron, timezone, input, \
     catch_up, catch_up_max, paused, next_slot, created_at, updated_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::sqlite::SqliteRow =>
 struct ScheduleRow {
     namespace: String,
     name: String,
@@ -34,6 +35,7 @@ struct ScheduleRow {
     created_at: String,
     updated_at: String,
 }
+);
 
 impl ScheduleRow {
     fn into_schedule(self, operation: Operation) -> StoreResult<Schedule> {

@@ -25,7 +25,8 @@ use crate::transition::SET_STATE;
 /// Columns of `tasks_run_state`, in the order of [`StateRow`].
 const STATE_COLUMNS: &str = "workflow_run_id, key, value, version, updated_at";
 
-#[derive(sqlx::FromRow)]
+crate::row::row_struct!(
+    sqlx::sqlite::SqliteRow =>
 struct StateRow {
     workflow_run_id: String,
     key: String,
@@ -33,6 +34,7 @@ struct StateRow {
     version: i64,
     updated_at: String,
 }
+);
 
 impl StateRow {
     fn into_state(self, operation: Operation) -> StoreResult<PublishedState> {
