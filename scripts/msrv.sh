@@ -2,7 +2,8 @@
 # Checks that the published crates build with the Rust version the workspace declares
 # (`rust-version` in Cargo.toml), with the locked dependencies and warnings denied: with
 # every optional part on, then with each store feature alone and with neither, so that no
-# `cfg` combination leaves dead code or a broken import.
+# `cfg` combination leaves dead code or a broken import. Between the two, it builds the
+# workspace's docs with warnings denied.
 #
 # Installs that toolchain with rustup when it is missing, and builds in a target directory
 # of its own so that the main build's artifacts are not thrown away. A machine that cannot
@@ -30,6 +31,12 @@ cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
   --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
+# The docs of every crate of the workspace, warnings denied (no broken intra-doc link), by
+# this toolchain's rustdoc. Here they reuse the dependencies' metadata of the check above (a
+# `cargo doc` beside the main build would check the whole dependency tree once more).
+started=$SECONDS
+RUSTDOCFLAGS="-D warnings" cargo $toolchain doc --locked --workspace --no-deps
+echo "Documented the workspace in $((SECONDS - started)) s" >&2
 # Each store alone, and neither: the dashboard without a store (and without the command
 # line, which the build above has on) is also the build with no store at all, for
 # `tasks-runtime` and every `cfg` of `tasks` but the dashboard's own, so it stands for the
