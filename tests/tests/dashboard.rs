@@ -110,6 +110,17 @@ async fn dash_approve(ctx: WorkflowContext) -> Result<String, WorkflowError> {
     Ok(approval.by)
 }
 
+/// Publishes its progress, with a value a page must escape.
+#[workflow(name = "dash-progress")]
+async fn dash_progress(ctx: WorkflowContext) -> Result<String, WorkflowError> {
+    ctx.set_state("progress", &json!({ "done": 3, "of": 4 }))
+        .await?;
+    ctx.set_state("progress", &json!({ "done": 4, "of": 4 }))
+        .await?;
+    ctx.set_state("note", &HOSTILE).await?;
+    Ok("done".into())
+}
+
 /// Serves `dashboard` on a loopback port of this test's runtime.
 async fn serve(dashboard: Dashboard) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -960,7 +971,50 @@ async fn step_arguments_are_shown_escaped(backend: Backend) {
     assert!(!page.contains("<script>window"), "{page}");
 }
 
+/// A run's page shows what the run published (each key's latest value and version,
+/// escaped) and the trace it joins.
+async fn published_state_and_trace_are_shown(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let worker = worker(&store).build().unwrap().spawn();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let trace = tasks::trace::TraceContext::new(traceparent, None).unwrap();
+    let done = client
+        .start_with::<dash_progress>((), StartOptions::new().trace_context(trace))
+        .await
+        .unwrap();
+    done.result_within(Duration::from_secs(30)).await.unwrap();
+    worker.shutdown().await;
+    let addr = serve(Dashboard::new(client.clone())).await;
+
+    let (status, _, page) =
+        http(addr, &format!("GET /run?id={} HTTP/1.1\r\n", done.id()), "").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<h2>Published state</h2>"), "{page}");
+    let row = |key: &str| {
+        let start = page
+            .find(&format!("data-key=\"{key}\""))
+            .unwrap_or_else(|| panic!("no row for {key}: {page}"));
+        let end = start + page[start..].find("</tr>").unwrap();
+        page[start..end].to_owned()
+    };
+    let progress = row("progress");
+    assert!(progress.contains("<td class=\"num\">2</td>"), "{progress}");
+    assert!(progress.contains("&quot;done&quot;: 4"), "{progress}");
+    assert!(!progress.contains("&quot;done&quot;: 3"), "{progress}");
+    let note = row("note");
+    assert!(note.contains("&lt;img src=x"), "{note}");
+    assert!(!page.contains("<img"), "{page}");
+    assert!(page.contains(&format!(">{traceparent}</dd>")), "{page}");
+
+    // A run that published nothing has no such section.
+    let id = pending_run(&client, "kettle", "").await;
+    let (_, _, page) = http(addr, &format!("GET /run?id={id} HTTP/1.1\r\n"), "").await;
+    assert!(!page.contains("Published state"), "{page}");
+}
+
 both_backends!(
+    published_state_and_trace_are_shown,
     pages_work_in_chromium,
     run_actions_in_chromium,
     step_arguments_are_shown_escaped,

@@ -247,8 +247,13 @@ async fn run_page(
         Ok(steps) => steps,
         Err(error) => return store_problem(base, &error),
     };
+    let published = match state.client.store().list_state(id).await {
+        Ok(published) => published,
+        Err(error) => return store_problem(base, &error),
+    };
     let page = RunPage {
         csrf: &state.csrf_token,
+        published,
         done,
         refresh_ms: if status == StatusCode::OK {
             state.refresh.as_millis()

@@ -8,7 +8,9 @@ use crate::display::{
     argument_texts, attempt_numbers, duration, error_text, maybe_time, step_duration, time,
     workflow_of,
 };
-use crate::{RunStatus, StepAttempt, StepKind, Violation, WorkflowDefinition, WorkflowRun};
+use crate::{
+    PublishedState, RunStatus, StepAttempt, StepKind, Violation, WorkflowDefinition, WorkflowRun,
+};
 
 /// Where the dashboard is mounted: `""` at the root, `/tasks` when nested there. Links are
 /// absolute from it, so they work with and without a trailing slash on the mount point.
@@ -239,6 +241,8 @@ fn violation_list(id: &str, violations: &[Violation]) -> Markup {
 /// What the run page needs besides the run and its steps.
 pub(super) struct RunPage<'a> {
     pub(super) csrf: &'a str,
+    /// The state the run published (`ctx.set_state`), by key.
+    pub(super) published: Vec<PublishedState>,
     /// The notice of an action just done.
     pub(super) done: Option<&'static str>,
     pub(super) refresh_ms: u128,
@@ -308,6 +312,10 @@ pub(super) fn run(
                 }
                 @if let Some(at) = run.deadline_at { dt { "Deadline" } dd { (time(at)) } }
                 @if let Some(worker) = &run.worker_id { dt { "Worker" } dd.mono { (worker) } }
+                @if let Some(trace) = &run.trace_context {
+                    dt { "Trace" }
+                    dd.mono #traceparent title="The W3C traceparent of whoever started the run; its spans join that trace" { (trace.traceparent()) }
+                }
                 @if let Some(parent) = run.parent_run_id {
                     dt { "Parent" } dd { a.mono href=(base.link(&format!("run?id={parent}"))) { (parent) } }
                 }
@@ -413,6 +421,22 @@ pub(super) fn run(
                                         }
                                     }
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+            @if !page.published.is_empty() {
+                h2 { "Published state" }
+                table #published-state {
+                    thead { tr { th { "Key" } th { "Version" } th { "Updated" } th { "Value" } } }
+                    tbody {
+                        @for state in &page.published {
+                            tr data-key=(state.key) {
+                                td.mono { (state.key) }
+                                td.num { (state.version) }
+                                td { (time(state.updated_at)) }
+                                td { (json_block(&state.value)) }
                             }
                         }
                     }
