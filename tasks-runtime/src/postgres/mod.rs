@@ -1158,11 +1158,11 @@ impl Store for PgStore {
         ));
         query.push_bind(i64::from(page.limit) + 1);
         let rows = query
-            .build_query_as::<StepRow>()
+            .build()
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        let steps = rows::steps(rows, OPERATION)?;
+        let steps = rows::steps(&rows, OPERATION)?;
         Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
     }
 
@@ -1173,13 +1173,13 @@ impl Store for PgStore {
               WHERE namespace = $1 AND workflow_run_id = $2
               ORDER BY created_at, id"
         );
-        let rows = sqlx::query_as::<_, StepRow>(&sql)
+        let rows = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        rows::steps(rows, OPERATION)
+        rows::steps(&rows, OPERATION)
     }
 
     async fn complete_step_attempt(

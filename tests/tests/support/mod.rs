@@ -184,6 +184,44 @@ impl TestStore {
     }
 }
 
+impl TestStore {
+    /// Corrupts by hand the output of every completed attempt of `run_id`'s step
+    /// `step_name`, so that the row no longer decodes: JSON nested deeper than the decoder
+    /// reads on Postgres, text that is not JSON on SQLite.
+    pub async fn poison_step_output(&self, run_id: Uuid, step_name: &str) {
+        let updated = match &self.kind {
+            Kind::Postgres(store) => sqlx::query(
+                "UPDATE tasks.step_attempts SET output = (repeat('[', 200) || repeat(']', 200))::jsonb
+                  WHERE namespace = $1 AND workflow_run_id = $2 AND step_name = $3
+                    AND status = 'completed'",
+            )
+            .bind(store.namespace())
+            .bind(run_id)
+            .bind(step_name)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+            Kind::Sqlite { store, .. } => sqlx::query(
+                "UPDATE tasks_step_attempts SET output = '{not json'
+                  WHERE namespace = ?1 AND workflow_run_id = ?2 AND step_name = ?3
+                    AND status = 'completed'",
+            )
+            .bind(store.namespace())
+            .bind(run_id.hyphenated().to_string())
+            .bind(step_name)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+        };
+        assert_eq!(
+            updated, 1,
+            "step {step_name} of run {run_id} not found to poison"
+        );
+    }
+}
+
 /// A worker builder tuned for tests: fast polling, short lease.
 pub fn worker(store: &TestStore) -> WorkerBuilder {
     Worker::builder(store.shared())
