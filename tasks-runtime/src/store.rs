@@ -670,7 +670,11 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// The same store (same connections, same background work) scoped to another namespace.
-    fn scoped(&self, namespace: &str) -> SharedStore;
+    ///
+    /// Errors: a [`LimitError`] for a namespace past the [`limits`] (check it with
+    /// [`limits::check_namespace`]): no store is made that would hand the database a
+    /// namespace it cannot take, so every later call, by id or not, is safe.
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError>;
 
     /// Creates a pending run, available at `available_at`, or `delay` after now by the
     /// store's clock, or now; announces it with [`Notification::RunAvailable`]. With an

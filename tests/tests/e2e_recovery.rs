@@ -513,13 +513,13 @@ impl tasks::Store for Flaky {
     fn is_postgres(&self) -> bool {
         self.inner.is_postgres()
     }
-    fn scoped(&self, namespace: &str) -> tasks::SharedStore {
-        tasks::SharedStore::new(Flaky {
-            inner: self.inner.scoped(namespace),
+    fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
+        Ok(tasks::SharedStore::new(Flaky {
+            inner: self.inner.scoped(namespace)?,
             failures: self.failures.clone(),
             slow_extend: self.slow_extend,
             refuse_steps: self.refuse_steps,
-        })
+        }))
     }
     async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.create_run(params).await

@@ -548,7 +548,58 @@ async fn a_worker_lease_past_the_limit_is_refused_at_build(backend: Backend) {
     );
 }
 
+/// A namespace with NUL or past its length limit is refused where a store, a worker or a
+/// client is scoped to it, with a typed error naming the namespace: no store ever holds it,
+/// so no call by id can hand it to the database and come back with an untyped error.
+async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend) {
+    let store = backend.store().await;
+    let long = "n".repeat(limits::MAX_NAMESPACE_BYTES + 1);
+    for namespace in ["a\0b", "\0", long.as_str()] {
+        match store.with_namespace(namespace) {
+            Err(error) => assert_eq!(error.field(), Field::Namespace, "{error}"),
+            Ok(_) => panic!("with_namespace accepted {namespace:?}"),
+        }
+        match store.scoped(namespace) {
+            Err(error) => assert_eq!(error.field(), Field::Namespace, "{error}"),
+            Ok(_) => panic!("scoped accepted {namespace:?}"),
+        }
+        match worker(&store).namespace(namespace).build() {
+            Err(tasks::WorkerError::Limit(error)) => {
+                assert_eq!(error.field(), Field::Namespace, "{error}");
+            }
+            other => panic!("expected a limit error, got {other:?}"),
+        }
+    }
+    // The longest accepted namespace works for every call, by id or not.
+    let unique = Uuid::new_v4().to_string();
+    let longest = format!(
+        "{unique}{}",
+        "n".repeat(limits::MAX_NAMESPACE_BYTES - unique.len())
+    );
+    let scoped = store.with_namespace(&longest).unwrap();
+    let unknown = Uuid::new_v4();
+    assert_eq!(scoped.get_run(unknown).await.unwrap(), None);
+    assert!(matches!(
+        scoped.cancel_run(unknown).await,
+        Err(tasks::StoreError::RunNotFound { .. })
+    ));
+    let client = tasks::Client::new(scoped.clone()).unwrap();
+    let run = measure::start(
+        &client,
+        Measure {
+            value: 1.0,
+            count: 1,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.run().await.unwrap().namespace, longest);
+    scoped.cancel_run(run.id()).await.unwrap();
+    assert_eq!(count_runs(&client).await, 1);
+}
+
 both_backends!(
+    a_namespace_past_the_limits_is_refused_where_it_is_set,
     a_worker_lease_past_the_limit_is_refused_at_build,
     hostile_json_inputs_are_refused_and_nothing_is_stored,
     hostile_options_are_refused_and_nothing_is_stored,

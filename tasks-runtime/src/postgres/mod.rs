@@ -89,7 +89,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// let store = PgStore::connect("postgres://postgres@127.0.0.1/app").await?;
 /// store.migrate().await?;
-/// let tenant = store.with_namespace("tenant-a");
+/// let tenant = store.with_namespace("tenant-a")?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -190,16 +190,23 @@ impl PgStore {
     }
 
     /// The same store, seeing only `namespace`.
-    pub fn with_namespace(&self, namespace: impl Into<String>) -> Self {
-        PgStore {
+    ///
+    /// Errors: a [`LimitError`](crate::LimitError) for a namespace past the
+    /// [`limits`](crate::limits) (longer than
+    /// [`MAX_NAMESPACE_BYTES`](crate::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
+    /// never holds a namespace that the database could not take.
+    pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, crate::LimitError> {
+        let namespace = namespace.into();
+        limits::check_namespace(&namespace)?;
+        Ok(PgStore {
             pool: self.pool.clone(),
-            namespace: Arc::from(namespace.into()),
+            namespace: Arc::from(namespace),
             background: self.background.clone(),
             hub: self.hub.clone(),
             batcher: self.batcher.clone(),
             recorder: self.recorder.clone(),
             completer: self.completer.clone(),
-        }
+        })
     }
 
     /// The underlying pool.
@@ -742,8 +749,8 @@ impl Store for PgStore {
         true
     }
 
-    fn scoped(&self, namespace: &str) -> SharedStore {
-        SharedStore::new(self.with_namespace(namespace))
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, crate::LimitError> {
+        Ok(SharedStore::new(self.with_namespace(namespace)?))
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {

@@ -39,7 +39,8 @@ impl Backend {
                 let path = tasks_tests::sqlite::temp_database_path();
                 let store = tasks_tests::sqlite::open_sqlite(&path)
                     .await
-                    .with_namespace(tasks_tests::unique_namespace());
+                    .with_namespace(tasks_tests::unique_namespace())
+                    .unwrap();
                 TestStore {
                     shared: SharedStore::new(store.clone()),
                     kind: Kind::Sqlite { store, path },
@@ -185,6 +186,15 @@ impl TestStore {
 }
 
 impl TestStore {
+    /// The backend's own store (`PgStore` or `SqliteStore`) scoped with its
+    /// `with_namespace`.
+    pub fn with_namespace(&self, namespace: &str) -> Result<SharedStore, tasks::LimitError> {
+        Ok(match &self.kind {
+            Kind::Postgres(store) => SharedStore::new(store.with_namespace(namespace)?),
+            Kind::Sqlite { store, .. } => SharedStore::new(store.with_namespace(namespace)?),
+        })
+    }
+
     /// Corrupts by hand the output of every completed attempt of `run_id`'s step
     /// `step_name`, so that the row no longer decodes: JSON nested deeper than the decoder
     /// reads on Postgres, text that is not JSON on SQLite.
