@@ -548,6 +548,30 @@ mod tests {
         );
     }
 
+    /// Stored outputs are JSON text: every finite float must read back bit for bit, or a
+    /// replay would see another value than the first execution (`serde_json` needs its
+    /// `float_roundtrip` feature for that).
+    #[test]
+    fn finite_floats_read_back_from_json_text_bit_for_bit() {
+        let mut bits: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut checked = 0;
+        while checked < 100_000 {
+            bits ^= bits << 13;
+            bits ^= bits >> 7;
+            bits ^= bits << 17;
+            let value = f64::from_bits(bits);
+            if !value.is_finite() {
+                continue;
+            }
+            checked += 1;
+            let text = serde_json::to_string(&value).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            let document: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.to_bits(), value.to_bits(), "{value:e} as {text}");
+            assert_eq!(document.as_f64().map(f64::to_bits), Some(value.to_bits()));
+        }
+    }
+
     #[test]
     fn the_message_names_the_path_and_the_value() {
         let found = check_finite(&reading(Some(f64::NAN), vec![])).unwrap_err();
