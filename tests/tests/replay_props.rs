@@ -64,10 +64,12 @@ fn run_id() -> Uuid {
         .unwrap_or_default()
 }
 
-/// What each execution of a run saw, in order: `(step, its output as JSON)`, one list per
-/// execution.
-fn seen() -> &'static Mutex<HashMap<Uuid, Vec<Vec<(String, Value)>>>> {
-    static SEEN: OnceLock<Mutex<HashMap<Uuid, Vec<Vec<(String, Value)>>>>> = OnceLock::new();
+/// The steps one execution saw, in order: `(step, its output as JSON)`.
+type Path = Vec<(String, Value)>;
+
+/// What each execution of a run saw, one path per execution.
+fn seen() -> &'static Mutex<HashMap<Uuid, Vec<Path>>> {
+    static SEEN: OnceLock<Mutex<HashMap<Uuid, Vec<Path>>>> = OnceLock::new();
     SEEN.get_or_init(Default::default)
 }
 
@@ -90,7 +92,7 @@ fn saw<T: Serialize>(run: Uuid, step: &str, output: &T) {
         .push((step.to_owned(), output));
 }
 
-fn executions(run: Uuid) -> Vec<Vec<(String, Value)>> {
+fn executions(run: Uuid) -> Vec<Path> {
     seen()
         .lock()
         .unwrap()

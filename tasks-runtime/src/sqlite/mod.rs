@@ -194,7 +194,7 @@ impl SqliteStore {
     /// The same store, seeing only `namespace`.
     ///
     /// Errors: a [`LimitError`](crate::LimitError) for a namespace past the
-    /// [`limits`](crate::limits) (longer than
+    /// [`limits`] (longer than
     /// [`MAX_NAMESPACE_BYTES`](crate::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
     /// never holds a namespace that the database could not take.
     pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, crate::LimitError> {
