@@ -43,7 +43,9 @@ async fn regional_report(ctx: WorkflowContext) -> Result<Vec<(String, f64)>, Wor
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-branches");
+    let store = tasks::connect_from_env()
+        .await?
+        .scoped("example-branches")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

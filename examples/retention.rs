@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let store = tasks::connect_from_env()
         .await?
-        .scoped(&format!("example-retention-{stamp}"));
+        .scoped(&format!("example-retention-{stamp}"))?;
     let client = Client::new(store.clone())?;
 
     // Four runs complete, one is canceled before any worker sees it, one stays live.

@@ -47,7 +47,9 @@ async fn report(ctx: WorkflowContext, input: Report) -> Result<String, WorkflowE
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-schedule");
+    let store = tasks::connect_from_env()
+        .await?
+        .scoped("example-schedule")?;
     let client = Client::new(store.clone())?;
     let started = tasks::chrono::Utc::now();
     for old in client.list_schedules().await? {

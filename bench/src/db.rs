@@ -207,7 +207,7 @@ pub async fn sized_engine_store(
             eprintln!("note: cleared TCP_NODELAY on {changed} sockets only");
         }
     }
-    Ok(store.with_namespace(namespace))
+    Ok(store.with_namespace(namespace)?)
 }
 
 /// Closes an engine pool. Drop every store, client, worker and run handle on it first: the

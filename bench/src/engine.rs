@@ -26,7 +26,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// afterwards, as a separate application would be), `ENQUEUE_CONCURRENCY` at a time.
 /// Returns the runs started per second.
 pub async fn enqueue(url: &str, namespace: &str, runs: usize, steps: u32) -> Result<f64> {
-    let store = PgStore::connect(url).await?.with_namespace(namespace);
+    let store = PgStore::connect(url).await?.with_namespace(namespace)?;
     let pool = store.pool().clone();
     let client = Client::new(store)?;
     let started = Instant::now();

@@ -152,7 +152,7 @@ async fn drain(
     steps: u32,
     concurrency: usize,
 ) -> Result<f64> {
-    let store = PgStore::connect(url).await?.with_namespace(namespace);
+    let store = PgStore::connect(url).await?.with_namespace(namespace)?;
     let client = Client::new(store.clone())?;
     futures::stream::iter(0..runs)
         .map(|n| {

@@ -71,7 +71,7 @@ pub async fn measure(
 }
 
 async fn reclaim_once(url: &str, admin: &PgPool, namespace: &str, kill: usize) -> Result<f64> {
-    let store = PgStore::connect(url).await?.with_namespace(namespace);
+    let store = PgStore::connect(url).await?.with_namespace(namespace)?;
     let mut runs = Vec::new();
     for _ in 0..RUNS_PER_KILL {
         let input = serde_json::to_value(Hold {

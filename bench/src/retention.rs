@@ -178,7 +178,7 @@ async fn drain(
     concurrency: usize,
     purge: Option<(&str, u32)>,
 ) -> Result<Drained> {
-    let store = PgStore::connect(url).await?.with_namespace(namespace);
+    let store = PgStore::connect(url).await?.with_namespace(namespace)?;
     let client = Client::new(store.clone())?;
     futures::stream::iter(0..runs)
         .map(|_| {
@@ -192,7 +192,7 @@ async fn drain(
     db::analyze(admin).await?;
 
     let purger = match purge {
-        Some((old, _)) => Some(PgStore::connect(url).await?.with_namespace(old)),
+        Some((old, _)) => Some(PgStore::connect(url).await?.with_namespace(old)?),
         None => None,
     };
     let stop = CancellationToken::new();

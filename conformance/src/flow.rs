@@ -170,7 +170,7 @@ pub async fn slots_follow_the_running_status(setup: impl Setup) {
 /// Keys are counted per namespace.
 pub async fn keys_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
-    let other = store.scoped(&unique_namespace());
+    let other = store.scoped(&unique_namespace()).unwrap();
     create(&store, 0, Some(("shared", 1))).await;
     create(&*other, 0, Some(("shared", 1))).await;
     assert_eq!(claim(&store, 10).await.len(), 1);

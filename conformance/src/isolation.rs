@@ -40,7 +40,7 @@ async fn next_notification(stream: &mut NotificationStream, waiting_for: &str) -
 pub async fn namespaces_are_isolated(setup: impl Setup) {
     let a = setup.store().await;
     let b_namespace = unique_namespace();
-    let b = a.scoped(&b_namespace);
+    let b = a.scoped(&b_namespace).unwrap();
     assert_eq!(b.namespace(), b_namespace);
     assert_ne!(a.namespace(), b.namespace());
 
@@ -174,14 +174,14 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     );
 
     // Scoping to one's own namespace sees the same rows.
-    let again = a.scoped(a.namespace());
+    let again = a.scoped(a.namespace()).unwrap();
     assert_eq!(again.get_run(pending.id).await.unwrap(), Some(pending));
 }
 
 /// The same workflow name and idempotency key create distinct runs in distinct namespaces.
 pub async fn idempotency_keys_are_scoped_to_namespace(setup: impl Setup) {
     let a = setup.store().await;
-    let b = a.scoped(&unique_namespace());
+    let b = a.scoped(&unique_namespace()).unwrap();
     let params = CreateRun {
         idempotency_key: Some(Uuid::new_v4().to_string()),
         ..CreateRun::new(unique_name())
@@ -206,7 +206,7 @@ pub async fn idempotency_keys_are_scoped_to_namespace(setup: impl Setup) {
 /// from other namespaces (neither a scoped sibling nor an unrelated store).
 pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
     let a = setup.store().await;
-    let b = a.scoped(&unique_namespace());
+    let b = a.scoped(&unique_namespace()).unwrap();
     let c = setup.store().await;
     let mut a_events = a.subscribe().await.unwrap();
     let mut b_events = b.subscribe().await.unwrap();

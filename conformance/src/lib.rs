@@ -5,7 +5,7 @@
 //! // tests/conformance.rs of a crate with a store `MyStore`
 //! async fn my_store() -> MyStore {
 //!     // A store on a fresh, empty namespace of a test database.
-//!     MyStore::connect("...").await.unwrap().with_namespace(uuid::Uuid::new_v4().to_string())
+//!     MyStore::connect("...").await.unwrap().with_namespace(uuid::Uuid::new_v4().to_string()).unwrap()
 //! }
 //!
 //! tasks_conformance::conformance_suite!(my_store);

@@ -451,7 +451,7 @@ pub async fn count_runs_by_status(setup: impl Setup) {
     create_canceled(&store).await;
     create_pending(&store).await;
     create_pending(&store).await;
-    let elsewhere = store.scoped(&unique_namespace());
+    let elsewhere = store.scoped(&unique_namespace()).unwrap();
     create_pending(&*elsewhere).await;
 
     assert_eq!(

@@ -154,7 +154,7 @@ pub async fn stale_worker_does_not_reclaim_its_own_runs(setup: impl Setup) {
 pub async fn heartbeats_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
     let run = held_run(&store).await;
-    let elsewhere = store.scoped(&unique_namespace());
+    let elsewhere = store.scoped(&unique_namespace()).unwrap();
     elsewhere.heartbeat(owner(&run), AT_ONCE).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(

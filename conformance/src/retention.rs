@@ -248,7 +248,7 @@ pub async fn purge_refuses_bad_filters(setup: impl Setup) {
 /// A purge deletes only its own namespace's runs.
 pub async fn purge_is_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
-    let other = store.scoped(&unique_namespace());
+    let other = store.scoped(&unique_namespace()).unwrap();
     let mine = create_completed(&store).await;
     let theirs = create_completed(&*other).await;
 
@@ -337,7 +337,7 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
     );
 
     // Another namespace has turns of its own.
-    let other = store.scoped(&unique_namespace());
+    let other = store.scoped(&unique_namespace()).unwrap();
     assert_eq!(
         other.take_retention_turn(&second, period).await.unwrap(),
         Some(1)

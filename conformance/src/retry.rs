@@ -152,7 +152,7 @@ pub async fn retry_unknown_run_is_not_found(setup: impl Setup) {
         StoreError::RunNotFound { id: missing } if *missing == id
     );
     let failed = create_failed(&store).await;
-    let other = store.scoped(&Uuid::new_v4().to_string());
+    let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
         other.retry_run(failed.id).await,
         StoreError::RunNotFound { .. }
@@ -286,7 +286,7 @@ pub async fn fork_refuses_live_runs_and_unknown_steps(setup: impl Setup) {
         store.fork_run(source.id, "bad\0name").await,
         StoreError::Limit(_)
     );
-    let other = store.scoped(&Uuid::new_v4().to_string());
+    let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
         other.fork_run(source.id, "a").await,
         StoreError::RunNotFound { .. }

@@ -300,7 +300,7 @@ pub async fn fire_without_runs_and_repeated_keys(setup: impl Setup) {
 /// Two firers of one slot at once: exactly one creates the run.
 pub async fn concurrent_fires_of_a_slot_create_one_run(setup: impl Setup) {
     let store = setup.store().await;
-    let other = store.scoped(store.namespace());
+    let other = store.scoped(store.namespace()).unwrap();
     for round in 0..10 {
         let name = format!("race-{round}");
         let schedule = store
@@ -330,7 +330,7 @@ pub async fn concurrent_fires_of_a_slot_create_one_run(setup: impl Setup) {
 /// Schedules are scoped to the store's namespace.
 pub async fn schedules_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
-    let other = store.scoped(&unique_namespace());
+    let other = store.scoped(&unique_namespace()).unwrap();
     store
         .create_schedule(new_schedule("s"), &a_minute_ago)
         .await

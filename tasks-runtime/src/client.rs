@@ -53,8 +53,8 @@ pub enum ClientError {
         namespace: String,
     },
     /// The input does not match the workflow's input schema, or does not decode into its
-    /// input type (a number out of the type's range, a NaN or infinite float); nothing was
-    /// stored.
+    /// input type (a number out of the type's range), or a typed input holds a NaN or
+    /// infinite float anywhere (JSON has neither); nothing was stored.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
     /// A value exceeds one of the [`limits`] (a name or key too long, a
@@ -336,8 +336,9 @@ impl Client {
         input: W::Input,
         options: StartOptions,
     ) -> Result<RunHandle<W::Output>, ClientError> {
-        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
         let definition = W::definition();
+        check_finite_input(definition, &input)?;
+        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
         check_type(definition, &input)?;
         let run = self.create(definition, input, options).await?;
         Ok(self.handle(run.id))
@@ -598,8 +599,9 @@ impl Client {
         input: W::Input,
         options: StartOptions,
     ) -> Result<RunHandle<W::Output>, ClientError> {
-        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
         let definition = W::definition();
+        check_finite_input(definition, &input)?;
+        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
         check_type(definition, &input)?;
         let run = self.create_in(conn, definition, input, options).await?;
         Ok(self.handle(run.id))
@@ -743,6 +745,24 @@ fn check_type(definition: &WorkflowDefinition, input: &Value) -> Result<(), Inva
                 "does not decode into the workflow's input type (a NaN or infinite float \
                  is stored as null): {error}"
             ),
+        }],
+    })
+}
+
+/// Refuses a typed input holding a NaN or infinite float anywhere (`Some(f64::NAN)` too,
+/// which serializes as a `null` that decodes as `None`): it would not read back as itself.
+fn check_finite_input<T: serde::Serialize + ?Sized>(
+    definition: &WorkflowDefinition,
+    input: &T,
+) -> Result<(), InvalidInput> {
+    limits::check_finite(input).map_err(|found| InvalidInput {
+        workflow: definition.display_name(),
+        violations: vec![Violation {
+            message: format!(
+                "is {}, which JSON cannot hold (it would be stored as null)",
+                found.value
+            ),
+            path: found.path,
         }],
     })
 }

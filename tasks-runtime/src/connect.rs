@@ -5,7 +5,7 @@
 //! // `DATABASE_URL`, or a SQLite file `tasks.sqlite` in the current directory when unset.
 //! let store = tasks_runtime::connect_from_env().await?;
 //! // Any namespace, on the same connections.
-//! let tenant = store.scoped("tenant-a");
+//! let tenant = store.scoped("tenant-a")?;
 //! # Ok(()) }
 //! ```
 
@@ -222,7 +222,7 @@ mod tests {
         // A second in-memory store is another database.
         let other = connect("sqlite::memory:").await.unwrap();
         assert_eq!(other.get_run(run.id).await.unwrap(), None);
-        let scoped = store.scoped("elsewhere");
+        let scoped = store.scoped("elsewhere").unwrap();
         assert_eq!(scoped.get_run(run.id).await.unwrap(), None);
     }
 }

@@ -672,8 +672,8 @@ where
 }
 
 /// The JSON of a step's output, if it can be stored and read back as the same value: it
-/// decodes into `T` again (a NaN or infinite float serializes as `null`, which does not)
-/// and fits the [`limits`]. Otherwise the non-retryable error that fails the attempt:
+/// holds no NaN or infinite float (they serialize as `null`, which reads back as something
+/// else: `None` for an `Option<f64>`), decodes into `T` again and fits the [`limits`]. Otherwise the non-retryable error that fails the attempt:
 /// recording it as completed would make a replay disagree with the first execution.
 fn storable_output<T: Serialize + DeserializeOwned>(
     step_name: &str,
@@ -684,6 +684,8 @@ fn storable_output<T: Serialize + DeserializeOwned>(
             .with_kind("output")
             .non_retryable()
     };
+    limits::check_finite(value)
+        .map_err(|found| refuse(format!("would not read back as the same value: {found}")))?;
     let output = serde_json::to_value(value)
         .map_err(|error| refuse(format!("could not be serialized: {error}")))?;
     limits::check_json(Field::StepOutput, &output)

@@ -300,10 +300,13 @@ pub enum StoreError {
         /// The name.
         name: String,
     },
-    /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
-    /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.
-    /// A claim never returns this: it fails such a run for good instead (see
-    /// [`Store::claim_runs`](crate::Store::claim_runs)), after which the run reads again.
+    /// The stored row of this run, or of one of its step attempts, could not be decoded
+    /// (JSON a decoder refuses, a status unknown to this version, ...):
+    /// [`StoreError::Corrupt`] for a row whose id is known. For a step row, `reason` names
+    /// the attempt and its step. A claim never returns this: it fails such a run for good
+    /// instead (see [`Store::claim_runs`](crate::Store::claim_runs)), after which the run
+    /// reads again; a worker whose run's step history returns it fails the run for good the
+    /// same way (kind `corrupt`), leaving the step rows for inspection.
     #[error("corrupt row of workflow run {id} while {operation}: {reason}")]
     CorruptRun {
         /// The run.

@@ -16,8 +16,11 @@ use crate::definition::WorkflowDefinition;
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::model::{RunStatus, WorkflowRun};
-use crate::session::{Halt, RunSession};
-use crate::store::{ClaimedRun, SharedStore};
+use crate::session::{Halt, RunSession, limit_failure, retrying};
+use crate::store::{ClaimedRun, FailRun, SharedStore};
+
+/// How much of the reason a step row does not decode is kept in the run's error.
+const MAX_REASON_CHARS: usize = 2000;
 
 /// Everything an execution needs besides the run itself.
 #[derive(Clone)]
@@ -130,6 +133,11 @@ impl Executor {
         };
         let history = match history {
             Ok(history) => history,
+            // A step row of this run that does not decode would fail every execution the
+            // same way: the run is failed for good, like a poison run row at its claim.
+            Err(StoreError::CorruptRun { id, reason, .. }) if id == run_id => {
+                return self.quarantine(&run, &reason).await;
+            }
             Err(error) => {
                 tracing::warn!(%error, "could not load step history; the run will be retried after its lease");
                 return Outcome::Abandoned;
@@ -266,6 +274,12 @@ impl Executor {
                 return Outcome::Abandoned;
             }
         };
+        let written = match written {
+            // The store refused a value of the outcome (a definition built by hand can hand
+            // it one): writing it again after the lease would be refused the same way.
+            Err(StoreError::Limit(limit)) => fail(session, limit_failure(&limit), true).await,
+            other => other,
+        };
         match written {
             Ok(outcome) => outcome,
             Err(StoreError::WrongState { status, .. })
@@ -280,6 +294,37 @@ impl Executor {
             }
             Err(error) => {
                 tracing::warn!(%error, "could not record the run's outcome; it will be retried after its lease");
+                Outcome::Abandoned
+            }
+        }
+    }
+
+    /// Fails for good `run`, held by this worker, whose step history did not decode
+    /// (`reason` names the step row): with the same non-retryable error of kind `corrupt`,
+    /// naming the run, that a claim gives a run whose own row does not decode, so the run is
+    /// not claimed again after every lease. The step rows are left as they are, for
+    /// inspection; listing them names the run as corrupt.
+    async fn quarantine(&self, run: &WorkflowRun, reason: &str) -> Outcome {
+        tracing::error!(
+            reason,
+            "the run's step history cannot be decoded; failing it"
+        );
+        // The reason may quote the stored text: keep the record well within the limits.
+        let reason: String = match reason.char_indices().nth(MAX_REASON_CHARS) {
+            Some((end, _)) => format!("{}...", &reason[..end]),
+            None => reason.to_owned(),
+        };
+        let params = FailRun {
+            run_id: run.id,
+            worker_id: self.worker_id.clone(),
+            error: crate::transition::quarantine_error(run.id, &reason),
+            force: true,
+        };
+        let failed = retrying(self.lease, || self.store.fail_run(params.clone())).await;
+        match failed {
+            Ok(_) => Outcome::Failed,
+            Err(error) => {
+                tracing::warn!(%error, "could not fail the run whose history does not decode; its lease will bring it back");
                 Outcome::Abandoned
             }
         }
@@ -314,6 +359,10 @@ impl Executor {
                             ctx.interrupt(Halt::LeaseLost);
                             return;
                         }
+                        Err(StoreError::Limit(limit)) => {
+                            ctx.interrupt(Halt::after(StoreError::Limit(limit)));
+                            return;
+                        }
                         Err(error) => tracing::warn!(%error, "heartbeat failed; retrying"),
                     }
                 }
@@ -345,12 +394,7 @@ async fn retry_later(
                 Outcome::Sleeping(wait)
             })
         }
-        Err(limit) => {
-            let record = ErrorRecord::from_error(&limit)
-                .with_kind("limit")
-                .non_retryable();
-            fail(session, record, true).await
-        }
+        Err(limit) => fail(session, limit_failure(&limit), true).await,
     }
 }
 

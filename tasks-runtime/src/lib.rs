@@ -14,6 +14,7 @@ pub mod error;
 pub mod events;
 mod executor;
 pub mod failure;
+mod finite;
 pub mod flow;
 pub mod idempotency;
 pub mod limits;

@@ -26,6 +26,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
+pub use crate::finite::{NonFiniteFloat, check_finite};
 use crate::retry::RetryPolicy;
 
 /// Longest workflow name, in bytes (also the longest workflow-name filter of a listing).
@@ -587,7 +588,9 @@ impl fmt::Write for Counter {
 
 /// Checks that `value`, the JSON of a `T`, decodes back into a `T`: a value that serialized
 /// lossily (a NaN or infinite float becomes `null`) or that `T` would refuse is refused
-/// before it is stored. Returns the decoding error.
+/// before it is stored. Returns the decoding error. A `null` that decodes (a NaN inside an
+/// `Option<f64>` reads back as `None`) passes: run [`check_finite`] on the typed value
+/// before serializing it for that.
 pub fn check_round_trip<T: serde::de::DeserializeOwned>(
     value: &Value,
 ) -> Result<(), serde_json::Error> {

@@ -166,15 +166,18 @@ where
 }
 
 /// Encodes a workflow's output for storage, refusing (non-retryably) one that cannot be
-/// stored or would not read back as the same value: past the [`limits`](crate::limits), or
-/// not decoding into `T` again (a NaN or infinite float serializes as `null`).
+/// stored or would not read back as the same value: past the [`limits`](crate::limits),
+/// holding a NaN or infinite float anywhere (they serialize as `null`), or not decoding
+/// into `T` again.
 pub fn storable_output<T: Serialize + DeserializeOwned>(output: &T) -> Result<Value, ErrorRecord> {
-    let value = encode_output(output)?;
     let refuse = |reason: String| {
         ErrorRecord::new(format!("workflow output {reason}"))
             .with_kind("output")
             .non_retryable()
     };
+    crate::limits::check_finite(output)
+        .map_err(|found| refuse(format!("would not read back as the same value: {found}")))?;
+    let value = encode_output(output)?;
     crate::limits::check_json(crate::limits::Field::WorkflowOutput, &value)
         .map_err(|error| refuse(format!("cannot be stored: {error}")))?;
     crate::limits::check_round_trip::<T>(&value).map_err(|error| {

@@ -62,6 +62,10 @@ pub(crate) enum Halt {
 
 impl Halt {
     /// Why a run stops after the store refused or failed one of its writes.
+    ///
+    /// A [`StoreError::Limit`] is a refusal of the value written, which the next execution
+    /// would write again: the run fails for good at once ([`limit_failure`]) instead of
+    /// being left to its lease, to be refused again after every one.
     pub(crate) fn after(error: StoreError) -> Halt {
         match error {
             StoreError::WrongState { status, .. }
@@ -70,9 +74,19 @@ impl Halt {
                 Halt::Interrupted(status)
             }
             StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
+            StoreError::Limit(limit) => Halt::Fail(limit_failure(&limit)),
             other => Halt::Store(other),
         }
     }
+}
+
+/// The error that fails a run for good when the store refused one of its writes for a value
+/// past the [`limits`](crate::limits): kind `limit`, non-retryable, its message naming the
+/// field and the limit.
+pub(crate) fn limit_failure(limit: &crate::limits::LimitError) -> ErrorRecord {
+    ErrorRecord::from_error(limit)
+        .with_kind("limit")
+        .non_retryable()
 }
 
 /// First pause before a write that failed on a database error is tried again.
@@ -478,6 +492,35 @@ mod tests {
 
     fn database_error() -> StoreError {
         StoreError::database(crate::error::Operation::CompleteRun, "connection reset")
+    }
+
+    #[test]
+    fn a_limit_refusal_fails_the_run_for_good_and_other_errors_do_not() {
+        use crate::limits::{Field, LimitError, MAX_PAYLOAD_BYTES};
+        let limit = LimitError::TooLarge {
+            field: Field::StepOutput,
+            bytes: MAX_PAYLOAD_BYTES + 1,
+            limit: MAX_PAYLOAD_BYTES,
+        };
+        match Halt::after(StoreError::Limit(limit.clone())) {
+            Halt::Fail(record) => {
+                assert_eq!(record.kind.as_deref(), Some("limit"));
+                assert!(!record.retryable);
+                assert_eq!(record.message, limit.to_string());
+                assert!(record.message.contains("the step output"), "{record}");
+                assert!(
+                    record.message.contains(&MAX_PAYLOAD_BYTES.to_string()),
+                    "{record}"
+                );
+            }
+            other => panic!("expected the run to fail for good, got {other:?}"),
+        }
+        assert!(matches!(Halt::after(database_error()), Halt::Store(_)));
+        let lost = StoreError::LeaseLost {
+            id: Uuid::nil(),
+            worker_id: "w".into(),
+        };
+        assert!(matches!(Halt::after(lost), Halt::LeaseLost));
     }
 
     #[tokio::test]

@@ -158,6 +158,8 @@ where
     }
 
     fn replay_data(&self) -> Result<Value, String> {
+        crate::limits::check_finite(self)
+            .map_err(|found| format!("it would not read back as the same value: {found}"))?;
         let value = serde_json::to_value(self)
             .map_err(|error| format!("it could not be serialized: {error}"))?;
         crate::limits::check_round_trip::<E>(&value)

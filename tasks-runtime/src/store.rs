@@ -670,7 +670,11 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// The same store (same connections, same background work) scoped to another namespace.
-    fn scoped(&self, namespace: &str) -> SharedStore;
+    ///
+    /// Errors: a [`LimitError`] for a namespace past the [`limits`] (check it with
+    /// [`limits::check_namespace`]): no store is made that would hand the database a
+    /// namespace it cannot take, so every later call, by id or not, is safe.
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError>;
 
     /// Creates a pending run, available at `available_at`, or `delay` after now by the
     /// store's clock, or now; announces it with [`Notification::RunAvailable`]. With an
@@ -832,6 +836,10 @@ pub trait Store: Send + Sync + 'static {
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>>;
 
     /// Every attempt of a run, oldest first: the history a replay starts from.
+    ///
+    /// Errors: [`StoreError::CorruptRun`] naming the run (and, in its reason, the step
+    /// attempt) when a step row does not decode; a worker then fails the run for good.
+    /// Never a [`StoreError::Database`] for a row that was read but did not decode.
     async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
 
     /// Completes a running step attempt with `output`, only while its run is running under
@@ -1148,6 +1156,16 @@ impl From<Arc<dyn Store>> for SharedStore {
     fn from(store: Arc<dyn Store>) -> Self {
         SharedStore(store)
     }
+}
+
+/// The reason of a [`StoreError::CorruptRun`] for a step attempt row of the run that does
+/// not decode: it names the row (`id`, any display) and its step, then says why.
+pub(crate) fn corrupt_step_reason(
+    id: impl std::fmt::Display,
+    step_name: &str,
+    reason: &str,
+) -> String {
+    format!("its step attempt {id} (step {step_name:?}) does not decode: {reason}")
 }
 
 /// Decodes a stored run status; an unknown one is a [`StoreError::Corrupt`] row.

@@ -61,6 +61,10 @@ pub enum WorkerError {
     /// A setting is out of range.
     #[error("invalid worker setting: {0}")]
     InvalidSetting(String),
+    /// The namespace given to [`WorkerBuilder::namespace`] is past the
+    /// [`limits`](crate::limits) (too long, or with NUL).
+    #[error(transparent)]
+    Limit(#[from] crate::LimitError),
     /// Waiting for Ctrl-C failed.
     #[error("could not listen for Ctrl-C: {0}")]
     Signal(#[source] std::io::Error),
@@ -148,7 +152,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// The namespace to work in (default: the store's).
+    /// The namespace to work in (default: the store's). A namespace past the
+    /// [`limits`](crate::limits) makes [`WorkerBuilder::build`] fail with
+    /// [`WorkerError::Limit`].
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -282,7 +288,7 @@ impl WorkerBuilder {
             None => Registry::from_inventory()?,
         };
         let store = match &self.namespace {
-            Some(namespace) => self.store.scoped(namespace),
+            Some(namespace) => self.store.scoped(namespace)?,
             None => self.store,
         };
         let worker_id = self.worker_id.unwrap_or_else(|| Uuid::new_v4().to_string());

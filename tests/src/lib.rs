@@ -98,7 +98,9 @@ pub async fn pg_store() -> PgStore {
                 .unwrap_or_else(|error| panic!("migrating the test database failed: {error:?}"));
         })
         .await;
-    PgStore::new(pool).with_namespace(unique_namespace())
+    PgStore::new(pool)
+        .with_namespace(unique_namespace())
+        .unwrap()
 }
 
 /// A namespace no other test uses.

@@ -66,4 +66,5 @@ pub async fn sqlite_store() -> SqliteStore {
     open_sqlite(&temp_database_path())
         .await
         .with_namespace(unique_namespace())
+        .unwrap()
 }

@@ -292,6 +292,14 @@ async fn runs_list_prints_a_table_or_json_with_cursors(backend: Backend) {
     assert_eq!(error.exit_code(), 2);
     assert!(error.to_string().contains("invalid cursor"), "{error}");
 
+    // A namespace past the limits is a usage error naming it, not a database error.
+    let long = "n".repeat(tasks::limits::MAX_NAMESPACE_BYTES + 1);
+    for namespace in [long.as_str(), "a\0b"] {
+        let ran = cli(&store, &["--namespace", namespace, "runs", "list"]).await;
+        assert_eq!(ran.exit, Exit::Usage);
+        assert!(ran.err.contains("the namespace"), "{}", ran.err);
+    }
+
     // Through the URL and namespace flags too.
     let ran = cli_url(&store, &["runs", "list", "--json"]).await;
     assert_eq!(ran.exit, Exit::Success);

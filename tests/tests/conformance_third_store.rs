@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
-    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, ListRuns,
+    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, LimitError, ListRuns,
     ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns, RecordStepAttempt,
     RunEvent, RunStatus, SendEvent, SentEvent, SetState, SharedStore, StartChild, StartedChild,
     StateSet, StepAttempt, StepUpdate, Store, StoreResult, WaitForChildren, WaitForEvent,
@@ -47,11 +47,11 @@ impl Store for Counting {
         self.inner.is_postgres()
     }
 
-    fn scoped(&self, namespace: &str) -> SharedStore {
-        SharedStore::new(Counting {
-            inner: self.inner.scoped(namespace),
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> {
+        Ok(SharedStore::new(Counting {
+            inner: self.inner.scoped(namespace)?,
             writes: self.writes.clone(),
-        })
+        }))
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {

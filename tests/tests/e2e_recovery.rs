@@ -471,9 +471,23 @@ struct Flaky {
     /// How long every lease extension takes, as on a starved machine or a stalled
     /// connection (`None`: as long as the store takes).
     slow_extend: Option<Duration>,
+    /// Refuse every step record with a limit error, as a store would refuse a value past
+    /// the limits that no check before it caught.
+    refuse_steps: bool,
 }
 
 impl Flaky {
+    fn refuse(&self) -> tasks::StoreResult<()> {
+        if self.refuse_steps {
+            return Err(tasks::StoreError::Limit(tasks::LimitError::TooLarge {
+                field: tasks::limits::Field::StepOutput,
+                bytes: tasks::limits::MAX_PAYLOAD_BYTES + 1,
+                limit: tasks::limits::MAX_PAYLOAD_BYTES,
+            }));
+        }
+        Ok(())
+    }
+
     fn fail(&self, operation: tasks::Operation) -> tasks::StoreResult<()> {
         let left = self.failures.fetch_update(
             std::sync::atomic::Ordering::SeqCst,
@@ -499,12 +513,13 @@ impl tasks::Store for Flaky {
     fn is_postgres(&self) -> bool {
         self.inner.is_postgres()
     }
-    fn scoped(&self, namespace: &str) -> tasks::SharedStore {
-        tasks::SharedStore::new(Flaky {
-            inner: self.inner.scoped(namespace),
+    fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
+        Ok(tasks::SharedStore::new(Flaky {
+            inner: self.inner.scoped(namespace)?,
             failures: self.failures.clone(),
             slow_extend: self.slow_extend,
-        })
+            refuse_steps: self.refuse_steps,
+        }))
     }
     async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.create_run(params).await
@@ -570,6 +585,9 @@ impl tasks::Store for Flaky {
         steps: Vec<tasks::RecordStepAttempt>,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::Operation::CompleteRun)?;
+        if !steps.is_empty() {
+            self.refuse()?;
+        }
         self.inner
             .complete_run_with_steps(run_id, worker_id, output, steps)
             .await
@@ -640,6 +658,7 @@ impl tasks::Store for Flaky {
         params: tasks::RecordStepAttempt,
     ) -> tasks::StoreResult<tasks::StepUpdate> {
         self.fail(tasks::Operation::RecordStepAttempt)?;
+        self.refuse()?;
         self.inner.record_step_attempt(params).await
     }
     async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
@@ -764,6 +783,7 @@ async fn a_worker_retries_its_writes_through_database_errors(backend: Backend) {
         inner: store.shared(),
         failures: failures.clone(),
         slow_extend: None,
+        refuse_steps: false,
     });
     let client = tasks::Client::new(flaky.clone()).unwrap();
     let handle = many::start(&client, 10).await.unwrap();
@@ -837,6 +857,130 @@ async fn a_poison_row_is_failed_and_the_others_complete(backend: Backend) {
         .filter(|run| run.status == RunStatus::Completed)
         .count();
     assert_eq!(completed, 5);
+}
+
+#[step]
+async fn before_the_nap(n: u32) -> Result<u32, std::io::Error> {
+    let run_id = WorkflowContext::current()
+        .map(|ctx| ctx.run_id())
+        .unwrap_or_default();
+    bump(run_id, "before_the_nap");
+    Ok(n)
+}
+
+/// One step, a sleep (during which a test corrupts the step's row), one more step.
+#[workflow(name = "e2e-napper")]
+async fn napper(ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    let first = before_the_nap(n).await?;
+    ctx.sleep("nap", Duration::from_millis(1500)).await?;
+    Ok(first + unit_of_work(n).await?)
+}
+
+/// A run whose step history holds a row that cannot be decoded (a poison step row) is
+/// failed for good at its next claim, with an error naming the run and the step row,
+/// instead of being claimed again after every lease; the worker drains the other runs.
+async fn a_poison_step_row_fails_its_run_for_good_and_the_others_complete(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let worker = worker(&store).build().unwrap().spawn();
+    let poisoned = napper::start(&client, 7).await.unwrap();
+    let step = eventually!(Duration::from_secs(20), {
+        let run = store.get_run(poisoned.id()).await.unwrap().unwrap();
+        let steps = poisoned.steps().await.unwrap();
+        (run.status == RunStatus::Sleeping)
+            .then(|| steps.into_iter().find(|s| s.step_name == "before_the_nap"))
+            .flatten()
+    });
+    store
+        .poison_step_output(poisoned.id(), "before_the_nap")
+        .await;
+    match poisoned.steps().await {
+        Err(tasks::StoreError::CorruptRun { id, reason, .. }) => {
+            assert_eq!(id, poisoned.id());
+            assert!(reason.contains(&step.id.to_string()), "{reason}");
+        }
+        other => panic!("expected the listing to name the corrupt run, got {other:?}"),
+    }
+    let mut others = Vec::new();
+    for n in 0..4 {
+        others.push(many::start(&client, 200 + n).await.unwrap());
+    }
+    for other in &others {
+        other.result_within(Duration::from_secs(20)).await.unwrap();
+    }
+    // The worker's lease is 2 s: failing on the first claim after the nap takes well under
+    // a few leases; being claimed again after every lease would never end.
+    let failed = eventually!(Duration::from_secs(20), {
+        let run = store.get_run(poisoned.id()).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    // A few more leases: nothing claims it again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    worker.shutdown().await;
+    assert_eq!(failed.status, RunStatus::Failed);
+    let error = failed.error.clone().expect("an error record");
+    assert_eq!(error["kind"], "corrupt", "{error}");
+    assert_eq!(error["retryable"], false, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(&poisoned.id().to_string()), "{message}");
+    assert!(message.contains(&step.id.to_string()), "{message}");
+    assert!(message.contains("before_the_nap"), "{message}");
+    let again = store.get_run(poisoned.id()).await.unwrap().unwrap();
+    assert_eq!(again.status, RunStatus::Failed);
+    assert_eq!(again.attempts, failed.attempts, "not claimed again");
+    assert_eq!(again.updated_at, failed.updated_at, "not touched again");
+    assert_eq!(calls(poisoned.id(), "before_the_nap"), 1);
+    assert_eq!(calls(poisoned.id(), "work:7"), 0, "the run went no further");
+}
+
+/// A worker write that the store refuses for a value past its limits (here every step
+/// record, as if no check before the store had caught the value) fails the run for good
+/// at once with a typed `limit` error, instead of leaving it to its lease to be refused
+/// again after every one.
+async fn a_worker_write_refused_for_its_limits_fails_the_run_at_once(backend: Backend) {
+    let store = backend.store().await;
+    let refusing = tasks::SharedStore::new(Flaky {
+        inner: store.shared(),
+        failures: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        slow_extend: None,
+        refuse_steps: true,
+    });
+    let client = tasks::Client::new(refusing.clone()).unwrap();
+    let worker = tasks::Worker::builder(refusing)
+        .lease(Duration::from_secs(60))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .spawn();
+    for n in [300, 400] {
+        let handle = many::start(&client, n).await.unwrap();
+        let started = std::time::Instant::now();
+        match handle.result_within(Duration::from_secs(20)).await {
+            Err(tasks::RunError::Failed { error, .. }) => {
+                assert_eq!(error.kind.as_deref(), Some("limit"), "{error}");
+                assert!(!error.retryable, "{error}");
+                assert!(error.message.contains("the step output"), "{error}");
+                assert!(
+                    error
+                        .message
+                        .contains(&tasks::limits::MAX_PAYLOAD_BYTES.to_string()),
+                    "{error}"
+                );
+            }
+            other => panic!("expected the run to fail for good, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "failed at once, not after the 60 s lease"
+        );
+        let run = store.get_run(handle.id()).await.unwrap().unwrap();
+        assert_eq!((run.status, run.attempts), (RunStatus::Failed, 1));
+        assert!(
+            store.step_history(handle.id()).await.unwrap().is_empty(),
+            "nothing was recorded"
+        );
+    }
+    worker.shutdown().await;
 }
 
 /// A run whose worker was SIGKILLed mid-run is canceled, then retried: the retried run is
@@ -974,6 +1118,7 @@ async fn a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out(backe
         inner: store.shared(),
         failures: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)),
         slow_extend: Some(Duration::from_secs(3)),
+        refuse_steps: false,
     });
     let client = tasks::Client::new(stalling.clone()).unwrap();
     let worker = tasks::Worker::builder(stalling)
@@ -1003,6 +1148,8 @@ both_backends!(
     a_killed_workers_runs_are_reclaimed_within_seconds,
     a_worker_retries_its_writes_through_database_errors,
     a_poison_row_is_failed_and_the_others_complete,
+    a_poison_step_row_fails_its_run_for_good_and_the_others_complete,
+    a_worker_write_refused_for_its_limits_fails_the_run_at_once,
     a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
     a_killed_worker_does_not_start_a_child_twice,
 );

@@ -306,6 +306,154 @@ async fn outputs_that_would_not_round_trip_fail_the_attempt_for_good(backend: Ba
     worker.shutdown().await;
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Sensor {
+    label: String,
+    reading: Option<f64>,
+    history: Vec<f64>,
+}
+
+impl tasks::Event for Sensor {
+    const TOPIC: &'static str = "limits-sensor";
+}
+
+#[step]
+async fn read_sensor(what: String) -> Result<Option<f64>, std::io::Error> {
+    bump(run_id(), "read_sensor");
+    Ok(match what.as_str() {
+        "inf" => Some(f64::INFINITY),
+        "nan" => Some(f64::NAN),
+        _ => Some(2.5),
+    })
+}
+
+/// Reads a sensor (a step whose output may hold a non-finite float inside an `Option`),
+/// publishes the reading, sleeps (so the run replays), and returns what it read.
+#[workflow(name = "limits-sensor", events(Sensor))]
+async fn sensor(ctx: WorkflowContext, input: Sensor) -> Result<Option<f64>, WorkflowError> {
+    let reading = read_sensor(input.label.clone()).await?;
+    if input.label == "publish-nan" {
+        ctx.set_state("reading", &Some(f64::NAN)).await?;
+    }
+    ctx.sleep("replay", Duration::from_millis(50)).await?;
+    Ok(reading)
+}
+
+fn sensor_input(label: &str, reading: Option<f64>, history: Vec<f64>) -> Sensor {
+    Sensor {
+        label: label.into(),
+        reading,
+        history,
+    }
+}
+
+/// A NaN or infinite float nested where `null` would decode (`Some(f64::NAN)` as an
+/// `Option<f64>`, an infinity in a `Vec<f64>`) is refused before anything is stored: a
+/// typed start with an invalid-input error naming its path, a typed event with a JSON
+/// error; a step output holding one fails its attempt for good with kind `output` (never
+/// recorded as completed, so no replay reads it as `None`); a published state value holding
+/// one fails the run without publishing.
+async fn nested_non_finite_floats_are_refused_before_they_are_stored(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    for (input, path) in [
+        (sensor_input("a", Some(f64::NAN), vec![]), "/reading"),
+        (
+            sensor_input("a", None, vec![1.0, f64::INFINITY]),
+            "/history/1",
+        ),
+        (
+            sensor_input("a", Some(1.0), vec![f64::NEG_INFINITY]),
+            "/history/0",
+        ),
+    ] {
+        match sensor::start(&client, input.clone()).await {
+            Err(ClientError::InvalidInput(invalid)) => {
+                assert_eq!(invalid.violations.len(), 1, "{invalid:?}");
+                assert_eq!(invalid.violations[0].path, path, "{invalid:?}");
+                assert!(
+                    invalid.violations[0].message.contains("JSON cannot hold"),
+                    "{invalid:?}"
+                );
+            }
+            other => panic!("expected invalid input for {input:?}, got {other:?}"),
+        }
+    }
+    assert_eq!(count_runs(&client).await, 0, "nothing was stored");
+
+    // A typed event holding one is refused; nothing is stored.
+    let target = sensor::start(&client, sensor_input("fine", Some(1.0), vec![0.5]))
+        .await
+        .unwrap();
+    let sent = client
+        .send_event(target.id(), &sensor_input("x", Some(f64::NAN), vec![]))
+        .await;
+    match sent {
+        Err(ClientError::Json(error)) => {
+            assert!(error.to_string().contains("/reading"), "{error}");
+        }
+        other => panic!("expected a JSON error, got {other:?}"),
+    }
+    assert!(store.list_events(target.id()).await.unwrap().is_empty());
+
+    let worker = worker(&store).build().unwrap().spawn();
+    assert_eq!(
+        target.result_within(Duration::from_secs(20)).await.unwrap(),
+        Some(2.5)
+    );
+    for what in ["inf", "nan"] {
+        let run = sensor::start(&client, sensor_input(what, None, vec![]))
+            .await
+            .unwrap();
+        match run.result_within(Duration::from_secs(20)).await {
+            Err(RunError::Failed { error, .. }) => {
+                assert_eq!(error.kind.as_deref(), Some("output"), "{what}: {error}");
+                assert!(!error.retryable, "{what}: {error}");
+                assert!(error.message.contains("read_sensor"), "{what}: {error}");
+            }
+            other => panic!("{what}: expected a failed run, got {other:?}"),
+        }
+        let steps = run.steps().await.unwrap();
+        assert_eq!(steps.len(), 1, "{what}: one attempt: {steps:?}");
+        assert_eq!(steps[0].status, StepStatus::Failed, "{what}");
+        assert_eq!(steps[0].output, None, "{what}: never recorded as completed");
+        assert_eq!(run.run().await.unwrap().attempts, 1, "{what}: not retried");
+        assert_eq!(calls(run.id(), "read_sensor"), 1, "{what}");
+        // Run again by hand: the step runs again (it never completed) and fails the same
+        // way; no execution ever reads a stored `null` back as `None`.
+        client.retry(run.id()).await.unwrap();
+        match run.result_within(Duration::from_secs(20)).await {
+            Err(RunError::Failed { error, .. }) => {
+                assert_eq!(error.kind.as_deref(), Some("output"), "{what}: {error}");
+            }
+            other => panic!("{what}: expected the retry to fail the same way, got {other:?}"),
+        }
+        assert_eq!(calls(run.id(), "read_sensor"), 2, "{what}");
+        let steps = run.steps().await.unwrap();
+        assert!(
+            steps
+                .iter()
+                .all(|s| s.status == StepStatus::Failed && s.output.is_none()),
+            "{what}: {steps:?}"
+        );
+    }
+    let run = sensor::start(&client, sensor_input("publish-nan", None, vec![]))
+        .await
+        .unwrap();
+    match run.result_within(Duration::from_secs(20)).await {
+        Err(RunError::Failed { error, .. }) => {
+            assert!(!error.retryable, "{error}");
+            assert!(error.message.contains("JSON cannot hold"), "{error}");
+        }
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+    assert!(
+        client.list_state(run.id()).await.unwrap().is_empty(),
+        "nothing was published"
+    );
+    worker.shutdown().await;
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Panics {
     times: u32,
@@ -400,12 +548,64 @@ async fn a_worker_lease_past_the_limit_is_refused_at_build(backend: Backend) {
     );
 }
 
+/// A namespace with NUL or past its length limit is refused where a store, a worker or a
+/// client is scoped to it, with a typed error naming the namespace: no store ever holds it,
+/// so no call by id can hand it to the database and come back with an untyped error.
+async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend) {
+    let store = backend.store().await;
+    let long = "n".repeat(limits::MAX_NAMESPACE_BYTES + 1);
+    for namespace in ["a\0b", "\0", long.as_str()] {
+        match store.with_namespace(namespace) {
+            Err(error) => assert_eq!(error.field(), Field::Namespace, "{error}"),
+            Ok(_) => panic!("with_namespace accepted {namespace:?}"),
+        }
+        match store.scoped(namespace) {
+            Err(error) => assert_eq!(error.field(), Field::Namespace, "{error}"),
+            Ok(_) => panic!("scoped accepted {namespace:?}"),
+        }
+        match worker(&store).namespace(namespace).build() {
+            Err(tasks::WorkerError::Limit(error)) => {
+                assert_eq!(error.field(), Field::Namespace, "{error}");
+            }
+            other => panic!("expected a limit error, got {other:?}"),
+        }
+    }
+    // The longest accepted namespace works for every call, by id or not.
+    let unique = Uuid::new_v4().to_string();
+    let longest = format!(
+        "{unique}{}",
+        "n".repeat(limits::MAX_NAMESPACE_BYTES - unique.len())
+    );
+    let scoped = store.with_namespace(&longest).unwrap();
+    let unknown = Uuid::new_v4();
+    assert_eq!(scoped.get_run(unknown).await.unwrap(), None);
+    assert!(matches!(
+        scoped.cancel_run(unknown).await,
+        Err(tasks::StoreError::RunNotFound { .. })
+    ));
+    let client = tasks::Client::new(scoped.clone()).unwrap();
+    let run = measure::start(
+        &client,
+        Measure {
+            value: 1.0,
+            count: 1,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.run().await.unwrap().namespace, longest);
+    scoped.cancel_run(run.id()).await.unwrap();
+    assert_eq!(count_runs(&client).await, 1);
+}
+
 both_backends!(
+    a_namespace_past_the_limits_is_refused_where_it_is_set,
     a_worker_lease_past_the_limit_is_refused_at_build,
     hostile_json_inputs_are_refused_and_nothing_is_stored,
     hostile_options_are_refused_and_nothing_is_stored,
     inputs_that_would_not_decode_are_refused,
     outputs_that_would_not_round_trip_fail_the_attempt_for_good,
+    nested_non_finite_floats_are_refused_before_they_are_stored,
     a_panicking_step_is_a_failed_attempt_retried_by_the_step_policy,
     an_absurd_sleep_is_an_error_not_a_panic,
 );

@@ -172,20 +172,24 @@ fn names_keys_and_namespaces_are_refused_typed_or_stored_equal(backend: Backend)
                         (Some(namespace), true) => format!("{}{namespace}", Uuid::new_v4()),
                         _ => store.namespace().to_owned(),
                     };
-                    let target = store.scoped(&namespace);
                     let valid_namespace = limits::check_namespace(&namespace).is_ok();
-                    let before = if valid_namespace {
-                        count(&*target).await
-                    } else {
-                        0
+                    let target = match store.scoped(&namespace) {
+                        Ok(target) => target,
+                        Err(error) => {
+                            // No store is made that could hand it to the database.
+                            assert!(!valid_namespace, "{error}");
+                            assert_eq!(error.field(), limits::Field::Namespace);
+                            return;
+                        }
                     };
+                    assert!(valid_namespace);
+                    let before = count(&*target).await;
                     let params = CreateRun {
                         idempotency_key: Some(key.clone()),
                         ..CreateRun::new(workflow.clone())
                     };
                     match target.create_run(params).await {
                         Ok(run) => {
-                            assert!(valid_namespace);
                             assert_eq!(run.workflow_name, workflow);
                             assert_eq!(run.idempotency_key.as_deref(), Some(key.as_str()));
                             assert_eq!(run.namespace, namespace);
@@ -199,9 +203,7 @@ fn names_keys_and_namespaces_are_refused_typed_or_stored_equal(backend: Backend)
                             assert!(listed.data.contains(&run));
                         }
                         Err(StoreError::Limit(_)) => {
-                            if valid_namespace {
-                                assert_eq!(count(&*target).await, before, "nothing stored");
-                            }
+                            assert_eq!(count(&*target).await, before, "nothing stored");
                         }
                         Err(other) => panic!("untyped error: {other:?}"),
                     }

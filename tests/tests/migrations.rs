@@ -116,7 +116,9 @@ async fn check_migrations(database: &str) {
     );
 
     // The migrated schema works.
-    let store = PgStore::new(app.clone()).with_namespace("migrations-test");
+    let store = PgStore::new(app.clone())
+        .with_namespace("migrations-test")
+        .unwrap();
     let run = store.create_run(CreateRun::new("wf")).await.unwrap();
     assert_eq!(store.get_run(run.id).await.unwrap(), Some(run));
     app.close().await;

@@ -82,7 +82,9 @@ async fn a_store_on_two_connections_runs_workflows() {
         .connect(&database_url())
         .await
         .expect("connect to the test database");
-    let store = PgStore::new(pool).with_namespace(unique_namespace());
+    let store = PgStore::new(pool)
+        .with_namespace(unique_namespace())
+        .unwrap();
     store.migrate().await.expect("migrate");
     let worker = Worker::builder(store.clone())
         .concurrency(8)

@@ -61,7 +61,10 @@ async fn two_processes_claim_each_run_exactly_once() {
     const RUNS: usize = 200;
     let path = temp_database_path();
     let namespace = unique_namespace();
-    let store = open_sqlite(&path).await.with_namespace(namespace.clone());
+    let store = open_sqlite(&path)
+        .await
+        .with_namespace(namespace.clone())
+        .unwrap();
     let seeded = seed(&store, RUNS).await;
 
     let mut children: Vec<_> = ["proc-a", "proc-b"]
@@ -164,7 +167,10 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
     const CLAIMERS: usize = 16;
     let path = temp_database_path();
     let namespace = unique_namespace();
-    let shared = open_sqlite(&path).await.with_namespace(namespace.clone());
+    let shared = open_sqlite(&path)
+        .await
+        .with_namespace(namespace.clone())
+        .unwrap();
     let seeded = seed(&shared, RUNS).await;
 
     let barrier = Arc::new(Barrier::new(CLAIMERS));
@@ -178,6 +184,7 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
                 .await
                 .unwrap()
                 .with_namespace(namespace.clone())
+                .unwrap()
         };
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
@@ -225,7 +232,10 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
 async fn separately_opened_stores_on_one_file_wake_each_other() {
     let path = temp_database_path();
     let namespace = unique_namespace();
-    let worker_side = open_sqlite(&path).await.with_namespace(namespace.clone());
+    let worker_side = open_sqlite(&path)
+        .await
+        .with_namespace(namespace.clone())
+        .unwrap();
     // The same file through another spelling of its path, and another pool.
     let other_spelling = path
         .parent()
@@ -235,15 +245,18 @@ async fn separately_opened_stores_on_one_file_wake_each_other() {
     let client_side = SqliteStore::open(&other_spelling)
         .await
         .unwrap()
-        .with_namespace(namespace.clone());
+        .with_namespace(namespace.clone())
+        .unwrap();
     let elsewhere = open_sqlite(&temp_database_path())
         .await
-        .with_namespace(namespace.clone());
+        .with_namespace(namespace.clone())
+        .unwrap();
 
     let mut worker_events = worker_side.subscribe().await.unwrap();
     let mut elsewhere_events = elsewhere.subscribe().await.unwrap();
     client_side
         .scoped(&unique_namespace())
+        .unwrap()
         .create_run(CreateRun::new("not-ours"))
         .await
         .unwrap();
@@ -293,11 +306,16 @@ async fn connect_selects_the_store_from_the_url() {
     assert_eq!(store.namespace(), tasks::DEFAULT_NAMESPACE);
     let run = store
         .scoped("elsewhere")
+        .unwrap()
         .create_run(CreateRun::new("wf"))
         .await
         .unwrap();
     // Connecting again (and migrating again) finds the same data.
-    let again = connect(&url).await.expect("reconnect").scoped("elsewhere");
+    let again = connect(&url)
+        .await
+        .expect("reconnect")
+        .scoped("elsewhere")
+        .unwrap();
     assert_eq!(again.get_run(run.id).await.unwrap().unwrap().id, run.id);
 
     let memory = connect("sqlite::memory:").await.expect("in-memory SQLite");
@@ -306,7 +324,7 @@ async fn connect_selects_the_store_from_the_url() {
     let postgres = connect(&tasks_tests::database_url())
         .await
         .expect("connect to the test Postgres");
-    let ns = postgres.scoped(&unique_namespace());
+    let ns = postgres.scoped(&unique_namespace()).unwrap();
     let pg_run = ns.create_run(CreateRun::new("wf")).await.unwrap();
     assert_eq!(ns.get_run(pg_run.id).await.unwrap().unwrap().id, pg_run.id);
 
@@ -387,7 +405,11 @@ async fn greet_later(ctx: WorkflowContext, input: Greeting) -> Result<String, Wo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_and_client_in_one_process_wake_each_other() {
     let url = format!("sqlite://{}", temp_database_path().display());
-    let store = connect(&url).await.unwrap().scoped(&unique_namespace());
+    let store = connect(&url)
+        .await
+        .unwrap()
+        .scoped(&unique_namespace())
+        .unwrap();
     let worker = Worker::builder(store.clone())
         .poll_interval(Duration::from_secs(60), Duration::from_secs(60))
         .build()

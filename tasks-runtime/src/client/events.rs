@@ -57,6 +57,11 @@ impl Client {
         payload: &E,
         options: SendOptions,
     ) -> Result<SentEvent, ClientError> {
+        limits::check_finite(payload).map_err(|found| {
+            ClientError::Json(serde::ser::Error::custom(format!(
+                "the event payload: {found}"
+            )))
+        })?;
         let payload = serde_json::to_value(payload).map_err(ClientError::Json)?;
         limits::check_json(Field::EventPayload, &payload)?;
         limits::check_round_trip::<E>(&payload).map_err(ClientError::Json)?;

@@ -92,8 +92,8 @@ pub enum ChildError {
         /// The child run.
         run_id: Uuid,
     },
-    /// The child's input could not be stored (it does not serialize, or is past the
-    /// [`limits`]); nothing was started.
+    /// The child's input could not be stored (it does not serialize, holds a NaN or
+    /// infinite float, or is past the [`limits`]); nothing was started.
     #[error("the input of child workflow {workflow} cannot be stored: {reason}")]
     Input {
         /// The child's workflow.
@@ -166,6 +166,7 @@ impl WorkflowContext {
             workflow: definition.name.to_owned(),
             reason,
         };
+        crate::limits::check_finite(&input).map_err(|found| input_error(found.to_string()))?;
         let input = serde_json::to_value(&input).map_err(|error| input_error(error.to_string()))?;
         let child = CreateRun {
             workflow_name: definition.name.to_owned(),

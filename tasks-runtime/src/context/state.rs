@@ -41,13 +41,20 @@ impl WorkflowContext {
     ///
     /// A key or a value past the [`limits`](crate::limits) (a key of more than
     /// [`MAX_TOPIC_BYTES`](crate::limits::MAX_TOPIC_BYTES), a value of more than
-    /// [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) of JSON), or a value that
-    /// does not serialize, is a non-retryable error and nothing is published.
+    /// [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) of JSON), a value that
+    /// does not serialize, or one holding a NaN or infinite float (JSON has neither), is a
+    /// non-retryable error and nothing is published.
     pub async fn set_state<T: Serialize + ?Sized>(
         &self,
         key: &str,
         value: &T,
     ) -> Result<(), WorkflowError> {
+        limits::check_finite(value).map_err(|found| {
+            WorkflowError::msg(format!(
+                "the value of state {key:?} cannot be published: {found}"
+            ))
+            .non_retryable()
+        })?;
         let value = serde_json::to_value(value).map_err(|error| {
             WorkflowError::msg(format!(
                 "the value of state {key:?} does not serialize: {error}"

@@ -89,7 +89,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// let store = PgStore::connect("postgres://postgres@127.0.0.1/app").await?;
 /// store.migrate().await?;
-/// let tenant = store.with_namespace("tenant-a");
+/// let tenant = store.with_namespace("tenant-a")?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -190,16 +190,23 @@ impl PgStore {
     }
 
     /// The same store, seeing only `namespace`.
-    pub fn with_namespace(&self, namespace: impl Into<String>) -> Self {
-        PgStore {
+    ///
+    /// Errors: a [`LimitError`](crate::LimitError) for a namespace past the
+    /// [`limits`] (longer than
+    /// [`MAX_NAMESPACE_BYTES`](crate::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
+    /// never holds a namespace that the database could not take.
+    pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, crate::LimitError> {
+        let namespace = namespace.into();
+        limits::check_namespace(&namespace)?;
+        Ok(PgStore {
             pool: self.pool.clone(),
-            namespace: Arc::from(namespace.into()),
+            namespace: Arc::from(namespace),
             background: self.background.clone(),
             hub: self.hub.clone(),
             batcher: self.batcher.clone(),
             recorder: self.recorder.clone(),
             completer: self.completer.clone(),
-        }
+        })
     }
 
     /// The underlying pool.
@@ -742,8 +749,8 @@ impl Store for PgStore {
         true
     }
 
-    fn scoped(&self, namespace: &str) -> SharedStore {
-        SharedStore::new(self.with_namespace(namespace))
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, crate::LimitError> {
+        Ok(SharedStore::new(self.with_namespace(namespace)?))
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
@@ -1158,11 +1165,11 @@ impl Store for PgStore {
         ));
         query.push_bind(i64::from(page.limit) + 1);
         let rows = query
-            .build_query_as::<StepRow>()
+            .build()
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        let steps = rows::steps(rows, OPERATION)?;
+        let steps = rows::steps(&rows, OPERATION)?;
         Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
     }
 
@@ -1173,13 +1180,13 @@ impl Store for PgStore {
               WHERE namespace = $1 AND workflow_run_id = $2
               ORDER BY created_at, id"
         );
-        let rows = sqlx::query_as::<_, StepRow>(&sql)
+        let rows = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
             .map_err(db(OPERATION))?;
-        rows::steps(rows, OPERATION)
+        rows::steps(&rows, OPERATION)
     }
 
     async fn complete_step_attempt(

@@ -190,7 +190,22 @@ pub(crate) struct StepRow {
 );
 
 impl StepRow {
+    /// The attempt; a row that does not decode (an unknown status or kind) is a
+    /// [`StoreError::CorruptRun`] naming its run and the step row.
     pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
+        let (run_id, id, step_name) = (self.workflow_run_id, self.id, self.step_name.clone());
+        self.into_step_unnamed(operation)
+            .map_err(|error| match error {
+                StoreError::Corrupt { operation, reason } => StoreError::CorruptRun {
+                    id: run_id,
+                    operation,
+                    reason: crate::store::corrupt_step_reason(id, &step_name, &reason),
+                },
+                other => other,
+            })
+    }
+
+    fn into_step_unnamed(self, operation: Operation) -> StoreResult<StepAttempt> {
         Ok(StepAttempt {
             status: step_status_of(&self.status, operation)?,
             kind: self
@@ -229,8 +244,29 @@ pub(crate) fn runs(rows: &[PgRow], operation: Operation) -> StoreResult<Vec<Work
     rows.iter().map(|row| decode_run(row, operation)).collect()
 }
 
-pub(crate) fn steps(rows: Vec<StepRow>, operation: Operation) -> StoreResult<Vec<StepAttempt>> {
-    rows.into_iter()
-        .map(|row| row.into_step(operation))
+/// Decodes step attempts from returned rows: a row that does not decode (JSON the decoder
+/// refuses, an unknown status or kind) is a [`StoreError::CorruptRun`] naming its run and
+/// the step row, not a database error.
+pub(crate) fn steps(rows: &[PgRow], operation: Operation) -> StoreResult<Vec<StepAttempt>> {
+    rows.iter()
+        .map(|row| {
+            StepRow::from_row(row)
+                .map_err(|error| corrupt_step_row(row, operation, error))?
+                .into_step(operation)
+        })
         .collect()
+}
+
+fn corrupt_step_row(row: &PgRow, operation: Operation, error: sqlx::Error) -> StoreError {
+    let reason = error.to_string();
+    let id = row.try_get::<Uuid, _>("id");
+    let step_name = row.try_get::<String, _>("step_name");
+    match (row.try_get::<Uuid, _>("workflow_run_id"), id, step_name) {
+        (Ok(run_id), Ok(id), Ok(step_name)) => StoreError::CorruptRun {
+            id: run_id,
+            operation,
+            reason: crate::store::corrupt_step_reason(id, &step_name, &reason),
+        },
+        _ => StoreError::Corrupt { operation, reason },
+    }
 }

@@ -85,7 +85,7 @@ pub const MAX_CONNECTIONS: u32 = 8;
 /// // Creates `app.sqlite` in the current directory if it does not exist.
 /// let store = SqliteStore::connect("sqlite://app.sqlite").await?;
 /// store.migrate().await?;
-/// let tenant = store.with_namespace("tenant-a");
+/// let tenant = store.with_namespace("tenant-a")?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -192,13 +192,20 @@ impl SqliteStore {
     }
 
     /// The same store, seeing only `namespace`.
-    pub fn with_namespace(&self, namespace: impl Into<String>) -> Self {
-        SqliteStore {
+    ///
+    /// Errors: a [`LimitError`](crate::LimitError) for a namespace past the
+    /// [`limits`] (longer than
+    /// [`MAX_NAMESPACE_BYTES`](crate::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
+    /// never holds a namespace that the database could not take.
+    pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, crate::LimitError> {
+        let namespace = namespace.into();
+        limits::check_namespace(&namespace)?;
+        Ok(SqliteStore {
             pool: self.pool.clone(),
-            namespace: Arc::from(namespace.into()),
+            namespace: Arc::from(namespace),
             shared: self.shared.clone(),
             clock: self.clock.clone(),
-        }
+        })
     }
 
     /// The same store, reading the time from `clock` instead of the system clock (the
@@ -394,8 +401,8 @@ impl Store for SqliteStore {
         &self.namespace
     }
 
-    fn scoped(&self, namespace: &str) -> SharedStore {
-        SharedStore::new(self.with_namespace(namespace))
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, crate::LimitError> {
+        Ok(SharedStore::new(self.with_namespace(namespace)?))
     }
 
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {

@@ -297,7 +297,26 @@ pub(crate) struct StepRow {
 );
 
 impl StepRow {
+    /// The attempt; a row that does not decode is a [`StoreError::CorruptRun`] naming its
+    /// run and the step row (a [`StoreError::Corrupt`] when even the run's id does not
+    /// parse).
     pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
+        let run_id = Uuid::parse_str(&self.workflow_run_id).ok();
+        let (id, step_name) = (self.id.clone(), self.step_name.clone());
+        self.into_step_unnamed(operation)
+            .map_err(|error| match (error, run_id) {
+                (StoreError::Corrupt { operation, reason }, Some(run_id)) => {
+                    StoreError::CorruptRun {
+                        id: run_id,
+                        operation,
+                        reason: crate::store::corrupt_step_reason(id, &step_name, &reason),
+                    }
+                }
+                (other, _) => other,
+            })
+    }
+
+    fn into_step_unnamed(self, operation: Operation) -> StoreResult<StepAttempt> {
         let op = operation;
         Ok(StepAttempt {
             status: step_status_of(&self.status, op)?,

@@ -97,8 +97,9 @@ pub(super) async fn doctor_url(
         Err(error) => return connect_failed(&error, err),
     };
     let connected_in = started.elapsed();
-    let store = match namespace {
-        Some(namespace) => store.scoped(namespace),
+    let store = match namespace.map(|namespace| store.scoped(namespace)) {
+        Some(Ok(scoped)) => scoped,
+        Some(Err(error)) => return super::fail(err, Exit::Usage, &error),
         None => store,
     };
     let registry = match Registry::from_inventory() {
@@ -170,7 +171,14 @@ pub(super) async fn doctor(client: &Client, schema: Option<String>, out: Output<
 
 /// The notification round trip and the clock comparison, both on a probe run.
 async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_>) {
-    let probe_store = store.scoped(PROBE_NAMESPACE);
+    // A constant within the limits.
+    let probe_store = match store.scoped(PROBE_NAMESPACE) {
+        Ok(probe_store) => probe_store,
+        Err(error) => {
+            report.check(Verdict::Fail, "notifications", one_line(&error));
+            return;
+        }
+    };
     let mut notifications = match probe_store.subscribe().await {
         Ok(stream) => Some(stream),
         Err(error) => {

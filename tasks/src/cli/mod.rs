@@ -434,8 +434,12 @@ impl TasksArgs {
     pub async fn execute_with(&self, client: &Client, out: Output<'_>, err: Output<'_>) -> Exit {
         let client = match &self.namespace {
             Some(namespace) => {
+                let store = match client.store().scoped(namespace) {
+                    Ok(store) => store,
+                    Err(error) => return fail(err, Exit::Usage, &error),
+                };
                 let registry = commands::copy_registry(client.registry());
-                Client::with_registry(client.store().scoped(namespace), Arc::new(registry))
+                Client::with_registry(store, Arc::new(registry))
             }
             None => client.clone(),
         };

@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn worker(url: &str, namespace: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let store = PgStore::connect(url).await?.with_namespace(namespace);
+    let store = PgStore::connect(url).await?.with_namespace(namespace)?;
     let worker = Worker::builder(store).concurrency(CONCURRENCY).build()?;
     worker.run_until_ctrl_c().await?;
     Ok(())
@@ -126,7 +126,7 @@ async fn orchestrate(url: &str, restart: &str) -> Result<(), Box<dyn std::error:
     .execute(&admin)
     .await?;
     let namespace = format!("chaos-{}", Uuid::new_v4());
-    let store = store.with_namespace(&namespace);
+    let store = store.with_namespace(&namespace)?;
     let mut runs = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         let input = serde_json::to_value(ChaosInput {
@@ -174,7 +174,7 @@ async fn orchestrate(url: &str, restart: &str) -> Result<(), Box<dyn std::error:
 
     // The admin pool may have lost its connections in the restart: a fresh one.
     let admin = PgPool::connect(url).await?;
-    let store = PgStore::new(admin.clone()).with_namespace(&namespace);
+    let store = PgStore::new(admin.clone()).with_namespace(&namespace)?;
     let drained = Instant::now();
     loop {
         let open = open_runs(&store).await.unwrap_or(usize::MAX);

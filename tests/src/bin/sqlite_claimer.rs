@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     else {
         return Err("usage: sqlite_claimer <database-path> <namespace> <worker-id>".into());
     };
-    let store = SqliteStore::open(&path).await?.with_namespace(namespace);
+    let store = SqliteStore::open(&path).await?.with_namespace(namespace)?;
 
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "ready")?;

@@ -145,7 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(url), Some(namespace), Some(lease)) = (args.next(), args.next(), args.next()) else {
         return Err("usage: test_worker <store-url> <namespace> <lease-ms>".into());
     };
-    let store = tasks::connect(&url).await?.scoped(&namespace);
+    let store = tasks::connect(&url).await?.scoped(&namespace)?;
     let worker = Worker::builder(store)
         .lease(Duration::from_millis(lease.parse()?))
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))

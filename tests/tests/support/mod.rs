@@ -39,7 +39,8 @@ impl Backend {
                 let path = tasks_tests::sqlite::temp_database_path();
                 let store = tasks_tests::sqlite::open_sqlite(&path)
                     .await
-                    .with_namespace(tasks_tests::unique_namespace());
+                    .with_namespace(tasks_tests::unique_namespace())
+                    .unwrap();
                 TestStore {
                     shared: SharedStore::new(store.clone()),
                     kind: Kind::Sqlite { store, path },
@@ -181,6 +182,53 @@ impl TestStore {
             .rows_affected(),
         };
         assert_eq!(updated, 1, "run {run_id} not found to poison");
+    }
+}
+
+impl TestStore {
+    /// The backend's own store (`PgStore` or `SqliteStore`) scoped with its
+    /// `with_namespace`.
+    pub fn with_namespace(&self, namespace: &str) -> Result<SharedStore, tasks::LimitError> {
+        Ok(match &self.kind {
+            Kind::Postgres(store) => SharedStore::new(store.with_namespace(namespace)?),
+            Kind::Sqlite { store, .. } => SharedStore::new(store.with_namespace(namespace)?),
+        })
+    }
+
+    /// Corrupts by hand the output of every completed attempt of `run_id`'s step
+    /// `step_name`, so that the row no longer decodes: JSON nested deeper than the decoder
+    /// reads on Postgres, text that is not JSON on SQLite.
+    pub async fn poison_step_output(&self, run_id: Uuid, step_name: &str) {
+        let updated = match &self.kind {
+            Kind::Postgres(store) => sqlx::query(
+                "UPDATE tasks.step_attempts SET output = (repeat('[', 200) || repeat(']', 200))::jsonb
+                  WHERE namespace = $1 AND workflow_run_id = $2 AND step_name = $3
+                    AND status = 'completed'",
+            )
+            .bind(store.namespace())
+            .bind(run_id)
+            .bind(step_name)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+            Kind::Sqlite { store, .. } => sqlx::query(
+                "UPDATE tasks_step_attempts SET output = '{not json'
+                  WHERE namespace = ?1 AND workflow_run_id = ?2 AND step_name = ?3
+                    AND status = 'completed'",
+            )
+            .bind(store.namespace())
+            .bind(run_id.hyphenated().to_string())
+            .bind(step_name)
+            .execute(store.pool())
+            .await
+            .unwrap()
+            .rows_affected(),
+        };
+        assert_eq!(
+            updated, 1,
+            "step {step_name} of run {run_id} not found to poison"
+        );
     }
 }
 
