@@ -96,10 +96,14 @@ fn main() {
     assert!(without::definition().concurrency.is_none());
     assert_eq!(without::definition().derived_concurrency(&order), Ok(None));
 
-    // A panic of the key function is an error, not a crash.
+    // A panic of the key function is an error, not a crash (the default hook would print
+    // it, expected here).
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let panicked = panicking::definition()
         .derived_concurrency(&order)
         .unwrap_err();
+    std::panic::set_hook(hook);
     assert_eq!(panicked.workflow, "panicking");
     assert_eq!(
         panicked.source,
