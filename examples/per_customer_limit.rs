@@ -7,9 +7,11 @@
 //! ```
 //!
 //! Two workers (as if on two machines) share the store. Customer `acme` queues eight
-//! exports, customer `globex` two; each export takes 300 ms. The limit is enforced by the
-//! claim, in the database: the printout shows at most two `acme` exports at once, and
-//! `globex` finishing long before `acme`'s backlog.
+//! exports, customer `globex` two; each export takes 300 ms. The workflow derives each
+//! run's key from its input (`concurrency(key = customer_of, limit = 2)`), so every start
+//! gets it, typed or JSON, without repeating it. The limit is enforced by the claim, in the
+//! database: the printout shows at most two `acme` exports at once, and `globex` finishing
+//! long before `acme`'s backlog.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,7 +51,13 @@ async fn build_export(export: &Export) -> Result<String, std::io::Error> {
     Ok(format!("{}-{}.csv", export.customer, export.number))
 }
 
-#[workflow(name = "export")]
+/// The concurrency key of an export: its customer.
+fn customer_of(export: &Export) -> &str {
+    &export.customer
+}
+
+/// At most two exports of one customer run at once, across every worker.
+#[workflow(name = "export", concurrency(key = customer_of, limit = 2))]
 async fn export(_ctx: WorkflowContext, input: Export) -> Result<String, WorkflowError> {
     Ok(build_export(&input).await?)
 }
@@ -65,16 +73,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut runs = Vec::new();
     for (customer, count) in [("acme", 8), ("globex", 2)] {
         for number in 1..=count {
-            let options = StartOptions::new().concurrency_key(customer, 2);
             let input = Export {
                 customer: customer.into(),
                 number,
             };
-            runs.push((customer, client.start_with::<export>(input, options).await?));
+            // The run's key is the customer, derived by the workflow.
+            runs.push((customer, export::start(&client, input).await?));
         }
     }
     // Started last, claimed first among acme's queued exports (when acme has a free slot).
-    let urgent = StartOptions::new().concurrency_key("acme", 2).priority(10);
+    // The key is still derived; `concurrency_key(..)` here would replace it.
+    let urgent = StartOptions::new().priority(10);
     let input = Export {
         customer: "acme".into(),
         number: 99,

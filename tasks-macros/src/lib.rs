@@ -28,7 +28,10 @@ use crate::kind::MacroKind;
 /// Options: `name = "..."` (default: the function name), `version = "..."`, and
 /// `retry(max_attempts = 5, initial_interval = "1s", backoff = 2.0, max_interval = "5m")`
 /// with every key optional; durations are strings such as `"250ms"` or `"1m30s"`, or `const`
-/// `Duration` expressions. The doc comment becomes the workflow's description. A crate that
+/// `Duration` expressions; `concurrency(key = customer_of, limit = 2)`, where `key` is callable
+/// as `Fn(&Input) -> impl Display` (a function path or a closure) and derives each run's
+/// concurrency key from its input, and `limit` (at least 1) caps the runs of one key running
+/// at once. The doc comment becomes the workflow's description. A crate that
 /// re-exports `tasks` passes its path with `crate = "my_crate::tasks"`.
 ///
 /// A workflow without input takes only the context; its input type is `()`.

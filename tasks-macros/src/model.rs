@@ -5,7 +5,10 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::{LitStr, PatType, Path, Type};
 
-pub(crate) use crate::parse::{CatchUpValue, DurationValue, ItemFn, RetryOptions, ScheduleOptions};
+pub(crate) use crate::parse::{
+    CatchUpValue, ConcurrencyOptions, DurationValue, ItemFn, LimitValue, RetryOptions,
+    ScheduleOptions,
+};
 
 /// A `#[workflow]` function that passed every check.
 pub(crate) struct Workflow {
@@ -32,6 +35,8 @@ pub(crate) struct Workflow {
     pub events: Vec<Path>,
     /// `schedule = "..."` with its `timezone` and `catch_up`.
     pub schedule: Option<ScheduleOptions>,
+    /// `concurrency(key = .., limit = ..)`: the key each run derives from its input.
+    pub concurrency: Option<ConcurrencyOptions>,
 }
 
 /// A `#[step]` function that passed every check.

@@ -105,6 +105,11 @@ pub enum ClientError {
     #[cfg(feature = "schedules")]
     #[error(transparent)]
     InvalidSchedule(#[from] crate::schedule::ScheduleError),
+    /// The workflow derives each run's concurrency key from its input and the key function
+    /// failed (it panicked, or the input does not decode); nothing was stored. A derived key
+    /// past the limits (NUL, too long) is a [`ClientError::Limit`], as a given one is.
+    #[error(transparent)]
+    ConcurrencyKey(#[from] crate::flow::ConcurrencyKeyError),
     /// A JSON event payload that does not match the payload type's JSON Schema, or does not
     /// decode into it; nothing was stored. Every violation is reported with its path.
     #[error("invalid payload for event {topic:?} of workflow {workflow:?}: {}", violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -185,8 +190,20 @@ pub struct StartOptions {
     context: Option<Value>,
     // Flow control (issue #12).
     priority: i32,
-    concurrency: Option<Concurrency>,
+    concurrency: KeyChoice,
     trace_context: Option<TraceContext>,
+}
+
+/// Where a start's concurrency key comes from.
+#[derive(Debug, Clone, Default)]
+enum KeyChoice {
+    /// The workflow's derivation, if it declares one.
+    #[default]
+    Derived,
+    /// [`StartOptions::concurrency_key`].
+    Given(Concurrency),
+    /// [`StartOptions::without_concurrency_key`].
+    Without,
 }
 
 impl StartOptions {
@@ -252,8 +269,19 @@ impl StartOptions {
 
     /// At most `limit` runs of `key` run at once in the namespace, across every worker (the
     /// limit is stored with each run; give every run of a key the same one).
+    ///
+    /// It replaces the key and limit the workflow derives from the input
+    /// (`#[workflow(concurrency(key = ..., limit = ...))]`) for this run.
     pub fn concurrency_key(mut self, key: impl Into<String>, limit: u32) -> Self {
-        self.concurrency = Some(Concurrency::new(key, limit));
+        self.concurrency = KeyChoice::Given(Concurrency::new(key, limit));
+        self
+    }
+
+    /// Start this run without a concurrency key, even when its workflow derives one from the
+    /// input: it counts against no key's limit and waits for none (an operator's rerun, say).
+    /// Undoes an earlier [`concurrency_key`](Self::concurrency_key) of the same options.
+    pub fn without_concurrency_key(mut self) -> Self {
+        self.concurrency = KeyChoice::Without;
         self
     }
 
@@ -417,6 +445,11 @@ impl Client {
         input: Value,
         options: StartOptions,
     ) -> Result<CreateRun, ClientError> {
+        let concurrency = match options.concurrency {
+            KeyChoice::Derived => definition.derived_concurrency(&input)?,
+            KeyChoice::Given(concurrency) => Some(concurrency),
+            KeyChoice::Without => None,
+        };
         let params = CreateRun {
             workflow_name: definition.name.to_owned(),
             version: definition.version.map(str::to_owned),
@@ -430,7 +463,7 @@ impl Client {
             idempotency_key: options.idempotency_key,
             idempotency_scope: options.idempotency_scope,
             priority: options.priority,
-            concurrency: options.concurrency,
+            concurrency,
             trace_context: crate::trace::for_new_run(options.trace_context),
         };
         params.check(self.store.namespace())?;
@@ -652,7 +685,8 @@ impl Client {
     ///
     /// Errors: [`ClientError::InvalidSchedule`] for a cron expression or timezone that does
     /// not parse, [`ClientError::UnknownWorkflow`], [`ClientError::InvalidInput`],
-    /// [`ClientError::Limit`], and [`StoreError::ScheduleExists`] (as [`ClientError::Store`])
+    /// [`ClientError::Limit`], [`ClientError::ConcurrencyKey`] (the workflow derives a key
+    /// from the input, and cannot from this one), and [`StoreError::ScheduleExists`] (as [`ClientError::Store`])
     /// when the name is taken. Nothing is stored on any of them.
     pub async fn create_schedule(
         &self,
@@ -694,6 +728,11 @@ impl Client {
         self.registry
             .validate_input(definition.name, definition.version, &schedule.input)?;
         check_type(definition, &schedule.input)?;
+        // Every slot's run derives its key from this input: a key function that fails on
+        // it, or a key past the limits, is refused now rather than at every slot.
+        if let Some(concurrency) = definition.derived_concurrency(&schedule.input)? {
+            concurrency.check()?;
+        }
         Ok((schedule, cadence))
     }
 

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::context::WorkflowContext;
 use crate::failure::ErrorRecord;
+use crate::flow::{Concurrency, ConcurrencyKeyError, DerivedConcurrency};
 use crate::retry::RetryPolicy;
 
 /// The future a workflow entry point returns: the JSON output or the recorded error.
@@ -61,6 +62,10 @@ pub struct WorkflowDefinition {
     pub check_input: fn(&Value) -> Result<(), serde_json::Error>,
     /// The workflow-level retry policy, for errors outside steps.
     pub retry_policy: Option<RetryPolicy>,
+    /// The concurrency key each run derives from its input
+    /// (`#[workflow(concurrency(key = ..., limit = ...))]`), used by every start that gives
+    /// no key of its own; `None`: only starts that give a key have one.
+    pub concurrency: Option<DerivedConcurrency>,
     /// Where the workflow function is.
     pub location: SourceLocation,
     /// Runs the workflow on JSON input.
@@ -74,6 +79,18 @@ impl WorkflowDefinition {
             Some(version) => format!("{}@{}", self.name, version),
             None => self.name.to_owned(),
         }
+    }
+
+    /// The concurrency key and limit a run with `input` derives from it, or `None` when the
+    /// workflow declares no key function.
+    pub fn derived_concurrency(
+        &self,
+        input: &Value,
+    ) -> Result<Option<Concurrency>, ConcurrencyKeyError> {
+        self.concurrency
+            .as_ref()
+            .map(|derived| derived.derive(&self.display_name(), input))
+            .transpose()
     }
 }
 

@@ -64,7 +64,7 @@ pub use definition::{
 pub use error::{BoxError, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
-pub use flow::Concurrency;
+pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
 pub use idempotency::IdempotencyScope;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};

@@ -23,6 +23,7 @@ pub use crate::definition::{
 };
 pub use crate::events::{Event, EventDeclaration, EventRegistration, check_payload};
 pub use crate::failure::{ErrorRecord, RecordError};
+pub use crate::flow::{DeriveKeyError, DerivedConcurrency};
 pub use crate::retry::RetryPolicy;
 pub use crate::schedule::{CatchUp, ScheduleDeclaration, ScheduleRegistration};
 pub use crate::step_args::{
@@ -218,6 +219,91 @@ pub const fn assert_step_timeout(timeout: std::time::Duration) {
     if timeout.is_zero() {
         panic!("a step's `timeout` limits each attempt: it must be longer than zero");
     }
+}
+
+/// Fails the build, in a `const` item, when `concurrency(limit = ...)` given as an expression
+/// is 0 or past the limit (a literal is checked by the macro).
+pub const fn assert_concurrency_limit(limit: u32) {
+    if limit == 0 {
+        panic!(
+            "`concurrency(limit = ...)` is the most runs of one key running at once: it must be at least 1"
+        );
+    }
+    if limit > crate::limits::MAX_CONCURRENCY_LIMIT {
+        panic!("`concurrency(limit = ...)` must fit in an `i32`");
+    }
+}
+
+/// What a `#[workflow(concurrency(key = ...))]` function may return: any `Display` type.
+#[diagnostic::on_unimplemented(
+    message = "a concurrency key is text, and `{Self}` does not implement `Display`",
+    label = "the key function returns this",
+    note = "return a `String`, a `&str`, a number, or any type that implements `Display`"
+)]
+pub trait ConcurrencyKeyValue {
+    /// The key as stored.
+    fn key_string(&self) -> String;
+}
+
+impl<T: std::fmt::Display + ?Sized> ConcurrencyKeyValue for T {
+    fn key_string(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// A function the key of a run is derived with: `Fn(&Input) -> impl Display`. The lifetime
+/// parameter lets the key borrow from the input (`fn customer_of(o: &Order) -> &str`).
+#[diagnostic::on_unimplemented(
+    message = "`concurrency(key = ...)` must be a function from `&{I}`, the workflow's input, to a key; `{Self}` is not",
+    label = "called with `&{I}`; must return a `String`, `&str`, number or other `Display` type",
+    note = "write `fn key(input: &{I}) -> String` and give its path, or a closure such as `|input: &{I}| input.customer.clone()`"
+)]
+pub trait ConcurrencyKeyFn<'a, I: 'a> {
+    /// What the function returns.
+    type Key: ConcurrencyKeyValue;
+    /// Calls the function.
+    fn key_of(&self, input: &'a I) -> Self::Key;
+}
+
+impl<'a, I: 'a, F, K> ConcurrencyKeyFn<'a, I> for F
+where
+    F: Fn(&'a I) -> K,
+    K: ConcurrencyKeyValue,
+{
+    type Key = K;
+
+    fn key_of(&self, input: &'a I) -> K {
+        self(input)
+    }
+}
+
+/// The concurrency key of a run of `W` with `input`, derived with `key` (a function path or
+/// any expression): the input decoded, `key` called on it and formatted, a panic caught.
+pub fn derive_concurrency_key<W, F>(input: &Value, key: F) -> Result<String, DeriveKeyError>
+where
+    W: Workflow,
+    F: for<'a> ConcurrencyKeyFn<'a, W::Input>,
+{
+    let input = <W::Input as serde::Deserialize>::deserialize(input)
+        .map_err(|error| DeriveKeyError::Input(error.to_string()))?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        key.key_of(&input).key_string()
+    }))
+    .map_err(|panic| DeriveKeyError::Panicked(crate::failure::panic_message(panic.as_ref())))
+}
+
+/// [`derive_concurrency_key`] for a closure: the plain `Fn` bound gives an unannotated
+/// closure (`|order| order.customer.clone()`) its parameter type.
+pub fn derive_concurrency_key_by_closure<W, F, K>(
+    input: &Value,
+    key: F,
+) -> Result<String, DeriveKeyError>
+where
+    W: Workflow,
+    F: Fn(&W::Input) -> K,
+    K: ConcurrencyKeyValue,
+{
+    derive_concurrency_key::<W, F>(input, key)
 }
 
 /// Always `None`: `#[step]` returns it from the `async` block that holds the step's body, so

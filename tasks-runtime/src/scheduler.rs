@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
+use crate::definition::WorkflowDefinition;
 use crate::error::StoreResult;
 use crate::registry::Registry;
-use crate::retry::RetryPolicy;
 use crate::schedule::{
     Cadence, FireSchedule, NewSchedule, Schedule, ScheduleDeclaration, plan, slot_runs,
 };
@@ -29,9 +29,9 @@ pub(crate) struct Scheduler {
     pub(crate) store: SharedStore,
     /// The declared schedules of the workflows the worker knows.
     pub(crate) declared: Vec<&'static ScheduleDeclaration>,
-    /// The retry policies of the workflows the worker knows, by name and version, for the
-    /// runs it starts.
-    pub(crate) retry_policies: HashMap<(String, Option<String>), Option<RetryPolicy>>,
+    /// The workflows the worker knows, by name and version: the runs it starts take their
+    /// retry policy and derived concurrency key from them.
+    pub(crate) definitions: HashMap<(String, Option<String>), &'static WorkflowDefinition>,
     pub(crate) tick: Duration,
 }
 
@@ -61,7 +61,7 @@ impl Scheduler {
                     .is_some()
             })
             .collect();
-        let retry_policies = registry
+        let definitions = registry
             .iter()
             .map(|definition| {
                 (
@@ -69,14 +69,14 @@ impl Scheduler {
                         definition.name.to_owned(),
                         definition.version.map(str::to_owned),
                     ),
-                    definition.retry_policy,
+                    definition,
                 )
             })
             .collect();
         Scheduler {
             store,
             declared,
-            retry_policies,
+            definitions,
             tick,
         }
     }
@@ -163,16 +163,47 @@ impl Scheduler {
             }
         };
         let fire_plan = plan(schedule, &cadence, now);
-        let retry_policy = self
-            .retry_policies
+        let definition = self
+            .definitions
             .get(&(schedule.workflow_name.clone(), schedule.version.clone()))
-            .copied()
-            .flatten();
+            .copied();
+        let derived = definition
+            .map(|d| d.derived_concurrency(&schedule.input))
+            .transpose()
+            .map(Option::flatten);
+        let checked = derived
+            .map_err(|error| error.to_string())
+            .and_then(|concurrency| {
+                match &concurrency {
+                    Some(key) => key.check().map_err(|error| error.to_string()),
+                    None => Ok(()),
+                }
+                .map(|()| concurrency)
+            });
+        let concurrency = match checked {
+            Ok(concurrency) => concurrency,
+            Err(error) => {
+                // The input passed these checks when the schedule was stored; only changed
+                // code gets here. The schedule stays due and is reported every tick (the
+                // other schedules still fire): its runs never start without the key that
+                // limits them.
+                tracing::error!(%error, schedule = %schedule.name, "the concurrency key of a schedule's runs cannot be derived");
+                return Ok(0);
+            }
+        };
+        let mut runs = slot_runs(
+            schedule,
+            &fire_plan.slots,
+            definition.and_then(|d| d.retry_policy),
+        );
+        for run in &mut runs {
+            run.concurrency.clone_from(&concurrency);
+        }
         let params = FireSchedule {
             name: schedule.name.clone(),
             slot,
             next_slot: fire_plan.next_slot,
-            runs: slot_runs(schedule, &fire_plan.slots, retry_policy),
+            runs,
         };
         match self.store.fire_schedule(params).await? {
             Some(runs) => {

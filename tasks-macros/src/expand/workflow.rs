@@ -1,12 +1,13 @@
 //! The code `#[workflow]` generates for a function that passed every check.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::common::{RetryDefault, optional_str, retry_assertion, retry_policy, source_location};
 use super::start;
-use crate::model::{CatchUpValue, Workflow, WorkflowInput};
+use crate::model::{CatchUpValue, LimitValue, Workflow, WorkflowInput};
+use crate::parse::{first_span, key_text};
 
 /// The function unchanged, a braced struct of the same name implementing `Workflow`, and in
 /// an anonymous `const` block: the `Workflow` impl, the static `WorkflowDefinition`, its entry
@@ -108,6 +109,8 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
         }
     });
 
+    let (concurrency, concurrency_key) = concurrency(workflow);
+
     quote! {
         #item
 
@@ -145,9 +148,11 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
                     output_schema: #private::output_schema::<#ident>,
                     check_input: #private::check_input::<#ident>,
                     retry_policy: #retry_policy,
+                    concurrency: #concurrency,
                     location: #location,
                     entry: __tasks_entry,
                 };
+            #concurrency_key
 
             fn __tasks_entry(
                 __tasks_ctx: #private::WorkflowContext,
@@ -165,6 +170,84 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
             #schedule
         };
     }
+}
+
+/// The definition's `concurrency` field, and the items it refers to: the key function's
+/// wrapper and, for a limit given as an expression, its `const` assertion.
+///
+/// The user's key expression is used once, as the argument of a generic helper whose bound
+/// says what it must be, spanned on that expression: a function of the wrong type is one
+/// error, on the user's tokens. A closure goes through a plain `Fn(&Input) -> K` bound, which
+/// gives an unannotated closure its parameter type; any other expression through a
+/// higher-ranked one, which lets a function return a key borrowed from the input
+/// (`fn customer_of(order: &Order) -> &str`).
+fn concurrency(workflow: &Workflow) -> (TokenStream, TokenStream) {
+    let private = &workflow.private;
+    let ident = &workflow.item.sig.ident;
+    let Some(options) = &workflow.concurrency else {
+        return (quote!(::core::option::Option::None), TokenStream::new());
+    };
+    let key = &options.key;
+    let limit = &options.limit;
+    let text = key_text(key);
+    // The whole call, the runtime's path included, on the user's expression: rustc spans a
+    // failed bound on the call, which would otherwise reach back to the attribute.
+    let span = first_span(key);
+    let on_key = respan(private.to_token_stream(), span);
+    let derive = match key {
+        syn::Expr::Closure(_) => quote_spanned! {span=>
+            #on_key::derive_concurrency_key_by_closure::<#ident, _, _>(__tasks_input, #key)
+        },
+        _ => quote_spanned! {span=>
+            #on_key::derive_concurrency_key::<#ident, _>(__tasks_input, #key)
+        },
+    };
+    let limit_assertion = match limit {
+        LimitValue::Literal(_) => TokenStream::new(),
+        LimitValue::Expr(expr) => {
+            let span = first_span(expr);
+            let on_limit = respan(private.to_token_stream(), span);
+            quote_spanned! {span=>
+                const _: () = #on_limit::assert_concurrency_limit(#expr);
+            }
+        }
+    };
+    let field = quote! {
+        ::core::option::Option::Some(#private::DerivedConcurrency {
+            key: __tasks_concurrency_key,
+            limit: #limit,
+            expression: #text,
+        })
+    };
+    let items = quote! {
+        #limit_assertion
+        fn __tasks_concurrency_key(
+            __tasks_input: &#private::serde_json::Value,
+        ) -> ::core::result::Result<::std::string::String, #private::DeriveKeyError> {
+            #derive
+        }
+    };
+    (field, items)
+}
+
+/// `tokens` with every span set to `span`. For paths that generated code writes, so that an
+/// error on an expression built around them lands on the user's token; such a path resolves
+/// as before, since a span from the macro's input has the call site's hygiene.
+fn respan(tokens: TokenStream, span: proc_macro2::Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = proc_macro2::TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
 }
 
 fn struct_doc(workflow: &Workflow) -> String {

@@ -1,6 +1,6 @@
 //! Parsing the macro arguments: `name = "..."`, `version = "..."`, `retry(...)`,
-//! `timeout = "..."` and `record_args = false` (steps), `events(...)` (workflows) and
-//! `crate = "..."`.
+//! `timeout = "..."` and `record_args = false` (steps), `events(...)`, the schedule's keys
+//! and `concurrency(...)` (workflows) and `crate = "..."`.
 //!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
@@ -14,6 +14,7 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
 
+use super::concurrency::{ConcurrencyOptions, parse_concurrency};
 use super::duration::parse_duration;
 use super::schedule::{
     ScheduleOptions, check_cron, check_timezone, parse_catch_up, without_schedule,
@@ -40,6 +41,8 @@ pub(crate) struct Options {
     pub events: Vec<Path>,
     /// `schedule = "..."`, `timezone = "..."`, `catch_up = "..."` (workflows only).
     pub schedule: Option<ScheduleOptions>,
+    /// `concurrency(key = .., limit = ..)` (workflows only).
+    pub concurrency: Option<ConcurrencyOptions>,
 }
 
 impl Options {
@@ -194,6 +197,14 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     catch_up = Some(value);
                 }
             }
+            "concurrency" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(concurrency) = parse_concurrency(&meta, errors)
+                    && fresh
+                {
+                    options.concurrency = Some(concurrency);
+                }
+            }
             other => errors.spanned(meta.path(), unknown_option(kind, other)),
         }
     }
@@ -254,15 +265,23 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         MacroKind::Workflow if key == "timeout" => {
             "#[workflow] has no `timeout`: set it on each `#[step]`, or give the run a deadline when it starts".to_owned()
         }
+        MacroKind::Workflow if matches!(key, "concurrency_key" | "concurrency_limit" | "limit") => {
+            format!(
+                "#[workflow] has no `{key}`: the key function and the limit go together, as in `concurrency(key = customer_of, limit = 2)`"
+            )
+        }
         MacroKind::Workflow => {
             format!(
-                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events`, `schedule`, `timezone`, `catch_up` or `crate`"
+                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events`, `schedule`, `timezone`, `catch_up`, `concurrency` or `crate`"
             )
         }
         MacroKind::Step if key == "events" => {
             "#[step] has no `events`: declare them on the workflow that waits for them, \
              `#[workflow(events(...))]`"
                 .to_owned()
+        }
+        MacroKind::Step if key == "concurrency" => {
+            "#[step] has no `concurrency`: a concurrency key limits whole runs; declare it on the `#[workflow]`, `concurrency(key = customer_of, limit = 2)`".to_owned()
         }
         MacroKind::Step if key == "version" => {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()
@@ -276,7 +295,10 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
 }
 
 /// Parses `key = value, key(...), ...`; a syntax error is recorded and yields `None`.
-fn parse_metas(args: TokenStream, errors: &mut Errors) -> Option<Punctuated<Meta, Token![,]>> {
+pub(super) fn parse_metas(
+    args: TokenStream,
+    errors: &mut Errors,
+) -> Option<Punctuated<Meta, Token![,]>> {
     match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
         Ok(metas) => Some(metas),
         Err(error) => {
@@ -288,11 +310,11 @@ fn parse_metas(args: TokenStream, errors: &mut Errors) -> Option<Punctuated<Meta
 
 /// The keys already given, so that a repeated key is reported on its second use.
 #[derive(Default)]
-struct Seen(Vec<String>);
+pub(super) struct Seen(Vec<String>);
 
 impl Seen {
     /// `true` the first time `key` is seen; later times record a "duplicate" error.
-    fn first(&mut self, key: &Path, errors: &mut Errors) -> bool {
+    pub(super) fn first(&mut self, key: &Path, errors: &mut Errors) -> bool {
         let name = key.to_token_stream().to_string();
         if self.0.contains(&name) {
             errors.spanned(key, format_args!("duplicate option `{name}`"));
@@ -304,12 +326,16 @@ impl Seen {
     }
 }
 
-fn key_of(path: &Path) -> Option<String> {
+pub(super) fn key_of(path: &Path) -> Option<String> {
     path.get_ident().map(|ident| ident.to_string())
 }
 
 /// The expression of `key = expr`, or an error showing the expected form.
-fn name_value<'a>(meta: &'a Meta, example: &str, errors: &mut Errors) -> Option<&'a Expr> {
+pub(super) fn name_value<'a>(
+    meta: &'a Meta,
+    example: &str,
+    errors: &mut Errors,
+) -> Option<&'a Expr> {
     match meta {
         Meta::NameValue(name_value) => Some(strip_groups(&name_value.value)),
         _ => {

@@ -2,11 +2,13 @@
 //! what a literal can tell on its own. Depends on no other stage.
 
 mod attr;
+mod concurrency;
 mod duration;
 mod item;
 mod schedule;
 
 pub(crate) use attr::{DurationValue, Options, RetryOptions};
+pub(crate) use concurrency::{ConcurrencyOptions, LimitValue, first_span, key_text};
 pub(crate) use item::ItemFn;
 pub(crate) use schedule::{CatchUpValue, ScheduleOptions};
 

@@ -34,6 +34,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             private,
             events: options.events,
             schedule: options.schedule,
+            concurrency: options.concurrency,
             item,
         }),
         (errors, workflow_input, result) => Err(Invalid {

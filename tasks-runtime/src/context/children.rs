@@ -93,7 +93,9 @@ pub enum ChildError {
         run_id: Uuid,
     },
     /// The child's input could not be stored (it does not serialize, holds a NaN or
-    /// infinite float, or is past the [`limits`]); nothing was started.
+    /// infinite float, or is past the [`limits`]), or the concurrency key the child's
+    /// workflow derives from it could not be derived or is past the limits; nothing was
+    /// started.
     #[error("the input of child workflow {workflow} cannot be stored: {reason}")]
     Input {
         /// The child's workflow.
@@ -127,6 +129,10 @@ impl WorkflowContext {
     /// Starts workflow `W` as a child of this run and returns a handle without waiting for
     /// it: start several, then collect them with [`WorkflowContext::join_all`] (fan-out,
     /// fan-in). The start is memoized like a step, so a replay returns the same child.
+    ///
+    /// When `W` derives a concurrency key from its input
+    /// (`#[workflow(concurrency(key = ..., limit = ...))]`), the child gets it, as a run
+    /// started by a client does: it waits for a free slot of its key like any other run.
     pub async fn spawn_child<W: Workflow>(
         &self,
         input: W::Input,
@@ -168,11 +174,15 @@ impl WorkflowContext {
         };
         crate::limits::check_finite(&input).map_err(|found| input_error(found.to_string()))?;
         let input = serde_json::to_value(&input).map_err(|error| input_error(error.to_string()))?;
+        let concurrency = definition
+            .derived_concurrency(&input)
+            .map_err(|error| input_error(error.to_string()))?;
         let child = CreateRun {
             workflow_name: definition.name.to_owned(),
             version: definition.version.map(str::to_owned),
             input: Some(input),
             retry_policy: definition.retry_policy,
+            concurrency,
             // With OpenTelemetry, the child's executions are children of this execution's
             // span; otherwise the child joins the trace its parent joined.
             trace_context: crate::trace::for_new_run(None)

@@ -134,6 +134,36 @@ impl TestStore {
 }
 
 impl TestStore {
+    /// The concurrency key and limit stored with a run, read behind the store's back (a
+    /// [`tasks::WorkflowRun`] does not carry them). `None` for a run without a key.
+    pub async fn concurrency_of(&self, run_id: Uuid) -> Option<(String, i32)> {
+        let row: (Option<String>, Option<i32>) = match &self.kind {
+            Kind::Postgres(store) => sqlx::query_as(
+                "SELECT concurrency_key, concurrency_limit FROM tasks.workflow_runs
+                  WHERE namespace = $1 AND id = $2",
+            )
+            .bind(store.namespace())
+            .bind(run_id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap(),
+            Kind::Sqlite { store, .. } => sqlx::query_as(
+                "SELECT concurrency_key, concurrency_limit FROM tasks_workflow_runs
+                  WHERE namespace = ?1 AND id = ?2",
+            )
+            .bind(store.namespace())
+            .bind(run_id.hyphenated().to_string())
+            .fetch_one(store.pool())
+            .await
+            .unwrap(),
+        };
+        match row {
+            (Some(key), Some(limit)) => Some((key, limit)),
+            (None, None) => None,
+            other => panic!("run {run_id} has half a concurrency: {other:?}"),
+        }
+    }
+
     /// The namespace's retention lease row, read behind the store's back: how many periodic
     /// purges were taken (`turns`) and by which worker last. `None` before the first one.
     pub async fn retention_turns(&self) -> Option<(i64, String)> {

@@ -21,6 +21,9 @@ struct Duration;
 struct Value;
 struct WorkflowDefinition;
 struct RetryPolicy;
+struct String;
+struct DerivedConcurrency;
+struct DeriveKeyError;
 fn file() {}
 fn line() {}
 
@@ -40,7 +43,15 @@ async fn double(value: u32, _token: Token) -> ::std::result::Result<u32, ::tasks
     ::std::result::Result::Ok(value * 2)
 }
 
-#[::tasks::workflow(name = "hygiene", retry(backoff = 3.0))]
+fn bucket(input: &Input) -> u32 {
+    input.value % 4
+}
+
+#[::tasks::workflow(
+    name = "hygiene",
+    retry(backoff = 3.0),
+    concurrency(key = bucket, limit = 1)
+)]
 async fn hygiene(
     _ctx: ::tasks::WorkflowContext,
     input: Input,
@@ -51,4 +62,5 @@ async fn hygiene(
 fn main() {
     let definition = <hygiene as ::tasks::Workflow>::definition();
     ::std::assert_eq!(definition.name, "hygiene");
+    ::std::assert!(definition.concurrency.is_some());
 }

@@ -31,7 +31,8 @@ async fn total(order: &Order) -> Result<u64, WorkflowError> {
         initial_interval = "1s",
         backoff = 2,
         max_interval = "5m"
-    )
+    ),
+    concurrency(key = |order: &Order| order.id % 10, limit = 3)
 )]
 pub async fn checkout_v2(_ctx: WorkflowContext, order: Order) -> Result<Receipt, WorkflowError> {
     let total = total(&order).await?;
@@ -65,6 +66,12 @@ fn main() {
     assert_eq!(retry.max_interval, Duration::from_secs(300));
     assert_eq!(definition.location.file, file!());
     assert_eq!(definition.location.module_path, module_path!());
+    let concurrency = definition.concurrency.expect("concurrency was given");
+    assert_eq!(concurrency.limit, 3);
+    assert_eq!(
+        (concurrency.key)(&tasks::__private::serde_json::json!({ "id": 17 })),
+        Ok("7".to_owned())
+    );
     let schema = (definition.input_schema)();
     assert_eq!(schema["title"], "Order");
     assert_eq!((definition.output_schema)()["title"], "Receipt");
