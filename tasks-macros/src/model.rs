@@ -32,6 +32,8 @@ pub(crate) struct Workflow {
     pub events: Vec<Path>,
     /// `schedule = "..."` with its `timezone` and `catch_up`.
     pub schedule: Option<ScheduleOptions>,
+    /// `queue = "..."`.
+    pub queue: Option<LitStr>,
 }
 
 /// A `#[step]` function that passed every check.

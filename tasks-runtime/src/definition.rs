@@ -61,6 +61,10 @@ pub struct WorkflowDefinition {
     pub check_input: fn(&Value) -> Result<(), serde_json::Error>,
     /// The workflow-level retry policy, for errors outside steps.
     pub retry_policy: Option<RetryPolicy>,
+    /// The queue its runs go to (`#[workflow(queue = "emails")]`) unless a start names
+    /// another ([`StartOptions::queue`](crate::StartOptions::queue)); `None` is
+    /// [`DEFAULT_QUEUE`](crate::queue::DEFAULT_QUEUE). Checked by the registry like a name.
+    pub queue: Option<&'static str>,
     /// Where the workflow function is.
     pub location: SourceLocation,
     /// Runs the workflow on JSON input.

@@ -32,6 +32,8 @@ pub(crate) struct Scheduler {
     /// The retry policies of the workflows the worker knows, by name and version, for the
     /// runs it starts.
     pub(crate) retry_policies: HashMap<(String, Option<String>), Option<RetryPolicy>>,
+    /// The queue of each known workflow, for the runs a schedule starts.
+    pub(crate) queues: HashMap<(String, Option<String>), Option<&'static str>>,
     pub(crate) tick: Duration,
 }
 
@@ -73,10 +75,23 @@ impl Scheduler {
                 )
             })
             .collect();
+        let queues = registry
+            .iter()
+            .map(|definition| {
+                (
+                    (
+                        definition.name.to_owned(),
+                        definition.version.map(str::to_owned),
+                    ),
+                    definition.queue,
+                )
+            })
+            .collect();
         Scheduler {
             store,
             declared,
             retry_policies,
+            queues,
             tick,
         }
     }
@@ -172,7 +187,19 @@ impl Scheduler {
             name: schedule.name.clone(),
             slot,
             next_slot: fire_plan.next_slot,
-            runs: slot_runs(schedule, &fire_plan.slots, retry_policy),
+            runs: slot_runs(schedule, &fire_plan.slots, retry_policy)
+                .into_iter()
+                .map(|mut run| {
+                    // The workflow's queue, as for a start without options.
+                    run.queue = self
+                        .queues
+                        .get(&(schedule.workflow_name.clone(), schedule.version.clone()))
+                        .copied()
+                        .flatten()
+                        .map(str::to_owned);
+                    run
+                })
+                .collect(),
         };
         match self.store.fire_schedule(params).await? {
             Some(runs) => {

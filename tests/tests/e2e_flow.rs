@@ -291,6 +291,8 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
                 .bind(32_i64)
                 .bind(serde_json::json!({ "kind": "deadline" }))
                 .bind(tasks::postgres::__bench::claim_keyed_candidates(32))
+                .bind(None::<Vec<String>>)
+                .bind(None::<Vec<String>>)
                 .fetch_all(&mut *tx)
                 .await
                 .unwrap();

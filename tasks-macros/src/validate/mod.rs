@@ -34,6 +34,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             private,
             events: options.events,
             schedule: options.schedule,
+            queue: options.queue,
             item,
         }),
         (errors, workflow_input, result) => Err(Invalid {
