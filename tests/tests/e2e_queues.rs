@@ -288,6 +288,33 @@ async fn rate_limit_spreads_starts_over_windows(backend: Backend) {
     }
 }
 
+/// A worker's queue and workflow filters, and the queues it declares, are checked when it
+/// is built.
+#[tokio::test]
+async fn worker_filters_are_checked() {
+    let store = Backend::Sqlite.store().await;
+    let refused = |builder: tasks::WorkerBuilder| match builder.build() {
+        Err(tasks::WorkerError::InvalidSetting(message)) => message,
+        Ok(_) => panic!("a bad setting was accepted"),
+        Err(other) => panic!("{other}"),
+    };
+    assert!(refused(worker(&store).queues(Vec::<String>::new())).contains("no queue"));
+    assert!(refused(worker(&store).queues(["bad name"])).contains("queue name"));
+    assert!(refused(worker(&store).workflows(["no-such-workflow"])).contains("registry"));
+    assert!(
+        refused(worker(&store).queue(QueueOptions::new("q").concurrency(0)))
+            .contains("concurrency")
+    );
+    assert!(
+        worker(&store)
+            .queues(["e2e-a"])
+            .workflows(["e2e-queue-job"])
+            .queue(QueueOptions::new("e2e-a").concurrency(1))
+            .build()
+            .is_ok()
+    );
+}
+
 both_backends!(
     workers_serve_only_their_queues,
     queue_limit_holds_under_four_workers,
