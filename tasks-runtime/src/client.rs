@@ -262,7 +262,7 @@ impl StartOptions {
     /// ([`WorkflowDefinition::queue`](crate::WorkflowDefinition::queue)) or the default one
     /// (see [`crate::queue`]). The name follows the rules of workflow names; a name that
     /// breaks them is refused by the start ([`ClientError`] with a
-    /// [`LimitError::InvalidName`](crate::LimitError::InvalidName)).
+    /// [`LimitError::InvalidName`]).
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
         self
