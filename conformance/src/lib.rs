@@ -333,6 +333,7 @@ macro_rules! conformance_suite {
             claim_respects_the_queue_limit,
             queue_slots_follow_the_running_status,
             rate_limit_spreads_starts_over_windows,
+            per_key_rate_limit_spreads_each_keys_starts,
         } multi_thread {
             concurrent_claimers_respect_queue_limits,
         } }

@@ -105,7 +105,8 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
         .put_queue(
             &QueueOptions::new("emails")
                 .concurrency(10)
-                .rate_limit(100, Duration::from_secs(60)),
+                .rate_limit(100, Duration::from_secs(60))
+                .rate_limit_per_key(2, Duration::from_secs(30)),
         )
         .await
         .unwrap();
@@ -113,6 +114,11 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     assert_eq!(put.concurrency, Some(10));
     let rate = put.rate_limit.unwrap();
     assert_eq!((rate.starts, rate.period), (100, Duration::from_secs(60)));
+    let per_key = put.key_rate_limit.unwrap();
+    assert_eq!(
+        (per_key.starts, per_key.period),
+        (2, Duration::from_secs(30))
+    );
     assert_eq!((put.window_start, put.window_starts), (None, 0));
     assert_near_now(Some(put.created_at), "created_at");
     assert_eq!(store.get_queue("emails").await.unwrap(), Some(put.clone()));
@@ -123,6 +129,7 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
         .unwrap();
     assert_eq!(replaced.concurrency, Some(3));
     assert_eq!(replaced.rate_limit, None);
+    assert_eq!(replaced.key_rate_limit, None);
     assert_eq!(replaced.created_at, put.created_at);
     store.put_queue(&QueueOptions::new("alerts")).await.unwrap();
     let names: Vec<String> = store
@@ -158,6 +165,10 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
         (
             QueueOptions::new("q").rate_limit(1, Duration::ZERO),
             Field::RatePeriod,
+        ),
+        (
+            QueueOptions::new("q").rate_limit_per_key(0, Duration::from_secs(1)),
+            Field::RateLimit,
         ),
     ] {
         assert_err!(store.put_queue(&options).await, StoreError::Limit(error) if error.field() == field);
@@ -387,6 +398,57 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
     );
     let queue = store.get_queue("rated").await.unwrap().unwrap();
     assert_eq!(queue.window_starts, 2, "a new window counts its own starts");
+}
+
+/// A queue's rate limit per key lets at most N runs of each key start per window; other
+/// keys, runs without a key, and resumes are not held back by a key's used-up window.
+pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
+    let store = setup.store().await;
+    const PERIOD: Duration = Duration::from_millis(1_500);
+    store
+        .put_queue(&QueueOptions::new("per-key").rate_limit_per_key(1, PERIOD))
+        .await
+        .unwrap();
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        a.push(create_in(&store, "per-key", Some(("a", 10))).await);
+    }
+    let mut b = Vec::new();
+    for _ in 0..2 {
+        b.push(create_in(&store, "per-key", Some(("b", 10))).await);
+    }
+    let free = create_in(&store, "per-key", None).await;
+    // The same key in a queue without the limit is not held back.
+    let elsewhere = create_in(&store, "other", Some(("a", 10))).await;
+    let opened = tokio::time::Instant::now();
+    let first = claim(&store, 10).await;
+    assert_eq!(
+        sorted(ids(&first)),
+        sorted(vec![a[0].id, b[0].id, free.id, elsewhere.id]),
+        "one start of each key, the keyless run, and the key's run in another queue"
+    );
+    let sleeper = first.iter().find(|run| run.id == a[0].id).unwrap();
+    store
+        .sleep_run(sleeper.id, owner(sleeper), Utc::now())
+        .await
+        .unwrap();
+    let mut later = ids(&claim(&store, 10).await);
+    assert!(
+        later.contains(&a[0].id),
+        "a resume is not a start: {later:?}"
+    );
+    if opened.elapsed() < PERIOD {
+        assert_eq!(later, [a[0].id], "both keys' windows are used up");
+    }
+    tokio::time::sleep_until(opened + PERIOD + Duration::from_millis(100)).await;
+    later.extend(ids(&claim(&store, 10).await));
+    later.retain(|id| *id != a[0].id);
+    assert_eq!(
+        sorted(later),
+        sorted(vec![a[1].id, b[1].id]),
+        "one more start of each key in the next window"
+    );
+    assert!(claim(&store, 10).await.is_empty());
 }
 
 /// Concurrent claimers never run more runs of a limited queue at once than its limit, and

@@ -15,7 +15,11 @@
 //!   running: a sleeping, paused or pending run holds none;
 //! - a rate limit: at most N runs of the queue *start* (are claimed for the first time) per
 //!   period, counted in fixed windows that open at the first start after the previous
-//!   window ended. Resumes after a sleep, retries and takeovers are not starts.
+//!   window ended. Resumes after a sleep, retries and takeovers are not starts;
+//! - a rate limit per key: the same, for each concurrency key of the queue's runs
+//!   ([`StartOptions::concurrency_key`](crate::StartOptions::concurrency_key)); runs without
+//!   a key are not limited by it. A key's window counts its starts in every queue with a
+//!   per-key rate limit, each against its own queue's limit.
 //!
 //! Both are enforced by the claim statement, in the database.
 //!
@@ -91,6 +95,7 @@ pub struct QueueOptions {
     name: String,
     concurrency: Option<u32>,
     rate_limit: Option<RateLimit>,
+    key_rate_limit: Option<RateLimit>,
 }
 
 impl QueueOptions {
@@ -100,6 +105,7 @@ impl QueueOptions {
             name: name.into(),
             concurrency: None,
             rate_limit: None,
+            key_rate_limit: None,
         }
     }
 
@@ -113,6 +119,18 @@ impl QueueOptions {
     pub fn rate_limit(mut self, starts: u32, period: Duration) -> Self {
         self.rate_limit = Some(RateLimit { starts, period });
         self
+    }
+
+    /// At most `starts` runs of each concurrency key start per `period`, in this queue (see
+    /// [`RateLimit`]; runs without a key are not limited by it).
+    pub fn rate_limit_per_key(mut self, starts: u32, period: Duration) -> Self {
+        self.key_rate_limit = Some(RateLimit { starts, period });
+        self
+    }
+
+    /// The per-key rate limit, if any.
+    pub fn key_rate(&self) -> Option<RateLimit> {
+        self.key_rate_limit
     }
 
     /// The queue's name.
@@ -144,7 +162,7 @@ impl QueueOptions {
                 max: i64::from(MAX_QUEUE_CONCURRENCY),
             });
         }
-        if let Some(rate) = &self.rate_limit {
+        for rate in self.rate_limit.iter().chain(&self.key_rate_limit) {
             rate.check()?;
         }
         Ok(())
@@ -158,7 +176,16 @@ impl QueueOptions {
 
     /// The rate limit as stored: the number and the period in milliseconds.
     pub(crate) fn stored_rate(&self) -> (Option<i32>, Option<i64>) {
-        match &self.rate_limit {
+        Self::stored(self.rate_limit.as_ref())
+    }
+
+    /// The per-key rate limit as stored, like [`QueueOptions::stored_rate`].
+    pub(crate) fn stored_key_rate(&self) -> (Option<i32>, Option<i64>) {
+        Self::stored(self.key_rate_limit.as_ref())
+    }
+
+    fn stored(rate: Option<&RateLimit>) -> (Option<i32>, Option<i64>) {
+        match rate {
             Some(rate) => (
                 Some(i32::try_from(rate.starts).unwrap_or(i32::MAX)),
                 Some(rate.period_ms()),
@@ -177,6 +204,8 @@ pub struct Queue {
     pub concurrency: Option<u32>,
     /// At most this many starts per period.
     pub rate_limit: Option<RateLimit>,
+    /// At most this many starts of each key per period.
+    pub key_rate_limit: Option<RateLimit>,
     /// When the current rate window opened (`None` before the first start under a rate
     /// limit).
     pub window_start: Option<DateTime<Utc>>,
@@ -189,21 +218,15 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// The stored columns decoded: `concurrency`, `rate_limit`, `rate_period_ms`.
-    pub(crate) fn limits_from_row(
-        concurrency: Option<i64>,
-        rate_limit: Option<i64>,
-        rate_period_ms: Option<i64>,
-    ) -> (Option<u32>, Option<RateLimit>) {
-        let concurrency = concurrency.map(|n| u32::try_from(n).unwrap_or(0));
-        let rate = match (rate_limit, rate_period_ms) {
+    /// A stored rate decoded: its number and period in milliseconds.
+    pub(crate) fn rate_from_row(starts: Option<i64>, period_ms: Option<i64>) -> Option<RateLimit> {
+        match (starts, period_ms) {
             (Some(starts), Some(ms)) => Some(RateLimit {
                 starts: u32::try_from(starts).unwrap_or(0),
                 period: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
             }),
             _ => None,
-        };
-        (concurrency, rate)
+        }
     }
 }
 
@@ -312,6 +335,21 @@ mod tests {
                 .rate_limit(5, Duration::from_secs(2))
                 .stored_rate(),
             (Some(5), Some(2000))
+        );
+        assert!(matches!(
+            QueueOptions::new("q")
+                .rate_limit_per_key(1, Duration::ZERO)
+                .check(),
+            Err(LimitError::OutOfRange {
+                field: Field::RatePeriod,
+                ..
+            })
+        ));
+        assert_eq!(
+            QueueOptions::new("q")
+                .rate_limit_per_key(2, Duration::from_millis(1500))
+                .stored_key_rate(),
+            (Some(2), Some(1500))
         );
     }
 

@@ -534,27 +534,36 @@ impl RateWindow {
     }
 }
 
-/// [`RateWindow::starts_left`] in SQL, for the queue row aliased `q`, given `open`: the
-/// dialect's expression of [`RateWindow::open`] on that row (`NULL` or false when closed).
-/// `NULL` when the queue has no rate limit.
-pub(crate) fn rate_starts_left_sql(open: &str) -> String {
+/// [`RateWindow::starts_left`] in SQL: `limit` is the limit's number (`NULL`: no rate
+/// limit, and the result is `NULL`), `starts` the window's count, `open` the dialect's
+/// expression of [`RateWindow::open`] (`NULL` or false when closed).
+pub(crate) fn rate_starts_left_sql(limit: &str, starts: &str, open: &str) -> String {
     format!(
-        "CASE WHEN q.rate_limit IS NULL THEN NULL
-              WHEN COALESCE({open}, false) THEN GREATEST(q.rate_limit - q.window_starts, 0)
-              ELSE q.rate_limit END"
+        "CASE WHEN {limit} IS NULL THEN NULL
+              WHEN COALESCE({open}, false)
+                   THEN CASE WHEN {limit} > {starts} THEN {limit} - {starts} ELSE 0 END
+              ELSE {limit} END"
     )
 }
 
-/// [`RateWindow::after`] in SQL: the `SET` list of the queue row aliased `q` after a claim
-/// at `now` started `started` runs of it (SQL expressions), given `open` as for
-/// [`rate_starts_left_sql`]. A queue without a rate limit keeps its window.
-pub(crate) fn rate_window_set_sql(open: &str, now: &str, started: &str) -> String {
+/// [`RateWindow::after`] in SQL: the `SET` list of the window columns (`window_start`,
+/// `window_starts`) of the row aliased `row` (with its dot) after a claim at `now` started
+/// `started` runs counted in it (SQL expressions), given `limited` (whether a rate limit
+/// applies) and `open` as for [`rate_starts_left_sql`]. Without a rate limit the window is
+/// kept.
+pub(crate) fn rate_window_set_sql(
+    row: &str,
+    limited: &str,
+    open: &str,
+    now: &str,
+    started: &str,
+) -> String {
     format!(
-        "window_start = CASE WHEN q.rate_limit IS NULL OR {started} = 0 THEN q.window_start
-                             WHEN COALESCE({open}, false) THEN q.window_start
+        "window_start = CASE WHEN NOT ({limited}) OR {started} = 0 THEN {row}window_start
+                             WHEN COALESCE({open}, false) THEN {row}window_start
                              ELSE {now} END,
-         window_starts = CASE WHEN q.rate_limit IS NULL OR {started} = 0 THEN q.window_starts
-                              WHEN COALESCE({open}, false) THEN q.window_starts + {started}
+         window_starts = CASE WHEN NOT ({limited}) OR {started} = 0 THEN {row}window_starts
+                              WHEN COALESCE({open}, false) THEN {row}window_starts + {started}
                               ELSE {started} END"
     )
 }
@@ -1053,8 +1062,13 @@ mod tests {
         let next = full.after(&limit, later, 1);
         assert_eq!((next.start, next.starts), (Some(later), 1));
         assert_eq!(full.after(&limit, later, 0), full);
-        assert!(rate_starts_left_sql("o").contains("GREATEST(q.rate_limit - q.window_starts, 0)"));
-        assert!(rate_window_set_sql("o", "now()", "p.started").contains("ELSE now() END"));
+        assert!(
+            rate_starts_left_sql("q.rate_limit", "q.window_starts", "o")
+                .contains("THEN q.rate_limit - q.window_starts ELSE 0 END")
+        );
+        let set = rate_window_set_sql("k.", "p.period IS NOT NULL", "o", "now()", "p.started");
+        assert!(set.contains("ELSE now() END"), "{set}");
+        assert!(set.contains("THEN k.window_starts + p.started"), "{set}");
         assert_eq!(is_start("r."), "r.started_at IS NULL");
         assert_eq!(HOLDS_QUEUE_SLOT, HOLDS_SLOT);
         assert!(queue_slots_held("runs", "$1", "q.name").contains("hq.queue = q.name"));

@@ -16,10 +16,23 @@ CREATE TABLE tasks_queues (
     concurrency     INTEGER CHECK (concurrency >= 1),
     rate_limit      INTEGER CHECK (rate_limit >= 1),
     rate_period_ms  INTEGER CHECK (rate_period_ms >= 1),
+    key_rate_limit      INTEGER CHECK (key_rate_limit >= 1),
+    key_rate_period_ms  INTEGER CHECK (key_rate_period_ms >= 1),
     window_start    TEXT,
     window_starts   INTEGER NOT NULL DEFAULT 0,
     created_at      TEXT    NOT NULL,
     updated_at      TEXT    NOT NULL,
     PRIMARY KEY (namespace, name),
-    CONSTRAINT queues_rate_check CHECK ((rate_limit IS NULL) = (rate_period_ms IS NULL))
+    CONSTRAINT queues_rate_check CHECK ((rate_limit IS NULL) = (rate_period_ms IS NULL)),
+    CONSTRAINT queues_key_rate_check
+        CHECK ((key_rate_limit IS NULL) = (key_rate_period_ms IS NULL))
+);
+
+-- The rate window of each concurrency key under a queue's per-key rate limit.
+CREATE TABLE tasks_key_windows (
+    namespace        TEXT    NOT NULL,
+    concurrency_key  TEXT    NOT NULL,
+    window_start     TEXT    NOT NULL,
+    window_starts    INTEGER NOT NULL,
+    PRIMARY KEY (namespace, concurrency_key)
 );

@@ -519,6 +519,11 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                   ) h(held)
                  WHERE q.namespace = $1 AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
              ),
+             -- The queues with a rate limit per key.
+             key_rated AS (
+                SELECT name AS queue, key_rate_limit, key_rate_period_ms FROM tasks.queues
+                 WHERE namespace = $1 AND key_rate_limit IS NOT NULL
+             ),
              -- Those this claim may take runs of: served, and not full.
              open_queues AS (
                 SELECT * FROM limited
@@ -549,26 +554,35 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              ),
              -- Sleeping runs without a key of the queues with a concurrency limit, whose
              -- sleep ended: waking takes a slot of the queue.
+             -- Per queue, so that a namespace without such queues reads nothing here.
              qdue AS (
-                SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
-                       NULL::text AS concurrency_key, r.queue, false AS starting
-                  FROM tasks.workflow_runs r
-                 WHERE r.namespace = $1 AND {{sleeping_r}} AND r.concurrency_key IS NULL
-                   AND r.queue = ANY(ARRAY(SELECT queue FROM open_queues
-                                            WHERE concurrency IS NOT NULL))
-                   AND r.available_at <= now()
-                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
-                 ORDER BY r.available_at, r.created_at
-                 LIMIT $6
+                SELECT c.* FROM open_queues o CROSS JOIN LATERAL (
+                    SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
+                           NULL::text AS concurrency_key, r.queue, false AS starting
+                      FROM tasks.workflow_runs r
+                     WHERE r.namespace = $1 AND {{sleeping_r}} AND r.concurrency_key IS NULL
+                       AND r.queue = o.queue AND r.available_at <= now()
+                       AND (r.deadline_at IS NULL OR r.deadline_at > now())
+                       AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
+                     ORDER BY r.available_at, r.created_at
+                     LIMIT LEAST(o.concurrency - o.held, $6)
+                ) c
+                 WHERE o.concurrency IS NOT NULL
              ),
              -- Runs with a key whose claim takes a slot of it (pending ones in claim order,
              -- then sleeping ones whose sleep ended), past the keys without a free slot: a
-             -- key's running runs are counted through the index on running runs by key.
+             -- key's running runs are counted through the index on running runs by key. In
+             -- a queue with a rate limit per key, the key's row gives its window, and starts
+             -- of a key whose window is used up are passed over.
              keyed_pending AS (
                 SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, {{start_r}} AS starting
+                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, {{start_r}} AS starting,
+                       {{key_starts_left}} AS key_starts_left
                   FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
+                  LEFT JOIN key_rated kr ON kr.queue = r.queue
+                  LEFT JOIN tasks.concurrency_keys k
+                         ON kr.queue IS NOT NULL AND k.namespace = $1
+                        AND k.concurrency_key = r.concurrency_key
                  WHERE r.namespace = $1 AND {{keyed_pending}} AND r.concurrency_key IS NOT NULL
                    AND r.available_at <= now()
                    AND (r.deadline_at IS NULL OR r.deadline_at > now())
@@ -579,11 +593,13 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                                              WHERE concurrency IS NOT NULL AND held >= concurrency))
                    AND NOT ({{start_r}} AND r.queue = ANY(ARRAY(SELECT queue FROM limited
                                                                  WHERE starts_left = 0)))
+                   AND NOT ({{start_r}} AND COALESCE({{key_starts_left}}, 1) = 0)
                  ORDER BY {{keyed_order}}
                  LIMIT $6
              ), keyed_due AS (
                 SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, false AS starting
+                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, false AS starting,
+                       NULL::integer AS key_starts_left
                   FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
                  WHERE r.namespace = $1 AND {{keyed_due}} AND r.concurrency_key IS NOT NULL
                    AND r.available_at <= now()
@@ -596,14 +612,24 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  ORDER BY r.available_at, r.created_at
                  LIMIT $6
              ),
-             -- No more runs of a key than it has free slots.
+             -- No more starts of a key than its rate window has left...
+             key_rated_candidates AS (
+                SELECT * FROM (
+                    SELECT c.*, row_number() OVER (
+                               PARTITION BY c.concurrency_key, c.starting
+                               ORDER BY c.grp, c.priority DESC, c.available_at, c.created_at) AS ksn
+                      FROM (SELECT * FROM keyed_pending UNION ALL SELECT * FROM keyed_due) c
+                ) ranked
+                 WHERE NOT starting OR key_starts_left IS NULL OR ksn <= key_starts_left
+             ),
+             -- ...and no more runs of a key than it has free slots.
              key_admitted AS (
                 SELECT ctid, grp, priority, available_at, created_at, concurrency_key, queue, starting
                   FROM (
                     SELECT c.*, row_number() OVER (
                                PARTITION BY c.concurrency_key
                                ORDER BY c.grp, c.priority DESC, c.available_at, c.created_at) AS n
-                      FROM (SELECT * FROM keyed_pending UNION ALL SELECT * FROM keyed_due) c
+                      FROM key_rated_candidates c
                 ) ranked
                  WHERE {{admitted}}
              ),
@@ -677,10 +703,16 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              -- limited queue's runs its queue's row (with its rate window), so that
              -- concurrent claims see it (above).
              counted AS (
-                UPDATE tasks.concurrency_keys SET claims = claims + 1
-                 WHERE namespace = $1
-                   AND concurrency_key = ANY(ARRAY(
-                           SELECT concurrency_key FROM pending WHERE concurrency_key IS NOT NULL))
+                UPDATE tasks.concurrency_keys k
+                   SET claims = k.claims + 1, {{key_window_set}}
+                  FROM (SELECT p.concurrency_key,
+                               count(*) FILTER (WHERE p.starting AND kr.queue IS NOT NULL)
+                                   AS started,
+                               max(kr.key_rate_period_ms) AS period
+                          FROM pending p LEFT JOIN key_rated kr USING (queue)
+                         WHERE p.concurrency_key IS NOT NULL
+                         GROUP BY p.concurrency_key) p
+                 WHERE k.namespace = $1 AND k.concurrency_key = p.concurrency_key
              ), qcounted AS (
                 UPDATE tasks.queues q
                    SET claims = q.claims + 1, {{window_set}}
@@ -747,6 +779,8 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              SELECT expired.*, false, true FROM expired"
     );
     let open = "q.window_start + q.rate_period_ms * INTERVAL '1 millisecond' > now()";
+    let key_open = "k.window_start + kr.key_rate_period_ms * INTERVAL '1 millisecond' > now()";
+    let counted_open = "k.window_start + p.period * INTERVAL '1 millisecond' > now()";
     template
         .replace("{expire}", &children::expire_ctes())
         .replace("{pending}", &status_in("", CLAIM_PENDING.from))
@@ -770,10 +804,27 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
         )
         .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
         .replace("{queue_admitted}", &admitted("held", "qn", "concurrency"))
-        .replace("{starts_left}", &rate_starts_left_sql(open))
+        .replace(
+            "{starts_left}",
+            &rate_starts_left_sql("q.rate_limit", "q.window_starts", open),
+        )
         .replace(
             "{window_set}",
-            &rate_window_set_sql(open, "now()", "p.started"),
+            &rate_window_set_sql("q.", "q.rate_limit IS NOT NULL", open, "now()", "p.started"),
+        )
+        .replace(
+            "{key_starts_left}",
+            &rate_starts_left_sql("kr.key_rate_limit", "k.window_starts", key_open),
+        )
+        .replace(
+            "{key_window_set}",
+            &rate_window_set_sql(
+                "k.",
+                "p.period IS NOT NULL",
+                counted_open,
+                "now()",
+                "p.started",
+            ),
         )
         .replace("{start_r}", &is_start("r."))
         .replace("{start}", &is_start(""))

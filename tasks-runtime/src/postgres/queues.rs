@@ -9,8 +9,8 @@ use crate::limits;
 use crate::queue::{Queue, QueueOptions};
 
 /// Columns of `queues`, in the order of [`QueueRow`].
-const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, window_start, \
-    window_starts, created_at, updated_at";
+const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
+    key_rate_period_ms, window_start, window_starts, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct QueueRow {
@@ -18,6 +18,8 @@ struct QueueRow {
     concurrency: Option<i32>,
     rate_limit: Option<i32>,
     rate_period_ms: Option<i64>,
+    key_rate_limit: Option<i32>,
+    key_rate_period_ms: Option<i64>,
     window_start: Option<DateTime<Utc>>,
     window_starts: i32,
     created_at: DateTime<Utc>,
@@ -26,15 +28,14 @@ struct QueueRow {
 
 impl From<QueueRow> for Queue {
     fn from(row: QueueRow) -> Self {
-        let (concurrency, rate_limit) = Queue::limits_from_row(
-            row.concurrency.map(i64::from),
-            row.rate_limit.map(i64::from),
-            row.rate_period_ms,
-        );
         Queue {
             name: row.name,
-            concurrency,
-            rate_limit,
+            concurrency: row.concurrency.map(|n| u32::try_from(n).unwrap_or(0)),
+            rate_limit: Queue::rate_from_row(row.rate_limit.map(i64::from), row.rate_period_ms),
+            key_rate_limit: Queue::rate_from_row(
+                row.key_rate_limit.map(i64::from),
+                row.key_rate_period_ms,
+            ),
             window_start: row.window_start,
             window_starts: u32::try_from(row.window_starts).unwrap_or(0),
             created_at: row.created_at,
@@ -49,13 +50,20 @@ impl PgStore {
         limits::check_namespace(&self.namespace)?;
         options.check()?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
+        let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
         let sql = format!(
             "INSERT INTO tasks.queues
-                 (namespace, name, concurrency, rate_limit, rate_period_ms, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, now(), now())
+                 (namespace, name, concurrency, rate_limit, rate_period_ms, key_rate_limit,
+                  key_rate_period_ms, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
              ON CONFLICT (namespace, name) DO UPDATE
                 SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
-                    rate_period_ms = excluded.rate_period_ms, updated_at = now()
+                    rate_period_ms = excluded.rate_period_ms,
+                    key_rate_limit = excluded.key_rate_limit,
+                    key_rate_period_ms = excluded.key_rate_period_ms, updated_at = now(),
+                    -- A claim whose snapshot read the former limits takes nothing of the
+                    -- queue (its row changed since), like after a concurrent claim.
+                    claims = tasks.queues.claims + 1
           RETURNING {QUEUE_COLUMNS}"
         );
         let row: QueueRow = sqlx::query_as(&sql)
@@ -64,6 +72,8 @@ impl PgStore {
             .bind(options.stored_concurrency())
             .bind(rate_limit)
             .bind(rate_period_ms)
+            .bind(key_rate_limit)
+            .bind(key_rate_period_ms)
             .fetch_one(&self.pool)
             .await
             .map_err(db(OPERATION))?;

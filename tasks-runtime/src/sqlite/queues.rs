@@ -8,8 +8,8 @@ use crate::queue::{Queue, QueueOptions};
 use crate::transition::{RateWindow, queue_slots_held};
 
 /// Columns of `tasks_queues`, in the order of [`QueueRow`].
-const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, window_start, \
-    window_starts, created_at, updated_at";
+const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
+    key_rate_period_ms, window_start, window_starts, created_at, updated_at";
 
 #[derive(sqlx::FromRow)]
 struct QueueRow {
@@ -17,6 +17,8 @@ struct QueueRow {
     concurrency: Option<i64>,
     rate_limit: Option<i64>,
     rate_period_ms: Option<i64>,
+    key_rate_limit: Option<i64>,
+    key_rate_period_ms: Option<i64>,
     window_start: Option<String>,
     window_starts: i64,
     created_at: String,
@@ -25,12 +27,11 @@ struct QueueRow {
 
 impl QueueRow {
     fn into_queue(self, operation: Operation) -> StoreResult<Queue> {
-        let (concurrency, rate_limit) =
-            Queue::limits_from_row(self.concurrency, self.rate_limit, self.rate_period_ms);
         Ok(Queue {
             name: self.name,
-            concurrency,
-            rate_limit,
+            concurrency: self.concurrency.map(|n| u32::try_from(n).unwrap_or(0)),
+            rate_limit: Queue::rate_from_row(self.rate_limit, self.rate_period_ms),
+            key_rate_limit: Queue::rate_from_row(self.key_rate_limit, self.key_rate_period_ms),
             window_start: self
                 .window_start
                 .map(|at| rows::parse_ts(&at, operation))
@@ -53,9 +54,17 @@ pub(super) struct LimitedQueue {
     pub(super) held: i64,
     /// The starts its rate window has left (`None`: no rate limit).
     pub(super) starts_left: Option<i64>,
+    /// Its rate limit per key: the number (`None`: no such limit)...
+    pub(super) key_rate: Option<i64>,
+    /// ...and the instant a key's window must have opened after to be still open (the
+    /// transaction's time minus the period), as stored text.
+    pub(super) key_since: Option<String>,
     /// Its rate limit and window, to count the claim's starts.
     #[serde(skip)]
     pub(super) rate: Option<(crate::queue::RateLimit, RateWindow)>,
+    /// Its rate limit per key, to count the claim's starts of each key.
+    #[serde(skip)]
+    pub(super) key_limit: Option<crate::queue::RateLimit>,
 }
 
 impl SqliteStore {
@@ -68,7 +77,9 @@ impl SqliteStore {
     ) -> StoreResult<Vec<LimitedQueue>> {
         let sql = format!(
             "SELECT {QUEUE_COLUMNS} FROM tasks_queues q
-              WHERE q.namespace = ?1 AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)"
+              WHERE q.namespace = ?1
+                AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                     OR q.key_rate_limit IS NOT NULL)"
         );
         let queues: Vec<QueueRow> = sqlx::query_as(&sql)
             .bind(&*self.namespace)
@@ -100,7 +111,19 @@ impl SqliteStore {
                     },
                 )
             });
+            let key_since = match queue.key_rate_limit {
+                Some(limit) => Some(
+                    chrono::Duration::from_std(limit.period)
+                        .ok()
+                        .and_then(|period| now.checked_sub_signed(period))
+                        .map_or_else(|| rows::ts_bound(crate::limits::EARLIEST), rows::ts_bound),
+                ),
+                None => None,
+            };
             limited.push(LimitedQueue {
+                key_rate: queue.key_rate_limit.map(|limit| i64::from(limit.starts)),
+                key_since,
+                key_limit: queue.key_rate_limit,
                 starts_left: rate
                     .as_ref()
                     .map(|(limit, window)| i64::from(window.starts_left(limit, now))),
@@ -142,20 +165,105 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Counts the starts of keys that this claim (at the transaction's time) made in queues
+    /// with a rate limit per key, in each key's window.
+    pub(super) async fn count_key_starts(
+        &self,
+        write: &mut Write<'_>,
+        limited: &[LimitedQueue],
+        claimed: &[uuid::Uuid],
+        operation: Operation,
+    ) -> StoreResult<()> {
+        let rated: Vec<&LimitedQueue> = limited
+            .iter()
+            .filter(|queue| queue.key_limit.is_some())
+            .collect();
+        if rated.is_empty() || claimed.is_empty() {
+            return Ok(());
+        }
+        let ids =
+            serde_json::Value::from(claimed.iter().map(|id| rows::id(*id)).collect::<Vec<_>>())
+                .to_string();
+        let started: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT concurrency_key, queue, count(*) FROM tasks_workflow_runs
+              WHERE namespace = ?1 AND id IN (SELECT value FROM json_each(?2))
+                AND started_at = ?3 AND concurrency_key IS NOT NULL
+              GROUP BY concurrency_key, queue",
+        )
+        .bind(&*self.namespace)
+        .bind(ids)
+        .bind(write.now())
+        .fetch_all(write.conn())
+        .await
+        .map_err(db(operation))?;
+        let now = write.instant();
+        for (key, queue, count) in started {
+            let Some(limit) = rated
+                .iter()
+                .find(|rated| rated.queue == queue)
+                .and_then(|rated| rated.key_limit)
+            else {
+                continue;
+            };
+            let current: Option<(String, i64)> = sqlx::query_as(
+                "SELECT window_start, window_starts FROM tasks_key_windows
+                  WHERE namespace = ?1 AND concurrency_key = ?2",
+            )
+            .bind(&*self.namespace)
+            .bind(&key)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(operation))?;
+            let window = match current {
+                Some((start, starts)) => RateWindow {
+                    start: Some(rows::parse_ts(&start, operation)?),
+                    starts: u32::try_from(starts).unwrap_or(0),
+                },
+                None => RateWindow {
+                    start: None,
+                    starts: 0,
+                },
+            };
+            let after = window.after(&limit, now, u32::try_from(count).unwrap_or(u32::MAX));
+            let Some(start) = after.start else {
+                continue;
+            };
+            sqlx::query(
+                "INSERT INTO tasks_key_windows (namespace, concurrency_key, window_start, window_starts)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (namespace, concurrency_key) DO UPDATE
+                    SET window_start = excluded.window_start, window_starts = excluded.window_starts",
+            )
+            .bind(&*self.namespace)
+            .bind(&key)
+            .bind(rows::ts_bound(start))
+            .bind(i64::from(after.starts))
+            .execute(write.conn())
+            .await
+            .map_err(db(operation))?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
         const OPERATION: Operation = Operation::PutQueue;
         limits::check_namespace(&self.namespace)?;
         options.check()?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
+        let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let sql = format!(
             "INSERT INTO tasks_queues
-                 (namespace, name, concurrency, rate_limit, rate_period_ms, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+                 (namespace, name, concurrency, rate_limit, rate_period_ms, key_rate_limit,
+                  key_rate_period_ms, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?8, ?6, ?6)
              ON CONFLICT (namespace, name) DO UPDATE
                 SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
-                    rate_period_ms = excluded.rate_period_ms, updated_at = excluded.updated_at
+                    rate_period_ms = excluded.rate_period_ms,
+                    key_rate_limit = excluded.key_rate_limit,
+                    key_rate_period_ms = excluded.key_rate_period_ms,
+                    updated_at = excluded.updated_at
           RETURNING {QUEUE_COLUMNS}"
         );
         let row: QueueRow = sqlx::query_as(&sql)
@@ -165,6 +273,8 @@ impl SqliteStore {
             .bind(rate_limit)
             .bind(rate_period_ms)
             .bind(&now)
+            .bind(key_rate_limit)
+            .bind(key_rate_period_ms)
             .fetch_one(write.conn())
             .await
             .map_err(db(OPERATION))?;

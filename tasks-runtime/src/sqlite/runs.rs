@@ -23,8 +23,8 @@ use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
     JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT,
     TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers, is_start,
-    keyed_candidates, pending_order, quarantine_error, retry_after, slots_held, stale_workers,
-    status_in,
+    keyed_candidates, pending_order, quarantine_error, rate_starts_left_sql, retry_after,
+    slots_held, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -351,7 +351,9 @@ impl SqliteStore {
                 SELECT json_extract(value, '$.queue') AS queue,
                        json_extract(value, '$.concurrency') AS qlimit,
                        json_extract(value, '$.held') AS qheld,
-                       json_extract(value, '$.starts_left') AS starts_left
+                       json_extract(value, '$.starts_left') AS starts_left,
+                       json_extract(value, '$.key_rate') AS key_rate,
+                       json_extract(value, '$.key_since') AS key_since
                   FROM json_each(?7)
              )
              UPDATE tasks_workflow_runs
@@ -375,6 +377,11 @@ impl SqliteStore {
                                          PARTITION BY c.concurrency_key, c.takes
                                          ORDER BY c.grp, {window_order}) AS n
                                 FROM (
+                                 SELECT * FROM (
+                                 SELECT d.*, row_number() OVER (
+                                            PARTITION BY d.concurrency_key, d.starting
+                                            ORDER BY d.grp, {key_start_order}) AS ksn
+                                   FROM (
                                   SELECT r.id, r.concurrency_key, r.concurrency_limit,
                                          r.available_at, r.created_at, {grp} AS grp,
                                          CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
@@ -382,8 +389,13 @@ impl SqliteStore {
                                          CASE WHEN {takes} THEN ({held}) ELSE 0 END AS held,
                                          r.queue, {starting} AS starting,
                                          ({takes_queue} AND l.qlimit IS NOT NULL) AS qtakes,
-                                         l.qlimit, l.qheld, l.starts_left
+                                         l.qlimit, l.qheld, l.starts_left,
+                                         CASE WHEN r.concurrency_key IS NULL THEN NULL
+                                              ELSE {key_starts_left} END AS kstarts_left
                                     FROM tasks_workflow_runs r LEFT JOIN lim l ON l.queue = r.queue
+                                    LEFT JOIN tasks_key_windows w
+                                           ON l.key_rate IS NOT NULL AND w.namespace = ?1
+                                          AND w.concurrency_key = r.concurrency_key
                                    WHERE r.namespace = ?1
                                      AND (({claimable} AND r.available_at <= ?2)
                                           -- Running runs of other workers whose heartbeat went stale.
@@ -398,8 +410,13 @@ impl SqliteStore {
                                               AND l.qheld >= l.qlimit)
                                      AND NOT ({starting} AND l.starts_left IS NOT NULL
                                               AND l.starts_left <= 0)
+                                     AND NOT ({starting} AND r.concurrency_key IS NOT NULL
+                                              AND COALESCE({key_starts_left}, 1) <= 0)
                                    ORDER BY grp, {order}
                                    LIMIT ?6
+                                   ) d
+                                 ) krated
+                                  WHERE NOT starting OR kstarts_left IS NULL OR ksn <= kstarts_left
                                 ) c
                             ) ranked
                              WHERE NOT takes OR {admitted}
@@ -426,6 +443,9 @@ impl SqliteStore {
             // Pending runs by priority; the others' `priority` is 0 here.
             order = PENDING_ORDER,
             window_order = pending_order("c."),
+            key_start_order = pending_order("d."),
+            key_starts_left =
+                rate_starts_left_sql("l.key_rate", "w.window_starts", "w.window_start > l.key_since"),
             start_order = pending_order("k."),
             queue_order = pending_order("q."),
         );
@@ -467,7 +487,10 @@ impl SqliteStore {
                 Err(error) => return Err(error),
             }
         }
-        // Every start counts in its queue's rate window.
+        // Every start counts in its queue's rate window, and in its key's.
+        let claimed_ids: Vec<Uuid> = runs.iter().map(|claimed| claimed.run.id).collect();
+        self.count_key_starts(&mut write, &limited, &claimed_ids, OPERATION)
+            .await?;
         let now_instant = write.instant();
         for queue in limited.iter().filter(|queue| queue.rate.is_some()) {
             let started = runs
