@@ -913,13 +913,22 @@ async fn queues_list_shows_the_limits(backend: Backend) {
         .unwrap();
     client
         .put_queue(
-            tasks::QueueOptions::new("reports").rate_limit(100, std::time::Duration::from_secs(60)),
+            tasks::QueueOptions::new("reports")
+                .rate_limit(100, std::time::Duration::from_secs(60))
+                .rate_limit_per_key(3, std::time::Duration::from_secs(1)),
         )
         .await
         .unwrap();
     let table = cli(&store, &["queues", "list"]).await;
     assert_eq!(table.exit, Exit::Success, "{}", table.err);
-    for expected in ["CONCURRENCY", "emails", "10", "reports", "100 per 60s"] {
+    for expected in [
+        "CONCURRENCY",
+        "emails",
+        "10",
+        "reports",
+        "100 per 60s",
+        "3 per 1s",
+    ] {
         assert!(table.out.contains(expected), "{expected}: {}", table.out);
     }
     let listed = cli(&store, &["queues", "list", "--json"]).await;
@@ -928,6 +937,7 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     assert_eq!(document["queues"][0]["concurrency"], 10);
     assert_eq!(document["queues"][1]["rateLimit"]["starts"], 100);
     assert_eq!(document["queues"][1]["rateLimit"]["periodMs"], 60_000);
+    assert_eq!(document["queues"][1]["keyRateLimit"]["starts"], 3);
 }
 
 both_backends!(

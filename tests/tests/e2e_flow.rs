@@ -354,8 +354,8 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
 }
 
 /// `EXPLAIN` of both claim statements (every queue, and chosen queues) with 100,000 pending
-/// runs over 10 queues, two of them limited (one by concurrency with two slots held, one by
-/// rate), a few hundred with keys: no sequential scan of the runs, the limited queues read
+/// runs over 10 queues, three of them limited (one by concurrency with two slots held, one by
+/// rate, one by rate per key), a few hundred with keys: no sequential scan of the runs, the limited queues read
 /// through the index by queue, their held slots through the index on running runs by
 /// queue. Then claims take what the limits allow.
 #[tokio::test]
@@ -396,6 +396,13 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     tasks::Store::put_queue(
         &store,
         &tasks::QueueOptions::new("q-2").rate_limit(5, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    // Every run with a key is in q-0: one start per key and hour.
+    tasks::Store::put_queue(
+        &store,
+        &tasks::QueueOptions::new("q-0").rate_limit_per_key(1, Duration::from_secs(3600)),
     )
     .await
     .unwrap();
@@ -474,6 +481,20 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     }
     assert_eq!(taken.get("q-1").copied().unwrap_or(0), 1, "{taken:?}");
     assert_eq!(taken.get("q-2").copied().unwrap_or(0), 5, "{taken:?}");
+    let most_per_key: Option<i64> = sqlx::query_scalar(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM tasks.workflow_runs
+                              WHERE namespace = $1 AND worker_id = 'plan-worker'
+                                AND concurrency_key IS NOT NULL
+                              GROUP BY concurrency_key) k",
+    )
+    .bind(&namespace)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        most_per_key.unwrap_or(0) <= 1,
+        "{most_per_key:?} starts of one key"
+    );
     let filter = tasks::ClaimFilter {
         queues: served,
         workflows: None,

@@ -29,6 +29,10 @@ fn to_json(queue: &Queue) -> serde_json::Value {
             "starts": rate.starts,
             "periodMs": u64::try_from(rate.period.as_millis()).unwrap_or(u64::MAX),
         })),
+        "keyRateLimit": queue.key_rate_limit.map(|rate| json!({
+            "starts": rate.starts,
+            "periodMs": u64::try_from(rate.period.as_millis()).unwrap_or(u64::MAX),
+        })),
         "windowStart": queue.window_start.map(|at| at.to_rfc3339()),
         "windowStarts": queue.window_starts,
         "updatedAt": queue.updated_at.to_rfc3339(),
@@ -64,6 +68,10 @@ pub(super) async fn list(client: &Client, json: bool, out: Output<'_>, err: Outp
                     || "-".into(),
                     |rate| format!("{} per {:?}", rate.starts, rate.period),
                 ),
+                queue.key_rate_limit.map_or_else(
+                    || "-".into(),
+                    |rate| format!("{} per {:?}", rate.starts, rate.period),
+                ),
                 match (queue.rate_limit, queue.window_start) {
                     (Some(_), Some(start)) => {
                         format!("{} since {}", queue.window_starts, start.to_rfc3339())
@@ -77,7 +85,13 @@ pub(super) async fn list(client: &Client, json: bool, out: Output<'_>, err: Outp
         out,
         "{}",
         table(
-            &["NAME", "CONCURRENCY", "RATE LIMIT", "WINDOW STARTS"],
+            &[
+                "NAME",
+                "CONCURRENCY",
+                "RATE LIMIT",
+                "PER KEY",
+                "WINDOW STARTS"
+            ],
             &rows
         )
     );
