@@ -48,10 +48,10 @@ use crate::store::{
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
     EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
-    RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition, admitted, deadline_error, explain_step_miss,
-    forgettable_workers, interrupted, is_start, keyed_candidates, pending_order, quarantine_error,
-    queue_slots_held, rate_starts_left_sql, rate_window_set_sql, retry_after, slots_held,
-    stale_workers, status_in, step_status_in,
+    RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT, TAKES_SLOT, Transition, admitted, deadline_error,
+    explain_step_miss, forgettable_workers, interrupted, is_start, keyed_candidates, pending_order,
+    quarantine_error, queue_slots_held, rate_starts_left_sql, rate_window_set_sql, retry_after,
+    slots_held, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -475,6 +475,14 @@ fn claim_runs_sql(by_queue: bool) -> &'static str {
     if by_queue { &BY_QUEUE } else { &ALL }
 }
 
+/// The statuses whose claim takes a slot of a key ([`TAKES_SLOT`]) or of a queue
+/// ([`TAKES_QUEUE_SLOT`]).
+fn takes_key_or_queue_slot() -> Vec<RunStatus> {
+    let mut statuses = TAKES_SLOT.to_vec();
+    statuses.extend(TAKES_QUEUE_SLOT.iter().filter(|s| !TAKES_SLOT.contains(s)));
+    statuses
+}
+
 fn render_claim_runs_sql(by_queue: bool) -> String {
     // Keyless pending runs of the queues without a limit (those with one are `qpending`'s).
     let free = if by_queue {
@@ -828,7 +836,8 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
         )
         .replace("{start_r}", &is_start("r."))
         .replace("{start}", &is_start(""))
-        .replace("{takes}", &status_in("", TAKES_SLOT))
+        // The runs of keys and of limited queues: a status that takes a slot of either.
+        .replace("{takes}", &status_in("", &takes_key_or_queue_slot()))
 }
 
 /// The texts of the Postgres store's batch statements, for the benchmark, which measures

@@ -111,15 +111,12 @@ impl SqliteStore {
                     },
                 )
             });
-            let key_since = match queue.key_rate_limit {
-                Some(limit) => Some(
-                    chrono::Duration::from_std(limit.period)
-                        .ok()
-                        .and_then(|period| now.checked_sub_signed(period))
-                        .map_or_else(|| rows::ts_bound(crate::limits::EARLIEST), rows::ts_bound),
-                ),
-                None => None,
-            };
+            let key_since = queue.key_rate_limit.map(|limit| {
+                chrono::Duration::from_std(limit.period)
+                    .ok()
+                    .and_then(|period| now.checked_sub_signed(period))
+                    .map_or_else(|| rows::ts_bound(crate::limits::EARLIEST), rows::ts_bound)
+            });
             limited.push(LimitedQueue {
                 key_rate: queue.key_rate_limit.map(|limit| i64::from(limit.starts)),
                 key_since,
