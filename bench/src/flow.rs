@@ -230,6 +230,8 @@ async fn claims_on_backlog(
         .bind(i64::from(BATCH))
         .bind(serde_json::json!({}))
         .bind(tasks::postgres::__bench::claim_keyed_candidates(BATCH))
+        .bind(None::<Vec<String>>)
+        .bind(None::<Vec<String>>)
         .fetch_all(admin)
         .await?;
     let sequential_scan = plan.iter().any(|line| line.contains("Seq Scan"));

@@ -79,6 +79,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "idempotency scopes",
         sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),
     },
+    Migration {
+        version: 15,
+        name: "queues",
+        sql: include_str!("../../migrations/postgres/0015_queues.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.
