@@ -281,7 +281,57 @@ async fn a_retry_replays_the_child_without_starting_it_again(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// An input whose `Serialize` writes a field its `Deserialize` does not read: stored, it
+/// would not decode when the child executes.
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+struct Lopsided {
+    n: u32,
+}
+
+impl serde::Serialize for Lopsided {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut fields = serializer.serialize_struct("Lopsided", 1)?;
+        fields.serialize_field("m", &self.n)?;
+        fields.end()
+    }
+}
+
+#[workflow(name = "e2e-children-lopsided")]
+async fn lopsided(_ctx: WorkflowContext, input: Lopsided) -> Result<u32, WorkflowError> {
+    Ok(input.n)
+}
+
+/// Starts a lopsided child and reports how its start was refused.
+#[workflow(name = "e2e-children-lopsided-parent")]
+async fn lopsided_parent(ctx: WorkflowContext) -> Result<String, WorkflowError> {
+    match ctx.spawn_child::<lopsided>(Lopsided { n: 7 }).await {
+        Ok(_) => Ok("started".into()),
+        Err(ChildError::Input { workflow, reason }) => Ok(format!("{workflow}: {reason}")),
+        Err(other) => Err(other.into()),
+    }
+}
+
+async fn a_child_input_that_would_not_decode_is_refused(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let client = client(&store);
+    let run = lopsided_parent::start(&client, ()).await.unwrap();
+    let refusal = run.result_within(Duration::from_secs(20)).await.unwrap();
+    assert!(
+        refusal
+            .starts_with("e2e-children-lopsided: does not decode into the workflow's input type"),
+        "{refusal}"
+    );
+    assert!(
+        children_of(&store, run.id()).await.is_empty(),
+        "no child was stored"
+    );
+    worker.shutdown().await;
+}
+
 both_backends!(
+    a_child_input_that_would_not_decode_is_refused,
     a_child_returns_its_result,
     a_child_failure_is_handled_by_the_parent,
     fan_out_of_50_children_and_fan_in,

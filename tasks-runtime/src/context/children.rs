@@ -174,6 +174,13 @@ impl WorkflowContext {
         };
         crate::limits::check_finite(&input).map_err(|found| input_error(found.to_string()))?;
         let input = serde_json::to_value(&input).map_err(|error| input_error(error.to_string()))?;
+        // As a client's typed start: what is stored must decode into the child's input type
+        // when the child executes (a type whose `Serialize` and `Deserialize` disagree).
+        (definition.check_input)(&input).map_err(|error| {
+            input_error(format!(
+                "does not decode into the workflow's input type: {error}"
+            ))
+        })?;
         let concurrency = definition
             .derived_concurrency(&input)
             .map_err(|error| input_error(error.to_string()))?;
