@@ -592,12 +592,19 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              keyed_pending AS (
                 SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
                        r.concurrency_key, r.concurrency_limit, h.held, r.queue, {{start_r}} AS starting,
-                       {{key_starts_left}} AS key_starts_left
+                       kw.key_starts_left
                   FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
-                  LEFT JOIN key_rated kr ON kr.queue = r.queue
-                  LEFT JOIN tasks.concurrency_keys k
-                         ON kr.queue IS NOT NULL AND k.namespace = $1
-                        AND k.concurrency_key = r.concurrency_key
+                  -- One value per run, read only for a run of a queue with a rate limit per
+                  -- key: a join here would let the planner trade the index order for a
+                  -- sequential scan and a sort of every pending run.
+                  CROSS JOIN LATERAL (
+                       SELECT (SELECT {{key_starts_left}}
+                                 FROM key_rated kr
+                                 LEFT JOIN tasks.concurrency_keys k
+                                        ON k.namespace = $1
+                                       AND k.concurrency_key = r.concurrency_key
+                                WHERE kr.queue = r.queue)
+                  ) kw(key_starts_left)
                  WHERE r.namespace = $1 AND {{keyed_pending}} AND r.concurrency_key IS NOT NULL
                    AND r.available_at <= now()
                    AND (r.deadline_at IS NULL OR r.deadline_at > now())
@@ -608,7 +615,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                                              WHERE concurrency IS NOT NULL AND held >= concurrency))
                    AND NOT ({{start_r}} AND r.queue = ANY(ARRAY(SELECT queue FROM limited
                                                                  WHERE starts_left = 0)))
-                   AND NOT ({{start_r}} AND COALESCE({{key_starts_left}}, 1) = 0)
+                   AND NOT ({{start_r}} AND COALESCE(kw.key_starts_left, 1) = 0)
                  ORDER BY {{keyed_order}}
                  LIMIT $6
              ), keyed_due AS (
