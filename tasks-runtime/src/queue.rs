@@ -361,6 +361,19 @@ mod tests {
             })
         ));
         assert!(matches!(
+            QueueOptions::new("q").concurrency_per_key(0).check(),
+            Err(LimitError::OutOfRange {
+                field: Field::KeyConcurrency,
+                ..
+            })
+        ));
+        assert_eq!(
+            QueueOptions::new("q")
+                .concurrency_per_key(3)
+                .stored_key_concurrency(),
+            Some(3)
+        );
+        assert!(matches!(
             QueueOptions::new("q")
                 .rate_limit(0, Duration::from_secs(1))
                 .check(),
