@@ -9,8 +9,11 @@
 //! sending at once, across every worker. The report queue is limited to three starts per
 //! second, configured through the client. A second worker serves only `reports`. The
 //! printout shows at most two emails at once, and the reports starting three by three, a
-//! second apart. Both limits are enforced by the claim, in the database, however many
-//! workers run.
+//! second apart. Account syncs go to `syncs`, keyed by customer
+//! (`StartOptions::concurrency_key`, each run allowing 5 of its key at once); the queue caps
+//! every key at one sync at once (`concurrency_per_key(1)`), so each customer's syncs run one
+//! after the other while different customers' run side by side. All limits are enforced by
+//! the claim, in the database, however many workers run.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -62,6 +65,20 @@ async fn render_report(_ctx: WorkflowContext, number: u32) -> Result<String, Wor
     Ok(render(number).await?)
 }
 
+#[step]
+async fn sync(customer: &str, number: u32) -> Result<(), std::io::Error> {
+    println!("{:>6.2?}  sync #{number} of {customer} starts", elapsed());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    println!("{:>6.2?}  sync #{number} of {customer} ends", elapsed());
+    Ok(())
+}
+
+/// Syncs one customer's account.
+#[workflow(name = "sync-account")]
+async fn sync_account(_ctx: WorkflowContext, job: (String, u32)) -> Result<(), WorkflowError> {
+    Ok(sync(&job.0, job.1).await?)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
@@ -70,6 +87,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Every worker's claim reads this: three report starts per second.
     client
         .put_queue(QueueOptions::new("reports").rate_limit(3, Duration::from_secs(1)))
+        .await?;
+    // And this: one sync of each customer at once, whatever a start allows.
+    client
+        .put_queue(QueueOptions::new("syncs").concurrency_per_key(1))
         .await?;
 
     let mut emails = Vec::new();
@@ -84,6 +105,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for number in 1..=7 {
         let options = StartOptions::new().queue("reports");
         reports.push(client.start_with::<render_report>(number, options).await?);
+    }
+
+    let mut syncs = Vec::new();
+    for number in 1..=3 {
+        for customer in ["acme", "globex"] {
+            let options = StartOptions::new()
+                .queue("syncs")
+                .concurrency_key(customer, 5);
+            syncs.push(
+                client
+                    .start_with::<sync_account>((customer.to_owned(), number), options)
+                    .await?,
+            );
+        }
     }
 
     *STARTED.lock().unwrap() = Some(Instant::now());
@@ -101,6 +136,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .build()?
             .spawn(),
+        Worker::builder(store.clone())
+            .queues(["syncs"])
+            .concurrency(8)
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .build()?
+            .spawn(),
     ];
     for email in emails {
         email.result().await?;
@@ -108,13 +149,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for report in reports {
         report.result().await?;
     }
+    for sync in syncs {
+        sync.result().await?;
+    }
     for worker in workers {
         worker.shutdown().await;
     }
     for queue in client.list_queues().await? {
         println!(
-            "queue {}: concurrency {:?}, rate {:?}",
-            queue.name, queue.concurrency, queue.rate_limit
+            "queue {}: concurrency {:?}, per key {:?}, rate {:?}",
+            queue.name, queue.concurrency, queue.key_concurrency, queue.rate_limit
         );
     }
     Ok(())

@@ -83,6 +83,8 @@ pub struct BacklogRow {
     /// The relations `EXPLAIN` shows read by a sequential scan (small tables such as the
     /// queues' configuration may be; the runs must not be).
     pub sequential_scans: Vec<String>,
+    /// The plan, as `EXPLAIN (COSTS OFF)` printed it.
+    pub plan: Vec<String>,
 }
 
 /// Everything the flow scenario measured.
@@ -273,6 +275,7 @@ async fn claims_on_backlog(
         claim_ms: Summary::of(&samples),
         sequential_scan,
         sequential_scans,
+        plan,
     })
 }
 

@@ -334,8 +334,10 @@ macro_rules! conformance_suite {
             queue_slots_follow_the_running_status,
             rate_limit_spreads_starts_over_windows,
             per_key_rate_limit_spreads_each_keys_starts,
+            per_key_concurrency_caps_each_keys_running_runs,
         } multi_thread {
             concurrent_claimers_respect_queue_limits,
+            concurrent_claimers_respect_the_per_key_limit,
         } }
         $crate::__conformance_module! { $setup, flow {
             claim_takes_higher_priority_first,

@@ -1,5 +1,5 @@
 //! Named queues (issue #12): the queue of a run, the queue store operations, and the claim's
-//! queue filter, queue concurrency limit and rate limit.
+//! queue filter, queue concurrency limit, concurrency limit per key and rate limits.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -106,12 +106,14 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
             &QueueOptions::new("emails")
                 .concurrency(10)
                 .rate_limit(100, Duration::from_secs(60))
-                .rate_limit_per_key(2, Duration::from_secs(30)),
+                .rate_limit_per_key(2, Duration::from_secs(30))
+                .concurrency_per_key(4),
         )
         .await
         .unwrap();
     assert_eq!(put.name, "emails");
     assert_eq!(put.concurrency, Some(10));
+    assert_eq!(put.key_concurrency, Some(4));
     let rate = put.rate_limit.unwrap();
     assert_eq!((rate.starts, rate.period), (100, Duration::from_secs(60)));
     let per_key = put.key_rate_limit.unwrap();
@@ -130,6 +132,7 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     assert_eq!(replaced.concurrency, Some(3));
     assert_eq!(replaced.rate_limit, None);
     assert_eq!(replaced.key_rate_limit, None);
+    assert_eq!(replaced.key_concurrency, None);
     assert_eq!(replaced.created_at, put.created_at);
     store.put_queue(&QueueOptions::new("alerts")).await.unwrap();
     let names: Vec<String> = store
@@ -169,6 +172,14 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
         (
             QueueOptions::new("q").rate_limit_per_key(0, Duration::from_secs(1)),
             Field::RateLimit,
+        ),
+        (
+            QueueOptions::new("q").concurrency_per_key(0),
+            Field::KeyConcurrency,
+        ),
+        (
+            QueueOptions::new("q").concurrency_per_key(u32::MAX),
+            Field::KeyConcurrency,
         ),
     ] {
         assert_err!(store.put_queue(&options).await, StoreError::Limit(error) if error.field() == field);
@@ -504,4 +515,167 @@ pub async fn concurrent_claimers_respect_queue_limits(setup: impl Setup) {
     let total = |queue: &str| count(queue) + rest.iter().filter(|run| run.queue == queue).count();
     assert_eq!(total("contended"), 3);
     assert_eq!(total("rated"), 4);
+}
+
+/// A queue's concurrency limit per key caps how many runs of one key run at once: a keyed
+/// run of the queue is claimed only while its key's running runs (in every queue of the
+/// namespace) are fewer than the smaller of its own limit and the queue's. Runs without a
+/// key are not limited by it, a changed setting applies from the next claim, and a
+/// sleeping run holds no slot.
+pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) {
+    let store = setup.store().await;
+    store
+        .put_queue(&QueueOptions::new("per-key").concurrency_per_key(2))
+        .await
+        .unwrap();
+    let mut a = Vec::new();
+    for _ in 0..4 {
+        a.push(create_in(&store, "per-key", Some(("a", 10))).await);
+    }
+    // Its own limit is the smaller: it applies.
+    let mut b = Vec::new();
+    for _ in 0..2 {
+        b.push(create_in(&store, "per-key", Some(("b", 1))).await);
+    }
+    let mut free = Vec::new();
+    for _ in 0..3 {
+        free.push(create_in(&store, "per-key", None).await);
+    }
+    // The same key in a queue without the limit: only its own limit applies to it.
+    let elsewhere = create_in(&store, "other", Some(("a", 10))).await;
+    let first = claim(&store, 20).await;
+    let mut expected = vec![a[0].id, a[1].id, b[0].id, elsewhere.id];
+    expected.extend(free.iter().map(|run| run.id));
+    assert_eq!(
+        sorted(ids(&first)),
+        sorted(expected),
+        "two of key a (the queue's limit), one of key b (its own), every keyless run, and \
+         key a's run of the other queue"
+    );
+    assert!(claim(&store, 20).await.is_empty(), "key a is full");
+    // Key a's slots are counted in every queue: it still holds two after the other
+    // queue's run ends.
+    let done = first.iter().find(|run| run.id == elsewhere.id).unwrap();
+    store
+        .complete_run(done.id, owner(done), json!(null))
+        .await
+        .unwrap();
+    assert!(claim(&store, 20).await.is_empty(), "key a holds two slots");
+    let done = first.iter().find(|run| run.id == a[0].id).unwrap();
+    store
+        .complete_run(done.id, owner(done), json!(null))
+        .await
+        .unwrap();
+    let next = claim(&store, 20).await;
+    assert_eq!(ids(&next), [a[2].id], "one slot of key a freed");
+    // Raising the limit takes effect at the next claim.
+    store
+        .put_queue(&QueueOptions::new("per-key").concurrency_per_key(3))
+        .await
+        .unwrap();
+    assert_eq!(ids(&claim(&store, 20).await), [a[3].id]);
+    assert!(claim(&store, 20).await.is_empty());
+    // A sleeping run holds no slot: a new run of the key runs meanwhile, and the sleeper
+    // wakes only when a slot is free again.
+    let sleeper = b_running(&store, a[1].id).await;
+    let wake = Utc::now() + chrono::Duration::milliseconds(300);
+    store
+        .sleep_run(sleeper.id, owner(&sleeper), wake)
+        .await
+        .unwrap();
+    let a4 = create_in(&store, "per-key", Some(("a", 10))).await;
+    assert_eq!(
+        ids(&claim(&store, 20).await),
+        [a4.id],
+        "the sleeper freed its slot"
+    );
+    sleep_past(wake).await;
+    assert!(
+        claim(&store, 20).await.is_empty(),
+        "the woken run waits for a free slot of its key"
+    );
+    // Lowering the limit below the running count takes no run away, and claims none.
+    store
+        .put_queue(&QueueOptions::new("per-key").concurrency_per_key(1))
+        .await
+        .unwrap();
+    let done = b_running(&store, a4.id).await;
+    store
+        .complete_run(done.id, owner(&done), json!(null))
+        .await
+        .unwrap();
+    assert!(claim(&store, 20).await.is_empty(), "key a still holds two");
+    // Removing the limit lifts it: the run's own limit is left.
+    store
+        .put_queue(&QueueOptions::new("per-key"))
+        .await
+        .unwrap();
+    let woken = claim(&store, 20).await;
+    assert_eq!(ids(&woken), [a[1].id]);
+    assert_eq!(woken[0].attempts, 1, "waking continues the attempt");
+}
+
+/// Concurrent claimers never run more runs of one key of a queue at once than the queue's
+/// limit per key, and leave keyless runs unlimited.
+pub async fn concurrent_claimers_respect_the_per_key_limit(setup: impl Setup) {
+    let store = Arc::new(setup.store().await);
+    store
+        .put_queue(&QueueOptions::new("keyed").concurrency_per_key(2))
+        .await
+        .unwrap();
+    const KEYS: [&str; 3] = ["k0", "k1", "k2"];
+    // The key of each run (the run's row does not carry it).
+    let mut key_of = std::collections::HashMap::new();
+    for _ in 0..6 {
+        for key in KEYS {
+            let run = create_in(&*store, "keyed", Some((key, 100))).await;
+            key_of.insert(run.id, Some(key));
+        }
+    }
+    for _ in 0..4 {
+        let run = create_in(&*store, "keyed", None).await;
+        key_of.insert(run.id, None);
+    }
+    const CLAIMERS: usize = 8;
+    let barrier = Arc::new(Barrier::new(CLAIMERS));
+    let mut tasks = Vec::new();
+    for _ in 0..CLAIMERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut mine = Vec::new();
+            for _ in 0..5 {
+                let claimed = store
+                    .claim_runs(&new_worker(), LONG_LEASE, 2)
+                    .await
+                    .unwrap();
+                mine.extend(claimed.into_iter().map(|claimed| claimed.run));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            mine
+        }));
+    }
+    let mut claimed = Vec::new();
+    for task in tasks {
+        claimed.extend(task.await.unwrap());
+    }
+    let unique: HashSet<Uuid> = claimed.iter().map(|run| run.id).collect();
+    assert_eq!(unique.len(), claimed.len(), "no run was claimed twice");
+    let of = |runs: &[WorkflowRun], key: Option<&str>| {
+        runs.iter().filter(|run| key_of[&run.id] == key).count()
+    };
+    for key in KEYS {
+        assert!(
+            of(&claimed, Some(key)) <= 2,
+            "{key}: {}",
+            of(&claimed, Some(key))
+        );
+    }
+    // Whatever the races, every key reaches its limit and every keyless run runs once the
+    // claims are done.
+    let rest = claim(&*store, 50).await;
+    for key in KEYS {
+        assert_eq!(of(&claimed, Some(key)) + of(&rest, Some(key)), 2, "{key}");
+    }
+    assert_eq!(of(&claimed, None) + of(&rest, None), 4);
 }

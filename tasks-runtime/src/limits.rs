@@ -194,6 +194,8 @@ pub enum Field {
     RateLimit,
     /// The period of a queue's rate limit.
     RatePeriod,
+    /// A queue's concurrency limit per key.
+    KeyConcurrency,
 }
 
 impl Field {
@@ -247,6 +249,7 @@ impl Field {
             Field::QueueConcurrency => "the queue's concurrency limit",
             Field::RateLimit => "the rate limit",
             Field::RatePeriod => "the rate limit's period",
+            Field::KeyConcurrency => "the queue's concurrency limit per key",
         }
     }
 }

@@ -19,9 +19,15 @@
 //! - a rate limit per key: the same, for each concurrency key of the queue's runs
 //!   ([`StartOptions::concurrency_key`](crate::StartOptions::concurrency_key)); runs without
 //!   a key are not limited by it. A key's window counts its starts in every queue with a
-//!   per-key rate limit, each against its own queue's limit.
+//!   per-key rate limit, each against its own queue's limit;
+//! - a concurrency limit per key: at most N runs of one concurrency key running at once,
+//!   for the keyed runs of the queue. It caps each run's own limit: a keyed run of the queue
+//!   is claimed only while its key has fewer running runs (counted across the namespace,
+//!   like the key's own limit) than the smaller of its own limit and the queue's. Runs
+//!   without a key are not limited by it.
 //!
-//! Both are enforced by the claim statement, in the database.
+//! All are enforced by the claim statement, in the database, and a changed setting applies
+//! from the next claim.
 //!
 //! [`WorkflowDefinition::queue`]: crate::WorkflowDefinition::queue
 //! [`Store::put_queue`]: crate::Store::put_queue
@@ -96,6 +102,7 @@ pub struct QueueOptions {
     concurrency: Option<u32>,
     rate_limit: Option<RateLimit>,
     key_rate_limit: Option<RateLimit>,
+    key_concurrency: Option<u32>,
 }
 
 impl QueueOptions {
@@ -106,6 +113,7 @@ impl QueueOptions {
             concurrency: None,
             rate_limit: None,
             key_rate_limit: None,
+            key_concurrency: None,
         }
     }
 
@@ -126,6 +134,32 @@ impl QueueOptions {
     pub fn rate_limit_per_key(mut self, starts: u32, period: Duration) -> Self {
         self.key_rate_limit = Some(RateLimit { starts, period });
         self
+    }
+
+    /// At most `limit` runs of one concurrency key of this queue running at once, across
+    /// every worker
+    /// ([`StartOptions::concurrency_key`](crate::StartOptions::concurrency_key)).
+    ///
+    /// A keyed run of the queue is claimed only while its key has fewer running runs than
+    /// the smaller of the run's own limit and this one; the key's running runs are counted
+    /// across the namespace, as for the run's own limit. Runs without a key are not limited
+    /// by it, and sleeping, paused or pending runs hold no slot.
+    ///
+    /// ```
+    /// use tasks_runtime::queue::QueueOptions;
+    ///
+    /// // At most 2 syncs of one customer (their concurrency key) at once.
+    /// let syncs = QueueOptions::new("syncs").concurrency_per_key(2);
+    /// assert_eq!(syncs.key_concurrency_limit(), Some(2));
+    /// ```
+    pub fn concurrency_per_key(mut self, limit: u32) -> Self {
+        self.key_concurrency = Some(limit);
+        self
+    }
+
+    /// The concurrency limit per key, if any.
+    pub fn key_concurrency_limit(&self) -> Option<u32> {
+        self.key_concurrency
     }
 
     /// The per-key rate limit, if any.
@@ -152,15 +186,20 @@ impl QueueOptions {
     /// before writing anything.
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_queue_name(&self.name)?;
-        if let Some(limit) = self.concurrency
-            && (limit == 0 || limit > MAX_QUEUE_CONCURRENCY)
-        {
-            return Err(LimitError::OutOfRange {
-                field: Field::QueueConcurrency,
-                value: i64::from(limit),
-                min: 1,
-                max: i64::from(MAX_QUEUE_CONCURRENCY),
-            });
+        for (field, limit) in [
+            (Field::QueueConcurrency, self.concurrency),
+            (Field::KeyConcurrency, self.key_concurrency),
+        ] {
+            if let Some(limit) = limit
+                && (limit == 0 || limit > MAX_QUEUE_CONCURRENCY)
+            {
+                return Err(LimitError::OutOfRange {
+                    field,
+                    value: i64::from(limit),
+                    min: 1,
+                    max: i64::from(MAX_QUEUE_CONCURRENCY),
+                });
+            }
         }
         for rate in self.rate_limit.iter().chain(&self.key_rate_limit) {
             rate.check()?;
@@ -171,6 +210,12 @@ impl QueueOptions {
     /// The concurrency limit as stored.
     pub(crate) fn stored_concurrency(&self) -> Option<i32> {
         self.concurrency
+            .map(|limit| i32::try_from(limit).unwrap_or(i32::MAX))
+    }
+
+    /// The concurrency limit per key as stored.
+    pub(crate) fn stored_key_concurrency(&self) -> Option<i32> {
+        self.key_concurrency
             .map(|limit| i32::try_from(limit).unwrap_or(i32::MAX))
     }
 
@@ -206,6 +251,9 @@ pub struct Queue {
     pub rate_limit: Option<RateLimit>,
     /// At most this many starts of each key per period.
     pub key_rate_limit: Option<RateLimit>,
+    /// At most this many runs of one concurrency key running at once
+    /// ([`QueueOptions::concurrency_per_key`]).
+    pub key_concurrency: Option<u32>,
     /// When the current rate window opened (`None` before the first start under a rate
     /// limit).
     pub window_start: Option<DateTime<Utc>>,
@@ -312,6 +360,19 @@ mod tests {
                 ..
             })
         ));
+        assert!(matches!(
+            QueueOptions::new("q").concurrency_per_key(0).check(),
+            Err(LimitError::OutOfRange {
+                field: Field::KeyConcurrency,
+                ..
+            })
+        ));
+        assert_eq!(
+            QueueOptions::new("q")
+                .concurrency_per_key(3)
+                .stored_key_concurrency(),
+            Some(3)
+        );
         assert!(matches!(
             QueueOptions::new("q")
                 .rate_limit(0, Duration::from_secs(1))

@@ -470,6 +470,15 @@ pub(crate) fn queue_slots_held(runs_table: &str, namespace: &str, queue: &str) -
     )
 }
 
+/// The limit a keyed run's key slots are counted against, in SQL: the smaller of the run's
+/// own limit `run_limit` and its queue's concurrency limit per key `queue_limit` (`NULL`:
+/// the queue has none, and the run's own limit applies). A claim compares the key's held
+/// slots ([`slots_held`]) to it wherever it would compare them to the run's own limit, so
+/// a changed queue setting applies from the next claim.
+pub(crate) fn key_limit(run_limit: &str, queue_limit: &str) -> String {
+    format!("CASE WHEN {queue_limit} < {run_limit} THEN {queue_limit} ELSE {run_limit} END")
+}
+
 /// Whether claiming the run `{alias}` (with its dot, or empty) starts it, in SQL: its first
 /// claim, which a queue's rate limit counts. The first claim sets `started_at`, and nothing
 /// clears it, so resumes after a sleep, retries and takeovers are not starts.
@@ -1076,6 +1085,16 @@ mod tests {
         assert_eq!(is_start("r."), "r.started_at IS NULL");
         assert_eq!(HOLDS_QUEUE_SLOT, HOLDS_SLOT);
         assert!(queue_slots_held("runs", "$1", "q.name").contains("hq.queue = q.name"));
+    }
+
+    #[test]
+    fn a_queue_per_key_limit_caps_the_runs_own() {
+        let limit = key_limit("r.concurrency_limit", "l.key_concurrency");
+        assert_eq!(
+            limit,
+            "CASE WHEN l.key_concurrency < r.concurrency_limit THEN l.key_concurrency \
+             ELSE r.concurrency_limit END"
+        );
     }
 
     #[test]

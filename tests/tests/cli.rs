@@ -916,7 +916,11 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     assert!(empty.out.contains("no configured queues"), "{}", empty.out);
     let client = client(&store);
     client
-        .put_queue(tasks::QueueOptions::new("emails").concurrency(10))
+        .put_queue(
+            tasks::QueueOptions::new("emails")
+                .concurrency(10)
+                .concurrency_per_key(4),
+        )
         .await
         .unwrap();
     client
@@ -931,6 +935,7 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     assert_eq!(table.exit, Exit::Success, "{}", table.err);
     for expected in [
         "CONCURRENCY",
+        "PER KEY CONCURRENCY",
         "emails",
         "10",
         "reports",
@@ -943,6 +948,8 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     let document: Value = serde_json::from_str(&listed.out).unwrap();
     assert_eq!(document["queues"][0]["name"], "emails");
     assert_eq!(document["queues"][0]["concurrency"], 10);
+    assert_eq!(document["queues"][0]["keyConcurrency"], 4);
+    assert_eq!(document["queues"][1]["keyConcurrency"], Value::Null);
     assert_eq!(document["queues"][1]["rateLimit"]["starts"], 100);
     assert_eq!(document["queues"][1]["rateLimit"]["periodMs"], 60_000);
     assert_eq!(document["queues"][1]["keyRateLimit"]["starts"], 3);

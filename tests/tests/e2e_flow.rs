@@ -413,7 +413,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
 
 /// `EXPLAIN` of both claim statements (every queue, and chosen queues) with 100,000 pending
 /// runs over 10 queues, three of them limited (one by concurrency with two slots held, one by
-/// rate, one by rate per key), a few hundred with keys: no sequential scan of the runs, the limited queues read
+/// rate, one by rate and concurrency per key), a few hundred with keys: no sequential scan of the runs, the limited queues read
 /// through the index by queue, their held slots through the index on running runs by
 /// queue. Then claims take what the limits allow.
 #[tokio::test]
@@ -457,10 +457,13 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     )
     .await
     .unwrap();
-    // Every run with a key is in q-0: one start per key and hour.
+    // Every run with a key is in q-0: one start per key and hour, and one run of each key
+    // at once (below the runs' own limit of 2).
     tasks::Store::put_queue(
         &store,
-        &tasks::QueueOptions::new("q-0").rate_limit_per_key(1, Duration::from_secs(3600)),
+        &tasks::QueueOptions::new("q-0")
+            .rate_limit_per_key(1, Duration::from_secs(3600))
+            .concurrency_per_key(1),
     )
     .await
     .unwrap();

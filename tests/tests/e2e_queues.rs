@@ -1,6 +1,7 @@
 //! End to end, named queues (issue #12) on both stores: workers that serve chosen queues,
-//! a workflow's declared queue, a queue's concurrency limit under four workers (checked
-//! from the database at every start), and a rate limit that spreads starts over windows.
+//! a workflow's declared queue, a queue's concurrency limit and its concurrency limit per
+//! key under four workers (checked from the database at every start), and a rate limit that
+//! spreads starts over windows.
 
 mod support;
 
@@ -23,7 +24,8 @@ fn stores() -> &'static Mutex<HashMap<Uuid, SharedStore>> {
     STORES.get_or_init(Default::default)
 }
 
-/// Per probe: the most running runs of each queue seen in the database by a run.
+/// Per probe: the most running runs of each queue (and of each key of a queue, as
+/// `queue/key`) seen in the database by a run.
 fn most_running() -> &'static Mutex<HashMap<Uuid, HashMap<String, usize>>> {
     static MOST: OnceLock<Mutex<HashMap<Uuid, HashMap<String, usize>>>> = OnceLock::new();
     MOST.get_or_init(Default::default)
@@ -34,9 +36,13 @@ struct Job {
     probe: String,
     queue: String,
     millis: u64,
+    /// The run's concurrency key, if its start gave one.
+    #[serde(default)]
+    key: Option<String>,
 }
 
-/// Counts, from the database, the running runs of this run's queue, and remembers the most.
+/// Counts, from the database, the running runs of this run's queue (and, for a run with a
+/// key, those of its key in its queue, by their stored input), and remembers the most.
 #[step]
 async fn observe(job: &Job) -> Result<(), std::io::Error> {
     let probe: Uuid = job.probe.parse().unwrap();
@@ -49,18 +55,27 @@ async fn observe(job: &Job) -> Result<(), std::io::Error> {
         })
         .await
         .map_err(std::io::Error::other)?;
-    let of_queue = running
+    let of_queue: Vec<_> = running
         .data
         .iter()
         .filter(|run| run.queue == job.queue)
-        .count();
+        .collect();
+    let mut counts = vec![(job.queue.clone(), of_queue.len())];
+    if let Some(key) = &job.key {
+        let of_key = of_queue
+            .iter()
+            .filter(|run| {
+                run.input.as_ref().and_then(|input| input["key"].as_str()) == Some(key.as_str())
+            })
+            .count();
+        counts.push((format!("{}/{key}", job.queue), of_key));
+    }
     let mut most = most_running().lock().unwrap();
-    let entry = most
-        .entry(probe)
-        .or_default()
-        .entry(job.queue.clone())
-        .or_default();
-    *entry = (*entry).max(of_queue);
+    let of_probe = most.entry(probe).or_default();
+    for (name, count) in counts {
+        let entry = of_probe.entry(name).or_default();
+        *entry = (*entry).max(count);
+    }
     Ok(())
 }
 
@@ -97,6 +112,7 @@ fn job(probe: Uuid, queue: &str, millis: u64) -> Job {
         probe: probe.to_string(),
         queue: queue.into(),
         millis,
+        key: None,
     }
 }
 
@@ -234,6 +250,71 @@ async fn queue_limit_holds_under_four_workers(backend: Backend) {
     assert_eq!(queue.concurrency, Some(2));
 }
 
+/// A queue limited to 2 runs of one key at once, under four workers: no key of it ever has
+/// more than 2 running (seen from the database at every start), although each run's own
+/// key limit is 10, and its runs without a key all run.
+async fn per_key_limit_holds_under_four_workers(backend: Backend) {
+    let store = backend.store().await;
+    let probe = probe(&store);
+    let client = client(&store);
+    const QUEUE: &str = "e2e-per-key";
+    const KEYS: [&str; 3] = ["tenant-a", "tenant-b", "tenant-c"];
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        for key in KEYS {
+            let handle = client
+                .start_with::<queue_job>(
+                    Job {
+                        key: Some(key.into()),
+                        ..job(probe, QUEUE, 30)
+                    },
+                    StartOptions::new().queue(QUEUE).concurrency_key(key, 10),
+                )
+                .await
+                .unwrap();
+            ids.push(handle.id());
+        }
+    }
+    for _ in 0..4 {
+        let handle = client
+            .start_with::<queue_job>(job(probe, QUEUE, 30), StartOptions::new().queue(QUEUE))
+            .await
+            .unwrap();
+        ids.push(handle.id());
+    }
+    // The first worker declares the queue's limit before its first claim; the others start
+    // once it is stored.
+    let first = worker(&store)
+        .queue(QueueOptions::new(QUEUE).concurrency_per_key(2))
+        .concurrency(4)
+        .build()
+        .unwrap()
+        .spawn();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.get_queue(QUEUE).await.unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queue was never declared"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut workers = vec![first];
+    workers.extend((0..3).map(|_| worker(&store).concurrency(4).build().unwrap().spawn()));
+    wait_all(&client, &ids).await;
+    for handle in workers {
+        handle.shutdown().await;
+    }
+    let most = most_running().lock().unwrap()[&probe].clone();
+    for key in KEYS {
+        let of_key = most[&format!("{QUEUE}/{key}")];
+        assert!(of_key <= 2, "key {key} had {of_key} runs running at once");
+        assert!(of_key >= 1);
+    }
+    let queue = store.get_queue(QUEUE).await.unwrap().unwrap();
+    assert_eq!(queue.key_concurrency, Some(2));
+    assert_eq!(queue.concurrency, None);
+}
+
 /// A queue limited to 3 starts per second: 9 runs start in three windows, each opened a
 /// second or more after the previous one (by the database's `started_at`).
 async fn rate_limit_spreads_starts_over_windows(backend: Backend) {
@@ -318,5 +399,6 @@ async fn worker_filters_are_checked() {
 both_backends!(
     workers_serve_only_their_queues,
     queue_limit_holds_under_four_workers,
+    per_key_limit_holds_under_four_workers,
     rate_limit_spreads_starts_over_windows,
 );

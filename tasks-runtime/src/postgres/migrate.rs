@@ -84,6 +84,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "queues",
         sql: include_str!("../../migrations/postgres/0015_queues.sql"),
     },
+    Migration {
+        version: 16,
+        name: "queue key concurrency",
+        sql: include_str!("../../migrations/postgres/0016_queue_key_concurrency.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

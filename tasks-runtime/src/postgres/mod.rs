@@ -49,9 +49,9 @@ use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE,
     EXTEND_LEASE, FAIL, JSON_COLUMNS, MARKABLE_STEP, PAUSE, PENDING_ORDER, QUARANTINE, RECORD_STEP,
     RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT, TAKES_SLOT, Transition, admitted, deadline_error,
-    explain_step_miss, forgettable_workers, interrupted, is_start, keyed_candidates, pending_order,
-    quarantine_error, queue_slots_held, rate_starts_left_sql, rate_window_set_sql, retry_after,
-    slots_held, stale_workers, status_in, step_status_in,
+    explain_step_miss, forgettable_workers, interrupted, is_start, key_limit, keyed_candidates,
+    pending_order, quarantine_error, queue_slots_held, rate_starts_left_sql, rate_window_set_sql,
+    retry_after, slots_held, stale_workers, status_in, step_status_in,
 };
 use background::Background;
 use notify::{Batcher, Hub};
@@ -539,6 +539,11 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                 SELECT name AS queue, key_rate_limit, key_rate_period_ms FROM tasks.queues
                  WHERE namespace = $1 AND key_rate_limit IS NOT NULL
              ),
+             -- The queues with a concurrency limit per key.
+             key_limited AS (
+                SELECT name AS queue, key_concurrency FROM tasks.queues
+                 WHERE namespace = $1 AND key_concurrency IS NOT NULL
+             ),
              -- Those this claim may take runs of: served, and not full.
              open_queues AS (
                 SELECT * FROM limited
@@ -586,13 +591,14 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              ),
              -- Runs with a key whose claim takes a slot of it (pending ones in claim order,
              -- then sleeping ones whose sleep ended), past the keys without a free slot: a
-             -- key's running runs are counted through the index on running runs by key. In
+             -- key's running runs are counted through the index on running runs by key, and
+             -- compared to the run's limit, capped by its queue's limit per key. In
              -- a queue with a rate limit per key, the key's row gives its window, and starts
              -- of a key whose window is used up are passed over.
              keyed_pending AS (
                 SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, {{start_r}} AS starting,
-                       kw.key_starts_left
+                       r.concurrency_key, {{key_limit}} AS concurrency_limit, h.held, r.queue,
+                       {{start_r}} AS starting, kw.key_starts_left
                   FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
                   -- One value per run, read only for a run of a queue with a rate limit per
                   -- key: a join here would let the planner trade the index order for a
@@ -608,7 +614,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  WHERE r.namespace = $1 AND {{keyed_pending}} AND r.concurrency_key IS NOT NULL
                    AND r.available_at <= now()
                    AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
+                   AND h.held < {{key_limit}}
                    AND ($7::text[] IS NULL OR r.queue = ANY($7))
                    AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
                    AND r.queue <> ALL(ARRAY(SELECT queue FROM limited
@@ -620,13 +626,14 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  LIMIT $6
              ), keyed_due AS (
                 SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, false AS starting,
+                       r.concurrency_key, {{key_limit}} AS concurrency_limit, h.held, r.queue,
+                       false AS starting,
                        NULL::integer AS key_starts_left
                   FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
                  WHERE r.namespace = $1 AND {{keyed_due}} AND r.concurrency_key IS NOT NULL
                    AND r.available_at <= now()
                    AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
+                   AND h.held < {{key_limit}}
                    AND ($7::text[] IS NULL OR r.queue = ANY($7))
                    AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
                    AND r.queue <> ALL(ARRAY(SELECT queue FROM limited
@@ -825,6 +832,13 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
             &queue_slots_held("tasks.workflow_runs", "$1", "q.name"),
         )
         .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
+        .replace(
+            "{key_limit}",
+            &key_limit(
+                "r.concurrency_limit",
+                "(SELECT kl.key_concurrency FROM key_limited kl WHERE kl.queue = r.queue)",
+            ),
+        )
         .replace("{queue_admitted}", &admitted("held", "qn", "concurrency"))
         .replace(
             "{starts_left}",

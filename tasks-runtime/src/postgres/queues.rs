@@ -10,7 +10,7 @@ use crate::queue::{Queue, QueueOptions};
 
 /// Columns of `queues`, in the order of [`QueueRow`].
 const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
-    key_rate_period_ms, window_start, window_starts, created_at, updated_at";
+    key_rate_period_ms, key_concurrency, window_start, window_starts, created_at, updated_at";
 
 crate::row::row_struct!(
     sqlx::postgres::PgRow =>
@@ -21,6 +21,7 @@ struct QueueRow {
     rate_period_ms: Option<i64>,
     key_rate_limit: Option<i32>,
     key_rate_period_ms: Option<i64>,
+    key_concurrency: Option<i32>,
     window_start: Option<DateTime<Utc>>,
     window_starts: i32,
     created_at: DateTime<Utc>,
@@ -38,6 +39,7 @@ impl From<QueueRow> for Queue {
                 row.key_rate_limit.map(i64::from),
                 row.key_rate_period_ms,
             ),
+            key_concurrency: row.key_concurrency.map(|n| u32::try_from(n).unwrap_or(0)),
             window_start: row.window_start,
             window_starts: u32::try_from(row.window_starts).unwrap_or(0),
             created_at: row.created_at,
@@ -56,13 +58,14 @@ impl PgStore {
         let sql = format!(
             "INSERT INTO tasks.queues
                  (namespace, name, concurrency, rate_limit, rate_period_ms, key_rate_limit,
-                  key_rate_period_ms, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
+                  key_rate_period_ms, key_concurrency, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now())
              ON CONFLICT (namespace, name) DO UPDATE
                 SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
                     rate_period_ms = excluded.rate_period_ms,
                     key_rate_limit = excluded.key_rate_limit,
-                    key_rate_period_ms = excluded.key_rate_period_ms, updated_at = now(),
+                    key_rate_period_ms = excluded.key_rate_period_ms,
+                    key_concurrency = excluded.key_concurrency, updated_at = now(),
                     -- A claim whose snapshot read the former limits takes nothing of the
                     -- queue (its row changed since), like after a concurrent claim.
                     claims = tasks.queues.claims + 1
@@ -76,6 +79,7 @@ impl PgStore {
             .bind(rate_period_ms)
             .bind(key_rate_limit)
             .bind(key_rate_period_ms)
+            .bind(options.stored_key_concurrency())
             .fetch_one(&self.pool)
             .await
             .map_err(db(OPERATION))?;

@@ -9,7 +9,7 @@ use crate::transition::{RateWindow, queue_slots_held};
 
 /// Columns of `tasks_queues`, in the order of [`QueueRow`].
 const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
-    key_rate_period_ms, window_start, window_starts, created_at, updated_at";
+    key_rate_period_ms, key_concurrency, window_start, window_starts, created_at, updated_at";
 
 crate::row::row_struct!(
     sqlx::sqlite::SqliteRow =>
@@ -20,6 +20,7 @@ struct QueueRow {
     rate_period_ms: Option<i64>,
     key_rate_limit: Option<i64>,
     key_rate_period_ms: Option<i64>,
+    key_concurrency: Option<i64>,
     window_start: Option<String>,
     window_starts: i64,
     created_at: String,
@@ -34,6 +35,7 @@ impl QueueRow {
             concurrency: self.concurrency.map(|n| u32::try_from(n).unwrap_or(0)),
             rate_limit: Queue::rate_from_row(self.rate_limit, self.rate_period_ms),
             key_rate_limit: Queue::rate_from_row(self.key_rate_limit, self.key_rate_period_ms),
+            key_concurrency: self.key_concurrency.map(|n| u32::try_from(n).unwrap_or(0)),
             window_start: self
                 .window_start
                 .map(|at| rows::parse_ts(&at, operation))
@@ -61,6 +63,8 @@ pub(super) struct LimitedQueue {
     /// ...and the instant a key's window must have opened after to be still open (the
     /// transaction's time minus the period), as stored text.
     pub(super) key_since: Option<String>,
+    /// Its concurrency limit per key (`None`: no such limit).
+    pub(super) key_concurrency: Option<i64>,
     /// Its rate limit and window, to count the claim's starts.
     #[serde(skip)]
     pub(super) rate: Option<(crate::queue::RateLimit, RateWindow)>,
@@ -81,7 +85,7 @@ impl SqliteStore {
             "SELECT {QUEUE_COLUMNS} FROM tasks_queues q
               WHERE q.namespace = ?1
                 AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
-                     OR q.key_rate_limit IS NOT NULL)"
+                     OR q.key_rate_limit IS NOT NULL OR q.key_concurrency IS NOT NULL)"
         );
         let queues: Vec<QueueRow> = sqlx::query_as(&sql)
             .bind(&*self.namespace)
@@ -123,6 +127,7 @@ impl SqliteStore {
                 key_rate: queue.key_rate_limit.map(|limit| i64::from(limit.starts)),
                 key_since,
                 key_limit: queue.key_rate_limit,
+                key_concurrency: queue.key_concurrency.map(i64::from),
                 starts_left: rate
                     .as_ref()
                     .map(|(limit, window)| i64::from(window.starts_left(limit, now))),
@@ -255,13 +260,14 @@ impl SqliteStore {
         let sql = format!(
             "INSERT INTO tasks_queues
                  (namespace, name, concurrency, rate_limit, rate_period_ms, key_rate_limit,
-                  key_rate_period_ms, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?8, ?6, ?6)
+                  key_rate_period_ms, key_concurrency, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?8, ?9, ?6, ?6)
              ON CONFLICT (namespace, name) DO UPDATE
                 SET concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
                     rate_period_ms = excluded.rate_period_ms,
                     key_rate_limit = excluded.key_rate_limit,
                     key_rate_period_ms = excluded.key_rate_period_ms,
+                    key_concurrency = excluded.key_concurrency,
                     updated_at = excluded.updated_at
           RETURNING {QUEUE_COLUMNS}"
         );
@@ -274,6 +280,7 @@ impl SqliteStore {
             .bind(&now)
             .bind(key_rate_limit)
             .bind(key_rate_period_ms)
+            .bind(options.stored_key_concurrency())
             .fetch_one(write.conn())
             .await
             .map_err(db(OPERATION))?;

@@ -22,7 +22,7 @@ use crate::store::{
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
     JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT,
-    TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers, is_start,
+    TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers, is_start, key_limit,
     keyed_candidates, pending_order, quarantine_error, rate_starts_left_sql, retry_after,
     slots_held, stale_workers, status_in,
 };
@@ -353,7 +353,8 @@ impl SqliteStore {
                        json_extract(value, '$.held') AS qheld,
                        json_extract(value, '$.starts_left') AS starts_left,
                        json_extract(value, '$.key_rate') AS key_rate,
-                       json_extract(value, '$.key_since') AS key_since
+                       json_extract(value, '$.key_since') AS key_since,
+                       json_extract(value, '$.key_concurrency') AS key_concurrency
                   FROM json_each(?7)
              )
              UPDATE tasks_workflow_runs
@@ -382,7 +383,7 @@ impl SqliteStore {
                                             PARTITION BY d.concurrency_key, d.starting
                                             ORDER BY d.grp, {key_start_order}) AS ksn
                                    FROM (
-                                  SELECT r.id, r.concurrency_key, r.concurrency_limit,
+                                  SELECT r.id, r.concurrency_key, {key_limit} AS concurrency_limit,
                                          r.available_at, r.created_at, {grp} AS grp,
                                          CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
                                          {takes} AS takes,
@@ -405,7 +406,7 @@ impl SqliteStore {
                                      AND (?8 IS NULL OR r.queue IN (SELECT value FROM json_each(?8)))
                                      AND (?9 IS NULL
                                           OR r.workflow_name IN (SELECT value FROM json_each(?9)))
-                                     AND NOT ({takes} AND ({held}) >= r.concurrency_limit)
+                                     AND NOT ({takes} AND ({held}) >= {key_limit})
                                      AND NOT ({takes_queue} AND l.qlimit IS NOT NULL
                                               AND l.qheld >= l.qlimit)
                                      AND NOT ({starting} AND l.starts_left IS NOT NULL
@@ -439,6 +440,7 @@ impl SqliteStore {
             stale = stale_workers("tasks_workers", "?1", "?2"),
             held = slots_held("tasks_workflow_runs", "?1", "r.concurrency_key"),
             admitted = admitted("held", "n", "concurrency_limit"),
+            key_limit = key_limit("r.concurrency_limit", "l.key_concurrency"),
             queue_admitted = admitted("qheld", "qn", "qlimit"),
             // Pending runs by priority; the others' `priority` is 0 here.
             order = PENDING_ORDER,

@@ -33,6 +33,7 @@ fn to_json(queue: &Queue) -> serde_json::Value {
             "starts": rate.starts,
             "periodMs": u64::try_from(rate.period.as_millis()).unwrap_or(u64::MAX),
         })),
+        "keyConcurrency": queue.key_concurrency,
         "windowStart": queue.window_start.map(|at| at.to_rfc3339()),
         "windowStarts": queue.window_starts,
         "updatedAt": queue.updated_at.to_rfc3339(),
@@ -64,6 +65,9 @@ pub(super) async fn list(client: &Client, json: bool, out: Output<'_>, err: Outp
                 queue
                     .concurrency
                     .map_or_else(|| "-".into(), |limit| limit.to_string()),
+                queue
+                    .key_concurrency
+                    .map_or_else(|| "-".into(), |limit| limit.to_string()),
                 queue.rate_limit.map_or_else(
                     || "-".into(),
                     |rate| format!("{} per {:?}", rate.starts, rate.period),
@@ -88,8 +92,9 @@ pub(super) async fn list(client: &Client, json: bool, out: Output<'_>, err: Outp
             &[
                 "NAME",
                 "CONCURRENCY",
+                "PER KEY CONCURRENCY",
                 "RATE LIMIT",
-                "PER KEY",
+                "PER KEY RATE",
                 "WINDOW STARTS"
             ],
             &rows
