@@ -540,16 +540,13 @@ impl tasks::Store for Flaky {
         self.inner.count_runs(statuses).await
     }
 
-    async fn claim_runs_filtered(
+    async fn claim_runs(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
-        filter: &tasks::ClaimFilter,
     ) -> tasks::StoreResult<Vec<tasks::ClaimedRun>> {
-        self.inner
-            .claim_runs_filtered(worker_id, lease, limit, filter)
-            .await
+        self.inner.claim_runs(worker_id, lease, limit).await
     }
     async fn extend_lease(
         &self,
@@ -774,18 +771,6 @@ impl tasks::Store for Flaky {
         params: tasks::schedule::FireSchedule,
     ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
         self.inner.fire_schedule(params).await
-    }
-    async fn put_queue(&self, options: &tasks::QueueOptions) -> tasks::StoreResult<tasks::Queue> {
-        self.inner.put_queue(options).await
-    }
-    async fn get_queue(&self, name: &str) -> tasks::StoreResult<Option<tasks::Queue>> {
-        self.inner.get_queue(name).await
-    }
-    async fn list_queues(&self) -> tasks::StoreResult<Vec<tasks::Queue>> {
-        self.inner.list_queues().await
-    }
-    async fn delete_queue(&self, name: &str) -> tasks::StoreResult<()> {
-        self.inner.delete_queue(name).await
     }
 }
 
