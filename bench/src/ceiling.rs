@@ -687,6 +687,8 @@ async fn workload_in(
             .bind(tasks::postgres::__bench::claim_keyed_candidates(
                 permit.num_permits() as u32,
             ))
+            .bind(None::<Vec<String>>)
+            .bind(None::<Vec<String>>)
             .fetch_all(&pool)
             .await?;
         let ids = rows

@@ -61,6 +61,7 @@ pub mod limits;
 pub mod listing;
 pub mod liveness;
 pub mod outcomes;
+pub mod queues;
 pub mod record;
 pub mod retention;
 pub mod retry;
@@ -109,7 +110,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -325,6 +326,19 @@ macro_rules! conformance_suite {
             trace_context_is_stored_and_claimed_with_the_run,
             children_and_forks_keep_their_trace_context,
         } multi_thread {} }
+        $crate::__conformance_module! { $setup, queues {
+            run_queue_is_stored_and_checked,
+            queue_operations_round_trip,
+            claim_filters_by_queue_and_workflow,
+            claim_respects_the_queue_limit,
+            queue_slots_follow_the_running_status,
+            rate_limit_spreads_starts_over_windows,
+            per_key_rate_limit_spreads_each_keys_starts,
+            per_key_concurrency_caps_each_keys_running_runs,
+        } multi_thread {
+            concurrent_claimers_respect_queue_limits,
+            concurrent_claimers_respect_the_per_key_limit,
+        } }
         $crate::__conformance_module! { $setup, flow {
             claim_takes_higher_priority_first,
             claim_respects_the_key_limit,
@@ -422,6 +436,7 @@ mod tests {
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
             ("flow", include_str!("flow.rs")),
+            ("queues", include_str!("queues.rs")),
             ("status", include_str!("status.rs")),
             ("schedules", include_str!("schedules.rs")),
             ("isolation", include_str!("isolation.rs")),

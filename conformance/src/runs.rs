@@ -30,6 +30,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         idempotency_scope: tasks::IdempotencyScope::ForEver,
         priority: 3,
         concurrency: Some(tasks::Concurrency::new("all-fields", 2)),
+        queue: Some("all-fields/queue".to_owned()),
         trace_context: Some(
             tasks::TraceContext::new(
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -70,6 +71,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         parent_run_id: None,
         cancel_with_parent: true,
         trace_context: params.trace_context.clone(),
+        queue: "all-fields/queue".to_owned(),
     };
     assert_eq!(created, expected);
     assert_ne!(created.id, Uuid::nil());

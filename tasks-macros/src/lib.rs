@@ -25,7 +25,8 @@ use crate::kind::MacroKind;
 /// Makes `async fn NAME(ctx: WorkflowContext, input: In) -> Result<Out, E>` a durable
 /// workflow, registered with the runtime at link time.
 ///
-/// Options: `name = "..."` (default: the function name), `version = "..."`, and
+/// Options: `name = "..."` (default: the function name), `version = "..."`,
+/// `queue = "..."` (the queue of its runs, a name like the workflow's; see `tasks::queue`), and
 /// `retry(max_attempts = 5, initial_interval = "1s", backoff = 2.0, max_interval = "5m")`
 /// with every key optional; durations are strings such as `"250ms"` or `"1m30s"`, or `const`
 /// `Duration` expressions; `concurrency(key = customer_of, limit = 2)`, where `key` is callable

@@ -37,6 +37,8 @@ pub(crate) struct Workflow {
     pub schedule: Option<ScheduleOptions>,
     /// `concurrency(key = .., limit = ..)`: the key each run derives from its input.
     pub concurrency: Option<ConcurrencyOptions>,
+    /// `queue = "..."`.
+    pub queue: Option<LitStr>,
 }
 
 /// A `#[step]` function that passed every check.

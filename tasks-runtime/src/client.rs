@@ -191,6 +191,7 @@ pub struct StartOptions {
     // Flow control (issue #12).
     priority: i32,
     concurrency: KeyChoice,
+    queue: Option<String>,
     trace_context: Option<TraceContext>,
 }
 
@@ -282,6 +283,16 @@ impl StartOptions {
     /// Undoes an earlier [`concurrency_key`](Self::concurrency_key) of the same options.
     pub fn without_concurrency_key(mut self) -> Self {
         self.concurrency = KeyChoice::Without;
+        self
+    }
+
+    /// The queue the run goes to, instead of its workflow's
+    /// ([`WorkflowDefinition::queue`](crate::WorkflowDefinition::queue)) or the default one
+    /// (see [`crate::queue`]). The name follows the rules of workflow names; a name that
+    /// breaks them is refused by the start ([`ClientError`] with a
+    /// [`LimitError::InvalidName`]).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
         self
     }
 
@@ -464,6 +475,9 @@ impl Client {
             idempotency_scope: options.idempotency_scope,
             priority: options.priority,
             concurrency,
+            queue: options
+                .queue
+                .or_else(|| definition.queue.map(str::to_owned)),
             trace_context: crate::trace::for_new_run(options.trace_context),
         };
         params.check(self.store.namespace())?;
@@ -770,6 +784,45 @@ impl Client {
     /// when there is none).
     pub async fn delete_schedule(&self, name: &str) -> Result<(), StoreError> {
         self.store.delete_schedule(name).await
+    }
+
+    // ---- Named queues (issue #12; see the `queue` module) ----
+
+    /// Creates or replaces the configuration of a queue (its concurrency and rate limits),
+    /// which every worker's claim applies from then on. A refused name or limit is a
+    /// [`StoreError::Limit`], and nothing is written.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: tasks_runtime::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tasks_runtime::QueueOptions;
+    ///
+    /// client
+    ///     .put_queue(QueueOptions::new("emails").concurrency(10).rate_limit(100, Duration::from_secs(60)))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn put_queue(
+        &self,
+        options: crate::queue::QueueOptions,
+    ) -> Result<crate::queue::Queue, StoreError> {
+        self.store.put_queue(&options).await
+    }
+
+    /// The configuration of a queue, or `None` when it has none (no limits).
+    pub async fn get_queue(&self, name: &str) -> Result<Option<crate::queue::Queue>, StoreError> {
+        self.store.get_queue(name).await
+    }
+
+    /// Every configured queue of the namespace, by name.
+    pub async fn list_queues(&self) -> Result<Vec<crate::queue::Queue>, StoreError> {
+        self.store.list_queues().await
+    }
+
+    /// Removes a queue's configuration: its runs are claimed without limits from then on
+    /// ([`StoreError::QueueNotFound`] when it has none).
+    pub async fn delete_queue(&self, name: &str) -> Result<(), StoreError> {
+        self.store.delete_queue(name).await
     }
 }
 

@@ -66,6 +66,10 @@ pub struct WorkflowDefinition {
     /// (`#[workflow(concurrency(key = ..., limit = ...))]`), used by every start that gives
     /// no key of its own; `None`: only starts that give a key have one.
     pub concurrency: Option<DerivedConcurrency>,
+    /// The queue its runs go to (`#[workflow(queue = "emails")]`) unless a start names
+    /// another ([`StartOptions::queue`](crate::StartOptions::queue)); `None` is
+    /// [`DEFAULT_QUEUE`](crate::queue::DEFAULT_QUEUE). Checked by the registry like a name.
+    pub queue: Option<&'static str>,
     /// Where the workflow function is.
     pub location: SourceLocation,
     /// Runs the workflow on JSON input.

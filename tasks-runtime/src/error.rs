@@ -104,6 +104,14 @@ pub enum Operation {
     /// [`Store::due_schedules`](crate::Store::due_schedules) and
     /// [`Store::fire_schedule`](crate::Store::fire_schedule).
     FireSchedule,
+    // Named queues (issue #12).
+    /// [`Store::put_queue`](crate::Store::put_queue).
+    PutQueue,
+    /// [`Store::get_queue`](crate::Store::get_queue) and
+    /// [`Store::list_queues`](crate::Store::list_queues).
+    GetQueue,
+    /// [`Store::delete_queue`](crate::Store::delete_queue).
+    DeleteQueue,
 }
 
 impl Operation {
@@ -150,6 +158,9 @@ impl Operation {
             Operation::PauseSchedule => "pausing or resuming a schedule",
             Operation::DeleteSchedule => "deleting a schedule",
             Operation::FireSchedule => "firing a schedule",
+            Operation::PutQueue => "configuring a queue",
+            Operation::GetQueue => "reading queues",
+            Operation::DeleteQueue => "deleting a queue",
         }
     }
 
@@ -293,6 +304,13 @@ pub enum StoreError {
         /// The name that was looked up.
         name: String,
     },
+    // Named queues (issue #12).
+    /// No queue with this name is configured in the store's namespace.
+    #[error("queue {name:?} is not configured")]
+    QueueNotFound {
+        /// The name that was looked up.
+        name: String,
+    },
     /// A schedule with this name already exists in the store's namespace (a create; a
     /// declarative schedule is put, which replaces it).
     #[error("schedule {name:?} already exists")]
@@ -328,6 +346,7 @@ impl StoreError {
                 | StoreError::RunKeyNotFound { .. }
                 | StoreError::UnknownStep { .. }
                 | StoreError::ScheduleNotFound { .. }
+                | StoreError::QueueNotFound { .. }
         )
     }
 

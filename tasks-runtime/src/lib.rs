@@ -24,6 +24,7 @@ mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod queue;
 pub mod registry;
 mod replay;
 pub mod retention;
@@ -69,6 +70,7 @@ pub use idempotency::IdempotencyScope;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};
 pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+pub use queue::{ClaimFilter, DEFAULT_QUEUE, Queue, QueueOptions, RateLimit};
 #[allow(deprecated)]
 pub use registry::DuplicateWorkflow;
 pub use registry::{InvalidInput, Registry, RegistryError, Violation};

@@ -185,6 +185,17 @@ pub enum Field {
     StateKey,
     /// A published state value.
     StateValue,
+    // Named queues (issue #12).
+    /// A queue's name.
+    Queue,
+    /// A queue's concurrency limit.
+    QueueConcurrency,
+    /// A queue's rate limit (starts per period).
+    RateLimit,
+    /// The period of a queue's rate limit.
+    RatePeriod,
+    /// A queue's concurrency limit per key.
+    KeyConcurrency,
 }
 
 impl Field {
@@ -234,6 +245,11 @@ impl Field {
             Field::IdempotencyTtl => "the idempotency key's time to live",
             Field::StateKey => "the state key",
             Field::StateValue => "the state value",
+            Field::Queue => "the queue name",
+            Field::QueueConcurrency => "the queue's concurrency limit",
+            Field::RateLimit => "the rate limit",
+            Field::RatePeriod => "the rate limit's period",
+            Field::KeyConcurrency => "the queue's concurrency limit per key",
         }
     }
 }
@@ -315,6 +331,17 @@ pub enum LimitError {
         /// The number.
         value: f64,
     },
+    /// A name with a character names may not hold (names take letters, digits, `_`, `-`,
+    /// `.` and `/`), or an empty name.
+    #[error("{field} {value:?} is not a valid name: {reason}")]
+    InvalidName {
+        /// What was refused.
+        field: Field,
+        /// The name.
+        value: String,
+        /// Why.
+        reason: String,
+    },
     /// A whole number outside its accepted range.
     #[error("{field} is {value}; it must be in {min}..={max}")]
     OutOfRange {
@@ -340,7 +367,8 @@ impl LimitError {
             | LimitError::TimeOutOfRange { field, .. }
             | LimitError::DurationTooLong { field, .. }
             | LimitError::NotFinite { field, .. }
-            | LimitError::OutOfRange { field, .. } => *field,
+            | LimitError::OutOfRange { field, .. }
+            | LimitError::InvalidName { field, .. } => *field,
         }
     }
 }
@@ -361,6 +389,21 @@ pub fn check_text(field: Field, value: &str, limit: usize) -> Result<(), LimitEr
         });
     }
     Ok(())
+}
+
+/// Longest queue name, in bytes.
+pub const MAX_QUEUE_NAME_BYTES: usize = 255;
+
+/// Checks a queue name: at most [`MAX_QUEUE_NAME_BYTES`], non-empty, and only the characters
+/// a workflow name may hold (letters, digits, `_`, `-`, `.` and `/`), which is also what
+/// `#[workflow(queue = "...")]` accepts at compile time.
+pub fn check_queue_name(name: &str) -> Result<(), LimitError> {
+    check_text(Field::Queue, name, MAX_QUEUE_NAME_BYTES)?;
+    crate::registry::is_valid_name(name).map_err(|reason| LimitError::InvalidName {
+        field: Field::Queue,
+        value: name.to_owned(),
+        reason,
+    })
 }
 
 /// Checks a namespace ([`MAX_NAMESPACE_BYTES`], no NUL).

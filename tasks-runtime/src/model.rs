@@ -269,6 +269,13 @@ pub struct WorkflowRun {
     /// (see [`crate::trace`]).
     #[serde(default)]
     pub trace_context: Option<crate::trace::TraceContext>,
+    /// The queue the run belongs to (see [`crate::queue`]).
+    #[serde(default = "default_queue")]
+    pub queue: String,
+}
+
+fn default_queue() -> String {
+    crate::queue::DEFAULT_QUEUE.to_owned()
 }
 
 fn cascade_default() -> bool {
@@ -353,6 +360,7 @@ impl WorkflowRun {
             parent_run_id: None,
             cancel_with_parent: true,
             trace_context: None,
+            queue: default_queue(),
         }
     }
 }

@@ -51,7 +51,7 @@ pub enum RegistryError {
     /// such literals at compile time, this catches definitions built by hand.
     #[error("{what} {name:?} at {location} is not a valid name: {reason}")]
     InvalidName {
-        /// `"workflow name"`, `"workflow version"` or `"step name"`.
+        /// `"workflow name"`, `"workflow version"`, `"queue"` or `"step name"`.
         what: &'static str,
         /// The name as given.
         name: &'static str,
@@ -188,6 +188,7 @@ impl Registry {
         let names = [
             ("workflow name", Some(definition.name)),
             ("workflow version", definition.version),
+            ("queue", definition.queue),
         ];
         for (what, name) in names {
             if let Some(name) = name {

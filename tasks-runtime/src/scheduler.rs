@@ -30,7 +30,7 @@ pub(crate) struct Scheduler {
     /// The declared schedules of the workflows the worker knows.
     pub(crate) declared: Vec<&'static ScheduleDeclaration>,
     /// The workflows the worker knows, by name and version: the runs it starts take their
-    /// retry policy and derived concurrency key from them.
+    /// retry policy, queue and derived concurrency key from them.
     pub(crate) definitions: HashMap<(String, Option<String>), &'static WorkflowDefinition>,
     pub(crate) tick: Duration,
 }
@@ -196,8 +196,11 @@ impl Scheduler {
             &fire_plan.slots,
             definition.and_then(|d| d.retry_policy),
         );
+        // The workflow's queue and derived key, as for a start without options.
+        let queue = definition.and_then(|d| d.queue).map(str::to_owned);
         for run in &mut runs {
             run.concurrency.clone_from(&concurrency);
+            run.queue.clone_from(&queue);
         }
         let params = FireSchedule {
             name: schedule.name.clone(),

@@ -47,6 +47,7 @@ use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+use crate::queue::{ClaimFilter, Queue, QueueOptions};
 use crate::retention::PurgeRuns;
 use crate::retry::RetryPolicy;
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
@@ -93,6 +94,8 @@ pub struct CreateRun {
     /// The run's concurrency key and limit: at most that many runs of the key run at once,
     /// across every worker.
     pub concurrency: Option<Concurrency>,
+    /// The run's queue (see [`crate::queue`]); `None` is [`DEFAULT_QUEUE`](crate::queue::DEFAULT_QUEUE).
+    pub queue: Option<String>,
     /// The W3C trace context every execution of the run joins (see [`crate::trace`]).
     pub trace_context: Option<crate::trace::TraceContext>,
 }
@@ -170,7 +173,15 @@ impl CreateRun {
         if let Some(concurrency) = &self.concurrency {
             concurrency.check()?;
         }
+        if let Some(queue) = &self.queue {
+            limits::check_queue_name(queue)?;
+        }
         Ok(())
+    }
+
+    /// The queue as stored: [`CreateRun::queue`] or the default queue.
+    pub(crate) fn stored_queue(&self) -> &str {
+        self.queue.as_deref().unwrap_or(crate::queue::DEFAULT_QUEUE)
     }
 
     /// A run of `workflow_name` with everything else defaulted.
@@ -726,11 +737,38 @@ pub trait Store: Send + Sync + 'static {
     /// good, fenced on this claim, with a non-retryable error of kind `corrupt` that names
     /// the run, and its undecodable JSON columns are moved into that error as text under
     /// `quarantined` (so the row reads again), then announced as finished.
+    ///
+    /// Queues ([`crate::queue`]): a run of a queue configured with a concurrency limit
+    /// ([`Store::put_queue`]) is taken only into a free slot of its queue, counted like a
+    /// key's (its running runs in the namespace plus the runs of the queue this claim takes
+    /// never exceed the limit, whatever other claims run at once); a pending run that was
+    /// never claimed (a start) of a queue with a rate limit is taken only while the queue's
+    /// current window has starts left. A run with a key in a limited queue needs a slot of
+    /// both. Runs the limits hold back stay pending; runs of other queues are taken past them.
+    ///
+    /// The default takes every run: [`Store::claim_runs_filtered`] with [`ClaimFilter::ALL`].
     async fn claim_runs(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        self.claim_runs_filtered(worker_id, lease, limit, &ClaimFilter::ALL)
+            .await
+    }
+
+    /// [`Store::claim_runs`] of only the runs `filter` admits (their queue and workflow
+    /// name), in every group: pending runs, runs whose sleep or lease ended, and runs of
+    /// stale workers. The filter is applied in the database: runs it refuses are not read
+    /// into the worker, and stay claimable by other workers.
+    ///
+    /// Errors: a refused filter ([`StoreError::Limit`]), else the database's.
+    async fn claim_runs_filtered(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>>;
 
     /// Extends the lease of a run that `worker_id` is running to `lease` from now.
@@ -1109,6 +1147,29 @@ pub trait Store: Send + Sync + 'static {
     /// changed or deleted): then nothing was written. Of concurrent fires of one slot, at
     /// most one returns `Some`.
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
+
+    // ---- Named queues (issue #12; see the `queue` module) ----
+
+    /// Creates or replaces the configuration of a queue: its concurrency and rate limits
+    /// (a limit left out is removed). The current rate window is kept. Every claim of the
+    /// namespace reads it from then on.
+    ///
+    /// Errors: a refused name or limit ([`StoreError::Limit`]; nothing is written), else the
+    /// database's.
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue>;
+
+    /// The configuration of the queue with this name, or `None` when it has none (a queue
+    /// without configuration has no limits).
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>>;
+
+    /// Every configured queue of this namespace, by name.
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>>;
+
+    /// Removes the configuration of a queue: its runs are claimed without limits from then
+    /// on. Its runs are kept.
+    ///
+    /// Errors: [`StoreError::QueueNotFound`].
+    async fn delete_queue(&self, name: &str) -> StoreResult<()>;
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -20,6 +20,7 @@ use crate::executor::{Executor, Outcome};
 use crate::failure::ErrorRecord;
 use crate::liveness::Liveness;
 use crate::model::WorkflowRun;
+use crate::queue::{ClaimFilter, QueueOptions};
 use crate::registry::{Registry, RegistryError};
 use crate::retention::Retention;
 use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
@@ -103,9 +104,48 @@ pub struct WorkerBuilder {
     retention_interval: Duration,
     #[cfg(feature = "schedules")]
     schedule_tick: Option<Duration>,
+    claim_filter: ClaimFilter,
+    declared_queues: Vec<QueueOptions>,
 }
 
 impl WorkerBuilder {
+    /// Serve only the runs of these queues (default: every queue). Runs of other queues are
+    /// not claimed by this worker: the claim filters them in the database. Calling it again
+    /// replaces the list. See [`crate::queue`].
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.claim_filter.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Serve only the runs of these workflows (by name; default: every workflow, those this
+    /// binary does not know included, which [`WorkerBuilder::unknown_workflow`] handles).
+    /// Each must be in the worker's registry. The claim filters in the database; with
+    /// [`WorkerBuilder::queues`], a run must pass both. To give a heavy workflow its own pool
+    /// of workers, put it on its own queue: the claim of a queue reads the queue's runs
+    /// through an index, while a workflow filter is checked on the runs it reads.
+    pub fn workflows<I, S>(mut self, workflows: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.claim_filter.workflows = Some(workflows.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Declares a queue's configuration ([`QueueOptions`]: its concurrency and rate limits),
+    /// written to the store ([`Store::put_queue`](crate::Store::put_queue)) when the worker
+    /// starts, so that every worker of the namespace applies it. Declaring a queue does not
+    /// make the worker serve it only (see [`WorkerBuilder::queues`]). Workers that declare
+    /// one queue differently overwrite each other: the last to start wins.
+    pub fn queue(mut self, options: QueueOptions) -> Self {
+        self.declared_queues.push(options);
+        self
+    }
+
     /// How many runs execute at once (default 10). A run's slot is freed as soon as its
     /// workflow function returns, so the worker claims the next run while the outcome of
     /// the last one is being written; graceful shutdown still waits for those writes.
@@ -287,6 +327,34 @@ impl WorkerBuilder {
             Some(registry) => registry,
             None => Registry::from_inventory()?,
         };
+        if let Err(error) = self.claim_filter.check() {
+            return Err(WorkerError::InvalidSetting(error.to_string()));
+        }
+        if self.claim_filter.queues.as_ref().is_some_and(Vec::is_empty) {
+            return Err(WorkerError::InvalidSetting(
+                "the worker serves no queue: `queues` is empty".into(),
+            ));
+        }
+        if let Some(workflows) = &self.claim_filter.workflows {
+            if workflows.is_empty() {
+                return Err(WorkerError::InvalidSetting(
+                    "the worker serves no workflow: `workflows` is empty".into(),
+                ));
+            }
+            if let Some(unknown) = workflows
+                .iter()
+                .find(|name| !registry.iter().any(|definition| definition.name == *name))
+            {
+                return Err(WorkerError::InvalidSetting(format!(
+                    "the worker serves workflow {unknown:?}, which is not in its registry"
+                )));
+            }
+        }
+        for queue in &self.declared_queues {
+            if let Err(error) = queue.check() {
+                return Err(WorkerError::InvalidSetting(error.to_string()));
+            }
+        }
         let store = match &self.namespace {
             Some(namespace) => self.store.scoped(namespace)?,
             None => self.store,
@@ -337,6 +405,8 @@ impl WorkerBuilder {
                 poll_max: self.poll_max,
                 shutdown_grace: self.shutdown_grace,
                 unknown_workflow: self.unknown_workflow,
+                claim_filter: self.claim_filter,
+                declared_queues: self.declared_queues,
                 #[cfg(feature = "schedules")]
                 scheduler,
             }),
@@ -362,6 +432,8 @@ struct WorkerInner {
     poll_max: Duration,
     shutdown_grace: Duration,
     unknown_workflow: UnknownWorkflowPolicy,
+    claim_filter: ClaimFilter,
+    declared_queues: Vec<QueueOptions>,
     #[cfg(feature = "schedules")]
     scheduler: Option<crate::scheduler::Scheduler>,
 }
@@ -422,6 +494,8 @@ impl Worker {
             retention_interval: crate::retention::DEFAULT_RETENTION_INTERVAL,
             #[cfg(feature = "schedules")]
             schedule_tick: Some(crate::scheduler::DEFAULT_TICK),
+            claim_filter: ClaimFilter::default(),
+            declared_queues: Vec::new(),
         }
     }
 
@@ -485,6 +559,12 @@ impl Worker {
         let tracker = TaskTracker::new();
         let abandon = CancellationToken::new();
         let mut notifications = self.subscribe().await;
+        // The declared queues, before the first claim reads them.
+        for queue in &inner.declared_queues {
+            if let Err(error) = inner.store.put_queue(queue).await {
+                tracing::warn!(%error, queue = queue.name(), "could not declare a queue; the claims apply its stored configuration");
+            }
+        }
         let mut idle = inner.poll_min;
         // Beats until every run in flight has finished or been abandoned.
         let beating = inner.liveness.start().await;
@@ -508,7 +588,12 @@ impl Worker {
                 let claiming = std::time::Instant::now();
                 match inner
                     .store
-                    .claim_runs(&inner.executor.worker_id, inner.executor.lease, free as u32)
+                    .claim_runs_filtered(
+                        &inner.executor.worker_id,
+                        inner.executor.lease,
+                        free as u32,
+                        &inner.claim_filter,
+                    )
                     .await
                 {
                     Ok(runs) => {

@@ -908,7 +908,55 @@ async fn schedules_are_checked_created_listed_paused_resumed_and_deleted(backend
     );
 }
 
+/// `queues list` shows the configured queues and their limits, as a table or JSON.
+async fn queues_list_shows_the_limits(backend: Backend) {
+    let store = backend.store().await;
+    let empty = cli(&store, &["queues", "list"]).await;
+    assert_eq!(empty.exit, Exit::Success, "{}", empty.err);
+    assert!(empty.out.contains("no configured queues"), "{}", empty.out);
+    let client = client(&store);
+    client
+        .put_queue(
+            tasks::QueueOptions::new("emails")
+                .concurrency(10)
+                .concurrency_per_key(4),
+        )
+        .await
+        .unwrap();
+    client
+        .put_queue(
+            tasks::QueueOptions::new("reports")
+                .rate_limit(100, std::time::Duration::from_secs(60))
+                .rate_limit_per_key(3, std::time::Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    let table = cli(&store, &["queues", "list"]).await;
+    assert_eq!(table.exit, Exit::Success, "{}", table.err);
+    for expected in [
+        "CONCURRENCY",
+        "PER KEY CONCURRENCY",
+        "emails",
+        "10",
+        "reports",
+        "100 per 60s",
+        "3 per 1s",
+    ] {
+        assert!(table.out.contains(expected), "{expected}: {}", table.out);
+    }
+    let listed = cli(&store, &["queues", "list", "--json"]).await;
+    let document: Value = serde_json::from_str(&listed.out).unwrap();
+    assert_eq!(document["queues"][0]["name"], "emails");
+    assert_eq!(document["queues"][0]["concurrency"], 10);
+    assert_eq!(document["queues"][0]["keyConcurrency"], 4);
+    assert_eq!(document["queues"][1]["keyConcurrency"], Value::Null);
+    assert_eq!(document["queues"][1]["rateLimit"]["starts"], 100);
+    assert_eq!(document["queues"][1]["rateLimit"]["periodMs"], 60_000);
+    assert_eq!(document["queues"][1]["keyRateLimit"]["starts"], 3);
+}
+
 both_backends!(
+    queues_list_shows_the_limits,
     schedules_are_checked_created_listed_paused_resumed_and_deleted,
     events_send_validates_the_payload_and_wakes_the_run,
     start_with_valid_input_stores_the_run,

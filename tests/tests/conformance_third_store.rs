@@ -16,11 +16,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks::{
-    ChildWait, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun, LimitError, ListRuns,
-    ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns, RecordStepAttempt,
-    RunEvent, RunStatus, SendEvent, SentEvent, SetState, SharedStore, StartChild, StartedChild,
-    StateSet, StepAttempt, StepUpdate, Store, StoreResult, WaitForChildren, WaitForEvent,
-    WorkflowRun,
+    ChildWait, ClaimFilter, ClaimedRun, CreateRun, CreateStepAttempt, EventWait, FailRun,
+    LimitError, ListRuns, ListStepAttempts, NotificationStream, Page, PublishedState, PurgeRuns,
+    Queue, QueueOptions, RecordStepAttempt, RunEvent, RunStatus, SendEvent, SentEvent, SetState,
+    SharedStore, StartChild, StartedChild, StateSet, StepAttempt, StepUpdate, Store, StoreResult,
+    WaitForChildren, WaitForEvent, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -70,13 +70,16 @@ impl Store for Counting {
         self.inner.count_runs(statuses).await
     }
 
-    async fn claim_runs(
+    async fn claim_runs_filtered(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
+        filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
-        self.write().claim_runs(worker_id, lease, limit).await
+        self.write()
+            .claim_runs_filtered(worker_id, lease, limit, filter)
+            .await
     }
 
     async fn extend_lease(
@@ -280,6 +283,22 @@ impl Store for Counting {
 
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         self.write().fire_schedule(params).await
+    }
+
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        self.write().put_queue(options).await
+    }
+
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        self.inner.get_queue(name).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        self.inner.list_queues().await
+    }
+
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        self.write().delete_queue(name).await
     }
 }
 

@@ -350,10 +350,15 @@ async fn runs_shared_by_several_workers_complete_exactly_once(backend: Backend) 
     for n in 0..RUNS {
         handles.push(many::start(&client, n).await.unwrap());
     }
+    // Leases and heartbeats long enough that a loaded machine (a CI build beside, SQLite's
+    // one writer) never lets a live worker's run be taken over: this test is about claims
+    // racing, and a takeover after a lost lease is a second attempt by design.
     let workers: Vec<_> = (0..3)
         .map(|i| {
             worker(&store)
                 .concurrency(16)
+                .lease(Duration::from_secs(60))
+                .heartbeat_timeout(Duration::from_secs(30))
                 .worker_id(format!("w{i}"))
                 .build()
                 .unwrap()
@@ -540,13 +545,16 @@ impl tasks::Store for Flaky {
         self.inner.count_runs(statuses).await
     }
 
-    async fn claim_runs(
+    async fn claim_runs_filtered(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
+        filter: &tasks::ClaimFilter,
     ) -> tasks::StoreResult<Vec<tasks::ClaimedRun>> {
-        self.inner.claim_runs(worker_id, lease, limit).await
+        self.inner
+            .claim_runs_filtered(worker_id, lease, limit, filter)
+            .await
     }
     async fn extend_lease(
         &self,
@@ -771,6 +779,18 @@ impl tasks::Store for Flaky {
         params: tasks::schedule::FireSchedule,
     ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
         self.inner.fire_schedule(params).await
+    }
+    async fn put_queue(&self, options: &tasks::QueueOptions) -> tasks::StoreResult<tasks::Queue> {
+        self.inner.put_queue(options).await
+    }
+    async fn get_queue(&self, name: &str) -> tasks::StoreResult<Option<tasks::Queue>> {
+        self.inner.get_queue(name).await
+    }
+    async fn list_queues(&self) -> tasks::StoreResult<Vec<tasks::Queue>> {
+        self.inner.list_queues().await
+    }
+    async fn delete_queue(&self, name: &str) -> tasks::StoreResult<()> {
+        self.inner.delete_queue(name).await
     }
 }
 

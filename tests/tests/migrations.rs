@@ -90,6 +90,7 @@ async fn check_migrations(database: &str) {
         [
             "concurrency_keys",
             "events",
+            "queues",
             "retention_leases",
             "run_state",
             "schedules",

@@ -185,6 +185,26 @@ fn duplicate_name_and_version_are_rejected_with_both_locations() {
 }
 
 #[test]
+fn a_queue_outside_the_allowed_characters_is_rejected_by_hand() {
+    let original = ship_v1::definition();
+    let bad: &'static WorkflowDefinition = Box::leak(Box::new(WorkflowDefinition {
+        queue: Some("e mails"),
+        ..*original
+    }));
+    match Registry::new().add(bad).unwrap_err() {
+        RegistryError::InvalidName { what, name, .. } => {
+            assert_eq!((what, name), ("queue", "e mails"));
+        }
+        other => panic!("expected an invalid queue, got {other:?}"),
+    }
+    let good: &'static WorkflowDefinition = Box::leak(Box::new(WorkflowDefinition {
+        queue: Some("emails/eu"),
+        ..*original
+    }));
+    assert!(Registry::new().add(good).is_ok());
+}
+
+#[test]
 fn names_outside_the_allowed_characters_are_rejected_by_hand_too() {
     let original = ship_v1::definition();
     for (name, version) in [

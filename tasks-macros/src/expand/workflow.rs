@@ -24,6 +24,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
 
     let name = &workflow.name;
     let version = optional_str(workflow.version.as_ref());
+    let queue = optional_str(workflow.queue.as_ref());
     let description = optional_str(workflow.description.as_deref());
     let retry_policy = retry_policy(private, workflow.retry.as_ref(), RetryDefault::Run);
     let retry_assertion = retry_assertion(private, workflow.retry.as_ref(), &retry_policy);
@@ -149,6 +150,7 @@ pub(crate) fn workflow(item: TokenStream, workflow: &Workflow) -> TokenStream {
                     check_input: #private::check_input::<#ident>,
                     retry_policy: #retry_policy,
                     concurrency: #concurrency,
+                    queue: #queue,
                     location: #location,
                     entry: __tasks_entry,
                 };

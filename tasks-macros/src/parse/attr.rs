@@ -39,6 +39,8 @@ pub(crate) struct Options {
     pub record_args: Option<bool>,
     /// `events(Approval, Payment)` (workflows only): the event types the workflow accepts.
     pub events: Vec<Path>,
+    /// `queue = "..."` (workflows only): the queue of the workflow's runs, a valid name.
+    pub queue: Option<LitStr>,
     /// `schedule = "..."`, `timezone = "..."`, `catch_up = "..."` (workflows only).
     pub schedule: Option<ScheduleOptions>,
     /// `concurrency(key = .., limit = ..)` (workflows only).
@@ -123,6 +125,15 @@ pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Err
                     && fresh
                 {
                     options.version = Some(lit);
+                }
+            }
+            "queue" if kind == MacroKind::Workflow => {
+                let fresh = seen.first(meta.path(), errors);
+                if let Some(lit) = non_empty_string(&meta, "queue", "emails", errors)
+                    .and_then(|lit| allowed_name(lit, "queue", errors))
+                    && fresh
+                {
+                    options.queue = Some(lit);
                 }
             }
             "retry" => {
@@ -272,7 +283,7 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         }
         MacroKind::Workflow => {
             format!(
-                "unknown #[workflow] option `{key}`; expected `name`, `version`, `retry`, `events`, `schedule`, `timezone`, `catch_up`, `concurrency` or `crate`"
+                "unknown #[workflow] option `{key}`; expected `name`, `version`, `queue`, `retry`, `events`, `schedule`, `timezone`, `catch_up`, `concurrency` or `crate`"
             )
         }
         MacroKind::Step if key == "events" => {
@@ -282,6 +293,11 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
         }
         MacroKind::Step if key == "concurrency" => {
             "#[step] has no `concurrency`: a concurrency key limits whole runs; declare it on the `#[workflow]`, `concurrency(key = customer_of, limit = 2)`".to_owned()
+        }
+        MacroKind::Step if key == "queue" => {
+            "#[step] has no `queue`: a step runs inside its workflow's run; put the workflow on \
+             a queue, `#[workflow(queue = \"...\")]`"
+                .to_owned()
         }
         MacroKind::Step if key == "version" => {
             "#[step] has no `version`: a step is versioned by the workflow that calls it".to_owned()

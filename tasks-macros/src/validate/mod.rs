@@ -35,6 +35,7 @@ pub(crate) fn workflow(input: Input) -> Result<Workflow, Invalid> {
             events: options.events,
             schedule: options.schedule,
             concurrency: options.concurrency,
+            queue: options.queue,
             item,
         }),
         (errors, workflow_input, result) => Err(Invalid {

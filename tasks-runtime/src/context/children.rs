@@ -190,6 +190,7 @@ impl WorkflowContext {
             input: Some(input),
             retry_policy: definition.retry_policy,
             concurrency,
+            queue: definition.queue.map(str::to_owned),
             // With OpenTelemetry, the child's executions are children of this execution's
             // span; otherwise the child joins the trace its parent joined.
             trace_context: crate::trace::for_new_run(None)

@@ -249,10 +249,10 @@ impl PgStore {
                   attempts, available_at, deadline_at, created_at, updated_at,
                   priority, concurrency_key, concurrency_limit,
                   parent_step_attempt_namespace, parent_step_attempt_id, parent_run_id,
-                  cancel_with_parent, traceparent, tracestate)
+                  cancel_with_parent, traceparent, tracestate, queue)
              VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, 0,
                      COALESCE($8, now() + $10 * INTERVAL '1 millisecond', now()), $9, now(),
-                     now(), $11, $12, $13, $1, $14, $15, $16, $17, $18)
+                     now(), $11, $12, $13, $1, $14, $15, $16, $17, $18, $19)
           RETURNING {RUN_COLUMNS}"
         );
         let child = sqlx::query_as::<_, RunRow>(&insert_run)
@@ -274,6 +274,7 @@ impl PgStore {
             .bind(params.on_parent_cancel.cascades())
             .bind(child.trace_context.as_ref().map(|t| t.traceparent()))
             .bind(child.trace_context.as_ref().and_then(|t| t.tracestate()))
+            .bind(child.stored_queue())
             .fetch_one(&mut *tx)
             .await
             .map_err(db(OPERATION))?

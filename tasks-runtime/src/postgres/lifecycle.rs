@@ -50,10 +50,10 @@ impl PgStore {
                  INSERT INTO tasks.workflow_runs
                      (namespace, id, workflow_name, version, status, config, context, input,
                       attempts, available_at, forked_from_run_id, forked_from_step,
-                      created_at, updated_at, traceparent, tracestate)
+                      created_at, updated_at, traceparent, tracestate, queue)
                  SELECT $1, $3, src.workflow_name, src.version, 'pending', src.config,
                         src.context, src.input, 0, now(), src.id, $4, now(), now(),
-                        src.traceparent, src.tracestate
+                        src.traceparent, src.tracestate, src.queue
                    FROM src, boundary
               RETURNING {RUN_COLUMNS}
              ), copied AS (

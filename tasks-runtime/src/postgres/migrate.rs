@@ -79,6 +79,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "idempotency scopes",
         sql: include_str!("../../migrations/postgres/0014_idempotency_scopes.sql"),
     },
+    Migration {
+        version: 15,
+        name: "queues",
+        sql: include_str!("../../migrations/postgres/0015_queues.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "queue key concurrency",
+        sql: include_str!("../../migrations/postgres/0016_queue_key_concurrency.sql"),
+    },
+    Migration {
+        version: 17,
+        name: "queue running index",
+        sql: include_str!("../../migrations/postgres/0017_queue_running_index.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.

@@ -17,7 +17,7 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
     deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
     forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent, traceparent, \
-    tracestate";
+    tracestate, queue";
 
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -55,6 +55,7 @@ pub(crate) struct RunRow {
     cancel_with_parent: bool,
     traceparent: Option<String>,
     tracestate: Option<String>,
+    queue: String,
 }
 );
 
@@ -137,6 +138,7 @@ impl RunRow {
             parent_run_id: self.parent_run_id,
             cancel_with_parent: self.cancel_with_parent,
             trace_context: crate::trace::from_columns(self.traceparent, self.tracestate),
+            queue: self.queue,
         })
     }
 }

@@ -67,9 +67,9 @@ impl SqliteStore {
             "INSERT INTO tasks_workflow_runs
                  (namespace, id, workflow_name, version, status, config, context, input,
                   attempts, available_at, forked_from_run_id, forked_from_step,
-                  created_at, updated_at, traceparent, tracestate)
+                  created_at, updated_at, traceparent, tracestate, queue)
              SELECT namespace, ?3, workflow_name, version, 'pending', config, context, input,
-                    0, ?5, id, ?4, ?5, ?5, traceparent, tracestate
+                    0, ?5, id, ?4, ?5, ?5, traceparent, tracestate, queue
                FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2
           RETURNING {RUN_COLUMNS}"
         );

@@ -74,6 +74,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "idempotency scopes",
         sql: include_str!("../../migrations/sqlite/0013_idempotency_scopes.sql"),
     },
+    Migration {
+        version: 14,
+        name: "queues",
+        sql: include_str!("../../migrations/sqlite/0014_queues.sql"),
+    },
+    Migration {
+        version: 15,
+        name: "queue key concurrency",
+        sql: include_str!("../../migrations/sqlite/0015_queue_key_concurrency.sql"),
+    },
 ];
 
 /// Brings the tables of the SQLite store up to date. Safe to call from many processes at once

@@ -28,6 +28,7 @@ mod events;
 mod lifecycle;
 mod migrate;
 mod notify;
+mod queues;
 mod retention;
 mod rows;
 mod runs;
@@ -54,6 +55,7 @@ use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use crate::limits::{self, Field};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
+use crate::queue::{ClaimFilter, Queue, QueueOptions};
 use crate::retention::PurgeRuns;
 use crate::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use crate::state::{PublishedState, SetState, StateSet};
@@ -338,6 +340,11 @@ impl Write<'_> {
         rows::ts_bound(self.now)
     }
 
+    /// The transaction time.
+    pub(crate) fn instant(&self) -> chrono::DateTime<chrono::Utc> {
+        self.now
+    }
+
     /// The transaction time minus `elapsed`, as stored text: when a step that took
     /// `elapsed` started.
     pub(crate) fn now_minus(&self, elapsed: Duration) -> StoreResult<String> {
@@ -438,14 +445,16 @@ impl Store for SqliteStore {
         Ok(crate::store::counts_in_order(statuses, rows))
     }
 
-    async fn claim_runs(
+    async fn claim_runs_filtered(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
+        filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
         limits::check_lease(worker_id, lease)?;
-        self.claim_runs_impl(worker_id, lease, limit).await
+        filter.check()?;
+        self.claim_runs_impl(worker_id, lease, limit, filter).await
     }
 
     async fn extend_lease(
@@ -673,5 +682,21 @@ impl Store for SqliteStore {
 
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         self.fire_schedule_impl(params).await
+    }
+
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        self.put_queue_impl(options).await
+    }
+
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        self.get_queue_impl(name).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        self.list_queues_impl().await
+    }
+
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        self.delete_queue_impl(name).await
     }
 }

@@ -15,14 +15,16 @@ use super::rows::{self, ClaimRow, RUN_COLUMNS, RunRow};
 use super::{SqliteStore, Write, fetch_run};
 use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::model::WorkflowRun;
+use crate::queue::ClaimFilter;
 use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
     CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_SLOT, Transition,
-    admitted, deadline_error, forgettable_workers, keyed_candidates, pending_order,
-    quarantine_error, retry_after, slots_held, stale_workers, status_in,
+    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT,
+    TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers, is_start, key_limit,
+    keyed_candidates, pending_order, quarantine_error, rate_starts_left_sql, retry_after,
+    slots_held, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -177,9 +179,9 @@ impl SqliteStore {
                  (namespace, id, workflow_name, version, status, idempotency_key, config, context,
                   input, attempts, available_at, deadline_at, created_at, updated_at,
                   priority, concurrency_key, concurrency_limit,
-                  idempotency_scope, idempotency_expires_at, traceparent, tracestate)
+                  idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
              VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
-                     ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                     ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
@@ -208,6 +210,7 @@ impl SqliteStore {
             .bind(expires_at)
             .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
             .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
+            .bind(params.stored_queue())
             .fetch_optional(write.conn())
             .await
             .map_err(db(OPERATION))
@@ -276,6 +279,7 @@ impl SqliteStore {
         worker_id: &str,
         lease: Duration,
         limit: u32,
+        filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
         const OPERATION: Operation = Operation::ClaimRuns;
         if limit == 0 {
@@ -328,53 +332,124 @@ impl SqliteStore {
             "(r.concurrency_key IS NOT NULL AND {})",
             status_in("r.", TAKES_SLOT)
         );
+        // The queues with a limit, read under the write lock: their counts are exact.
+        let limited = self.limited_queues(&mut write, OPERATION).await?;
+        let limited_json = serde_json::to_string(&limited)
+            .map_err(|error| StoreError::InvalidArgument(error.to_string()))?;
+        let names_json = |names: &Option<Vec<String>>| {
+            names
+                .as_ref()
+                .map(|names| serde_json::Value::from(names.clone()).to_string())
+        };
         // Candidates in claim order (pending runs by priority, then runs whose lease or sleep
         // is over, then running runs of stale workers), past runs that would take a slot of
-        // a key without a free one; then no more runs of a key than it has free slots. The
-        // write lock makes the count of a key's running runs exact.
+        // a key or queue without a free one; then no more runs of a key than it has free
+        // slots, no more starts of a queue than its rate window has left, and no more runs
+        // of a queue than it has free slots. The write lock makes every count exact.
         let sql = format!(
-            "UPDATE tasks_workflow_runs
+            "WITH lim AS (
+                SELECT json_extract(value, '$.queue') AS queue,
+                       json_extract(value, '$.concurrency') AS qlimit,
+                       json_extract(value, '$.held') AS qheld,
+                       json_extract(value, '$.starts_left') AS starts_left,
+                       json_extract(value, '$.key_rate') AS key_rate,
+                       json_extract(value, '$.key_since') AS key_since,
+                       json_extract(value, '$.key_concurrency') AS key_concurrency
+                  FROM json_each(?7)
+             )
+             UPDATE tasks_workflow_runs
                 SET status = 'running', worker_id = ?3,
                     -- Waking from a durable sleep continues the same attempt.
                     attempts = attempts + CASE WHEN status = 'sleeping' THEN 0 ELSE 1 END,
                     available_at = ?4, started_at = COALESCE(started_at, ?2), updated_at = ?2
               WHERE namespace = ?1 AND id IN (
-                    SELECT id FROM (
-                        SELECT c.*, row_number() OVER (
-                                   PARTITION BY c.concurrency_key, c.takes
-                                   ORDER BY c.grp, {window_order}) AS n
+                SELECT id FROM (
+                  SELECT q.*, row_number() OVER (
+                             PARTITION BY q.queue, q.qtakes
+                             ORDER BY q.grp, {queue_order}) AS qn
+                    FROM (
+                      SELECT * FROM (
+                        SELECT k.*, row_number() OVER (
+                                   PARTITION BY k.queue, k.starting
+                                   ORDER BY k.grp, {start_order}) AS sn
                           FROM (
-                            SELECT r.id, r.concurrency_key, r.concurrency_limit, r.available_at,
-                                   r.created_at, {grp} AS grp,
-                                   CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
-                                   {takes} AS takes, CASE WHEN {takes} THEN ({held}) ELSE 0 END AS held
-                              FROM tasks_workflow_runs r
-                             WHERE r.namespace = ?1
-                               AND (({claimable} AND r.available_at <= ?2)
-                                    -- Running runs of other workers whose heartbeat went stale.
-                                    OR ({orphaned} AND r.worker_id <> ?3
-                                        AND r.worker_id IN ({stale})))
-                               AND (r.deadline_at IS NULL OR r.deadline_at > ?2)
-                               AND NOT ({takes} AND ({held}) >= r.concurrency_limit)
-                             ORDER BY grp, {order}
-                             LIMIT ?6
-                          ) c
-                    ) ranked
-                     WHERE NOT takes OR {admitted}
-                     ORDER BY grp, {order}
-                     LIMIT ?5)
+                            SELECT * FROM (
+                              SELECT c.*, row_number() OVER (
+                                         PARTITION BY c.concurrency_key, c.takes
+                                         ORDER BY c.grp, {window_order}) AS n
+                                FROM (
+                                 SELECT * FROM (
+                                 SELECT d.*, row_number() OVER (
+                                            PARTITION BY d.concurrency_key, d.starting
+                                            ORDER BY d.grp, {key_start_order}) AS ksn
+                                   FROM (
+                                  SELECT r.id, r.concurrency_key, {key_limit} AS concurrency_limit,
+                                         r.available_at, r.created_at, {grp} AS grp,
+                                         CASE WHEN {pending} THEN r.priority ELSE 0 END AS priority,
+                                         {takes} AS takes,
+                                         CASE WHEN {takes} THEN ({held}) ELSE 0 END AS held,
+                                         r.queue, {starting} AS starting,
+                                         ({takes_queue} AND l.qlimit IS NOT NULL) AS qtakes,
+                                         l.qlimit, l.qheld, l.starts_left,
+                                         CASE WHEN r.concurrency_key IS NULL THEN NULL
+                                              ELSE {key_starts_left} END AS kstarts_left
+                                    FROM tasks_workflow_runs r LEFT JOIN lim l ON l.queue = r.queue
+                                    LEFT JOIN tasks_key_windows w
+                                           ON l.key_rate IS NOT NULL AND w.namespace = ?1
+                                          AND w.concurrency_key = r.concurrency_key
+                                   WHERE r.namespace = ?1
+                                     AND (({claimable} AND r.available_at <= ?2)
+                                          -- Running runs of other workers whose heartbeat went stale.
+                                          OR ({orphaned} AND r.worker_id <> ?3
+                                              AND r.worker_id IN ({stale})))
+                                     AND (r.deadline_at IS NULL OR r.deadline_at > ?2)
+                                     AND (?8 IS NULL OR r.queue IN (SELECT value FROM json_each(?8)))
+                                     AND (?9 IS NULL
+                                          OR r.workflow_name IN (SELECT value FROM json_each(?9)))
+                                     AND NOT ({takes} AND ({held}) >= {key_limit})
+                                     AND NOT ({takes_queue} AND l.qlimit IS NOT NULL
+                                              AND l.qheld >= l.qlimit)
+                                     AND NOT ({starting} AND l.starts_left IS NOT NULL
+                                              AND l.starts_left <= 0)
+                                     AND NOT ({starting} AND r.concurrency_key IS NOT NULL
+                                              AND COALESCE({key_starts_left}, 1) <= 0)
+                                   ORDER BY grp, {order}
+                                   LIMIT ?6
+                                   ) d
+                                 ) krated
+                                  WHERE NOT starting OR kstarts_left IS NULL OR ksn <= kstarts_left
+                                ) c
+                            ) ranked
+                             WHERE NOT takes OR {admitted}
+                          ) k
+                      ) rated
+                       WHERE NOT starting OR starts_left IS NULL OR sn <= starts_left
+                    ) q
+                ) a
+                 WHERE NOT qtakes OR {queue_admitted}
+                 ORDER BY grp, {order}
+                 LIMIT ?5)
           RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2 AND forked_from_run_id IS NULL) AS first_execution",
             claimable = status_in("r.", &claimable),
             grp = claim_group,
             pending = status_in("r.", CLAIM_PENDING.from),
             takes = takes_slot,
+            takes_queue = status_in("r.", TAKES_QUEUE_SLOT),
+            starting = format!("({} AND {})", status_in("r.", CLAIM_PENDING.from), is_start("r.")),
             orphaned = status_in("r.", CLAIM_ORPHANED.from),
             stale = stale_workers("tasks_workers", "?1", "?2"),
             held = slots_held("tasks_workflow_runs", "?1", "r.concurrency_key"),
             admitted = admitted("held", "n", "concurrency_limit"),
+            key_limit = key_limit("r.concurrency_limit", "l.key_concurrency"),
+            queue_admitted = admitted("qheld", "qn", "qlimit"),
             // Pending runs by priority; the others' `priority` is 0 here.
             order = PENDING_ORDER,
             window_order = pending_order("c."),
+            key_start_order = pending_order("d."),
+            key_starts_left =
+                rate_starts_left_sql("l.key_rate", "w.window_starts", "w.window_start > l.key_since"),
+            start_order = pending_order("k."),
+            queue_order = pending_order("q."),
         );
         let claimed = sqlx::query_as::<_, ClaimRow>(&sql)
             .bind(&*self.namespace)
@@ -383,6 +458,9 @@ impl SqliteStore {
             .bind(lease_end)
             .bind(i64::from(limit))
             .bind(keyed_candidates(limit) + i64::from(limit))
+            .bind(limited_json)
+            .bind(names_json(&filter.queues))
+            .bind(names_json(&filter.workflows))
             .fetch_all(write.conn())
             .await
             .map_err(db(OPERATION))?;
@@ -410,6 +488,26 @@ impl SqliteStore {
                 }
                 Err(error) => return Err(error),
             }
+        }
+        // Every start counts in its queue's rate window, and in its key's.
+        let claimed_ids: Vec<Uuid> = runs.iter().map(|claimed| claimed.run.id).collect();
+        self.count_key_starts(&mut write, &limited, &claimed_ids, OPERATION)
+            .await?;
+        let now_instant = write.instant();
+        for queue in limited.iter().filter(|queue| queue.rate.is_some()) {
+            let started = runs
+                .iter()
+                .filter(|claimed| {
+                    claimed.run.queue == queue.queue && claimed.run.started_at == Some(now_instant)
+                })
+                .count();
+            self.count_starts(
+                &mut write,
+                queue,
+                u32::try_from(started).unwrap_or(u32::MAX),
+                OPERATION,
+            )
+            .await?;
         }
         write.commit().await?;
         for run_id in quarantined {

@@ -32,6 +32,7 @@
 //! | `purge --older-than 30d [--status failed,canceled] [--batch-size N]` | deletes finished runs older than that, with their steps and events, and prints how many |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
+//! | `queues list [--json]` | the namespace's configured queues, with their concurrency and rate limits |
 //! | `schedules list [--json]` | the namespace's cron schedules, with their next slots (feature `schedules`) |
 //! | `schedules create NAME --workflow W --cron EXPR [--timezone TZ] [--input JSON\|@file] [--catch-up latest\|skip\|all(N)]` | creates a schedule; cron, timezone and input checked first |
 //! | `schedules pause NAME`, `resume NAME`, `delete NAME` | operate on a schedule |
@@ -59,6 +60,7 @@ mod dashboard;
 mod doctor;
 mod events;
 mod format;
+mod queues;
 mod runs;
 #[cfg(feature = "schedules")]
 mod schedules;
@@ -75,6 +77,7 @@ use crate::uuid::Uuid;
 pub use clap;
 use clap::{Args, Parser, Subcommand};
 pub use events::{EventsCommand, SendArgs};
+pub use queues::QueuesCommand;
 #[cfg(feature = "schedules")]
 pub use schedules::{CreateScheduleArgs, ScheduleName, SchedulesCommand};
 
@@ -206,6 +209,9 @@ pub enum Command {
     /// Send events to runs.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// List the configured queues and their limits.
+    #[command(subcommand)]
+    Queues(QueuesCommand),
     /// List, create, pause, resume and delete cron schedules (feature `schedules`).
     #[cfg(feature = "schedules")]
     #[command(subcommand)]
@@ -482,6 +488,9 @@ impl TasksArgs {
             Command::Doctor => doctor::doctor(&client, None, out).await,
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
+            }
+            Command::Queues(QueuesCommand::List { json }) => {
+                queues::list(&client, *json, out, err).await
             }
             #[cfg(feature = "schedules")]
             Command::Schedules(command) => match command {

@@ -26,6 +26,7 @@ async fn total(order: &Order) -> Result<u64, WorkflowError> {
 #[workflow(
     name = "checkout",
     version = "2",
+    queue = "payments/eu",
     retry(
         max_attempts = 5,
         initial_interval = "1s",
@@ -55,6 +56,7 @@ fn main() {
     let definition = <checkout_v2 as Workflow>::definition();
     assert_eq!(definition.name, "checkout");
     assert_eq!(definition.version, Some("2"));
+    assert_eq!(definition.queue, Some("payments/eu"));
     assert_eq!(
         definition.description,
         Some("Charges an order.\n\n  Indented second paragraph.")
@@ -79,6 +81,7 @@ fn main() {
     let nightly = <nightly as Workflow>::definition();
     assert_eq!(nightly.name, "nightly");
     assert_eq!(nightly.version, None);
+    assert_eq!(nightly.queue, None);
     assert_eq!(
         nightly.description,
         Some("Runs every night; it needs no input.")
