@@ -1,7 +1,7 @@
 //! The command line (`tasks::cli`), parsed from argument lists and executed against each
 //! store with its output captured.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! Chromium; its safety checks over raw HTTP. Screenshots go to
 //! `$CARGO_TARGET_TMPDIR/dashboard/`.
 
-mod browser;
-mod support;
+use crate::browser;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,7 +63,7 @@ async fn book_carrier() -> Result<String, Flaky> {
     Ok("parcel-42".to_owned())
 }
 
-#[step]
+#[step(name = "ship_parcel")]
 async fn ship(parcel: &str) -> Result<String, std::io::Error> {
     tokio::time::sleep(Duration::from_millis(60)).await;
     Ok(format!("shipped {parcel}"))
@@ -225,7 +225,7 @@ async fn pages_work_in_chromium(backend: Backend) {
             "book_carrier",
             "book_carrier",
             "cool-off",
-            "ship"
+            "ship_parcel"
         ],
         "{steps:#?}"
     );

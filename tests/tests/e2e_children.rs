@@ -3,7 +3,7 @@
 //! children and their fan-in, the cancel cascade, and a replay (and a retry) that does not
 //! start a child twice. (The SIGKILL case is in `e2e_recovery.rs`.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

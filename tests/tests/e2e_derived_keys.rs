@@ -4,7 +4,7 @@
 //! the derived limit, a key given with the start replaces it, and a key function that fails
 //! or makes a key past the limits is a typed error with nothing stored.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -55,7 +55,7 @@ struct Observed {
     alongside_others: HashMap<String, bool>,
 }
 
-#[step]
+#[step(name = "observe_export")]
 async fn observe(export: &Export) -> Result<(), std::io::Error> {
     let Ok(probe) = export.probe.parse::<Uuid>() else {
         return Ok(()); // started by a schedule or a parent that observes nothing

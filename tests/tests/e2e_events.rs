@@ -3,7 +3,7 @@
 //! timeout, a duplicate send, JSON sends validated against the declared payload, refusals,
 //! and memoization across the wait. (The SIGKILL case is in `e2e_recovery.rs`.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! SQLite) — memoization, retries, sleeps, pause/resume/cancel, deadlines, fencing and
 //! limits.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

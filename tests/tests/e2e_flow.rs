@@ -2,7 +2,7 @@
 //! fairness for a hot key, priorities, on both stores; and the claim's plan on Postgres with
 //! 100,000 pending runs over 1,000 keys.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

@@ -2,7 +2,7 @@
 //! key is held for ever (the default), while its run is live, or for a time to live; a
 //! start whose key is free again creates and executes a new run.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! End to end: the lifecycle of runs (issue #14) against each store (Postgres and SQLite):
 //! handled step errors replay deterministically; step timeouts.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -36,7 +36,10 @@ impl std::error::Error for Payment {}
 
 /// Fails on its first two calls in a run, succeeds after that: a replay that ran it again
 /// would take the other branch.
-#[step(retry(max_attempts = 2, initial_interval = "10ms"))]
+#[step(
+    name = "charge_twice",
+    retry(max_attempts = 2, initial_interval = "10ms")
+)]
 async fn charge() -> Result<String, Payment> {
     if bump(run_id(), "charge") <= 2 {
         return Err(Payment::Declined {
@@ -124,7 +127,10 @@ async fn a_handled_step_error_replays_without_running_the_step(backend: Backend)
     assert_eq!(calls(run.id(), &format!("saw {seen:?}")), 2);
 
     let steps = run.steps().await.unwrap();
-    let charges: Vec<_> = steps.iter().filter(|s| s.step_name == "charge").collect();
+    let charges: Vec<_> = steps
+        .iter()
+        .filter(|s| s.step_name == "charge_twice")
+        .collect();
     assert_eq!(charges.len(), 2, "two attempts, none on replay");
     assert!(charges.iter().all(|s| s.status == StepStatus::Failed));
     let last = charges[1].error.as_ref().unwrap();

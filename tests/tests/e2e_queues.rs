@@ -3,7 +3,7 @@
 //! key under four workers (checked from the database at every start), and a rate limit that
 //! spreads starts over windows.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -43,7 +43,7 @@ struct Job {
 
 /// Counts, from the database, the running runs of this run's queue (and, for a run with a
 /// key, those of its key in its queue, by their stored input), and remembers the most.
-#[step]
+#[step(name = "observe_queued")]
 async fn observe(job: &Job) -> Result<(), std::io::Error> {
     let probe: Uuid = job.probe.parse().unwrap();
     let store = stores().lock().unwrap()[&probe].clone();
@@ -79,7 +79,7 @@ async fn observe(job: &Job) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-#[step]
+#[step(name = "queued_work")]
 async fn work(job: &Job) -> Result<(), std::io::Error> {
     tokio::time::sleep(Duration::from_millis(job.millis)).await;
     Ok(())

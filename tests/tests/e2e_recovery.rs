@@ -1,7 +1,7 @@
 //! Crash recovery and exactly-once completion across workers, against each store (Postgres
 //! and SQLite).
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! runs execute; three workers of one namespace purge once per period between them, which
 //! the namespace's lease row counts.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! its full retry budget again; a fork replays the history before its step and runs the
 //! rest.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ fn run_id() -> Uuid {
         .unwrap_or_default()
 }
 
-#[step]
+#[step(name = "retry_prepare")]
 async fn prepare() -> Result<String, WorkflowError> {
     bump(run_id(), "prepare");
     Ok("prepared".into())
@@ -28,7 +28,10 @@ async fn prepare() -> Result<String, WorkflowError> {
 
 /// Fails on its first five calls in a run: three attempts before the retry, then two more
 /// and a success after it, which needs a fresh budget of three attempts.
-#[step(retry(max_attempts = 3, initial_interval = "10ms"))]
+#[step(
+    name = "retry_ship",
+    retry(max_attempts = 3, initial_interval = "10ms")
+)]
 async fn ship() -> Result<String, WorkflowError> {
     let call = bump(run_id(), "ship");
     if call <= 5 {
@@ -82,17 +85,17 @@ async fn a_retried_run_runs_only_its_unfinished_steps_with_a_fresh_budget(backen
         .iter()
         .map(|step| (step.step_name.as_str(), step.status))
         .collect();
-    let failed = ("ship", StepStatus::Failed);
+    let failed = ("retry_ship", StepStatus::Failed);
     assert_eq!(
         history,
         [
-            ("prepare", StepStatus::Completed),
+            ("retry_prepare", StepStatus::Completed),
             failed,
             failed,
             failed,
             failed,
             failed,
-            ("ship", StepStatus::Completed),
+            ("retry_ship", StepStatus::Completed),
         ],
         "the history before the retry is kept"
     );
@@ -264,7 +267,10 @@ async fn a_fork_replays_the_history_before_its_step_and_runs_the_rest(backend: B
 }
 
 /// Declines every call, for good: its policy's five attempts must not be used.
-#[step(retry(max_attempts = 5, initial_interval = "10ms"))]
+#[step(
+    name = "retry_charge_card",
+    retry(max_attempts = 5, initial_interval = "10ms")
+)]
 async fn charge_card() -> Result<String, WorkflowError> {
     bump(run_id(), "charge_card");
     Err(WorkflowError::msg("card declined").non_retryable())

@@ -2,7 +2,7 @@
 //! step or workflow error that asks to be retried after a delay parks the run (status
 //! sleeping, its worker slot free) until then, and does not use up an attempt.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

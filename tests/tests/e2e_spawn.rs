@@ -3,7 +3,7 @@
 //! by the branch, replayed after the execution stops without running again, and a branch
 //! still running when the execution stops is aborted without writing.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! rollback there is no run, and a row the caller wrote in the same transaction shares its
 //! fate. Refused starts leave the transaction usable, and idempotency keys work inside it.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

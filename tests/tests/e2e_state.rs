@@ -4,7 +4,7 @@
 //! its publications after every wait; the latest value, an unpublished key, an unknown run,
 //! a finished run, and a key past the limits.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! shorter than the waits' safety re-read (`WAIT_SAFETY_REREAD`, 30 s): only a
 //! notification can end it in time.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

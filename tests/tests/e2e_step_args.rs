@@ -4,7 +4,7 @@
 //! its type, a NaN or an oversized value as a marker without failing the step; a step
 //! declared `record_args = false` stores none, and neither does a sleep.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -33,7 +33,10 @@ struct Purchase {
 struct Pool;
 
 /// Fails its first attempt, so that both attempts carry the arguments.
-#[step(retry(max_attempts = 3, initial_interval = "10ms"))]
+#[step(
+    name = "charge_order",
+    retry(max_attempts = 3, initial_interval = "10ms")
+)]
 async fn charge(
     order: &Purchase,
     mut count: u32,
@@ -85,8 +88,8 @@ async fn arguments_are_recorded_with_each_attempt(backend: Backend) {
     assert_eq!(
         names,
         [
-            ("charge", StepStatus::Failed),
-            ("charge", StepStatus::Completed),
+            ("charge_order", StepStatus::Failed),
+            ("charge_order", StepStatus::Completed),
             ("authenticate", StepStatus::Completed),
             ("settle", StepStatus::Completed),
             ("measure", StepStatus::Completed),

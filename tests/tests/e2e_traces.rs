@@ -9,7 +9,7 @@
 //! A child run joins its parent's trace; an explicit trace context wins over the current
 //! span's.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};

@@ -4,7 +4,7 @@
 //! failed attempt of that step, retried by its own policy; absurd durations are errors,
 //! not panics.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! hold when tests share a process, but the gauges of worker slots assume a process of
 //! their own.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

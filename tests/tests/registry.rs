@@ -1,6 +1,6 @@
 //! Link-time registration, versions, schemas and input validation.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

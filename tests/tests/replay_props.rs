@@ -12,7 +12,7 @@
 //! Each property runs few cases (they hit real databases); a failure prints the shrunk
 //! input.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

@@ -1,0 +1,48 @@
+//! The integration tests, in one test binary: every file of this directory is a module
+//! of it, but three that need a link-time registry of their own (declared in `Cargo.toml`):
+//! `duplicate_steps.rs` and `e2e_identity.rs` declare two steps with one name on purpose,
+//! and `e2e_schedules.rs` declares a schedule that every worker of its binary fires. A
+//! workflow or step of the others is named uniquely across them all. One binary is
+//! compiled and linked once, where a binary per file monomorphized the same async code and
+//! linked the whole dependency tree once per file. nextest still runs every test in a
+//! process of its own, so link-time registrations, global recorders and subscribers stay
+//! per test.
+
+mod browser;
+#[macro_use]
+mod support;
+
+mod cli;
+mod conformance_postgres;
+mod conformance_sqlite;
+mod conformance_third_store;
+mod dashboard;
+mod e2e_children;
+mod e2e_derived_keys;
+mod e2e_events;
+mod e2e_execution;
+mod e2e_flow;
+mod e2e_idempotency;
+mod e2e_lifecycle;
+mod e2e_queues;
+mod e2e_recovery;
+mod e2e_retention;
+mod e2e_retry;
+mod e2e_retry_after;
+mod e2e_spawn;
+mod e2e_start_in;
+mod e2e_state;
+mod e2e_status;
+mod e2e_step_args;
+mod e2e_traces;
+mod limits;
+mod limits_props;
+mod metrics;
+mod migrations;
+mod notifications;
+mod postgres_background;
+mod postgres_pool;
+mod registry;
+mod replay_props;
+mod sqlite;
+mod testing_kit;
