@@ -665,7 +665,8 @@ async fn workload_in(
         spawn_completion_writers(pool.clone(), ns.clone(), config_text.clone());
 
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let claim_sql = tasks::postgres::__bench::claim_runs_sql();
+    // The statement the store claims with in a namespace where no queue has a limit.
+    let claim_sql = tasks::postgres::__bench::plain_claim_runs_sql();
     let deadline_error = json!({ "message": "Workflow run deadline exceeded" });
     let started = Instant::now();
     let mut claimed = 0;

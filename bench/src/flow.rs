@@ -78,6 +78,11 @@ pub struct BacklogRow {
     pub batch: u32,
     /// Latency of one claim, ms.
     pub claim_ms: Summary,
+    /// Latency of the plain claim statement alone (no queue has a limit), ms.
+    pub plain_statement_ms: Summary,
+    /// Latency of the full claim statement alone (the queues' limits), ms, taking turns
+    /// with the plain one.
+    pub full_statement_ms: Summary,
     /// Whether `EXPLAIN` of the claim shows a sequential scan of the runs.
     pub sequential_scan: bool,
     /// The relations `EXPLAIN` shows read by a sequential scan (small tables such as the
@@ -224,12 +229,11 @@ async fn claims_on_backlog(
     .await?;
     db::analyze(admin).await?;
     const BATCH: u32 = 10;
-    // Executed in a transaction that is rolled back: the claim has two variants of some
-    // scans, gated on whether the namespace has a queue with a limit, and only the one that
-    // runs matters (the other shows as "never executed").
+    // Executed in a transaction that is rolled back. The plain claim: the statement the store
+    // claims with while no queue of the namespace has a limit.
     let explain = format!(
         "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}",
-        tasks::postgres::__bench::claim_runs_sql()
+        tasks::postgres::__bench::plain_claim_runs_sql()
     );
     let mut tx = admin.begin().await?;
     let plan: Vec<String> = sqlx::query_scalar(&explain)
@@ -272,8 +276,37 @@ async fn claims_on_backlog(
             return Err(format!("a claim took {} runs, not {BATCH}", claimed.len()).into());
         }
     }
+    // The two claim statements themselves, raw and taking turns on the store's pool: the
+    // plain one (the store's here) and the full one (a namespace with a limited queue).
+    let mut plain = Vec::new();
+    let mut full = Vec::new();
+    for n in 0..50 {
+        for (sql, samples) in [
+            (tasks::postgres::__bench::plain_claim_runs_sql(), &mut plain),
+            (tasks::postgres::__bench::claim_runs_sql(), &mut full),
+        ] {
+            let started = Instant::now();
+            let rows = sqlx::query(sql)
+                .bind(namespace)
+                .bind(format!("bench-raw-claimer-{n}"))
+                .bind(600_000_i64)
+                .bind(i64::from(BATCH))
+                .bind(serde_json::json!({}))
+                .bind(tasks::postgres::__bench::claim_keyed_candidates(BATCH))
+                .bind(None::<Vec<String>>)
+                .bind(None::<Vec<String>>)
+                .fetch_all(store.pool())
+                .await?;
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+            if rows.len() != BATCH as usize {
+                return Err(format!("a raw claim took {} runs, not {BATCH}", rows.len()).into());
+            }
+        }
+    }
     db::close(store.pool().clone()).await;
     Ok(BacklogRow {
+        plain_statement_ms: Summary::of(&plain),
+        full_statement_ms: Summary::of(&full),
         key: if keys > 0 { "keyed" } else { "keyless" }.into(),
         pending,
         keys,
@@ -313,7 +346,8 @@ pub fn table(result: &FlowResult) -> String {
         let _ = writeln!(
             out,
             "  claim of {} on {} pending runs over {} keys: p50 {:.2} ms, p95 {:.2} ms; \
-             EXPLAIN: {}",
+             EXPLAIN: {}\n    the statements alone, taking turns: plain p50 {:.2} ms, p95 {:.2} ms; \
+             full (queues with limits) p50 {:.2} ms, p95 {:.2} ms; plain / full at p50 {:.2}",
             row.batch,
             row.pending,
             row.keys,
@@ -328,7 +362,12 @@ pub fn table(result: &FlowResult) -> String {
                     "the runs index-bound; sequential scan of {}",
                     row.sequential_scans.join(", ")
                 )
-            }
+            },
+            row.plain_statement_ms.p50,
+            row.plain_statement_ms.p95,
+            row.full_statement_ms.p50,
+            row.full_statement_ms.p95,
+            row.plain_statement_ms.p50 / row.full_statement_ms.p50,
         );
     }
     out

@@ -331,6 +331,7 @@ macro_rules! conformance_suite {
             queue_operations_round_trip,
             claim_filters_by_queue_and_workflow,
             claim_respects_the_queue_limit,
+            a_limit_set_elsewhere_holds_at_the_next_claim,
             queue_slots_follow_the_running_status,
             rate_limit_spreads_starts_over_windows,
             per_key_rate_limit_spreads_each_keys_starts,

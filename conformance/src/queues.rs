@@ -298,6 +298,63 @@ pub async fn claim_respects_the_queue_limit(setup: impl Setup) {
     assert_eq!(ids(&claim(&store, 10).await), [runs[4].id]);
 }
 
+/// A limit set by another handle on the namespace (another process, say) holds from the
+/// next claim of a store that has been claiming without one, and a limit removed elsewhere
+/// stops holding (a store may pick its claim statement by what it last saw of the
+/// namespace's queues; what it saw must never let a limit be passed).
+pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
+    let store = setup.store().await;
+    let elsewhere = store.scoped(store.namespace()).unwrap();
+    let before = create_pending(&store).await;
+    assert_eq!(
+        ids(&claim(&store, 10).await),
+        [before.id],
+        "no queue has a limit"
+    );
+    elsewhere
+        .put_queue(&QueueOptions::new("limited").concurrency(1))
+        .await
+        .unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(create_in(&store, "limited", None).await);
+    }
+    assert_eq!(
+        ids(&claim(&store, 10).await),
+        [runs[0].id],
+        "the limit set elsewhere holds at once"
+    );
+    assert!(claim(&store, 10).await.is_empty(), "the queue is full");
+    elsewhere.delete_queue("limited").await.unwrap();
+    assert_eq!(
+        sorted(ids(&claim(&store, 10).await)),
+        sorted(vec![runs[1].id, runs[2].id]),
+        "the limit removed elsewhere holds no more"
+    );
+    assert!(claim(&store, 10).await.is_empty());
+    let after = create_pending(&store).await;
+    assert_eq!(ids(&claim(&store, 10).await), [after.id]);
+    // And set again: the store that saw none since claims within it again.
+    elsewhere
+        .put_queue(&QueueOptions::new(DEFAULT_QUEUE).rate_limit(1, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let first = create_pending(&store).await;
+    let second = create_pending(&store).await;
+    assert_eq!(
+        ids(&claim(&store, 10).await),
+        [first.id],
+        "one start an hour"
+    );
+    assert!(claim(&store, 10).await.is_empty());
+    let waiting = store.get_run(second.id).await.unwrap().unwrap();
+    assert_eq!(
+        waiting.status,
+        RunStatus::Pending,
+        "the next start waits its window"
+    );
+}
+
 /// A sleeping run holds no slot of its queue: the queue's next run runs meanwhile, and the
 /// sleeper wakes only when a slot is free again, continuing its attempt. A run with a key
 /// in a limited queue needs a free slot of both.
@@ -373,8 +430,11 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
         runs.push(create_in(&store, "rated", None).await);
     }
     let other = create_pending(&store).await;
-    let window_opened = tokio::time::Instant::now();
+    // The window opens during the first claim, by the database's clock: after
+    // `window_opening`, before `window_opened`.
+    let window_opening = tokio::time::Instant::now();
     let first = claim(&store, 10).await;
+    let window_opened = tokio::time::Instant::now();
     assert_eq!(
         sorted(ids(&first)),
         sorted(vec![runs[0].id, runs[1].id, other.id]),
@@ -390,7 +450,7 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
         .await
         .unwrap();
     let resumed = claim(&store, 10).await;
-    if window_opened.elapsed() < PERIOD {
+    if window_opening.elapsed() < PERIOD {
         assert_eq!(ids(&resumed), [runs[0].id], "only the resume, no new start");
         assert!(claim(&store, 10).await.is_empty(), "the window is used up");
     }
@@ -431,8 +491,11 @@ pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
     let free = create_in(&store, "per-key", None).await;
     // The same key in a queue without the limit is not held back.
     let elsewhere = create_in(&store, "other", Some(("a", 10))).await;
-    let opened = tokio::time::Instant::now();
+    // The windows open during the first claim, by the database's clock: after `opening`,
+    // before `opened`.
+    let opening = tokio::time::Instant::now();
     let first = claim(&store, 10).await;
+    let opened = tokio::time::Instant::now();
     assert_eq!(
         sorted(ids(&first)),
         sorted(vec![a[0].id, b[0].id, free.id, elsewhere.id]),
@@ -448,7 +511,7 @@ pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
         later.contains(&a[0].id),
         "a resume is not a start: {later:?}"
     );
-    if opened.elapsed() < PERIOD {
+    if opening.elapsed() < PERIOD {
         assert_eq!(later, [a[0].id], "both keys' windows are used up");
     }
     tokio::time::sleep_until(opened + PERIOD + Duration::from_millis(100)).await;

@@ -279,12 +279,8 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         .execute(pool)
         .await
         .unwrap();
-    let sql = format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}",
-        tasks::postgres::__bench::claim_runs_sql()
-    );
-    let explain = |seqscan: bool| {
-        let sql = sql.clone();
+    let explain = |sql: &'static str, seqscan: bool| {
+        let sql = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
         let namespace = namespace.clone();
         async move {
             let mut tx = pool.begin().await.unwrap();
@@ -310,24 +306,30 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
             lines.join("\n")
         }
     };
-    // As the planner chooses: the runs, which grow with the backlog, are read through their
-    // indexes. (It may read the key table, a few pages for 1,000 keys, whole: that depends
-    // on the statistics of a database shared with other tests.)
-    let plan = explain(true).await;
-    println!("{plan}");
-    assert!(
-        executed_seq_scans(&plan).is_empty(),
-        "a sequential scan of the runs:\n{plan}"
-    );
-    assert!(plan.contains("workflow_runs_claim_keyed"), "{plan}");
-    assert!(plan.contains("workflow_runs_key_running"), "{plan}");
-    // And every table the claim reads, the keys too, has an index path: with sequential
-    // scans priced out, none is left.
-    let indexed = explain(false).await;
-    assert!(
-        !indexed.contains("Seq Scan"),
-        "a table without an index path:\n{indexed}"
-    );
+    // Both statements: the plain claim, which the store uses here (no queue has a limit),
+    // and the full one. As the planner chooses: the runs, which grow with the backlog, are
+    // read through their indexes. (It may read the key table, a few pages for 1,000 keys,
+    // whole: that depends on the statistics of a database shared with other tests.)
+    for sql in [
+        tasks::postgres::__bench::plain_claim_runs_sql(),
+        tasks::postgres::__bench::claim_runs_sql(),
+    ] {
+        let plan = explain(sql, true).await;
+        println!("{plan}");
+        assert!(
+            executed_seq_scans(&plan).is_empty(),
+            "a sequential scan of the runs:\n{plan}"
+        );
+        assert!(plan.contains("workflow_runs_claim_keyed"), "{plan}");
+        assert!(plan.contains("workflow_runs_key_running"), "{plan}");
+        // And every table the claim reads, the keys too, has an index path: with
+        // sequential scans priced out, none is left.
+        let indexed = explain(sql, false).await;
+        assert!(
+            !indexed.contains("Seq Scan"),
+            "a table without an index path:\n{indexed}"
+        );
+    }
 
     // And the claim takes what the limits allow: one run of each key it reaches (two of
     // three slots are held), keyless runs by priority among them.
@@ -398,30 +400,49 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
         .execute(pool)
         .await
         .unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    let plan: Vec<String> = sqlx::query_scalar(&format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}",
-        tasks::postgres::__bench::claim_runs_sql()
-    ))
-    .bind(&namespace)
-    .bind("plan-worker")
-    .bind(60_000_i64)
-    .bind(10_i64)
-    .bind(serde_json::json!({ "kind": "deadline" }))
-    .bind(tasks::postgres::__bench::claim_keyed_candidates(10))
-    .bind(None::<Vec<String>>)
-    .bind(None::<Vec<String>>)
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
-    tx.rollback().await.unwrap();
-    let plan = plan.join("\n");
-    println!("{plan}");
-    assert!(
-        executed_seq_scans(&plan).is_empty(),
-        "a sequential scan of the runs:\n{plan}"
-    );
-    assert!(plan.contains("workflow_runs_claim_free"), "{plan}");
+    // The plain claim (the store's here), the full one, and the plain one of a worker that
+    // serves the default queue only.
+    let served = Some(vec![tasks::DEFAULT_QUEUE.to_owned()]);
+    for (sql, queues, index) in [
+        (
+            tasks::postgres::__bench::plain_claim_runs_sql(),
+            None,
+            "workflow_runs_claim_free",
+        ),
+        (
+            tasks::postgres::__bench::claim_runs_sql(),
+            None,
+            "workflow_runs_claim_free",
+        ),
+        (
+            tasks::postgres::__bench::plain_claim_runs_by_queue_sql(),
+            served,
+            "workflow_runs_claim_queue",
+        ),
+    ] {
+        let mut tx = pool.begin().await.unwrap();
+        let plan: Vec<String> =
+            sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
+                .bind(&namespace)
+                .bind("plan-worker")
+                .bind(60_000_i64)
+                .bind(10_i64)
+                .bind(serde_json::json!({ "kind": "deadline" }))
+                .bind(tasks::postgres::__bench::claim_keyed_candidates(10))
+                .bind(queues)
+                .bind(None::<Vec<String>>)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+        tx.rollback().await.unwrap();
+        let plan = plan.join("\n");
+        println!("{plan}");
+        assert!(
+            executed_seq_scans(&plan).is_empty(),
+            "a sequential scan of the runs:\n{plan}"
+        );
+        assert!(plan.contains(index), "{plan}");
+    }
     let claimed = tasks::Store::claim_runs(&store, "plan-worker", Duration::from_secs(60), 10)
         .await
         .unwrap();

@@ -75,7 +75,8 @@ impl Browser {
             serde_json::json!({ "binary": chromium, "args": args }),
         );
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        // Generous: on a loaded machine Chromium can take long to start.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
         let client = loop {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
             match ClientBuilder::new(connector)
