@@ -58,7 +58,26 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   echo "cargo-nextest is missing; installing it..." >&2
   cargo install cargo-nextest --locked
 fi
-# nextest does not run doc tests: they go first, so that the run ends with nextest's summary
-# of every other test.
-cargo test --workspace --doc --locked
-cargo nextest run --workspace --locked "$@"
+# Build every test binary, and list them for nextest: with that list nextest runs them
+# without calling cargo again, so that the doc tests (which nextest does not run) are
+# compiled and run beside it, while its tests mostly wait on databases and timers. Cargo
+# holds the target directory's lock while it compiles the doc tests; any other cargo
+# command would wait for them.
+target=$(cargo metadata --format-version 1 --no-deps --locked | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+mkdir -p "$target/nextest"
+cargo nextest list --workspace --locked --list-type binaries-only --message-format json \
+  > "$target/nextest/test-binaries.json"
+cargo metadata --format-version 1 --locked > "$target/nextest/test-cargo-metadata.json"
+cargo test --workspace --doc --locked > "$target/nextest/doc-tests.log" 2>&1 &
+doc_tests=$!
+status=0
+cargo nextest run --binaries-metadata "$target/nextest/test-binaries.json" \
+  --cargo-metadata "$target/nextest/test-cargo-metadata.json" "$@" || status=$?
+if wait "$doc_tests"; then
+  grep -E '^(test result|   Doc-tests)' "$target/nextest/doc-tests.log" >&2
+else
+  cat "$target/nextest/doc-tests.log" >&2
+  echo "error: the doc tests failed" >&2
+  status=1
+fi
+exit "$status"

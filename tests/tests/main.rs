@@ -46,3 +46,45 @@ mod registry;
 mod replay_props;
 mod sqlite;
 mod testing_kit;
+
+/// With `autotests = false`, a test file that is neither a module here nor a `[[test]]` of
+/// `Cargo.toml` would never be compiled: every file of this directory must be one of them.
+#[test]
+fn every_test_file_is_compiled() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"),
+    )
+    .unwrap();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+            continue;
+        };
+        let Some(module) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if module == "main" {
+            continue;
+        }
+        files += 1;
+        let in_main = main.lines().any(|line| line == format!("mod {module};"));
+        let own_binary = manifest.contains(&format!("path = \"tests/{name}\""));
+        assert!(
+            in_main || own_binary,
+            "tests/tests/{name} is compiled by no test target: add `mod {module};` to \
+             tests/tests/main.rs (or a [[test]] to tests/Cargo.toml)"
+        );
+        assert!(
+            !(in_main && own_binary),
+            "tests/tests/{name} is compiled twice"
+        );
+    }
+    assert!(
+        files > 30,
+        "only {files} test files found in {}",
+        dir.display()
+    );
+}

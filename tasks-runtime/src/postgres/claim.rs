@@ -132,6 +132,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
               LIMIT $4
               FOR UPDATE SKIP LOCKED"
     };
+    let tail = claimed_tail("");
     let template = format!(
         "WITH {{expire}},
              -- The namespace's queues with a limit, as this statement's snapshot sees them:
@@ -418,46 +419,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
              ),
-             -- Then running runs of other workers whose heartbeat went stale, before their
-             -- leases expire: found from the (few) stale workers of the namespace through
-             -- the index on running runs by worker (an array, so the planner probes that
-             -- index instead of joining every running run of the namespace).
-             orphaned AS (
-                SELECT ctid FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND {{orphaned}} AND worker_id <> $2
-                   AND worker_id = ANY(ARRAY({{stale}}))
-                   -- Expired leases are the due group's.
-                   AND available_at > now()
-                   AND (deadline_at IS NULL OR deadline_at > now())
-                   AND ($7::text[] IS NULL OR queue = ANY($7))
-                   AND ($8::text[] IS NULL OR workflow_name = ANY($8))
-                 ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
-                 FOR UPDATE SKIP LOCKED
-             ),
-             claimed AS (
-             UPDATE tasks.workflow_runs wr
-                SET status = 'running', worker_id = $2,
-                    -- Waking from a durable sleep continues the same attempt.
-                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
-                    available_at = now() + $3 * INTERVAL '1 millisecond',
-                    started_at = COALESCE(wr.started_at, now()), updated_at = now()
-              -- The locked rows by their physical address (stable: we hold their locks), so
-              -- the update visits exactly them whatever the planner believes about the
-              -- namespace. A join on the key could scan every run of a namespace whose
-              -- statistics are stale, once per claimed row. A row a concurrent writer
-              -- changed after this statement's snapshot is locked but not updated: it is
-              -- simply not claimed this time.
-              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
-                                        UNION ALL SELECT ctid FROM orphaned))
-                -- A parent woken by an expired child is written by `woken` in this
-                -- statement: it waits for the next claim.
-                AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
-          RETURNING {{returning}}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
-             )
-             SELECT claimed.*, false AS expired FROM claimed
-             UNION ALL
-             SELECT expired.*, false, true FROM expired"
+             {tail}"
     );
     let open = "q.window_start + q.rate_period_ms * INTERVAL '1 millisecond' > now()";
     let key_open = "k.window_start + kr.key_rate_period_ms * INTERVAL '1 millisecond' > now()";
@@ -566,6 +528,7 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
           LIMIT $4
           FOR UPDATE SKIP LOCKED"
     };
+    let tail = claimed_tail("AND NOT (SELECT configured FROM config)");
     let template = format!(
         "WITH {{expire}},
              config AS (SELECT {{limited_queue_exists}} AS configured),
@@ -668,40 +631,7 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
                  LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
              ),
-             -- Then running runs of other workers whose heartbeat went stale, before their
-             -- leases expire (see the full claim).
-             orphaned AS (
-                SELECT ctid FROM tasks.workflow_runs
-                 WHERE namespace = $1 AND {{orphaned}} AND worker_id <> $2
-                   AND worker_id = ANY(ARRAY({{stale}}))
-                   AND NOT (SELECT configured FROM config)
-                   -- Expired leases are the due group's.
-                   AND available_at > now()
-                   AND (deadline_at IS NULL OR deadline_at > now())
-                   AND ($7::text[] IS NULL OR queue = ANY($7))
-                   AND ($8::text[] IS NULL OR workflow_name = ANY($8))
-                 ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
-                 FOR UPDATE SKIP LOCKED
-             ),
-             claimed AS (
-             UPDATE tasks.workflow_runs wr
-                SET status = 'running', worker_id = $2,
-                    -- Waking from a durable sleep continues the same attempt.
-                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
-                    available_at = now() + $3 * INTERVAL '1 millisecond',
-                    started_at = COALESCE(wr.started_at, now()), updated_at = now()
-              -- The locked rows by their physical address (see the full claim).
-              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
-                                        UNION ALL SELECT ctid FROM orphaned))
-                -- A parent woken by an expired child is written by `woken` in this
-                -- statement: it waits for the next claim.
-                AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
-          RETURNING {{returning}}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
-             )
-             SELECT claimed.*, false AS expired FROM claimed
-             UNION ALL
-             SELECT expired.*, false, true FROM expired"
+             {tail}"
     );
     template
         .replace("{expire}", &children::expire_ctes())
@@ -722,4 +652,53 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
         )
         .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
         .replace("{takes}", &status_in("", TAKES_SLOT))
+}
+
+/// The claim's last part, the same in both statements: running runs of other workers whose
+/// heartbeat went stale (`orphaned`, gated by `gate`), then the update that claims the
+/// chosen runs, and the rows returned. Its placeholders are replaced with the statement's.
+fn claimed_tail(gate: &str) -> String {
+    format!(
+        "-- Then running runs of other workers whose heartbeat went stale, before their
+             -- leases expire: found from the (few) stale workers of the namespace through
+             -- the index on running runs by worker (an array, so the planner probes that
+             -- index instead of joining every running run of the namespace).
+             orphaned AS (
+                SELECT ctid FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND {{orphaned}} AND worker_id <> $2
+                   AND worker_id = ANY(ARRAY({{stale}}))
+                   {gate}
+                   -- Expired leases are the due group's.
+                   AND available_at > now()
+                   AND (deadline_at IS NULL OR deadline_at > now())
+                   AND ($7::text[] IS NULL OR queue = ANY($7))
+                   AND ($8::text[] IS NULL OR workflow_name = ANY($8))
+                 ORDER BY available_at, created_at
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
+                 FOR UPDATE SKIP LOCKED
+             ),
+             claimed AS (
+             UPDATE tasks.workflow_runs wr
+                SET status = 'running', worker_id = $2,
+                    -- Waking from a durable sleep continues the same attempt.
+                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
+                    available_at = now() + $3 * INTERVAL '1 millisecond',
+                    started_at = COALESCE(wr.started_at, now()), updated_at = now()
+              -- The locked rows by their physical address (stable: we hold their locks), so
+              -- the update visits exactly them whatever the planner believes about the
+              -- namespace. A join on the key could scan every run of a namespace whose
+              -- statistics are stale, once per claimed row. A row a concurrent writer
+              -- changed after this statement's snapshot is locked but not updated: it is
+              -- simply not claimed this time.
+              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
+                                        UNION ALL SELECT ctid FROM orphaned))
+                -- A parent woken by an expired child is written by `woken` in this
+                -- statement: it waits for the next claim.
+                AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
+          RETURNING {{returning}}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
+             )
+             SELECT claimed.*, false AS expired FROM claimed
+             UNION ALL
+             SELECT expired.*, false, true FROM expired"
+    )
 }
