@@ -365,6 +365,51 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         .unwrap();
 }
 
+/// The claim counts each keyed candidate's slots with `namespace = $1 AND concurrency_key =
+/// .. AND status = 'running'`, meant for `workflow_runs_key_running`. Any other partial
+/// index on running runs that leads with the namespace could serve that count too, by
+/// reading every running run of the namespace per candidate; when the statistics had seen no
+/// running run (a backlog enqueued and analyzed before its workers started, as in the
+/// benchmark's drain), the planner chose such an index (by queue before migration 0017, by
+/// worker before 0018), and a key-per-run claim took several times as long as a keyless one.
+/// So every other index on running runs requires its own column in its predicate, which
+/// only a query that names that column can use.
+#[tokio::test]
+async fn no_other_index_on_running_runs_can_count_a_keys_slots() {
+    let store = tasks_tests::pg_store().await;
+    let indexes: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+        "SELECT c.relname::text, pg_get_expr(i.indpred, i.indrelid),
+                ARRAY(SELECT a.attname::text
+                        FROM unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+                        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                       ORDER BY k.ord)
+           FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          WHERE i.indrelid = 'tasks.workflow_runs'::regclass AND i.indpred IS NOT NULL",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let running: Vec<_> = indexes
+        .iter()
+        .filter(|(_, predicate, _)| predicate.contains("status = 'running'::text"))
+        .collect();
+    assert!(
+        running
+            .iter()
+            .any(|(name, _, _)| name == "workflow_runs_key_running"),
+        "{indexes:?}"
+    );
+    for (name, predicate, columns) in running {
+        assert_eq!(columns[0], "namespace", "{name}");
+        let column = &columns[1];
+        assert!(
+            predicate.contains(&format!("({column} IS NOT NULL)")),
+            "{name} ({columns:?}) WHERE {predicate}: a count of a key's running runs could \
+             read it whole"
+        );
+    }
+}
+
 /// The lines of an `EXPLAIN ANALYZE` plan that read the runs by a sequential scan and ran.
 /// The claim has two variants of some scans, gated on whether the namespace has a queue with
 /// a limit; the one that does not apply shows as "never executed".

@@ -337,6 +337,9 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                       FROM rated c LEFT JOIN limited l USING (queue)
                 ) ranked
                  WHERE concurrency IS NULL OR {{queue_admitted}}
+                 -- No more than the claim takes (see the plain claim's `admitted`).
+                 ORDER BY grp, priority DESC, available_at, created_at
+                 LIMIT $4
              ),
              -- The rows of those keys and of those limited queues as this statement's
              -- snapshot saw them, and locked as they are now. A key or queue whose row
@@ -568,7 +571,10 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
                  ORDER BY r.available_at, r.created_at
                  LIMIT $6
              ),
-             -- No more runs of a key than it has free slots.
+             -- No more runs of a key than it has free slots, and no more runs than the claim
+             -- takes: the first of them in claim order, the only ones whose keys and rows
+             -- are locked below (locking every candidate cost a row lock each, most of the
+             -- keyed claim's time, and kept other claims off them until this one commits).
              admitted AS (
                 SELECT * FROM (
                     SELECT c.*, row_number() OVER (
@@ -577,6 +583,8 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
                       FROM (SELECT * FROM keyed_pending UNION ALL SELECT * FROM keyed_due) c
                 ) ranked
                  WHERE {{admitted}}
+                 ORDER BY grp, priority DESC, available_at, created_at
+                 LIMIT $4
              ),
              -- The rows of those keys as this statement's snapshot saw them, and locked as
              -- they are now. A key whose row changed since the snapshot was claimed from by

@@ -94,6 +94,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "queue running index",
         sql: include_str!("../../migrations/postgres/0017_queue_running_index.sql"),
     },
+    Migration {
+        version: 18,
+        name: "running worker index",
+        sql: include_str!("../../migrations/postgres/0018_running_worker_index.sql"),
+    },
 ];
 
 /// The Postgres schema that holds every table of ours.
