@@ -201,6 +201,9 @@ struct Sizes {
     rounds: usize,
     /// Finished runs the retention scenario purges while a drain runs.
     retention_old_runs: usize,
+    /// Rounds of the flow drains, after a warm-up round: a drain takes about a second, and
+    /// rounds spread by ±20 % on a 2-core machine.
+    flow_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -218,6 +221,7 @@ const FULL: Sizes = Sizes {
     idle_seconds: 10,
     rounds: 3,
     retention_old_runs: 50_000,
+    flow_rounds: 7,
 };
 
 const QUICK: Sizes = Sizes {
@@ -235,6 +239,7 @@ const QUICK: Sizes = Sizes {
     idle_seconds: 4,
     rounds: 1,
     retention_old_runs: 10_000,
+    flow_rounds: 1,
 };
 
 /// Worker concurrency of the in-process scenarios and task count of the ceiling.
@@ -546,7 +551,7 @@ async fn bench(options: Options) -> Result<()> {
                 &admin,
                 sizes.runs,
                 4,
-                sizes.rounds,
+                sizes.flow_rounds,
                 CONCURRENCY,
                 100_000,
             )
