@@ -33,7 +33,7 @@ fn find_program(candidates: &[&str]) -> Option<PathBuf> {
         .find(|path| path.exists())
 }
 
-/// A headless Chromium session; the driver process is killed on drop.
+/// A headless Chromium session; the driver and the browser's processes are killed on drop.
 pub struct Browser {
     pub client: Client,
     driver: Child,
@@ -201,6 +201,17 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        // A session that did not end (a test that panicked, a session that never started)
+        // leaves Chromium running without its driver. Its processes are the ones started
+        // with this session's profile directory (`pkill` from procps; where it is missing
+        // nothing is stopped).
+        let _ = Command::new("pkill")
+            .arg("-KILL")
+            .args(["-f", "--"])
+            .arg(format!("--user-data-dir={}", self.profile.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
