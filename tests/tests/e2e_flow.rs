@@ -279,33 +279,8 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         .execute(pool)
         .await
         .unwrap();
-    let explain = |sql: &'static str, seqscan: bool| {
-        let sql = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
-        let namespace = namespace.clone();
-        async move {
-            let mut tx = pool.begin().await.unwrap();
-            if !seqscan {
-                sqlx::query("SET LOCAL enable_seqscan = off")
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-            }
-            let lines: Vec<String> = sqlx::query_scalar(&sql)
-                .bind(&namespace)
-                .bind("plan-worker")
-                .bind(60_000_i64)
-                .bind(32_i64)
-                .bind(serde_json::json!({ "kind": "deadline" }))
-                .bind(tasks::postgres::__bench::claim_keyed_candidates(32))
-                .bind(None::<Vec<String>>)
-                .bind(None::<Vec<String>>)
-                .fetch_all(&mut *tx)
-                .await
-                .unwrap();
-            tx.rollback().await.unwrap();
-            lines.join("\n")
-        }
-    };
+    let explain =
+        |sql: &'static str, seqscan: bool| explain_claim(pool, sql, &namespace, 32, None, seqscan);
     // Both statements: the plain claim, which the store uses here (no queue has a limit),
     // and the full one. As the planner chooses: the runs, which grow with the backlog, are
     // read through their indexes. (It may read the key table, a few pages for 1,000 keys,
@@ -410,6 +385,41 @@ async fn no_other_index_on_running_runs_can_count_a_keys_slots() {
     }
 }
 
+/// `EXPLAIN (ANALYZE)` of a claim statement (`sql`, from `__bench`) of `batch` runs of
+/// `namespace` by a worker serving `queues` (`None`: every queue), in a transaction that is
+/// rolled back; with `seqscan` false, sequential scans are priced out. The plan's lines.
+async fn explain_claim(
+    pool: &sqlx::PgPool,
+    sql: &str,
+    namespace: &str,
+    batch: u32,
+    queues: Option<Vec<String>>,
+    seqscan: bool,
+) -> String {
+    let mut tx = pool.begin().await.unwrap();
+    if !seqscan {
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let lines: Vec<String> =
+        sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
+            .bind(namespace)
+            .bind("plan-worker")
+            .bind(60_000_i64)
+            .bind(i64::from(batch))
+            .bind(serde_json::json!({ "kind": "deadline" }))
+            .bind(tasks::postgres::__bench::claim_keyed_candidates(batch))
+            .bind(queues)
+            .bind(None::<Vec<String>>)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    tx.rollback().await.unwrap();
+    lines.join("\n")
+}
+
 /// The lines of an `EXPLAIN ANALYZE` plan that read the runs by a sequential scan and ran.
 /// The claim has two variants of some scans, gated on whether the namespace has a queue with
 /// a limit; the one that does not apply shows as "never executed".
@@ -460,22 +470,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
             either,
         ),
     ] {
-        let mut tx = pool.begin().await.unwrap();
-        let plan: Vec<String> =
-            sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
-                .bind(&namespace)
-                .bind("plan-worker")
-                .bind(60_000_i64)
-                .bind(10_i64)
-                .bind(serde_json::json!({ "kind": "deadline" }))
-                .bind(tasks::postgres::__bench::claim_keyed_candidates(10))
-                .bind(queues)
-                .bind(None::<Vec<String>>)
-                .fetch_all(&mut *tx)
-                .await
-                .unwrap();
-        tx.rollback().await.unwrap();
-        let plan = plan.join("\n");
+        let plan = explain_claim(pool, sql, &namespace, 10, queues, true).await;
         println!("{plan}");
         assert!(
             executed_seq_scans(&plan).is_empty(),
@@ -577,31 +572,7 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
             .unwrap();
     }
     let explain = |sql: &'static str, queues: Option<Vec<String>>, seqscan: bool| {
-        let namespace = namespace.clone();
-        async move {
-            let mut tx = pool.begin().await.unwrap();
-            if !seqscan {
-                sqlx::query("SET LOCAL enable_seqscan = off")
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-            }
-            let lines: Vec<String> =
-                sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
-                    .bind(&namespace)
-                    .bind("plan-worker")
-                    .bind(60_000_i64)
-                    .bind(32_i64)
-                    .bind(serde_json::json!({ "kind": "deadline" }))
-                    .bind(tasks::postgres::__bench::claim_keyed_candidates(32))
-                    .bind(queues)
-                    .bind(None::<Vec<String>>)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .unwrap();
-            tx.rollback().await.unwrap();
-            lines.join("\n")
-        }
+        explain_claim(pool, sql, &namespace, 32, queues, seqscan)
     };
     let served = Some(vec!["q-1".to_owned(), "q-3".to_owned()]);
     for (sql, queues) in [
