@@ -427,32 +427,15 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
     let open = "q.window_start + q.rate_period_ms * INTERVAL '1 millisecond' > now()";
     let key_open = "k.window_start + kr.key_rate_period_ms * INTERVAL '1 millisecond' > now()";
     let counted_open = "k.window_start + p.period * INTERVAL '1 millisecond' > now()";
-    template
-        .replace("{expire}", &children::expire_ctes())
-        .replace("{limited_queue_exists}", LIMITED_QUEUE_EXISTS)
-        .replace("{pending}", &status_in("", CLAIM_PENDING.from))
-        .replace("{pending_r}", &status_in("r.", CLAIM_PENDING.from))
+    replace_shared(&template)
         .replace("{sleeping_r}", &status_in("r.", &[RunStatus::Sleeping]))
-        .replace("{due}", &status_in("", CLAIM_DUE.from))
-        .replace("{orphaned}", &status_in("", CLAIM_ORPHANED.from))
-        .replace("{stale}", &stale_workers("tasks.workers", "$1", "now()"))
-        .replace("{returning}", &prefixed("wr", RUN_COLUMNS))
-        .replace("{pending_order}", PENDING_ORDER)
-        .replace("{keyed_order}", &pending_order("r."))
-        .replace("{keyed_pending}", &status_in("r.", CLAIM_PENDING.from))
-        .replace("{keyed_due}", &status_in("r.", &[RunStatus::Sleeping]))
         .replace(
             "{queue_held}",
             &queue_slots_held("tasks.workflow_runs", "$1", "q.name"),
         )
-        .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
         // A key's slots held and its limit, in one aggregate subquery per run (memoized by
         // the planner per key): the limit evaluated out there, in the keyed runs' filter,
         // made the planner trade their index order for a sequential scan and a sort.
-        .replace(
-            "{held}",
-            &slots_held("tasks.workflow_runs", "$1", "r.concurrency_key"),
-        )
         .replace(
             "{held_and_limit}",
             &slots_held("tasks.workflow_runs", "$1", "r.concurrency_key").replacen(
@@ -641,6 +624,13 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
              ),
              {tail}"
     );
+    replace_shared(&template).replace("{takes}", &status_in("", TAKES_SLOT))
+}
+
+/// The placeholders both claim statements have, replaced: the deadline expiry, the
+/// statuses each group of runs is claimed from, the claim order, a key's slots held
+/// (`{held}`) and its admission, the stale workers and the returned columns.
+fn replace_shared(template: &str) -> String {
     template
         .replace("{expire}", &children::expire_ctes())
         .replace("{limited_queue_exists}", LIMITED_QUEUE_EXISTS)
@@ -659,7 +649,6 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
             &slots_held("tasks.workflow_runs", "$1", "r.concurrency_key"),
         )
         .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
-        .replace("{takes}", &status_in("", TAKES_SLOT))
 }
 
 /// The claim's last part, the same in both statements: running runs of other workers whose
