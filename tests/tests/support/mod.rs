@@ -262,11 +262,15 @@ impl TestStore {
     }
 }
 
-/// A worker builder tuned for tests: fast polling, short lease.
+/// A worker builder tuned for tests: fast polling, and a lease (20 s) that a loaded machine
+/// does not outlast between two heartbeats. With the 2 s lease of before, a CI machine that
+/// stalled for a few seconds let a second worker take a run over legitimately, and tests that
+/// count executions saw two. No test relies on this lease running out: those of lease expiry
+/// and takeover set their own.
 pub fn worker(store: &TestStore) -> WorkerBuilder {
     Worker::builder(store.shared())
         .concurrency(8)
-        .lease(Duration::from_secs(2))
+        .lease(Duration::from_secs(20))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
         .shutdown_grace(Duration::from_secs(10))
 }
