@@ -31,6 +31,38 @@ async fn connect_opens_the_documented_pool() {
 
 /// A server that refuses connections fails `connect` at once, with a database error that
 /// says so, instead of after the pool's 30 s of retries.
+/// On the runtime that opened them, the pool's connections are kept: the check that hands a
+/// runtime no connection opened before it used the pool (see `a_store_outlives_the_runtime_
+/// that_first_used_it`) never replaces one of its own. Every statement after the first burst
+/// runs on a connection the burst opened (`pg_backend_pid`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_of_the_runtime_in_use_are_kept() {
+    let store = PgStore::connect(&database_url())
+        .await
+        .expect("connect to the test database");
+    let pool = store.pool().clone();
+    let pid = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let opened: std::collections::HashSet<i32> =
+        futures::future::join_all((0..8).map(|_| pid(pool.clone())))
+            .await
+            .into_iter()
+            .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..20 {
+        let used = pid(pool.clone()).await;
+        assert!(
+            opened.contains(&used),
+            "a statement ran on a new connection ({used}, opened: {opened:?})"
+        );
+    }
+    pool.close().await;
+}
+
 #[tokio::test]
 async fn connect_to_a_refusing_server_fails_at_once() {
     let started = std::time::Instant::now();

@@ -11,6 +11,7 @@ mod queues;
 mod recorder;
 mod retention;
 mod rows;
+mod runtimes;
 mod schedules;
 mod start_in;
 mod state;
@@ -155,6 +156,11 @@ impl PgStore {
     ///
     /// While the store is subscribed to notifications (a worker always is; so is
     /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections.
+    ///
+    /// A connection belongs to the Tokio runtime that opened it. The pool hands a runtime
+    /// none of the connections opened before that runtime first used the pool: each is
+    /// closed once and replaced, so a store kept past its runtime works on the next one
+    /// without a statement failing on a dead runtime's connection.
     pub fn pool_options() -> PgPoolOptions {
         PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
@@ -163,14 +169,21 @@ impl PgStore {
             // statement: where the planner's estimate passes `jit_above_cost` (a backlog of
             // 100,000 keyed runs does), compiling it with LLVM took 9 s per claim, for a
             // statement that runs in 10 ms. JIT is off on the store's connections.
-            .after_connect(|conn, _meta| {
+            .after_connect(|conn, meta| {
+                runtimes::opened_connection(meta.age);
                 Box::pin(async move {
                     sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
                     Ok(())
                 })
             })
             .before_acquire(|conn, meta| {
+                // Opened before this runtime used the pool: perhaps on a runtime that has
+                // shut down, which would fail its next statement. Replaced.
+                let stale = runtimes::predates_current_runtime(meta.age);
                 Box::pin(async move {
+                    if stale {
+                        return Ok(false);
+                    }
                     if meta.idle_for < Duration::from_secs(30) {
                         return Ok(true);
                     }
