@@ -39,6 +39,20 @@ pub(super) const LIMITED_QUEUE_EXISTS: &str = "EXISTS (
        AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
             OR key_rate_limit IS NOT NULL OR key_concurrency IS NOT NULL))";
 
+/// The rows of the admitted runs' keys (CTE `admitted`), as the statement's snapshot saw
+/// them (`seen`) and locked as they are now (`locked`, skipping rows another claim holds):
+/// both claim statements claim a key's runs only where the two agree.
+const KEY_ROWS: &str = "seen AS (
+                SELECT concurrency_key, claims FROM tasks.concurrency_keys
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
+             ), locked AS (
+                SELECT concurrency_key, claims FROM tasks.concurrency_keys
+                 WHERE namespace = $1
+                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
+                 FOR UPDATE SKIP LOCKED
+             )";
+
 /// The statement that reads [`LIMITED_QUEUE_EXISTS`] alone. Binds: namespace.
 pub(super) fn limited_queue_exists() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| format!("SELECT {LIMITED_QUEUE_EXISTS}"));
@@ -133,6 +147,11 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
               FOR UPDATE SKIP LOCKED"
     };
     let tail = claimed_tail("");
+    let keyed_plain = plain_keyed_scans(
+        "keyed_pending_plain",
+        "keyed_due_plain",
+        ", r.queue, false AS starting, NULL::integer AS key_starts_left",
+    );
     let template = format!(
         "WITH {{expire}},
              -- The namespace's queues with a limit, as this statement's snapshot sees them:
@@ -259,35 +278,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  LIMIT $6
              ),
              -- Without a configured queue, the keyed runs as before queues existed.
-             keyed_pending_plain AS (
-                SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, false AS starting,
-                       NULL::integer AS key_starts_left
-                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
-                 WHERE r.namespace = $1 AND {{keyed_pending}} AND r.concurrency_key IS NOT NULL
-                   AND NOT (SELECT configured FROM config)
-                   AND r.available_at <= now()
-                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
-                   AND ($7::text[] IS NULL OR r.queue = ANY($7))
-                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
-                 ORDER BY {{keyed_order}}
-                 LIMIT $6
-             ), keyed_due_plain AS (
-                SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held, r.queue, false AS starting,
-                       NULL::integer AS key_starts_left
-                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
-                 WHERE r.namespace = $1 AND {{keyed_due}} AND r.concurrency_key IS NOT NULL
-                   AND NOT (SELECT configured FROM config)
-                   AND r.available_at <= now()
-                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
-                   AND ($7::text[] IS NULL OR r.queue = ANY($7))
-                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
-                 ORDER BY r.available_at, r.created_at
-                 LIMIT $6
-             ),
+             {keyed_plain},
              keyed_pending AS (
                 SELECT * FROM keyed_pending_plain UNION ALL SELECT * FROM keyed_pending_configured
              ), keyed_due AS (
@@ -346,16 +337,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
              -- changed since the snapshot was claimed from by a claim this snapshot does not
              -- see: its count may be short, so it waits for the next claim; one whose row
              -- another claim holds is skipped the same way.
-             seen AS (
-                SELECT concurrency_key, claims FROM tasks.concurrency_keys
-                 WHERE namespace = $1
-                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
-             ), locked AS (
-                SELECT concurrency_key, claims FROM tasks.concurrency_keys
-                 WHERE namespace = $1
-                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
-                 FOR UPDATE SKIP LOCKED
-             ), qlocked AS (
+             {KEY_ROWS}, qlocked AS (
                 SELECT name AS queue, claims FROM tasks.queues
                  WHERE namespace = $1
                    AND name = ANY(ARRAY(SELECT DISTINCT queue FROM admitted
@@ -515,6 +497,7 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
           FOR UPDATE SKIP LOCKED"
     };
     let tail = claimed_tail("AND NOT (SELECT configured FROM config)");
+    let keyed_plain = plain_keyed_scans("keyed_pending", "keyed_due", "");
     let template = format!(
         "WITH {{expire}},
              config AS (SELECT {{limited_queue_exists}} AS configured),
@@ -527,33 +510,7 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
              -- Runs with a key whose claim takes a slot of it (pending ones in claim order,
              -- then sleeping ones whose sleep ended), past the keys without a free slot: a
              -- key's running runs are counted through the index on running runs by key.
-             keyed_pending AS (
-                SELECT r.ctid, 0 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held
-                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
-                 WHERE r.namespace = $1 AND {{keyed_pending}} AND r.concurrency_key IS NOT NULL
-                   AND NOT (SELECT configured FROM config)
-                   AND r.available_at <= now()
-                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
-                   AND ($7::text[] IS NULL OR r.queue = ANY($7))
-                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
-                 ORDER BY {{keyed_order}}
-                 LIMIT $6
-             ), keyed_due AS (
-                SELECT r.ctid, 1 AS grp, r.priority, r.available_at, r.created_at,
-                       r.concurrency_key, r.concurrency_limit, h.held
-                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
-                 WHERE r.namespace = $1 AND {{keyed_due}} AND r.concurrency_key IS NOT NULL
-                   AND NOT (SELECT configured FROM config)
-                   AND r.available_at <= now()
-                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
-                   AND h.held < r.concurrency_limit
-                   AND ($7::text[] IS NULL OR r.queue = ANY($7))
-                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
-                 ORDER BY r.available_at, r.created_at
-                 LIMIT $6
-             ),
+             {keyed_plain},
              -- No more runs of a key than it has free slots, and no more runs than the claim
              -- takes: the first of them in claim order, the only ones whose keys and rows
              -- are locked below (locking every candidate cost a row lock each, most of the
@@ -573,16 +530,7 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
              -- they are now. A key whose row changed since the snapshot was claimed from by
              -- a claim this snapshot does not see: its count may be short, so it waits for
              -- the next claim; a key whose row another claim holds is skipped the same way.
-             seen AS (
-                SELECT concurrency_key, claims FROM tasks.concurrency_keys
-                 WHERE namespace = $1
-                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
-             ), locked AS (
-                SELECT concurrency_key, claims FROM tasks.concurrency_keys
-                 WHERE namespace = $1
-                   AND concurrency_key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM admitted))
-                 FOR UPDATE SKIP LOCKED
-             ), keyed AS (
+             {KEY_ROWS}, keyed AS (
                 SELECT ctid, CASE WHEN {{pending}} THEN 0 ELSE 1 END AS grp, priority,
                        available_at, created_at, concurrency_key
                   FROM tasks.workflow_runs
@@ -649,6 +597,37 @@ fn replace_shared(template: &str) -> String {
             &slots_held("tasks.workflow_runs", "$1", "r.concurrency_key"),
         )
         .replace("{admitted}", &admitted("held", "n", "concurrency_limit"))
+}
+
+/// The keyed runs whose claim takes a slot of their key, in a namespace without a limited
+/// queue, as two CTEs: `pending` (pending runs in claim order) and `due` (sleeping runs
+/// whose sleep ended), each past the keys without a free slot, with `columns` after the
+/// shared ones. Gated on the namespace having no limited queue (`config`). Its placeholders
+/// are replaced with the statement's ([`replace_shared`]).
+fn plain_keyed_scans(pending: &str, due: &str, columns: &str) -> String {
+    let scan = |name: &str, grp: u8, status: &str, order: &str| {
+        format!(
+            "{name} AS (
+                SELECT r.ctid, {grp} AS grp, r.priority, r.available_at, r.created_at,
+                       r.concurrency_key, r.concurrency_limit, h.held{columns}
+                  FROM tasks.workflow_runs r CROSS JOIN LATERAL ({{held}}) h(held)
+                 WHERE r.namespace = $1 AND {status} AND r.concurrency_key IS NOT NULL
+                   AND NOT (SELECT configured FROM config)
+                   AND r.available_at <= now()
+                   AND (r.deadline_at IS NULL OR r.deadline_at > now())
+                   AND h.held < r.concurrency_limit
+                   AND ($7::text[] IS NULL OR r.queue = ANY($7))
+                   AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
+                 ORDER BY {order}
+                 LIMIT $6
+             )"
+        )
+    };
+    format!(
+        "{}, {}",
+        scan(pending, 0, "{keyed_pending}", "{keyed_order}"),
+        scan(due, 1, "{keyed_due}", "r.available_at, r.created_at"),
+    )
 }
 
 /// The claim's last part, the same in both statements: running runs of other workers whose
