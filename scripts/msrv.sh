@@ -31,11 +31,12 @@ cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-runtime -p tasks-conformance \
   --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
-# The docs of every crate of the workspace, warnings denied (no broken intra-doc link), by
-# this toolchain's rustdoc. Here they reuse the dependencies' metadata of the check above (a
-# `cargo doc` beside the main build would check the whole dependency tree once more).
+# The docs of every crate of the workspace, private items too (a contributor's docs),
+# warnings denied (no broken intra-doc link), by this toolchain's rustdoc. Here they reuse the
+# dependencies' metadata of the check above (a `cargo doc` beside the main build would check
+# the whole dependency tree once more).
 started=$SECONDS
-RUSTDOCFLAGS="-D warnings" cargo $toolchain doc --locked --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" cargo $toolchain doc --locked --workspace --no-deps --document-private-items
 echo "Documented the workspace in $((SECONDS - started)) s" >&2
 # Each store alone, and neither: the dashboard without a store (and without the command
 # line, which the build above has on) is also the build with no store at all, for

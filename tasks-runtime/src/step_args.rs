@@ -5,7 +5,7 @@
 //! (autoref specialisation picks between [`RecordSerializable`] and [`RecordUnserializable`],
 //! so a step may still take a pool or a client). A value that is recorded never fails the
 //! step: one that does not serialize, holds a NaN or infinite float (JSON has neither), or
-//! passes the [`limits`](crate::limits) is replaced by a marker saying why.
+//! passes the [`limits`] is replaced by a marker saying why.
 //!
 //! The stored document is an array with one entry per parameter, in order:
 //!
@@ -28,7 +28,7 @@ enum Unrecorded {
     SerializeError,
     /// It holds a NaN or infinite float, which JSON cannot represent.
     NonFiniteFloat,
-    /// It passes the [`limits`](crate::limits) (too large, too deep, a NUL character).
+    /// It passes the [`limits`] (too large, too deep, a NUL character).
     ExceedsLimits,
 }
 

@@ -26,7 +26,7 @@
 //! 4. In each store, write the statement's `SET` list in its dialect and run it through the
 //!    store's generic transition helper (`PgStore::transition` / `SqliteStore::transition`),
 //!    which applies [`Transition::fence`], [`Transition::settle`] and
-//!    [`Transition::announcement`].
+//!    [`Transition::announcements`].
 //! 5. Add conformance cases to `tasks-conformance`; both stores run them.
 
 use std::time::Duration;

@@ -74,7 +74,7 @@ pub enum StateWaitError {
         #[source]
         source: serde_json::Error,
     },
-    /// The key exceeds the [`limits`](crate::limits).
+    /// The key exceeds the [`limits`].
     #[error(transparent)]
     Limit(#[from] LimitError),
     /// The store failed while waiting (or could not subscribe to its notifications).

@@ -2,7 +2,7 @@
 //! [`WorkflowContext::spawn_child`], [`WorkflowContext::join`] and
 //! [`WorkflowContext::join_all`].
 //!
-//! A start is a step attempt of kind [`StepKind::Child`](crate::StepKind::Child) named
+//! A start is a step attempt of kind [`StepKind::Child`] named
 //! `child/{workflow}` (then `child/{workflow}:1`, ... in call order, or a name of your
 //! choosing), created in the same transaction as the child run: a replay finds the attempt
 //! and never starts the child again. A join parks the run, freeing its worker slot, until

@@ -1,6 +1,6 @@
 //! Event waits of a workflow: [`WorkflowContext::wait_for_event`] and its variants.
 //!
-//! A wait is a step attempt of kind [`StepKind::Event`](crate::StepKind::Event) named
+//! A wait is a step attempt of kind [`StepKind::Event`] named
 //! `event/{topic}` (then `event/{topic}:1`, ... in call order). The store consumes the oldest
 //! unconsumed event of the topic, or parks the run until one is sent (or the timeout
 //! passes); the completed attempt holds the event, so a replay returns the same one without

@@ -1,6 +1,6 @@
 //! Publishing state from a workflow: [`WorkflowContext::set_state`].
 //!
-//! A publication is a step attempt of kind [`StepKind::State`](crate::StepKind::State)
+//! A publication is a step attempt of kind [`StepKind::State`]
 //! named `state/{key}` (then `state/{key}:1`, ... in call order), recorded together with the
 //! new value. A replay finds the attempt and publishes nothing, so the latest value a
 //! client reads is always the one the furthest execution published, never an older one
@@ -39,7 +39,7 @@ impl WorkflowContext {
     /// skipped, so a value published earlier never overwrites a later one. The value is
     /// written at once (with the steps recorded before it), not at the run's end.
     ///
-    /// A key or a value past the [`limits`](crate::limits) (a key of more than
+    /// A key or a value past the [`limits`] (a key of more than
     /// [`MAX_TOPIC_BYTES`](crate::limits::MAX_TOPIC_BYTES), a value of more than
     /// [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) of JSON), a value that
     /// does not serialize, or one holding a NaN or infinite float (JSON has neither), is a

@@ -11,6 +11,7 @@
 //!
 //! [`Store::start_child`]: crate::Store::start_child
 //! [`Store::wait_for_children`]: crate::Store::wait_for_children
+//! [`WAKE_PARENT`]: crate::transition::WAKE_PARENT
 
 use sqlx::{FromRow as _, PgConnection, Row as _};
 use uuid::Uuid;

@@ -248,7 +248,7 @@ impl PgStore {
         &self.pool
     }
 
-    /// Applies the schema migrations; see [`migrate`].
+    /// Applies the schema migrations; see [`migrate()`].
     pub async fn migrate(&self) -> Result<(), MigrateError> {
         migrate(&self.pool).await
     }

@@ -258,7 +258,7 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Applies the schema migrations; see [`migrate`].
+    /// Applies the schema migrations; see [`migrate()`].
     pub async fn migrate(&self) -> Result<(), MigrateError> {
         let _gate = self.shared.write_gate.lock().await;
         migrate(&self.pool).await
