@@ -103,8 +103,9 @@ pub struct FlowResult {
     pub backlog: Vec<BacklogRow>,
 }
 
-/// Drains `runs` runs of `steps` steps with each keying, `rounds` times interleaved, then
-/// measures claims on a 100k backlog with and without keys.
+/// Drains `runs` runs of `steps` steps with each keying, `rounds` times interleaved after a
+/// warm-up round that is not counted, then measures claims on a 100k backlog with and
+/// without keys.
 pub async fn measure(
     url: &str,
     admin: &PgPool,
