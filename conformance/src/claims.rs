@@ -53,8 +53,9 @@ pub async fn claim_respects_lease_and_reclaims_after_expiry(setup: impl Setup) {
     assert_eq!(reclaimed.started_at, claimed.started_at);
 }
 
-/// Pending runs are claimed before runs whose lease expired.
-pub async fn claim_prefers_pending_over_expired_leases(setup: impl Setup) {
+/// Runs whose lease expired (their worker died) are claimed before pending runs: recovery
+/// never waits behind a backlog.
+pub async fn claim_prefers_expired_leases_over_pending(setup: impl Setup) {
     let store = setup.store().await;
     let running = create_pending(&store).await;
     let claimed = claim_one(&store, Duration::from_millis(100)).await;
@@ -62,8 +63,8 @@ pub async fn claim_prefers_pending_over_expired_leases(setup: impl Setup) {
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     let pending = create_pending(&store).await;
-    assert_eq!(claim_one(&store, LONG_LEASE).await.id, pending.id);
     assert_eq!(claim_one(&store, LONG_LEASE).await.id, running.id);
+    assert_eq!(claim_one(&store, LONG_LEASE).await.id, pending.id);
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
 }
 
@@ -167,9 +168,10 @@ pub async fn claim_runs_takes_up_to_limit(setup: impl Setup) {
     );
 }
 
-/// A batch claim fills up with pending runs first, oldest first, and only then takes runs
-/// whose lease expired, earliest expiry first; the rest stay for the next claim.
-pub async fn claim_runs_fills_a_batch_pending_first(setup: impl Setup) {
+/// A batch claim takes the runs whose lease expired first, earliest expiry first, however
+/// many pending runs wait, and fills up with pending runs, oldest first; the rest stay for
+/// the next claim.
+pub async fn claim_runs_fills_a_batch_with_expired_leases_first(setup: impl Setup) {
     let store = setup.store().await;
     let expired_first = create_pending(&store).await;
     assert_eq!(claim_one(&store, SHORT_LEASE).await.id, expired_first.id);
@@ -177,21 +179,21 @@ pub async fn claim_runs_fills_a_batch_pending_first(setup: impl Setup) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(claim_one(&store, SHORT_LEASE).await.id, expired_second.id);
     tokio::time::sleep(PAST_SHORT_LEASE).await;
-    let pending = [
-        create_pending(&store).await.id,
-        create_pending(&store).await.id,
-    ];
+    let mut pending = Vec::new();
+    for _ in 0..4 {
+        pending.push(create_pending(&store).await.id);
+    }
 
     let batch = claimed_runs(store.claim_runs("w", LONG_LEASE, 3).await.unwrap());
     // Returned oldest first (by creation), whatever the claim order.
     let ids: Vec<Uuid> = batch.iter().map(|run| run.id).collect();
-    assert_eq!(ids, vec![expired_first.id, pending[0], pending[1]]);
+    assert_eq!(ids, vec![expired_first.id, expired_second.id, pending[0]]);
     let attempts: Vec<i32> = batch.iter().map(|run| run.attempts).collect();
-    assert_eq!(attempts, vec![2, 1, 1]);
+    assert_eq!(attempts, vec![2, 2, 1]);
 
-    let rest = claimed_runs(store.claim_runs("w", LONG_LEASE, 3).await.unwrap());
-    assert_eq!(rest.len(), 1);
-    assert_eq!(rest[0].id, expired_second.id);
+    let rest = claimed_runs(store.claim_runs("w", LONG_LEASE, 5).await.unwrap());
+    let ids: Vec<Uuid> = rest.iter().map(|run| run.id).collect();
+    assert_eq!(ids, pending[1..].to_vec());
     assert!(
         store
             .claim_runs("w", LONG_LEASE, 3)

@@ -48,6 +48,7 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     let worker = owner(&running).to_owned();
     let step = a
         .create_step_attempt(CreateStepAttempt {
+            id: Uuid::now_v7(),
             run_id: running.id,
             worker_id: worker.clone(),
             step_name: "s".into(),
@@ -133,6 +134,7 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     not_found!(
         running.id,
         b.create_step_attempt(CreateStepAttempt {
+            id: Uuid::now_v7(),
             run_id: running.id,
             worker_id: worker.clone(),
             step_name: "intruder".into(),

@@ -157,11 +157,11 @@ macro_rules! conformance_suite {
         } multi_thread {} }
         $crate::__conformance_module! { $setup, claims {
             claim_respects_lease_and_reclaims_after_expiry,
-            claim_prefers_pending_over_expired_leases,
+            claim_prefers_expired_leases_over_pending,
             claim_returns_none_when_nothing_is_available,
             claim_skips_runs_not_yet_available,
             claim_runs_takes_up_to_limit,
-            claim_runs_fills_a_batch_pending_first,
+            claim_runs_fills_a_batch_with_expired_leases_first,
             extend_lease_pushes_expiry,
             extend_lease_of_paused_or_canceled_run_is_wrong_state,
             extend_lease_after_takeover_is_lease_lost,
@@ -264,6 +264,10 @@ macro_rules! conformance_suite {
             recorded_arguments_round_trip,
             recorded_arguments_past_the_limits_are_refused,
             first_claim_is_recognisable,
+            a_repeated_record_is_stored_once,
+            a_record_with_another_runs_attempt_id_is_refused,
+            a_retried_completion_stores_its_steps_once,
+            a_repeated_create_is_stored_once,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, limits {
             create_run_refuses_values_past_the_limits,
@@ -281,7 +285,7 @@ macro_rules! conformance_suite {
             removed_worker_falls_back_to_its_lease,
             stale_worker_does_not_reclaim_its_own_runs,
             heartbeats_are_scoped_to_namespace,
-            stale_workers_runs_come_after_pending_runs,
+            stale_workers_runs_come_before_pending_runs,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, events {
             event_sent_before_the_wait_is_delivered,

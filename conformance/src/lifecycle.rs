@@ -36,6 +36,7 @@ fn assert_paused(run: &WorkflowRun, id: Uuid) {
 /// Parameters of a step attempt for `worker`.
 fn step(run_id: Uuid, worker: &str) -> CreateStepAttempt {
     CreateStepAttempt {
+        id: Uuid::now_v7(),
         run_id,
         worker_id: worker.to_owned(),
         step_name: "step".into(),

@@ -307,6 +307,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
 
     let record = |edit: fn(&mut RecordStepAttempt)| {
         let mut params = RecordStepAttempt {
+            id: Uuid::now_v7(),
             run_id: run.id,
             worker_id: worker.clone(),
             step_name: "step".into(),
@@ -352,6 +353,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
         assert_limit(store.record_step_attempt(params).await, field);
     }
     let create_step = CreateStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: worker.clone(),
         step_name: "s\0".into(),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tasks::{RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError, WorkflowRun};
+use uuid::Uuid;
 
 use super::Setup;
 use super::support::*;
@@ -20,6 +21,7 @@ async fn held_run<S: Store + ?Sized>(store: &S) -> WorkflowRun {
 /// A completed step attempt of `run` written by `worker`.
 fn finished_step(run: &WorkflowRun, worker: &str, name: &str) -> RecordStepAttempt {
     RecordStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: worker.to_owned(),
         step_name: name.to_owned(),
@@ -168,16 +170,20 @@ pub async fn heartbeats_are_scoped_to_namespace(setup: impl Setup) {
     assert_eq!(taken.map(|taken| taken.id), Some(run.id));
 }
 
-/// Pending runs are claimed before the runs of stale workers.
-pub async fn stale_workers_runs_come_after_pending_runs(setup: impl Setup) {
+/// The runs of a stale worker are claimed before pending runs, however many wait: a backlog
+/// never delays recovery.
+pub async fn stale_workers_runs_come_before_pending_runs(setup: impl Setup) {
     let store = setup.store().await;
     let run = held_run(&store).await;
     store.heartbeat(owner(&run), AT_ONCE).await.unwrap();
-    let pending = create_pending(&store).await;
+    let mut backlog = Vec::new();
+    for _ in 0..5 {
+        backlog.push(create_pending(&store).await.id);
+    }
     tokio::time::sleep(Duration::from_millis(20)).await;
     let rescuer = new_worker();
     let first = store.claim_runs(&rescuer, LONG_LEASE, 1).await.unwrap();
-    assert_eq!(ids(&claimed_runs(first)), vec![pending.id]);
-    let second = store.claim_runs(&rescuer, LONG_LEASE, 5).await.unwrap();
-    assert_eq!(ids(&claimed_runs(second)), vec![run.id]);
+    assert_eq!(ids(&claimed_runs(first)), vec![run.id]);
+    let second = store.claim_runs(&rescuer, LONG_LEASE, 10).await.unwrap();
+    assert_eq!(ids(&claimed_runs(second)), backlog);
 }

@@ -14,6 +14,7 @@ use super::support::*;
 
 fn record_params(run: &tasks::WorkflowRun, worker: &str, status: StepStatus) -> RecordStepAttempt {
     RecordStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: worker.to_owned(),
         step_name: "charge".into(),
@@ -65,6 +66,7 @@ pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
     let step = recorded(
         store
             .record_step_attempt(RecordStepAttempt {
+                id: Uuid::now_v7(),
                 config: json!({ "attempt": 1, "call": call }),
                 ..record_params(&run, owner(&run), StepStatus::Completed)
             })
@@ -74,6 +76,7 @@ pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
     let marker = recorded(
         store
             .record_step_attempt(RecordStepAttempt {
+                id: Uuid::now_v7(),
                 step_name: "patch:fraud-check".into(),
                 kind: StepKind::Patch,
                 config: json!({ "patch": "fraud-check" }),
@@ -114,6 +117,7 @@ pub async fn recorded_arguments_round_trip(setup: impl Setup) {
     last.step_name = "ship".into();
     last.args = Some(json!([{ "name": "to", "value": "Zürich" }]));
     let unrecorded = RecordStepAttempt {
+        id: Uuid::now_v7(),
         step_name: "secret".into(),
         ..record_params(&run, owner(&run), StepStatus::Completed)
     };
@@ -421,4 +425,135 @@ pub async fn complete_run_with_steps_rejects_bad_attempts(setup: impl Setup) {
         store.get_run(run.id).await.unwrap().unwrap().status,
         RunStatus::Running
     );
+}
+
+/// A record carries an id chosen once, and a retry of it (the same id: its first try was
+/// stored but its answer lost) stores nothing more: it is answered with the stored attempt,
+/// while the run is still held and after the run completed alike.
+pub async fn a_repeated_record_is_stored_once(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let params = record_params(&run, owner(&run), StepStatus::Completed);
+    let first = recorded(store.record_step_attempt(params.clone()).await.unwrap());
+    assert_eq!(
+        first.id, params.id,
+        "the attempt is stored under the caller's id"
+    );
+    let again = recorded(store.record_step_attempt(params.clone()).await.unwrap());
+    assert_eq!(again, first);
+    assert_eq!(
+        store.step_history(run.id).await.unwrap(),
+        vec![first.clone()]
+    );
+
+    store
+        .complete_run(run.id, owner(&run), json!(1))
+        .await
+        .unwrap();
+    let late = recorded(store.record_step_attempt(params).await.unwrap());
+    assert_eq!(
+        late, first,
+        "a retry after the completion is answered the same"
+    );
+    assert_eq!(store.step_history(run.id).await.unwrap(), vec![first]);
+
+    // A failed attempt likewise.
+    let failing = create_claimed(&store).await;
+    let params = record_params(&failing, owner(&failing), StepStatus::Failed);
+    let first = recorded(store.record_step_attempt(params.clone()).await.unwrap());
+    let again = recorded(store.record_step_attempt(params).await.unwrap());
+    assert_eq!(again, first);
+    assert_eq!(store.step_history(failing.id).await.unwrap().len(), 1);
+}
+
+/// An attempt id the store holds for another run is refused, and nothing is written.
+pub async fn a_record_with_another_runs_attempt_id_is_refused(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let other = create_claimed(&store).await;
+    let params = record_params(&run, owner(&run), StepStatus::Completed);
+    store.record_step_attempt(params.clone()).await.unwrap();
+    let mut stolen = record_params(&other, owner(&other), StepStatus::Completed);
+    stolen.id = params.id;
+    assert_err!(
+        store.record_step_attempt(stolen.clone()).await,
+        StoreError::InvalidArgument(_)
+    );
+    assert!(store.step_history(other.id).await.unwrap().is_empty());
+    let mut create = step_params(&other, "nap");
+    create.id = params.id;
+    assert_err!(
+        store.create_step_attempt(create).await,
+        StoreError::InvalidArgument(_)
+    );
+    assert!(store.step_history(other.id).await.unwrap().is_empty());
+    assert_eq!(store.step_history(run.id).await.unwrap().len(), 1);
+}
+
+/// A completion retried after its steps were stored (by an earlier try that went through
+/// the separate writes, or by the whole earlier try) stores each step once: the run
+/// completes with its steps, and a retry of the completed call writes nothing more. For a
+/// child run too, whose completion also wakes its parent.
+pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
+    let store = setup.store().await;
+    let plain = create_claimed(&store).await;
+    let parent = create_claimed(&store).await;
+    let child = store
+        .start_child(tasks::StartChild {
+            call: None,
+            run_id: parent.id,
+            worker_id: owner(&parent).to_owned(),
+            step_name: "child/a".into(),
+            child: tasks::CreateRun::new(unique_name()),
+            on_parent_cancel: tasks::ParentCancel::Cascade,
+        })
+        .await
+        .unwrap()
+        .child;
+    let child = loop {
+        let claimed = claim_one(&store, LONG_LEASE).await;
+        if claimed.id == child.id {
+            break claimed;
+        }
+    };
+    for run in [plain, child] {
+        let last = record_params(&run, owner(&run), StepStatus::Completed);
+        let mut ship = record_params(&run, owner(&run), StepStatus::Completed);
+        ship.step_name = "ship".into();
+        // The first try stored its first step, then failed.
+        store.record_step_attempt(last.clone()).await.unwrap();
+        let steps = vec![last.clone(), ship.clone()];
+        let done = store
+            .complete_run_with_steps(run.id, owner(&run), json!(2), steps.clone())
+            .await
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Completed);
+        let history = store.step_history(run.id).await.unwrap();
+        assert_eq!(names(&history), vec!["charge", "ship"], "run {}", run.id);
+        assert_eq!(
+            history.iter().map(|step| step.id).collect::<Vec<_>>(),
+            vec![last.id, ship.id]
+        );
+        // The completion committed, and its answer was lost: the retry stores nothing.
+        let _ = store
+            .complete_run_with_steps(run.id, owner(&run), json!(2), steps)
+            .await;
+        assert_eq!(store.step_history(run.id).await.unwrap(), history);
+        assert_eq!(
+            store.get_run(run.id).await.unwrap().unwrap().status,
+            RunStatus::Completed
+        );
+    }
+}
+
+/// A running attempt (a durable sleep) created again under its id is the same attempt.
+pub async fn a_repeated_create_is_stored_once(setup: impl Setup) {
+    let store = setup.store().await;
+    let run = create_claimed(&store).await;
+    let params = step_params(&run, "nap");
+    let first = store.create_step_attempt(params.clone()).await.unwrap();
+    assert_eq!(first.id, params.id);
+    let again = store.create_step_attempt(params).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(store.step_history(run.id).await.unwrap(), vec![first]);
 }

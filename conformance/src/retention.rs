@@ -13,6 +13,7 @@ use tasks::{
     EventTarget, LimitError, PurgeRuns, RecordStepAttempt, RunStatus, SendEvent, StepKind,
     StepStatus, Store, StoreError, WorkflowRun, limits::Field,
 };
+use uuid::Uuid;
 
 use super::Setup;
 use super::support::*;
@@ -30,6 +31,7 @@ async fn exists<S: Store + ?Sized>(store: &S, run: &WorkflowRun) -> bool {
 /// A completed attempt of `step_name` for the run's worker.
 fn completed_step(run: &WorkflowRun, step_name: &str) -> RecordStepAttempt {
     RecordStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: owner(run).to_owned(),
         step_name: step_name.into(),

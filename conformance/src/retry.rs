@@ -32,6 +32,7 @@ fn assert_retried(run: &WorkflowRun, id: Uuid) {
 fn record(run: &WorkflowRun, step_name: &str, status: StepStatus) -> RecordStepAttempt {
     let completed = status == StepStatus::Completed;
     RecordStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: owner(run).to_owned(),
         step_name: step_name.into(),

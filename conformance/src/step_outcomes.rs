@@ -217,6 +217,7 @@ pub async fn create_step_attempt_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .create_step_attempt(CreateStepAttempt {
+                id: Uuid::now_v7(),
                 worker_id: "not-the-owner".into(),
                 ..step_params(&running, "s")
             })
@@ -240,6 +241,7 @@ pub async fn create_step_attempt_is_fenced(setup: impl Setup) {
     assert_err!(
         store
             .create_step_attempt(CreateStepAttempt {
+                id: Uuid::now_v7(),
                 run_id: pending.id,
                 worker_id: new_worker(),
                 ..step_params(&running, "s")

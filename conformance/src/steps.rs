@@ -18,6 +18,7 @@ pub async fn create_step_attempt_returns_running_attempt(setup: impl Setup) {
     let name = Uuid::new_v4().to_string();
     let created = store
         .create_step_attempt(CreateStepAttempt {
+            id: Uuid::now_v7(),
             config: json!({ "key": "val" }),
             ..step_params(&run, &name)
         })
@@ -51,6 +52,7 @@ pub async fn create_step_attempt_returns_running_attempt(setup: impl Setup) {
 
     let sleep = store
         .create_step_attempt(CreateStepAttempt {
+            id: Uuid::now_v7(),
             kind: StepKind::Sleep,
             context: Some(json!({ "trace": "abc" })),
             ..step_params(&run, "nap")

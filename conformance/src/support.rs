@@ -272,6 +272,7 @@ pub(crate) async fn start_step<S: Store + ?Sized>(
 /// Parameters of a function step named `name`, for the run's worker.
 pub(crate) fn step_params(run: &WorkflowRun, name: &str) -> CreateStepAttempt {
     CreateStepAttempt {
+        id: Uuid::now_v7(),
         run_id: run.id,
         worker_id: owner(run).to_owned(),
         step_name: name.to_owned(),

@@ -9,6 +9,7 @@ use tasks::{
     CreateRun, ParentCancel, RecordStepAttempt, StartChild, StepKind, StepStatus, Store,
     TraceContext,
 };
+use uuid::Uuid;
 
 use super::Setup;
 use super::support::*;
@@ -119,6 +120,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
 
     store
         .record_step_attempt(RecordStepAttempt {
+            id: Uuid::now_v7(),
             run_id: parent.id,
             worker_id: owner(&parent).to_owned(),
             step_name: "a".into(),

@@ -13,9 +13,11 @@
 //! to it: the worker is alive and still holds the run. Refusals (lease lost, wrong state,
 //! not found) are answers, not failures, and are never retried. A retried write is fenced
 //! like the first, so a write that did commit before its connection broke is refused the
-//! second time (a completion, a failure, a sleep), except a step record, which may then be
-//! stored twice: replay reads the newest attempt of a step, so a duplicate completed
-//! record changes nothing.
+//! second time (a completion, a failure, a sleep). A step record is written once whatever
+//! the retries: each attempt carries an id chosen here, once, before the first try, and a
+//! store answers a record whose id it holds with the attempt it stored
+//! ([`Store::record_step_attempt`](crate::Store::record_step_attempt)); the steps that
+//! write by name (events, children, published state) find their stored attempt by name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -215,6 +217,8 @@ impl RunSession {
             Err(error) => (StepStatus::Failed, None, Some(error)),
         };
         RecordStepAttempt {
+            // Chosen once: every retry of this record carries it.
+            id: Uuid::now_v7(),
             run_id: self.run_id,
             worker_id: self.worker_id.clone(),
             step_name: step_name.to_owned(),
@@ -326,6 +330,7 @@ impl RunSession {
         config: Value,
     ) -> Result<StepAttempt, Halt> {
         let params = CreateStepAttempt {
+            id: Uuid::now_v7(),
             run_id: self.run_id,
             worker_id: self.worker_id.clone(),
             step_name: step_name.to_owned(),
@@ -347,6 +352,18 @@ impl RunSession {
                 .complete_step_attempt(self.run_id, attempt_id, &self.worker_id, Value::Null)
         })
         .await;
+        let update = match update {
+            // A retry whose first try completed it (the answer was lost): the same outcome.
+            Err(StoreError::StepAlreadyFinished {
+                id,
+                status: StepStatus::Completed,
+            }) if id == attempt_id => match self.store.get_step_attempt(attempt_id).await {
+                Ok(Some(attempt)) => Ok(StepUpdate::Recorded(attempt)),
+                Ok(None) => Err(StoreError::StepNotFound { id: attempt_id }),
+                Err(error) => Err(error),
+            },
+            update => update,
+        };
         match update {
             Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
             Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),

@@ -383,6 +383,10 @@ impl FailRun {
 /// Parameters of [`Store::create_step_attempt`].
 #[derive(Debug, Clone)]
 pub struct CreateStepAttempt {
+    /// The attempt's id, chosen once by the caller (a UUIDv7, [`Uuid::now_v7`]) and kept
+    /// across every retry of the same write: an id the store already holds for this run is
+    /// not written again, and the stored attempt is returned instead.
+    pub id: Uuid,
     /// The run, which must be running under `worker_id`.
     pub run_id: Uuid,
     /// The worker that must hold the lease.
@@ -415,6 +419,12 @@ impl CreateStepAttempt {
 /// Parameters of [`Store::record_step_attempt`]: an attempt that already finished.
 #[derive(Debug, Clone)]
 pub struct RecordStepAttempt {
+    /// The attempt's id, chosen once by the caller (a UUIDv7, [`Uuid::now_v7`]) and kept
+    /// across every retry of the same record. A record whose id the store already holds
+    /// for this run is not stored again: the store answers with the attempt it has (see
+    /// [`Store::record_step_attempt`]), so a retry after a lost acknowledgement never
+    /// records a step twice.
+    pub id: Uuid,
     /// The run, which must be running under `worker_id`.
     pub run_id: Uuid,
     /// The worker that must hold the lease.
@@ -862,7 +872,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Starts a running step attempt of a run that `params.worker_id` is running (durable
     /// sleeps use this; function steps are written once, finished, by
-    /// [`Store::record_step_attempt`]). Worker-side errors.
+    /// [`Store::record_step_attempt`]). Idempotent by `params.id` like
+    /// [`Store::record_step_attempt`]: an id the store already holds for this run returns
+    /// the stored attempt and creates nothing. Worker-side errors, and
+    /// [`StoreError::InvalidArgument`] for an id the store holds for another run.
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt>;
 
     /// The step attempt with this id, or `None`.
@@ -900,8 +913,15 @@ pub trait Store: Send + Sync + 'static {
     /// attempt is stored with that status and no result, and the outcome is
     /// [`StepUpdate::Interrupted`].
     ///
+    /// Idempotent by `params.id`: when the store already holds a finished attempt with that
+    /// id for this run (a retry whose first try committed but whose answer was lost), it
+    /// stores nothing and answers [`StepUpdate::Recorded`] with the stored attempt, whatever
+    /// the run's state is now. [`Store::complete_run_with_steps`] inherits this for its
+    /// attempts: a retried completion never stores a step a second time.
+    ///
     /// Errors: [`StoreError::InvalidArgument`] for an attempt that is not completed or
-    /// failed, or a duration out of range; worker-side errors.
+    /// failed, a duration out of range, or an id the store holds for another run;
+    /// worker-side errors.
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate>;
 
     /// Subscribes to the notifications of this store's namespace. Dropped connections are

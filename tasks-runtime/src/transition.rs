@@ -190,9 +190,10 @@ pub(crate) fn purgeable_family(alias: &str, runs: &str) -> String {
     )
 }
 
-/// Claims pending runs whose `available_at` has passed. Claims take these first. Every
-/// claimed run is announced running (for waiters; workers do not wake on it), in the same
-/// batch as the claimer's other announcements.
+/// Claims pending runs whose `available_at` has passed. Claims take these after the runs of
+/// dead workers ([`CLAIM_EXPIRED`], [`CLAIM_ORPHANED`]) and before sleeping runs whose
+/// sleep is over ([`CLAIM_DUE`]). Every claimed run is announced running (for waiters;
+/// workers do not wake on it), in the same batch as the claimer's other announcements.
 pub(crate) const CLAIM_PENDING: Transition = Transition {
     operation: Operation::ClaimRuns,
     from: &[Pending],
@@ -202,19 +203,29 @@ pub(crate) const CLAIM_PENDING: Transition = Transition {
     announce_status: true,
 };
 
-/// Claims runs whose lease expired (their worker died) or whose sleep is over; with
-/// [`CLAIM_ORPHANED`], also running runs whose worker's heartbeat went stale. Claims take
-/// these after pending runs.
-pub(crate) const CLAIM_DUE: Transition = Transition {
-    from: &[Running, Sleeping],
+/// Claims running runs whose lease expired: their worker died, or stalled past its lease.
+/// With [`CLAIM_ORPHANED`] this is recovery, and a claim takes these runs first, ahead of
+/// every pending run: a run that was running when its worker died is the oldest work in
+/// the system, so a backlog of new runs never delays it. Such a run already holds its key's
+/// and its queue's slots, so taking it first never passes a limit.
+pub(crate) const CLAIM_EXPIRED: Transition = Transition {
+    from: &[Running],
     ..CLAIM_PENDING
 };
 
-/// The second half of [`CLAIM_DUE`]: running runs held by a worker whose heartbeat row is
-/// stale (see [`stale_workers`]), claimable before their lease expires. A worker without
-/// a heartbeat row is never stale: its runs wait for their lease. The claiming worker never
-/// takes its own runs this way (it is executing them), and the claim writes its own worker
-/// id, so every later write of the stale worker misses the fence ([`StoreError::LeaseLost`]).
+/// Claims sleeping runs whose sleep is over (a durable sleep, an event wait that timed out
+/// or was woken, a parent woken by its children). Claims take these after pending runs.
+pub(crate) const CLAIM_DUE: Transition = Transition {
+    from: &[Sleeping],
+    ..CLAIM_PENDING
+};
+
+/// The second half of recovery ([`CLAIM_EXPIRED`]): running runs held by a worker whose
+/// heartbeat row is stale (see [`stale_workers`]), claimable before their lease expires. A
+/// worker without a heartbeat row is never stale: its runs wait for their lease. The
+/// claiming worker never takes its own runs this way (it is executing them), and the claim
+/// writes its own worker id, so every later write of the stale worker misses the fence
+/// ([`StoreError::LeaseLost`]).
 pub(crate) const CLAIM_ORPHANED: Transition = Transition {
     from: &[Running],
     ..CLAIM_PENDING
@@ -786,6 +797,38 @@ pub(crate) fn explain_step_miss(
     }
 }
 
+/// What a step write finds when the id it carries is already stored: the rule that makes
+/// [`Store::record_step_attempt`](crate::Store::record_step_attempt) and
+/// [`Store::create_step_attempt`](crate::Store::create_step_attempt) idempotent under retry.
+///
+/// - An attempt of another run: the id was reused, an [`StoreError::InvalidArgument`].
+/// - A finished (completed or failed) attempt of this run, for a record, or any attempt of
+///   this run, for a create: the first try committed and its answer was lost; the write is
+///   answered with the stored attempt and writes nothing.
+/// - A record whose stored attempt was marked paused or canceled (its first try found the
+///   run interrupted): `None`, and the write classifies the run as it is now, storing
+///   nothing new (its insert finds the id taken).
+pub(crate) fn stored_again(
+    run_id: Uuid,
+    stored: Option<StepAttempt>,
+    finished_only: bool,
+) -> StoreResult<Option<StepAttempt>> {
+    match stored {
+        None => Ok(None),
+        Some(step) if step.workflow_run_id != run_id => Err(StoreError::InvalidArgument(format!(
+            "step attempt id {} is already used by another run",
+            step.id
+        ))),
+        Some(step)
+            if !finished_only
+                || matches!(step.status, StepStatus::Completed | StepStatus::Failed) =>
+        {
+            Ok(Some(step))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
 /// When a failed attempt of `run` is retried: `None` means fail for good (forced, or the
 /// run's retry policy has no attempts left), else the delay from now. The store still gives
 /// up when the retry would start at or after the run's deadline, by its own clock.
@@ -972,6 +1015,7 @@ mod tests {
             (&FAIL, Pending),
             (&RELEASE, Pending),
             (&CLAIM_PENDING, Running),
+            (&CLAIM_EXPIRED, Running),
             (&CLAIM_DUE, Running),
             (&CLAIM_ORPHANED, Running),
         ] {
@@ -1041,7 +1085,12 @@ mod tests {
         assert!(keyed_candidates(1) > 1);
         assert_eq!(schedule_fence("$3"), "NOT paused AND next_slot = $3");
         // Every claimable status either takes a slot or already holds one.
-        for status in CLAIM_PENDING.from.iter().chain(CLAIM_DUE.from) {
+        for status in CLAIM_PENDING
+            .from
+            .iter()
+            .chain(CLAIM_DUE.from)
+            .chain(CLAIM_EXPIRED.from)
+        {
             assert!(TAKES_SLOT.contains(status) != HOLDS_SLOT.contains(status));
         }
     }

@@ -15,6 +15,7 @@ async fn store() -> PgStore {
 
 fn finished_step(run_id: uuid::Uuid, worker: &str) -> RecordStepAttempt {
     RecordStepAttempt {
+        id: uuid::Uuid::now_v7(),
         run_id,
         worker_id: worker.to_owned(),
         step_name: "step".into(),

@@ -1,9 +1,10 @@
-//! The claim statement: the Postgres rendering of [`CLAIM_PENDING`], [`CLAIM_DUE`] and
-//! [`CLAIM_ORPHANED`] (and of [`EXPIRE`] first), in two variants.
+//! The claim statement: the Postgres rendering of [`CLAIM_EXPIRED`], [`CLAIM_ORPHANED`],
+//! [`CLAIM_PENDING`] and [`CLAIM_DUE`], in that order (and of [`EXPIRE`] first), in two
+//! variants.
 //!
 //! - The **plain** claim, for a namespace where no queue has a limit (the common case):
-//!   pending runs, keyed runs under their key's limit, due and orphaned runs, each read in
-//!   its index's order.
+//!   runs of dead workers, then pending runs, keyed runs under their key's limit and due
+//!   runs, each read in its index's order.
 //! - The **full** claim, which adds the queues' concurrency limits, their rate windows and
 //!   their limits per key.
 //!
@@ -23,9 +24,9 @@ use super::rows::RUN_COLUMNS;
 use super::{children, prefixed};
 use crate::model::RunStatus;
 use crate::transition::{
-    CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, PENDING_ORDER, TAKES_QUEUE_SLOT, TAKES_SLOT,
-    admitted, is_start, key_limit, pending_order, queue_slots_held, rate_starts_left_sql,
-    rate_window_set_sql, slots_held, stale_workers, status_in,
+    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, PENDING_ORDER, TAKES_QUEUE_SLOT,
+    TAKES_SLOT, admitted, is_start, key_limit, pending_order, queue_slots_held,
+    rate_starts_left_sql, rate_window_set_sql, slots_held, stale_workers, status_in,
 };
 #[cfg(doc)]
 use crate::transition::{EXPIRE, keyed_candidates};
@@ -146,7 +147,7 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
               LIMIT $4
               FOR UPDATE SKIP LOCKED"
     };
-    let tail = claimed_tail("");
+    let (recovered, tail) = (recovered(""), claimed_tail());
     let keyed_plain = plain_keyed_scans(
         "keyed_pending_plain",
         "keyed_due_plain",
@@ -184,8 +185,9 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  WHERE (concurrency IS NULL OR held < concurrency)
                    AND ($7::text[] IS NULL OR queue = ANY($7))
              ),
-             -- Pending runs first, then runs whose lease or sleep is over; each group in
-             -- the order of its index, so a claim reads only the rows it takes. Pending runs
+             {recovered},
+             -- Then pending runs, then sleeping runs whose sleep is over; each group in the
+             -- order of its index, so a claim reads only the rows it takes. Pending runs
              -- without a concurrency key, of queues without a limit:
              free AS (
                 {free}
@@ -364,7 +366,8 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                     UNION ALL SELECT * FROM keyed
                 ) c
                  ORDER BY grp, priority DESC, available_at, created_at
-                 LIMIT $4
+                 -- What recovery left of the batch.
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM recovered), 0)
              ),
              -- Every claim of a key's runs changes the key's row, and every claim of a
              -- limited queue's runs its queue's row (with its rate window), so that
@@ -392,16 +395,14 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                  WHERE namespace = $1 AND {{due}}
                    -- Sleeping runs with a key are the keyed group's, those of a queue with a
                    -- concurrency limit the queue's.
-                   AND (status = 'running'
-                        OR (concurrency_key IS NULL
-                            AND queue <> ALL(ARRAY(SELECT queue FROM limited
-                                                    WHERE concurrency IS NOT NULL))))
+                   AND concurrency_key IS NULL
+                   AND queue <> ALL(ARRAY(SELECT queue FROM limited WHERE concurrency IS NOT NULL))
                    AND available_at <= now()
                    AND (deadline_at IS NULL OR deadline_at > now())
                    AND ($7::text[] IS NULL OR queue = ANY($7))
                    AND ($8::text[] IS NULL OR workflow_name = ANY($8))
                  ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM recovered) - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
              ),
              {tail}"
@@ -496,13 +497,15 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
           LIMIT $4
           FOR UPDATE SKIP LOCKED"
     };
-    let tail = claimed_tail("AND NOT (SELECT configured FROM config)");
+    let gate = "AND NOT (SELECT configured FROM config)";
+    let (recovered, tail) = (recovered(gate), claimed_tail());
     let keyed_plain = plain_keyed_scans("keyed_pending", "keyed_due", "");
     let template = format!(
         "WITH {{expire}},
              config AS (SELECT {{limited_queue_exists}} AS configured),
-             -- Pending runs first, then runs whose lease or sleep is over; each group in
-             -- the order of its index, so a claim reads only the rows it takes. Pending runs
+             {recovered},
+             -- Then pending runs, then sleeping runs whose sleep is over; each group in the
+             -- order of its index, so a claim reads only the rows it takes. Pending runs
              -- without a concurrency key:
              free AS (
                 {free}
@@ -547,7 +550,8 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
                     SELECT * FROM free UNION ALL SELECT * FROM keyed
                 ) c
                  ORDER BY grp, priority DESC, available_at, created_at
-                 LIMIT $4
+                 -- What recovery left of the batch.
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM recovered), 0)
              ),
              -- Every claim of a key's runs changes the key's row, so that concurrent claims
              -- see it (above).
@@ -560,14 +564,14 @@ fn render_plain_claim_sql(by_queue: bool) -> String {
                 SELECT ctid FROM tasks.workflow_runs
                  WHERE namespace = $1 AND {{due}}
                    -- Sleeping runs with a key are the keyed group's.
-                   AND (status = 'running' OR concurrency_key IS NULL)
+                   AND concurrency_key IS NULL
                    AND NOT (SELECT configured FROM config)
                    AND available_at <= now()
                    AND (deadline_at IS NULL OR deadline_at > now())
                    AND ($7::text[] IS NULL OR queue = ANY($7))
                    AND ($8::text[] IS NULL OR workflow_name = ANY($8))
                  ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending), 0)
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM recovered) - (SELECT count(*) FROM pending), 0)
                  FOR UPDATE SKIP LOCKED
              ),
              {tail}"
@@ -585,6 +589,7 @@ fn replace_shared(template: &str) -> String {
         .replace("{pending}", &status_in("", CLAIM_PENDING.from))
         .replace("{pending_r}", &status_in("r.", CLAIM_PENDING.from))
         .replace("{due}", &status_in("", CLAIM_DUE.from))
+        .replace("{expired}", &status_in("", CLAIM_EXPIRED.from))
         .replace("{orphaned}", &status_in("", CLAIM_ORPHANED.from))
         .replace("{stale}", &stale_workers("tasks.workers", "$1", "now()"))
         .replace("{returning}", &prefixed("wr", RUN_COLUMNS))
@@ -630,30 +635,52 @@ fn plain_keyed_scans(pending: &str, due: &str, columns: &str) -> String {
     )
 }
 
-/// The claim's last part, the same in both statements: running runs of other workers whose
-/// heartbeat went stale (`orphaned`, gated by `gate`), then the update that claims the
-/// chosen runs, and the rows returned. Its placeholders are replaced with the statement's.
-fn claimed_tail(gate: &str) -> String {
+/// The claim's first group, the same in both statements: the runs of dead workers, ahead
+/// of every other run ([`CLAIM_EXPIRED`], [`CLAIM_ORPHANED`]), gated by `gate`. First the
+/// running runs whose lease expired, then running runs of other workers whose heartbeat
+/// went stale, before their leases expire: found from the (few) stale workers of the
+/// namespace through the index on running runs by worker (an array, so the planner probes
+/// that index instead of joining every running run of the namespace). Its placeholders are
+/// replaced with the statement's.
+fn recovered(gate: &str) -> String {
     format!(
-        "-- Then running runs of other workers whose heartbeat went stale, before their
-             -- leases expire: found from the (few) stale workers of the namespace through
-             -- the index on running runs by worker (an array, so the planner probes that
-             -- index instead of joining every running run of the namespace).
+        "-- Runs of dead workers first: a backlog never delays recovery.
+             expired_leases AS (
+                SELECT ctid FROM tasks.workflow_runs
+                 WHERE namespace = $1 AND {{expired}}
+                   {gate}
+                   AND available_at <= now()
+                   AND (deadline_at IS NULL OR deadline_at > now())
+                   AND ($7::text[] IS NULL OR queue = ANY($7))
+                   AND ($8::text[] IS NULL OR workflow_name = ANY($8))
+                 ORDER BY available_at, created_at
+                 LIMIT $4
+                 FOR UPDATE SKIP LOCKED
+             ),
              orphaned AS (
                 SELECT ctid FROM tasks.workflow_runs
                  WHERE namespace = $1 AND {{orphaned}} AND worker_id <> $2
                    AND worker_id = ANY(ARRAY({{stale}}))
                    {gate}
-                   -- Expired leases are the due group's.
+                   -- Expired leases are taken above.
                    AND available_at > now()
                    AND (deadline_at IS NULL OR deadline_at > now())
                    AND ($7::text[] IS NULL OR queue = ANY($7))
                    AND ($8::text[] IS NULL OR workflow_name = ANY($8))
                  ORDER BY available_at, created_at
-                 LIMIT GREATEST($4 - (SELECT count(*) FROM pending) - (SELECT count(*) FROM due), 0)
+                 LIMIT GREATEST($4 - (SELECT count(*) FROM expired_leases), 0)
                  FOR UPDATE SKIP LOCKED
              ),
-             claimed AS (
+             recovered AS (
+                SELECT ctid FROM expired_leases UNION ALL SELECT ctid FROM orphaned
+             )"
+    )
+}
+
+/// The claim's last part, the same in both statements: the update that claims the chosen
+/// runs, and the rows returned. Its placeholders are replaced with the statement's.
+fn claimed_tail() -> &'static str {
+    "claimed AS (
              UPDATE tasks.workflow_runs wr
                 SET status = 'running', worker_id = $2,
                     -- Waking from a durable sleep continues the same attempt.
@@ -666,15 +693,14 @@ fn claimed_tail(gate: &str) -> String {
               -- statistics are stale, once per claimed row. A row a concurrent writer
               -- changed after this statement's snapshot is locked but not updated: it is
               -- simply not claimed this time.
-              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM pending UNION ALL SELECT ctid FROM due
-                                        UNION ALL SELECT ctid FROM orphaned))
+              WHERE wr.ctid = ANY(ARRAY(SELECT ctid FROM recovered UNION ALL SELECT ctid FROM pending
+                                        UNION ALL SELECT ctid FROM due))
                 -- A parent woken by an expired child is written by `woken` in this
                 -- statement: it waits for the next claim.
                 AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
-          RETURNING {{returning}}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
+          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
              )
              SELECT claimed.*, false AS expired FROM claimed
              UNION ALL
              SELECT expired.*, false, true FROM expired"
-    )
 }

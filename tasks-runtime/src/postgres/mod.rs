@@ -52,11 +52,11 @@ use crate::transition::{
     CANCEL, CLAIM_PENDING, COMPLETE, COMPLETE_STEP, CREATE_STEP, EXPIRE, EXTEND_LEASE, FAIL,
     JSON_COLUMNS, MARKABLE_STEP, PAUSE, QUARANTINE, RECORD_STEP, RELEASE, RESUME, SLEEP,
     Transition, deadline_error, explain_step_miss, forgettable_workers, interrupted,
-    keyed_candidates, quarantine_error, retry_after, status_in, step_status_in,
+    keyed_candidates, quarantine_error, retry_after, status_in, step_status_in, stored_again,
 };
 use background::Background;
 use notify::{Batcher, Hub};
-use recorder::{Completer, Recorder};
+use recorder::{Completer, Recorder, SKIP_STORED};
 use rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_claimed, decode_run};
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
@@ -1032,13 +1032,14 @@ impl Store for PgStore {
              SELECT $1, $3, wr.id, $5, $6, 'running', $7, $8, now(), clock_timestamp(), now()
                FROM tasks.workflow_runs wr
               WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
+             {SKIP_STORED}
           RETURNING {STEP_COLUMNS}",
             fence = CREATE_STEP.fence("wr.", "$4"),
         );
         let inserted = sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(params.run_id)
-            .bind(Uuid::now_v7())
+            .bind(params.id)
             .bind(&params.worker_id)
             .bind(&params.step_name)
             .bind(params.kind.as_str())
@@ -1050,6 +1051,10 @@ impl Store for PgStore {
         match inserted {
             Some(row) => row.into_step(operation),
             None => {
+                let stored = self.get_step_attempt(params.id).await?;
+                if let Some(step) = stored_again(params.run_id, stored, false)? {
+                    return Ok(step);
+                }
                 let current = self.fetch_run(params.run_id, operation).await?;
                 Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), current.as_ref()))
             }
@@ -1203,13 +1208,14 @@ impl Store for PgStore {
                     clock_timestamp(), clock_timestamp(), clock_timestamp()
                FROM tasks.workflow_runs wr
               WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
+             {SKIP_STORED}
           RETURNING {STEP_COLUMNS}",
             fence = RECORD_STEP.fence("wr.", "$4"),
         );
         let inserted = sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
             .bind(params.run_id)
-            .bind(Uuid::now_v7())
+            .bind(params.id)
             .bind(&params.worker_id)
             .bind(&params.step_name)
             .bind(params.kind.as_str())
@@ -1225,28 +1231,34 @@ impl Store for PgStore {
         if let Some(row) = inserted {
             return Ok(StepUpdate::Recorded(row.into_step(operation)?));
         }
+        let stored = self.get_step_attempt(params.id).await?;
+        if let Some(step) = stored_again(params.run_id, stored, true)? {
+            return Ok(StepUpdate::Recorded(step));
+        }
         let params = &params;
         let trace = |mark: StepStatus| async move {
-            sqlx::query(
+            let sql = format!(
                 "INSERT INTO tasks.step_attempts
                      (namespace, id, workflow_run_id, step_name, kind, status, config, args,
                       started_at, created_at, updated_at)
                  VALUES ($1, $3, $2, $4, $5, $6, $7, $9,
                          clock_timestamp() - $8 * INTERVAL '1 microsecond',
-                         clock_timestamp(), clock_timestamp())",
-            )
-            .bind(&*self.namespace)
-            .bind(params.run_id)
-            .bind(Uuid::now_v7())
-            .bind(&params.step_name)
-            .bind(params.kind.as_str())
-            .bind(mark.as_str())
-            .bind(&params.config)
-            .bind(elapsed)
-            .bind(&params.args)
-            .execute(&self.pool)
-            .await
-            .map_err(db(operation))?;
+                         clock_timestamp(), clock_timestamp())
+                 {SKIP_STORED}"
+            );
+            sqlx::query(&sql)
+                .bind(&*self.namespace)
+                .bind(params.run_id)
+                .bind(params.id)
+                .bind(&params.step_name)
+                .bind(params.kind.as_str())
+                .bind(mark.as_str())
+                .bind(&params.config)
+                .bind(elapsed)
+                .bind(&params.args)
+                .execute(&self.pool)
+                .await
+                .map_err(db(operation))?;
             Ok(true)
         };
         self.step_refused(&RECORD_STEP, params.run_id, None, &params.worker_id, trace)

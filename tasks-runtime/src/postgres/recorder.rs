@@ -175,7 +175,7 @@ impl Recorder {
     ) -> StoreResult<Result<StepAttempt, RecordStepAttempt>> {
         let record = StepRecord {
             namespace: namespace.to_owned(),
-            id: Uuid::now_v7(),
+            id: params.id,
             params,
         };
         Ok(self.0.submit(record).await?.map_err(|record| record.params))
@@ -220,7 +220,7 @@ impl Completer {
             .into_iter()
             .map(|params| StepRecord {
                 namespace: namespace.to_owned(),
-                id: Uuid::now_v7(),
+                id: params.id,
                 params,
             })
             .collect();
@@ -401,6 +401,11 @@ const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
                 clock_timestamp() - r.elapsed * INTERVAL '1 microsecond',
                 clock_timestamp(), clock_timestamp(), clock_timestamp()";
 
+/// Ends the inserts of [`INSERT_STEPS`]: an attempt whose id is stored already (a retry
+/// whose first try committed) is not written again, and is not returned, so the caller
+/// takes the single-row path, which answers with the stored attempt.
+pub(crate) const SKIP_STORED: &str = "ON CONFLICT (namespace, id) DO NOTHING";
+
 /// The statement that writes a batch of finished step attempts: the twelve arrays of
 /// [`step_rows`] from `$1`; returns the rows written. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).
@@ -414,6 +419,7 @@ pub(crate) fn record_steps_sql() -> &'static str {
                      WHERE w.namespace = r.namespace AND w.id = r.run_id
                     OFFSET 0) run
               WHERE {fence}
+             {SKIP_STORED}
              RETURNING {returning}",
             rows = step_rows(1),
             fence = RECORD_STEP.fence("run.", "r.worker_id"),
@@ -455,6 +461,7 @@ pub(crate) fn complete_runs_sql() -> &'static str {
                  {INSERT_STEPS}
                    FROM {rows}
                    JOIN done run ON run.namespace = r.namespace AND run.id = r.run_id
+                 {SKIP_STORED}
              )
              SELECT {RUN_COLUMNS} FROM done",
             rows = step_rows(5),

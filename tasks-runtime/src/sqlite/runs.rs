@@ -20,11 +20,11 @@ use crate::store::{
     ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
 };
 use crate::transition::{
-    CANCEL, CLAIM_DUE, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE, EXTEND_LEASE, FAIL,
-    JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP, TAKES_QUEUE_SLOT,
-    TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers, is_start, key_limit,
-    keyed_candidates, pending_order, quarantine_error, rate_starts_left_sql, retry_after,
-    slots_held, stale_workers, status_in,
+    CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
+    EXTEND_LEASE, FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP,
+    TAKES_QUEUE_SLOT, TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers,
+    is_start, key_limit, keyed_candidates, pending_order, quarantine_error, rate_starts_left_sql,
+    retry_after, slots_held, stale_workers, status_in,
 };
 
 /// A query returning runs, with its arguments.
@@ -322,10 +322,14 @@ impl SqliteStore {
             .from
             .iter()
             .chain(CLAIM_DUE.from)
+            .chain(CLAIM_EXPIRED.from)
             .copied()
             .collect();
+        // Runs of dead workers first (expired leases and stale heartbeats alike: a backlog
+        // never delays recovery), then pending runs, then sleeping runs whose sleep is over.
         let claim_group = format!(
-            "CASE WHEN {} THEN 0 WHEN r.available_at <= ?2 THEN 1 ELSE 2 END",
+            "CASE WHEN {} THEN 0 WHEN {} THEN 1 ELSE 2 END",
+            status_in("r.", CLAIM_EXPIRED.from),
             status_in("r.", CLAIM_PENDING.from)
         );
         let takes_slot = format!(
@@ -341,8 +345,8 @@ impl SqliteStore {
                 .as_ref()
                 .map(|names| serde_json::Value::from(names.clone()).to_string())
         };
-        // Candidates in claim order (pending runs by priority, then runs whose lease or sleep
-        // is over, then running runs of stale workers), past runs that would take a slot of
+        // Candidates in claim order (running runs of dead workers, then pending runs by
+        // priority, then runs whose sleep is over), past runs that would take a slot of
         // a key or queue without a free one; then no more runs of a key than it has free
         // slots, no more starts of a queue than its rate window has left, and no more runs
         // of a queue than it has free slots. The write lock makes every count exact.

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use crate::error::{Operation, StoreResult, db};
+use crate::error::{Operation, StoreError, StoreResult, db};
 use crate::model::{StepAttempt, StepStatus, WorkflowRun};
 use crate::store::{
     CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
@@ -18,7 +18,7 @@ use crate::store::{
 };
 use crate::transition::{
     COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
-    explain_step_miss, interrupted, step_status_in,
+    explain_step_miss, interrupted, step_status_in, stored_again,
 };
 
 /// How a step write found the run, read under the write lock.
@@ -57,6 +57,10 @@ impl SqliteStore {
     ) -> StoreResult<StepAttempt> {
         let operation = CREATE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
+        let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
+        if let Some(step) = stored_again(params.run_id, stored, false)? {
+            return Ok(step);
+        }
         let run = fetch_run(write.conn(), &self.namespace, params.run_id, operation).await?;
         if !run
             .as_ref()
@@ -77,7 +81,7 @@ impl SqliteStore {
         let now = write.now();
         let row = sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
-            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(params.id))
             .bind(rows::id(params.run_id))
             .bind(&params.step_name)
             .bind(params.kind.as_str())
@@ -166,11 +170,18 @@ impl SqliteStore {
         let state = self
             .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
             .await?;
-        let update = match state {
-            RunState::Owned(_) => {
-                let row = self.insert_finished(&mut write, &params, None).await?;
-                StepUpdate::Recorded(row.into_step(operation)?)
+        if !matches!(state, RunState::Owned(_)) {
+            // A retry whose first try was stored is answered with what was stored.
+            let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
+            if let Some(step) = stored_again(params.run_id, stored, true)? {
+                return Ok(StepUpdate::Recorded(step));
             }
+        }
+        let update = match state {
+            RunState::Owned(_) => match self.insert_finished(&mut write, &params, None).await? {
+                Some(row) => StepUpdate::Recorded(row.into_step(operation)?),
+                None => StepUpdate::Recorded(self.stored_record(&mut write, &params).await?),
+            },
             RunState::Interrupted(run, mark) => {
                 self.insert_finished(&mut write, &params, Some(mark))
                     .await?;
@@ -186,22 +197,58 @@ impl SqliteStore {
         Ok(update)
     }
 
-    /// Inserts a finished attempt of `params.run_id`, created now and started `elapsed`
-    /// before: with its result, or, when `interrupted_as` is given, marked so without it.
+    /// The attempt stored under `params.id` when inserting it found the id taken: a finished
+    /// attempt of the run (a retry whose first try was stored), else the reason it is not.
+    async fn stored_record(
+        &self,
+        write: &mut Write<'_>,
+        params: &RecordStepAttempt,
+    ) -> StoreResult<StepAttempt> {
+        let operation = RECORD_STEP.operation;
+        let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
+        let status = stored.as_ref().map(|step| step.status);
+        stored_again(params.run_id, stored, true)?.ok_or_else(|| {
+            StoreError::InvalidArgument(format!(
+                "step attempt id {} is stored already, as {}",
+                params.id,
+                status.map_or("gone", |status| status.as_str())
+            ))
+        })
+    }
+
+    /// Inserts a finished attempt of `params.run_id` under `params.id`, created now and
+    /// started `elapsed` before: with its result, or, when `interrupted_as` is given, marked
+    /// so without it. `None`: the id is stored already, and nothing was written.
     async fn insert_finished(
         &self,
         write: &mut Write<'_>,
         params: &RecordStepAttempt,
         interrupted_as: Option<StepStatus>,
-    ) -> StoreResult<StepRow> {
+    ) -> StoreResult<Option<StepRow>> {
+        self.insert_finished_nth(write, params, interrupted_as, 0)
+            .await
+    }
+
+    /// [`Self::insert_finished`] for the `nth` attempt (from 0) written by one transaction:
+    /// created `nth` microseconds after the transaction's time, so that the attempts of one
+    /// write keep the order they were given in (their ids are the caller's).
+    async fn insert_finished_nth(
+        &self,
+        write: &mut Write<'_>,
+        params: &RecordStepAttempt,
+        interrupted_as: Option<StepStatus>,
+        nth: usize,
+    ) -> StoreResult<Option<StepRow>> {
         let sql = format!(
             "INSERT INTO tasks_step_attempts
                  (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
                   started_at, finished_at, created_at, updated_at, args)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12, ?11, ?11, ?13)
+             ON CONFLICT (namespace, id) DO NOTHING
           RETURNING {STEP_COLUMNS}"
         );
-        let (now, started) = (write.now(), write.now_minus(params.elapsed)?);
+        let now = write.instant() + chrono::TimeDelta::microseconds(nth as i64);
+        let (now, started) = (rows::ts_bound(now), write.now_minus(params.elapsed)?);
         let (status, output, error, finished_at) = match interrupted_as {
             None => (
                 params.status,
@@ -213,7 +260,7 @@ impl SqliteStore {
         };
         sqlx::query_as::<_, StepRow>(&sql)
             .bind(&*self.namespace)
-            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(params.id))
             .bind(rows::id(params.run_id))
             .bind(&params.step_name)
             .bind(params.kind.as_str())
@@ -225,7 +272,7 @@ impl SqliteStore {
             .bind(now)
             .bind(finished_at)
             .bind(params.args.as_ref().map(rows::json))
-            .fetch_one(write.conn())
+            .fetch_optional(write.conn())
             .await
             .map_err(db(RECORD_STEP.operation))
     }
@@ -253,8 +300,15 @@ impl SqliteStore {
             drop(write);
             return complete_separately(self, run_id, worker_id, output, steps).await;
         }
-        for params in &steps {
-            self.insert_finished(&mut write, params, None).await?;
+        for (nth, params) in steps.iter().enumerate() {
+            if self
+                .insert_finished_nth(&mut write, params, None, nth)
+                .await?
+                .is_none()
+            {
+                // Stored by an earlier try: it must be this run's finished attempt.
+                self.stored_record(&mut write, params).await?;
+            }
         }
         self.complete_in(write, run_id, worker_id, &output).await
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
 use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind, Store};
+use uuid::Uuid;
 
 /// How long an attempt "works" between its claim and its outcome.
 const WORK: Duration = Duration::from_millis(2);
@@ -72,6 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 let step = store
                     .create_step_attempt(CreateStepAttempt {
+                        id: Uuid::now_v7(),
                         run_id: run.id,
                         worker_id: worker.clone(),
                         step_name: "work".into(),
