@@ -1,4 +1,4 @@
-//! Back-pressure from a rate-limited API, and a singleton run per account (issue #12).
+//! Back-pressure from a rate-limited API, and a singleton run per account.
 //!
 //! The API answers HTTP 429 with `Retry-After: 1` twice: each time the step asks to be
 //! retried after that delay, the run parks (its worker slot is free meanwhile) and the

@@ -1,4 +1,4 @@
-//! Flow control (issue #12): the drain with concurrency keys next to the drain without, in
+//! Flow control: the drain with concurrency keys next to the drain without, in
 //! the same run, and the claim on a backlog of 100,000 pending runs over 1,000 keys.
 
 use std::fmt::Write as _;

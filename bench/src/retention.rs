@@ -1,4 +1,4 @@
-//! Retention (issue #14): how fast `Store::purge_runs` deletes old runs while a drain runs,
+//! Retention: how fast `Store::purge_runs` deletes old runs while a drain runs,
 //! and what the purge costs the drain: the same drain alone and beside a purge, in the
 //! same run, interleaved round by round.
 

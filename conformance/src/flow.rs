@@ -1,4 +1,4 @@
-//! Flow control in the claim: priorities and per-key concurrency limits (issue #12).
+//! Flow control in the claim: priorities and per-key concurrency limits.
 
 use std::collections::HashSet;
 use std::sync::Arc;

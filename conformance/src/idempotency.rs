@@ -1,4 +1,4 @@
-//! Idempotency scopes (issue #12): how long a run holds its idempotency key, and what a
+//! Idempotency scopes: how long a run holds its idempotency key, and what a
 //! create with a key whose holder's scope has lapsed does (it releases the key from the old
 //! run and creates a new one).
 

@@ -1,4 +1,4 @@
-//! Named queues (issue #12): the queue of a run, the queue store operations, and the claim's
+//! Named queues: the queue of a run, the queue store operations, and the claim's
 //! queue filter, queue concurrency limit, concurrency limit per key and rate limits.
 
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! Trace contexts (issue #13): the W3C trace context a run is created with is stored with
+//! Trace contexts: the W3C trace context a run is created with is stored with
 //! it and comes back with every read and every claim, to every worker; a child run and a
 //! fork keep theirs.
 

@@ -73,7 +73,7 @@ pub enum ClientError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(StoreError),
-    // Events sent to a run (issue #11).
+    // Events sent to a run.
     /// A JSON event whose topic the run's workflow does not declare
     /// (`#[workflow(events(...))]`); nothing was stored.
     #[error("workflow {workflow:?} does not accept events on topic {topic:?} (it declares: {})", if declared.is_empty() { "none".to_owned() } else { declared.join(", ") })]
@@ -85,7 +85,7 @@ pub enum ClientError {
         /// The topics the workflow declares.
         declared: Vec<&'static str>,
     },
-    // Published state (issue #11).
+    // Published state.
     /// A published value that does not decode into the type asked for
     /// ([`Client::get_state`]).
     #[error(
@@ -100,7 +100,7 @@ pub enum ClientError {
         #[source]
         source: serde_json::Error,
     },
-    // Schedules (issue #12).
+    // Schedules.
     /// A cron expression or timezone that does not parse; nothing was stored.
     #[cfg(feature = "schedules")]
     #[error(transparent)]
@@ -188,7 +188,7 @@ pub struct StartOptions {
     deadline_at: Option<DateTime<Utc>>,
     version: Option<String>,
     context: Option<Value>,
-    // Flow control (issue #12).
+    // Flow control.
     priority: i32,
     concurrency: KeyChoice,
     queue: Option<String>,
@@ -688,7 +688,7 @@ impl Client {
     }
 }
 
-/// Schedules (issue #12): see [`crate::schedule`].
+/// Schedules: see [`crate::schedule`].
 #[cfg(feature = "schedules")]
 impl Client {
     /// Creates a schedule that starts `schedule.workflow_name` (at `schedule.version`, or the
@@ -786,7 +786,7 @@ impl Client {
         self.store.delete_schedule(name).await
     }
 
-    // ---- Named queues (issue #12; see the `queue` module) ----
+    // ---- Named queues (see the `queue` module) ----
 
     /// Creates or replaces the configuration of a queue (its concurrency and rate limits),
     /// which every worker's claim applies from then on. A refused name or limit is a

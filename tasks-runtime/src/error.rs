@@ -62,7 +62,7 @@ pub enum Operation {
     Heartbeat,
     /// [`Store::remove_worker`](crate::Store::remove_worker).
     RemoveWorker,
-    // Events sent to a run (issue #11).
+    // Events sent to a run.
     /// [`Store::send_event`](crate::Store::send_event).
     SendEvent,
     /// [`Store::wait_for_event`](crate::Store::wait_for_event).
@@ -73,23 +73,23 @@ pub enum Operation {
     RetryRun,
     /// [`Store::fork_run`](crate::Store::fork_run).
     ForkRun,
-    // Retention (issue #14).
+    // Retention.
     /// [`Store::purge_runs`](crate::Store::purge_runs).
     PurgeRuns,
     /// [`Store::take_retention_turn`](crate::Store::take_retention_turn).
     RetentionTurn,
-    // Child workflows (issue #11).
+    // Child workflows.
     /// [`Store::start_child`](crate::Store::start_child).
     StartChild,
     /// [`Store::wait_for_children`](crate::Store::wait_for_children).
     WaitForChildren,
-    // Published state (issue #11).
+    // Published state.
     /// [`Store::set_state`](crate::Store::set_state).
     SetState,
     /// [`Store::get_state`](crate::Store::get_state) and
     /// [`Store::list_state`](crate::Store::list_state).
     GetState,
-    // Schedules (issue #12).
+    // Schedules.
     /// [`Store::create_schedule`](crate::Store::create_schedule) and
     /// [`Store::put_schedule`](crate::Store::put_schedule).
     CreateSchedule,
@@ -104,7 +104,7 @@ pub enum Operation {
     /// [`Store::due_schedules`](crate::Store::due_schedules) and
     /// [`Store::fire_schedule`](crate::Store::fire_schedule).
     FireSchedule,
-    // Named queues (issue #12).
+    // Named queues.
     /// [`Store::put_queue`](crate::Store::put_queue).
     PutQueue,
     /// [`Store::get_queue`](crate::Store::get_queue) and
@@ -297,14 +297,14 @@ pub enum StoreError {
         /// The live status that was asked for.
         status: RunStatus,
     },
-    // Schedules (issue #12).
+    // Schedules.
     /// No schedule with this name exists in the store's namespace.
     #[error("schedule {name:?} does not exist")]
     ScheduleNotFound {
         /// The name that was looked up.
         name: String,
     },
-    // Named queues (issue #12).
+    // Named queues.
     /// No queue with this name is configured in the store's namespace.
     #[error("queue {name:?} is not configured")]
     QueueNotFound {

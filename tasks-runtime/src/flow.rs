@@ -1,4 +1,4 @@
-//! Flow control (issue #12): priorities and per-key concurrency limits of runs.
+//! Flow control: priorities and per-key concurrency limits of runs.
 //!
 //! A run may carry a [`Concurrency`]: a key (a customer, a tenant, an account) and the most
 //! runs of that key that may be *running* at once in the namespace, across every worker. The

@@ -1,4 +1,4 @@
-//! Idempotency scopes (issue #12): how long a run holds its idempotency key.
+//! Idempotency scopes: how long a run holds its idempotency key.
 //!
 //! A key is unique per namespace and workflow name (a unique index). A run started with a
 //! scope other than [`IdempotencyScope::ForEver`] records its scope (and, for a time to

@@ -47,7 +47,7 @@ pub const MAX_WORKER_ID_BYTES: usize = 255;
 pub const MAX_CONCURRENCY_KEY_BYTES: usize = 512;
 /// Largest concurrency limit (runs of one key running at once).
 pub const MAX_CONCURRENCY_LIMIT: u32 = i32::MAX as u32;
-// Schedules (issue #12).
+// Schedules.
 /// Longest schedule name, in bytes.
 pub const MAX_SCHEDULE_NAME_BYTES: usize = 255;
 /// Longest cron expression, in bytes.
@@ -143,7 +143,7 @@ pub enum Field {
     CreatedBefore,
     /// A pagination cursor.
     Cursor,
-    // Events sent to a run (issue #11).
+    // Events sent to a run.
     /// The topic of an event.
     Topic,
     /// The payload of an event.
@@ -152,12 +152,12 @@ pub enum Field {
     DedupKey,
     /// How long a wait for an event may last.
     EventTimeout,
-    // Flow control (issue #12).
+    // Flow control.
     /// A run's concurrency key.
     ConcurrencyKey,
     /// The concurrency limit of a run's key.
     ConcurrencyLimit,
-    // Retention (issue #14).
+    // Retention.
     /// The batch size of a purge.
     BatchSize,
     /// The finished-before instant of a purge.
@@ -166,7 +166,7 @@ pub enum Field {
     PurgeAge,
     /// How often a worker purges.
     RetentionInterval,
-    // Schedules (issue #12).
+    // Schedules.
     /// A schedule's name.
     ScheduleName,
     /// A schedule's cron expression.
@@ -175,17 +175,17 @@ pub enum Field {
     Timezone,
     /// The bound of a schedule's catch-up.
     CatchUp,
-    // Retry-after and idempotency scopes (issue #12).
+    // Retry-after and idempotency scopes.
     /// The delay a step or workflow error asked to be retried after.
     RetryAfter,
     /// The time to live of an idempotency key.
     IdempotencyTtl,
-    // Published state (issue #11).
+    // Published state.
     /// The key of a published state value.
     StateKey,
     /// A published state value.
     StateValue,
-    // Named queues (issue #12).
+    // Named queues.
     /// A queue's name.
     Queue,
     /// A queue's concurrency limit.

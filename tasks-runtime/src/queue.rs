@@ -1,4 +1,4 @@
-//! Named queues (issue #12): which runs a worker claims, and limits on a whole queue.
+//! Named queues: which runs a worker claims, and limits on a whole queue.
 //!
 //! Every run belongs to a queue: the one its start named
 //! ([`StartOptions::queue`](crate::StartOptions::queue)), else its workflow's

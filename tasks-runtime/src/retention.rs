@@ -1,4 +1,4 @@
-//! Retention (issue #14): deleting terminal runs by status and age, with everything that
+//! Retention: deleting terminal runs by status and age, with everything that
 //! belongs to them, in bounded batches that are safe while workers run.
 //!
 //! [`Store::purge_runs`] deletes one batch: at most [`PurgeRuns::batch_size`] completed,

@@ -1,4 +1,4 @@
-//! Schedules (issue #12): a workflow started on a cron expression, in a timezone, with
+//! Schedules: a workflow started on a cron expression, in a timezone, with
 //! each slot fired exactly once however many workers run.
 //!
 //! A [`Schedule`] is a row of the store, named per namespace. Its `next_slot` is the next

@@ -461,9 +461,15 @@ impl RunSession {
     // ---- The run's outcome ----
 
     /// Completes the run with `output`, together with the records still held.
+    ///
+    /// A retry refused because the run is completed already, with this output, is the
+    /// answer to a first try that committed and whose acknowledgement was lost: the run is
+    /// completed as asked.
     pub(crate) async fn complete(&self, output: Value) -> StoreResult<WorkflowRun> {
         let steps = self.take_held().await;
-        retrying(self.retry_for, || {
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let outcome = retrying(self.retry_for, || {
+            tries.fetch_add(1, Ordering::Relaxed);
             self.store.complete_run_with_steps(
                 self.run_id,
                 &self.worker_id,
@@ -471,7 +477,23 @@ impl RunSession {
                 steps.clone(),
             )
         })
-        .await
+        .await;
+        match outcome {
+            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. })
+                if tries.load(Ordering::Relaxed) > 1 =>
+            {
+                match self.store.get_run(self.run_id).await {
+                    Ok(Some(run))
+                        if run.status == RunStatus::Completed
+                            && run.output.as_ref() == Some(&output) =>
+                    {
+                        Ok(run)
+                    }
+                    _ => outcome,
+                }
+            }
+            outcome => outcome,
+        }
     }
 
     /// Records a failed attempt of the run: retried by its policy unless `force`.

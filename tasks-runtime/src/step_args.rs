@@ -1,4 +1,4 @@
-//! The arguments of a step call, recorded with its attempts for inspection (issue #14).
+//! The arguments of a step call, recorded with its attempts for inspection.
 //!
 //! `#[step]` hands each argument to [`ArgList::push`] through an [`ArgProbe`]: an argument
 //! whose type is `Serialize` is recorded as its JSON, any other as a marker naming its type

@@ -88,7 +88,7 @@ pub struct CreateRun {
     /// a key. A create whose key is held by a run whose scope has lapsed releases the key
     /// from that run and creates a new one.
     pub idempotency_scope: crate::idempotency::IdempotencyScope,
-    // Flow control (issue #12).
+    // Flow control.
     /// Pending runs of higher priority are claimed first (default 0).
     pub priority: i32,
     /// The run's concurrency key and limit: at most that many runs of the key run at once,
@@ -953,7 +953,7 @@ pub trait Store: Send + Sync + 'static {
     /// without a row does nothing.
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()>;
 
-    // ---- Events sent to a run (issue #11; see the `events` module) ----
+    // ---- Events sent to a run (see the `events` module) ----
 
     /// Sends an event to a live run, in one transaction that first locks the run: stores it
     /// in the run's mailbox for `topic` (FIFO), and when the run is parked waiting on that
@@ -981,7 +981,7 @@ pub trait Store: Send + Sync + 'static {
     /// Every event sent to a run, oldest first, consumed or not.
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>>;
 
-    // ---- Lifecycle: retry from the failure (issue #14) ----
+    // ---- Lifecycle: retry from the failure ----
 
     /// Runs a failed or canceled run again from its first unfinished step: the run becomes
     /// pending now, its output, error, worker and attempt counter are cleared (so its own
@@ -1007,7 +1007,7 @@ pub trait Store: Send + Sync + 'static {
     /// `from_step`, a [`StoreError::Limit`] for a step name the limits refuse.
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun>;
 
-    // ---- Retention (issue #14; see the `retention` module) ----
+    // ---- Retention (see the `retention` module) ----
 
     /// Deletes one batch of finished runs of this namespace: at most `params.batch_size`
     /// runs in `params`' statuses (every terminal status when none is given) whose
@@ -1047,7 +1047,7 @@ pub trait Store: Send + Sync + 'static {
         every: Duration,
     ) -> StoreResult<Option<u64>>;
 
-    // ---- Child workflows (issue #11; see the `children` module) ----
+    // ---- Child workflows (see the `children` module) ----
 
     /// Starts a child run from the step `params.step_name` of a run that `params.worker_id`
     /// is running, in one transaction fenced on that lease: creates the step attempt (kind
@@ -1078,7 +1078,7 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::InvalidArgument`] for an empty list; worker-side errors.
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait>;
 
-    // ---- Published state (issue #11; see the `state` module) ----
+    // ---- Published state (see the `state` module) ----
 
     /// The publication `params.step_name` of a value under `params.key` by a run that
     /// `params.worker_id` is running, in one transaction that first locks the run, fenced
@@ -1105,7 +1105,7 @@ pub trait Store: Send + Sync + 'static {
     /// Errors: [`StoreError::RunNotFound`] for an unknown run.
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>>;
 
-    // ---- Schedules (issue #12; see the `schedule` module) ----
+    // ---- Schedules (see the `schedule` module) ----
 
     /// Creates a schedule, not paused, whose `next_slot` is `first_slot` of the store's
     /// clock.
@@ -1168,7 +1168,7 @@ pub trait Store: Send + Sync + 'static {
     /// most one returns `Some`.
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
 
-    // ---- Named queues (issue #12; see the `queue` module) ----
+    // ---- Named queues (see the `queue` module) ----
 
     /// Creates or replaces the configuration of a queue: its concurrency and rate limits
     /// (a limit left out is removed). The current rate window is kept. Every claim of the

@@ -1,4 +1,4 @@
-//! Trace context stored with a run (issue #13).
+//! Trace context stored with a run.
 //!
 //! Whoever starts a run is usually inside a trace (an HTTP request, a job). The W3C trace
 //! context of that trace ([`TraceContext`]: a `traceparent` and, optionally, a

@@ -306,7 +306,7 @@ pub(crate) const EXPIRE: Transition = Transition {
     announce_status: false,
 };
 
-// ---- Events sent to a run (issue #11) ----
+// ---- Events sent to a run ----
 
 /// Sends an event to a live run. The run is locked first; a terminal run refuses it and
 /// nothing is stored. What it announces is [`WAKE_ON_EVENT`]'s.
@@ -343,7 +343,7 @@ pub(crate) const WAIT_EVENT: Transition = Transition {
     ..Transition::leased(Operation::WaitForEvent)
 };
 
-// ---- Published state (issue #11) ----
+// ---- Published state ----
 
 /// A publication of state by a running run's worker: the step attempt (kind state,
 /// completed) and the new value of (run, key), its version one more than before, in one
@@ -352,7 +352,7 @@ pub(crate) const WAIT_EVENT: Transition = Transition {
 /// the store announces the new version itself ([`Notification::StateChanged`]).
 pub(crate) const SET_STATE: Transition = Transition::leased(Operation::SetState);
 
-// ---- Child workflows (issue #11) ----
+// ---- Child workflows ----
 
 /// Starts a child run from a step of a running run, by its worker: the step attempt (kind
 /// child) and the child run (pending, announced) in one transaction fenced on the parent's
@@ -409,7 +409,7 @@ pub(crate) const FINISHED: &[RunStatus] = &[RunStatus::Completed, RunStatus::Fai
 /// The live statuses a parent's cancel takes its cascading descendants from ([`CANCEL`]'s).
 pub(crate) const CASCADE_FROM: &[RunStatus] = CANCEL.from;
 
-// Flow control (issue #12): priorities and concurrency keys in the claim.
+// Flow control: priorities and concurrency keys in the claim.
 
 /// The statuses in which a run holds a slot of its concurrency key: only running. A
 /// sleeping, paused or pending run holds none.
@@ -459,7 +459,7 @@ pub(crate) fn admitted(held: &str, rank: &str, limit: &str) -> String {
     format!("{held} + {rank} <= {limit}")
 }
 
-// Named queues (issue #12): queue filters, queue limits and rate limits in the claim.
+// Named queues: queue filters, queue limits and rate limits in the claim.
 
 /// The statuses in which a run holds a slot of its queue's concurrency limit: those in which
 /// it holds its key's slot ([`HOLDS_SLOT`]). A sleeping, paused or pending run holds none.
@@ -592,7 +592,7 @@ pub(crate) fn rate_window_set_sql(
     )
 }
 
-// Schedules (issue #12).
+// Schedules.
 
 /// The fence of a schedule's firing, in SQL: the schedule is not paused and its `next_slot`
 /// is still `slot` (a placeholder bound to the slot the firer read). A firing moves

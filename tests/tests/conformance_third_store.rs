@@ -183,7 +183,7 @@ impl Store for Counting {
         self.write().remove_worker(worker_id).await
     }
 
-    // ---- Events sent to a run (issue #11) ----
+    // ---- Events sent to a run ----
 
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
         self.write().send_event(params).await
@@ -217,7 +217,7 @@ impl Store for Counting {
         self.write().wait_for_children(params).await
     }
 
-    // ---- Retry and fork (issue #14) ----
+    // ---- Retry and fork ----
 
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.write().retry_run(run_id).await
@@ -227,7 +227,7 @@ impl Store for Counting {
         self.write().fork_run(run_id, from_step).await
     }
 
-    // ---- Retention (issue #14) ----
+    // ---- Retention ----
 
     async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
         self.write().purge_runs(params).await

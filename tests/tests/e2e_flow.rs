@@ -1,4 +1,4 @@
-//! End to end, flow control (issue #12): per-key concurrency limits under several workers,
+//! End to end, flow control: per-key concurrency limits under several workers,
 //! fairness for a hot key, priorities, on both stores; and the claim's plan on Postgres with
 //! 100,000 pending runs over 1,000 keys.
 

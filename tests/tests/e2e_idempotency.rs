@@ -1,4 +1,4 @@
-//! End to end: idempotency scopes (issue #12) against each store (Postgres and SQLite). A
+//! End to end: idempotency scopes against each store (Postgres and SQLite). A
 //! key is held for ever (the default), while its run is live, or for a time to live; a
 //! start whose key is free again creates and executes a new run.
 

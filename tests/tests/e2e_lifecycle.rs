@@ -1,4 +1,4 @@
-//! End to end: the lifecycle of runs (issue #14) against each store (Postgres and SQLite):
+//! End to end: the lifecycle of runs against each store (Postgres and SQLite):
 //! handled step errors replay deterministically; step timeouts.
 
 use crate::support;

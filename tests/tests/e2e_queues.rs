@@ -1,4 +1,4 @@
-//! End to end, named queues (issue #12) on both stores: workers that serve chosen queues,
+//! End to end, named queues on both stores: workers that serve chosen queues,
 //! a workflow's declared queue, a queue's concurrency limit and its concurrency limit per
 //! key under four workers (checked from the database at every start), and a rate limit that
 //! spreads starts over windows.

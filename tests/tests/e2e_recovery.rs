@@ -678,7 +678,7 @@ impl tasks::Store for Flaky {
     async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
         self.inner.remove_worker(worker_id).await
     }
-    // Events sent to a run (issue #11).
+    // Events sent to a run.
     async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
         self.inner.send_event(params).await
     }
@@ -691,7 +691,7 @@ impl tasks::Store for Flaky {
     async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
         self.inner.list_events(run_id).await
     }
-    // Published state (issue #11).
+    // Published state.
     async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
         self.inner.set_state(params).await
     }
@@ -708,7 +708,7 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
         self.inner.list_state(run_id).await
     }
-    // Retry and fork (issue #14).
+    // Retry and fork.
     async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.retry_run(run_id).await
     }
@@ -729,7 +729,7 @@ impl tasks::Store for Flaky {
     ) -> tasks::StoreResult<Option<u64>> {
         self.inner.take_retention_turn(worker_id, every).await
     }
-    // Child workflows (issue #11).
+    // Child workflows.
     async fn start_child(
         &self,
         params: tasks::StartChild,

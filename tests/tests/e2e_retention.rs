@@ -1,4 +1,4 @@
-//! End to end: retention (issue #14) against each store (Postgres and SQLite). A worker with
+//! End to end: retention against each store (Postgres and SQLite). A worker with
 //! `retention` purges the runs that finished long enough ago, with their steps, while new
 //! runs execute; three workers of one namespace purge once per period between them, which
 //! the namespace's lease row counts.

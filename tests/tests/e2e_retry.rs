@@ -1,4 +1,4 @@
-//! End to end: retry from the failure and fork (issue #14) against each store (Postgres
+//! End to end: retry from the failure and fork against each store (Postgres
 //! and SQLite). A retried run runs only its unfinished steps, and the step that failed gets
 //! its full retry budget again; a fork replays the history before its step and runs the
 //! rest.

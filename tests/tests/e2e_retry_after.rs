@@ -1,4 +1,4 @@
-//! End to end: retry-after parking (issue #12) against each store (Postgres and SQLite). A
+//! End to end: retry-after parking against each store (Postgres and SQLite). A
 //! step or workflow error that asks to be retried after a delay parks the run (status
 //! sleeping, its worker slot free) until then, and does not use up an attempt.
 

@@ -1,4 +1,4 @@
-//! End to end: schedules fired by real workers (issue #12). Three worker processes on one
+//! End to end: schedules fired by real workers. Three worker processes on one
 //! Postgres database fire an every-second schedule: no slot twice, none lost in the window,
 //! checked from the database. Against each store: the catch-up policies after downtime
 //! (simulated with a first slot years in the past), a declared schedule put by the worker,

@@ -1,4 +1,4 @@
-//! End to end: transactional start (issue #14), Postgres only. `Client::start_in` creates a
+//! End to end: transactional start, Postgres only. `Client::start_in` creates a
 //! run inside the caller's transaction: on commit the run exists and a worker that sleeps
 //! between polls for a minute runs it at once (woken by the NOTIFY delivered at commit); on
 //! rollback there is no run, and a row the caller wrote in the same transaction shares its

@@ -1,4 +1,4 @@
-//! End to end: step arguments recorded (issue #14), on each store. A step's arguments are
+//! End to end: step arguments recorded, on each store. A step's arguments are
 //! stored with each of its attempts and read back through `RunHandle::steps` and
 //! `Client::list_steps`: a `Serialize` argument as its JSON, any other as a marker naming
 //! its type, a NaN or an oversized value as a marker without failing the step; a step

@@ -1,4 +1,4 @@
-//! End to end: traces (issue #13), against each store (Postgres and SQLite), with the
+//! End to end: traces, against each store (Postgres and SQLite), with the
 //! `opentelemetry` feature and the OpenTelemetry SDK's in-memory exporter behind a
 //! `tracing-opentelemetry` layer.
 //!

@@ -1,4 +1,4 @@
-//! The metrics (issue #13): what workers and clients record, the backlog read from the
+//! The metrics: what workers and clients record, the backlog read from the
 //! store, and the Prometheus endpoint, on both stores.
 //!
 //! The recorder is global to a process. cargo-nextest (the README's test command) runs each

@@ -1306,7 +1306,7 @@ impl Store for PgStore {
         Ok(())
     }
 
-    // ---- Events sent to a run (issue #11): the SQL is in `events.rs` ----
+    // ---- Events sent to a run: the SQL is in `events.rs` ----
 
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
         self.send_event_impl(params).await
@@ -1320,7 +1320,7 @@ impl Store for PgStore {
         self.list_events_impl(run_id).await
     }
 
-    // ---- Published state (issue #11): the SQL is in `state.rs` ----
+    // ---- Published state: the SQL is in `state.rs` ----
 
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         self.set_state_impl(params).await
@@ -1334,7 +1334,7 @@ impl Store for PgStore {
         self.list_state_impl(run_id).await
     }
 
-    // ---- Retry and fork (issue #14): the SQL is in `lifecycle.rs` ----
+    // ---- Retry and fork: the SQL is in `lifecycle.rs` ----
 
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.retry_run_impl(run_id).await
@@ -1344,7 +1344,7 @@ impl Store for PgStore {
         self.fork_run_impl(run_id, from_step).await
     }
 
-    // ---- Retention (issue #14): the SQL is in `retention.rs` ----
+    // ---- Retention: the SQL is in `retention.rs` ----
 
     async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
         self.purge_runs_impl(params).await
@@ -1358,7 +1358,7 @@ impl Store for PgStore {
         self.take_retention_turn_impl(worker_id, every).await
     }
 
-    // ---- Child workflows (issue #11): the SQL is in `children.rs` ----
+    // ---- Child workflows: the SQL is in `children.rs` ----
 
     async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
         self.start_child_impl(params).await

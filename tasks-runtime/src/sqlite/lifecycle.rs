@@ -1,4 +1,4 @@
-//! Lifecycle transitions of the SQLite store (issue #14): retry from the failure, fork.
+//! Lifecycle transitions of the SQLite store: retry from the failure, fork.
 //!
 //! The policies are [`RETRY`] and [`FORK`]; this module only writes them in SQLite's
 //! dialect.

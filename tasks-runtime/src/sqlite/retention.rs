@@ -1,4 +1,4 @@
-//! Retention of the SQLite store (issue #14): purging finished runs in batches, and the
+//! Retention of the SQLite store: purging finished runs in batches, and the
 //! lease row that gives one worker of a fleet each periodic purge.
 //!
 //! The policy (which statuses may be deleted) is [`PURGE`]; this module writes it in

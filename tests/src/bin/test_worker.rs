@@ -63,7 +63,7 @@ async fn effects(ctx: WorkflowContext, input: EffectsInput) -> Result<u32, Workf
     Ok(input.steps)
 }
 
-/// An approval sent to `test-approval` runs (issue #11's recovery test).
+/// An approval sent to `test-approval` runs (the recovery test of events).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct TestApproval {
     by: String,
@@ -101,7 +101,7 @@ struct ChildInput {
     work_millis: u64,
 }
 
-/// A child (issue #11's recovery test): records that it started, works for a while,
+/// A child (the recovery test of children): records that it started, works for a while,
 /// returns its run id.
 #[workflow(name = "test-child")]
 async fn child(ctx: WorkflowContext, input: ChildInput) -> Result<String, WorkflowError> {
