@@ -262,7 +262,7 @@ impl StartOptions {
     }
 
     /// Claim this run before pending runs of lower priority (default 0; negative values are
-    /// claimed after the default). Priority is strict: see the README's semantics section.
+    /// claimed after the default). Priority is strict: see `tasks::guide::semantics`.
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = priority;
         self

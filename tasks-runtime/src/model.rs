@@ -308,7 +308,7 @@ pub struct StepAttempt {
     /// The arguments the step function was called with, for inspection: a JSON array with
     /// one entry per parameter, in order, `{"name": "order", "value": ...}`, or, for an
     /// argument that could not be recorded, `{"name": "pool", "type": "...", "unrecorded":
-    /// "<reason>"}` (see the README, "Step arguments"). `None` when nothing was recorded:
+    /// "<reason>"}` (see `tasks::guide::semantics`, "Step arguments"). `None` when nothing was recorded:
     /// `#[step(record_args = false)]`, steps that are not function calls (sleeps, events,
     /// children), and attempts stored before arguments were recorded.
     #[serde(default)]

@@ -5,7 +5,7 @@
 //! `Row::try_get(field_name)`. That is what `#[derive(sqlx::FromRow)]` generates; writing it
 //! as a declarative macro spares every build sqlx's `macros` feature, whose proc macro
 //! compiles a second copy of sqlx, its drivers, tokio and their dependencies for the build
-//! host (see the README's build-times notes).
+//! host (see the build times in `bench/README.md`).
 
 /// `row_struct!(RowType => struct Name { field: Type, ... })`: the struct, and
 /// `sqlx::FromRow<'_, RowType>` reading each field from the column of the same name.

@@ -51,6 +51,9 @@
 //!   them; [`postgres::PgStore`] is the production [`Store`].
 //! - Step calls resolve their names in call order (`name`, `name:1`, ...). Outside a running
 //!   workflow a step is a plain function call.
+//! - The [`guide`] is the manual: the path of a run through the crates, and one chapter
+//!   for each part (semantics, versioning, limits, testing, the command line, the
+//!   dashboard, metrics and traces, features, stores).
 #![warn(missing_docs)]
 
 pub use tasks_macros::{step, workflow};
@@ -70,6 +73,7 @@ pub mod cli;
 pub mod dashboard;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
 mod display;
+pub mod guide;
 pub mod metrics;
 
 #[doc(hidden)]

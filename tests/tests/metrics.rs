@@ -1,7 +1,7 @@
 //! The metrics: what workers and clients record, the backlog read from the
 //! store, and the Prometheus endpoint, on both stores.
 //!
-//! The recorder is global to a process. cargo-nextest (the README's test command) runs each
+//! The recorder is global to a process. cargo-nextest (the test command) runs each
 //! test in a process of its own; the counters are compared before and after, so they also
 //! hold when tests share a process, but the gauges of worker slots assume a process of
 //! their own.

@@ -1,6 +1,6 @@
 //! The testing kit (`tasks::testing`): a virtual clock skips durable sleeps, event-wait
 //! timeouts, retry backoffs, delayed starts and schedules in well under a second of real
-//! time, and nothing becomes due before its virtual instant. The last test is the README's
+//! time, and nothing becomes due before its virtual instant. The last test is the guide's
 //! "Testing your workflows" example, verbatim.
 
 use std::time::{Duration, Instant};
@@ -249,7 +249,7 @@ async fn the_virtual_clock_only_moves_forward_and_within_limits() {
     env.shutdown().await;
 }
 
-// ---- The README's example ("Testing your workflows"), verbatim below this line (its `use`
+// ---- The guide's example (`tasks::guide::testing`), verbatim below this line (its `use`
 // lines are at the top of this file) ----
 
 /// Sends a reminder when a trial ends, fourteen days after sign-up.

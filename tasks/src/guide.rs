@@ -1,0 +1,60 @@
+//! The guide: what `tasks` promises and how to use each part of it, one chapter a module.
+//! It holds no code.
+//!
+//! # The path of a run
+//!
+//! Each step of a run's life, and where it lives:
+//!
+//! | step | what happens | where |
+//! |---|---|---|
+//! | macro | `#[workflow]` and `#[step]` turn async functions into a registered definition and memoized calls | [`workflow`](crate::workflow), [`step`](crate::step) |
+//! | registry | every `#[workflow]` linked into the binary is collected at start-up, by name and version | [`Registry`](crate::Registry) |
+//! | client.start | the input is checked against its schema and the run is stored, pending | [`Client`](crate::Client), [`StartOptions`](crate::StartOptions) |
+//! | store | every write is one fenced statement of a [`Store`](crate::Store): Postgres or SQLite | [`postgres`](crate::postgres), [`sqlite`](crate::sqlite) |
+//! | worker claim | a worker claims runs in batches (dead workers' runs first), holds and heartbeats a lease | [`Worker`](crate::Worker) |
+//! | replay | the workflow runs from the top; completed steps return their stored output | [`WorkflowContext`](crate::WorkflowContext) |
+//! | store | each finished step is recorded once, and the run completes, fails, sleeps or waits | [`Store::record_step_attempt`](crate::Store::record_step_attempt) |
+//!
+//! # Chapters
+//!
+//! - [`start`]: starting runs (typed, by name with JSON, with options) and sending events.
+//! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
+//!   events, state, children, flow control, schedules, retention.
+//! - [`versioning`]: changing a workflow's code under runs in flight.
+//! - [`limits`]: the values every store refuses, and the error it gives.
+//! - [`testing`]: unit tests of workflows without a database server.
+//! - [`cli`]: the operator command line compiled into your binary.
+//! - [`dashboard`]: the web dashboard.
+//! - [`observability`]: metrics and traces.
+//! - [`features`]: the cargo features and what each one costs.
+//! - [`stores`]: choosing Postgres or SQLite, and writing another store.
+
+#[doc = include_str!("guide/start.md")]
+pub mod start {}
+
+#[doc = include_str!("guide/semantics.md")]
+pub mod semantics {}
+
+#[doc = include_str!("guide/versioning.md")]
+pub mod versioning {}
+
+#[doc = include_str!("guide/limits.md")]
+pub mod limits {}
+
+#[doc = include_str!("guide/testing.md")]
+pub mod testing {}
+
+#[doc = include_str!("guide/cli.md")]
+pub mod cli {}
+
+#[doc = include_str!("guide/dashboard.md")]
+pub mod dashboard {}
+
+#[doc = include_str!("guide/observability.md")]
+pub mod observability {}
+
+#[doc = include_str!("guide/features.md")]
+pub mod features {}
+
+#[doc = include_str!("guide/stores.md")]
+pub mod stores {}
