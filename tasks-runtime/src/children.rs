@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::error::{StoreError, StoreResult};
 use crate::limits::{self, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
-use crate::store::CreateRun;
+use crate::store::runs::CreateRun;
 
 /// What canceling the parent does to a child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

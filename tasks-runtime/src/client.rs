@@ -24,8 +24,9 @@ use crate::failure::ErrorRecord;
 use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
+use crate::purge::purge_batches;
 use crate::registry::{InvalidInput, Registry, RegistryError, Violation};
-use crate::retention::{PurgeRuns, purge_batches};
+use crate::retention::PurgeRuns;
 use crate::store::{CreateRun, ListRuns, ListStepAttempts, Notification, Page, SharedStore};
 use crate::trace::TraceContext;
 

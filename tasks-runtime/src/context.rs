@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::definition::StepDefinition;
+use crate::definition::step::StepDefinition;
 use crate::failure::{ErrorRecord, WorkflowError, panic_message};
 use crate::limits::{self, Field};
 use crate::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
@@ -285,7 +285,7 @@ impl WorkflowContext {
     /// its body), and so can the marker check: the markers left in old histories are never
     /// read again. A patch name follows the rules of step names.
     pub async fn patched(&self, patch: &str) -> Result<bool, WorkflowError> {
-        crate::registry::is_valid_name(patch).map_err(|reason| {
+        crate::limits::is_valid_name(patch).map_err(|reason| {
             WorkflowError::msg(format!("invalid patch name {patch:?}: {reason}")).non_retryable()
         })?;
         let marker = crate::replay::patch_marker(patch);

@@ -24,6 +24,7 @@ mod migration;
 pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod purge;
 pub mod queue;
 pub mod registry;
 mod replay;

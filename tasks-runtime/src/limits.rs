@@ -27,7 +27,6 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
 pub use crate::finite::{NonFiniteFloat, check_finite};
-use crate::retry::RetryPolicy;
 
 /// Longest workflow name, in bytes (also the longest workflow-name filter of a listing).
 pub const MAX_WORKFLOW_NAME_BYTES: usize = 255;
@@ -394,12 +393,38 @@ pub fn check_text(field: Field, value: &str, limit: usize) -> Result<(), LimitEr
 /// Longest queue name, in bytes.
 pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 
+/// Why `name` is not a valid workflow name, version or step name, or `Ok`: it must hold at
+/// least one character, and only letters and digits (of any script, as in Rust identifiers),
+/// `_`, `-`, `.` and `/`. `:` is reserved for the `name:1` suffix of repeated step calls.
+///
+/// ```
+/// use tasks_runtime::limits::is_valid_name;
+///
+/// assert!(is_valid_name("checkout-v2/eu.west").is_ok());
+/// assert!(is_valid_name(" check out").is_err());
+/// assert!(is_valid_name("charge:1").is_err());
+/// ```
+pub fn is_valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".into());
+    }
+    match name
+        .char_indices()
+        .find(|(_, c)| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
+    {
+        None => Ok(()),
+        Some((at, c)) => Err(format!(
+            "{c:?} at byte {at}; only letters, digits, `_`, `-`, `.` and `/` are allowed"
+        )),
+    }
+}
+
 /// Checks a queue name: at most [`MAX_QUEUE_NAME_BYTES`], non-empty, and only the characters
 /// a workflow name may hold (letters, digits, `_`, `-`, `.` and `/`), which is also what
 /// `#[workflow(queue = "...")]` accepts at compile time.
 pub fn check_queue_name(name: &str) -> Result<(), LimitError> {
     check_text(Field::Queue, name, MAX_QUEUE_NAME_BYTES)?;
-    crate::registry::is_valid_name(name).map_err(|reason| LimitError::InvalidName {
+    is_valid_name(name).map_err(|reason| LimitError::InvalidName {
         field: Field::Queue,
         value: name.to_owned(),
         reason,
@@ -473,21 +498,6 @@ pub fn add_duration(
         })?;
     check_time(field, later)?;
     Ok(later)
-}
-
-/// Checks a retry policy: intervals at most [`MAX_DURATION`], a finite non-negative
-/// backoff coefficient.
-pub fn check_retry_policy(policy: &RetryPolicy) -> Result<(), LimitError> {
-    check_duration(Field::RetryInterval, policy.initial_interval)?;
-    check_duration(Field::RetryInterval, policy.max_interval)?;
-    let coefficient = policy.backoff_coefficient;
-    if !coefficient.is_finite() || coefficient < 0.0 {
-        return Err(LimitError::NotFinite {
-            field: Field::BackoffCoefficient,
-            value: coefficient,
-        });
-    }
-    Ok(())
 }
 
 /// Checks a JSON payload: no NUL in any string or object key, at most [`MAX_JSON_DEPTH`]

@@ -68,31 +68,7 @@ pub enum RegistryError {
 )]
 pub type DuplicateWorkflow = RegistryError;
 
-/// Why `name` is not a valid workflow name, version or step name, or `Ok`: it must hold at
-/// least one character, and only letters and digits (of any script, as in Rust identifiers),
-/// `_`, `-`, `.` and `/`. `:` is reserved for the `name:1` suffix of repeated step calls.
-///
-/// ```
-/// use tasks_runtime::registry::is_valid_name;
-///
-/// assert!(is_valid_name("checkout-v2/eu.west").is_ok());
-/// assert!(is_valid_name(" check out").is_err());
-/// assert!(is_valid_name("charge:1").is_err());
-/// ```
-pub fn is_valid_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("it is empty".into());
-    }
-    match name
-        .char_indices()
-        .find(|(_, c)| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
-    {
-        None => Ok(()),
-        Some((at, c)) => Err(format!(
-            "{c:?} at byte {at}; only letters, digits, `_`, `-`, `.` and `/` are allowed"
-        )),
-    }
-}
+pub use crate::limits::is_valid_name;
 
 /// One JSON Schema violation in a workflow input.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Retention: deleting terminal runs by status and age, with everything that
 //! belongs to them, in bounded batches that are safe while workers run.
 //!
-//! [`Store::purge_runs`] deletes one batch: at most [`PurgeRuns::batch_size`] completed,
+//! [`Store::purge_runs`](crate::Store::purge_runs) deletes one batch: at most [`PurgeRuns::batch_size`] completed,
 //! failed or canceled runs of the store's namespace that finished before the cutoff, with
 //! their step attempts and events, and clears the links other runs keep to them (a fork's
 //! `forked_from_run_id`, a parent step's child run, a child run's parent step). Each batch is
@@ -9,18 +9,16 @@
 //! [retention](crate::WorkerBuilder::retention) repeat batches until one comes back short.
 //!
 //! A worker fleet purges once per period between them, not once per worker: before each
-//! periodic purge a worker takes the namespace's turn with [`Store::take_retention_turn`],
+//! periodic purge a worker takes the namespace's turn with [`Store::take_retention_turn`](crate::Store::take_retention_turn),
 //! which only one worker wins per period.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{StoreError, StoreResult};
 use crate::limits::{self, Field, LimitError};
 use crate::model::RunStatus;
-use crate::store::{SharedStore, Store};
 
 /// The batch size of a purge that sets none.
 pub const DEFAULT_PURGE_BATCH: u32 = 1_000;
@@ -44,7 +42,7 @@ pub enum FinishedBefore {
     Age(Duration),
 }
 
-/// Parameters of [`Store::purge_runs`] and [`Client::purge`](crate::Client::purge).
+/// Parameters of [`Store::purge_runs`](crate::Store::purge_runs) and [`Client::purge`](crate::Client::purge).
 ///
 /// ```
 /// use std::time::Duration;
@@ -129,81 +127,6 @@ impl PurgeRuns {
             crate::transition::PURGE.from
         } else {
             &self.statuses
-        }
-    }
-}
-
-/// Purges batch after batch until one comes back short (nothing more is due) or `stop` is
-/// cancelled between two batches. Returns how many runs were deleted, also when a later
-/// batch failed: the error of that batch is returned with the count so far.
-pub(crate) async fn purge_batches(
-    store: &dyn Store,
-    params: &PurgeRuns,
-    stop: Option<&CancellationToken>,
-) -> (u64, StoreResult<()>) {
-    let mut purged = 0;
-    loop {
-        if stop.is_some_and(CancellationToken::is_cancelled) {
-            return (purged, Ok(()));
-        }
-        match store.purge_runs(params).await {
-            Ok(batch) => {
-                purged += batch;
-                if batch < u64::from(params.batch_size) {
-                    return (purged, Ok(()));
-                }
-            }
-            Err(error) => return (purged, Err(error)),
-        }
-    }
-}
-
-/// A worker's periodic purge: every `interval` it tries to take the namespace's retention
-/// turn, and purges the runs older than `max_age` when it won it.
-#[derive(Clone)]
-pub(crate) struct Retention {
-    pub(crate) store: SharedStore,
-    pub(crate) worker_id: String,
-    pub(crate) max_age: Duration,
-    pub(crate) interval: Duration,
-}
-
-impl Retention {
-    /// Runs until `stop` is cancelled; a purge in progress stops between two batches.
-    pub(crate) async fn run(self, stop: CancellationToken) {
-        loop {
-            self.tick(&stop).await;
-            // ± 20 % so the workers of a fleet do not all ask at once.
-            let wait = self
-                .interval
-                .mul_f64(rand::Rng::random_range(&mut rand::rng(), 0.8..1.2));
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    async fn tick(&self, stop: &CancellationToken) {
-        match self
-            .store
-            .take_retention_turn(&self.worker_id, self.interval)
-            .await
-        {
-            Ok(Some(turn)) => {
-                let params = PurgeRuns::older_than(self.max_age);
-                let (purged, result) = purge_batches(&*self.store, &params, Some(stop)).await;
-                match result {
-                    Ok(()) => tracing::debug!(turn, purged, "retention purge done"),
-                    Err(error) => {
-                        tracing::warn!(turn, purged, %error, "retention purge failed; retrying next period")
-                    }
-                }
-            }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(%error, "taking the retention turn failed; retrying next period")
-            }
         }
     }
 }

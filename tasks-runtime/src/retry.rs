@@ -37,6 +37,23 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Checks the policy against the [limits](crate::limits): intervals at most
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION), a finite non-negative backoff
+    /// coefficient.
+    pub fn check(&self) -> Result<(), crate::limits::LimitError> {
+        use crate::limits::{Field, LimitError, check_duration};
+        check_duration(Field::RetryInterval, self.initial_interval)?;
+        check_duration(Field::RetryInterval, self.max_interval)?;
+        let coefficient = self.backoff_coefficient;
+        if !coefficient.is_finite() || coefficient < 0.0 {
+            return Err(LimitError::NotFinite {
+                field: Field::BackoffCoefficient,
+                value: coefficient,
+            });
+        }
+        Ok(())
+    }
+
     /// The policy runs use when their workflow sets none: 3 attempts, 1 s, ×2, capped at 100 s.
     pub const DEFAULT_RUN: RetryPolicy = RetryPolicy {
         max_attempts: 3,

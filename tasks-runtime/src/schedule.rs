@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::limits::{self, Field, LimitError};
-use crate::store::CreateRun;
+use crate::store::runs::CreateRun;
 
 /// What a schedule does with the slots it missed (the workers were down, or the schedule
 /// was paused): slots whose time passed before a scheduler tick saw them.

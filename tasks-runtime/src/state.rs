@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::limits::{self, Field, LimitError};
 use crate::model::StepAttempt;
-use crate::store::Notification;
+use crate::store::notify::Notification;
 
 /// A published value of a run, as stored: `T` is [`Value`] at the store, the value's own
 /// type through the typed client API.

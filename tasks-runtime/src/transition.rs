@@ -37,7 +37,7 @@ use uuid::Uuid;
 use crate::error::{Operation, StoreError, StoreResult};
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 use crate::retry::RetryPolicy;
-use crate::store::Notification;
+use crate::store::notify::Notification;
 
 use RunStatus::{Canceled, Paused, Pending, Running, Sleeping};
 

@@ -20,9 +20,9 @@ use crate::executor::{Executor, Outcome};
 use crate::failure::ErrorRecord;
 use crate::liveness::Liveness;
 use crate::model::WorkflowRun;
+use crate::purge::Retention;
 use crate::queue::{ClaimFilter, QueueOptions};
 use crate::registry::{Registry, RegistryError};
-use crate::retention::Retention;
 use crate::store::{ClaimedRun, FailRun, NotificationStream, SharedStore};
 
 /// What a worker does with a claimed run whose `(name, version)` is not registered in its

@@ -133,7 +133,8 @@ fn strings(body: &[u8], n: usize) -> Vec<String> {
 #[derive(Default)]
 struct Connection {
     statements: HashMap<String, String>,
-    doomed: Option<String>,
+    /// The droppable statements of the transaction whose acknowledgement is to be dropped.
+    doomed: Vec<String>,
 }
 
 async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
@@ -178,8 +179,12 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                             // that comes long enough after the last drop that the retries of
                             // a dropped write go through (a dropped batch fails the writes
                             // of every run in it, and their retries fall into one batch).
-                            if *count == 1 || (*count % 3 == 1 && spaced && budget) {
-                                connection.doomed = Some(sql);
+                            if !connection.doomed.is_empty() {
+                                // In the doomed transaction: its write's acknowledgement (the
+                                // commit's) is the one dropped.
+                                connection.doomed.push(sql);
+                            } else if *count == 1 || (*count % 3 == 1 && spaced && budget) {
+                                connection.doomed.push(sql);
                                 *last = Some(std::time::Instant::now());
                             }
                         }
@@ -202,19 +207,19 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
             buffer.extend_from_slice(&chunk[..n]);
             for frame in frames(&mut buffer, &mut startup) {
                 let doomed = connection.lock().unwrap().doomed.clone();
-                let Some(sql) = doomed else {
+                if doomed.is_empty() {
                     if client_write.write_all(&frame.bytes).await.is_err() {
                         return;
                     }
                     continue;
-                };
+                }
                 held.extend_from_slice(&frame.bytes);
                 if frame.kind != b'Z' {
                     continue;
                 }
                 if frame.bytes.get(5) == Some(&b'I') {
                     // Committed (or rolled back) and idle: the answer never arrives.
-                    shared.dropped.lock().unwrap().push(sql);
+                    shared.dropped.lock().unwrap().extend(doomed);
                     return;
                 }
                 // Inside a transaction: answer, and drop the acknowledgement of its end.

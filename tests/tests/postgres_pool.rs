@@ -52,7 +52,13 @@ async fn connections_of_the_runtime_in_use_are_kept() {
             .await
             .into_iter()
             .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A released connection goes back to the pool from a task of its own: wait until all
+    // are back (on a loaded machine that took longer than any fixed pause), or a statement
+    // would find none idle and open one.
+    let back = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pool.num_idle() < opened.len() && tokio::time::Instant::now() < back {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for _ in 0..20 {
         let used = pid(pool.clone()).await;
         assert!(

@@ -10,12 +10,12 @@ use std::time::Duration;
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
 
 use super::concurrency::{ConcurrencyOptions, parse_concurrency};
 use super::duration::parse_duration;
+use super::meta::{Seen, key_of, name_value, parse_metas};
 use super::schedule::{
     ScheduleOptions, check_cron, check_timezone, parse_catch_up, without_schedule,
 };
@@ -308,66 +308,6 @@ fn unknown_option(kind: MacroKind, key: &str) -> String {
             )
         }
     }
-}
-
-/// Parses `key = value, key(...), ...`; a syntax error is recorded and yields `None`.
-pub(super) fn parse_metas(
-    args: TokenStream,
-    errors: &mut Errors,
-) -> Option<Punctuated<Meta, Token![,]>> {
-    match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
-        Ok(metas) => Some(metas),
-        Err(error) => {
-            errors.push(error);
-            None
-        }
-    }
-}
-
-/// The keys already given, so that a repeated key is reported on its second use.
-#[derive(Default)]
-pub(super) struct Seen(Vec<String>);
-
-impl Seen {
-    /// `true` the first time `key` is seen; later times record a "duplicate" error.
-    pub(super) fn first(&mut self, key: &Path, errors: &mut Errors) -> bool {
-        let name = key.to_token_stream().to_string();
-        if self.0.contains(&name) {
-            errors.spanned(key, format_args!("duplicate option `{name}`"));
-            false
-        } else {
-            self.0.push(name);
-            true
-        }
-    }
-}
-
-pub(super) fn key_of(path: &Path) -> Option<String> {
-    path.get_ident().map(|ident| ident.to_string())
-}
-
-/// The expression of `key = expr`, or an error showing the expected form.
-pub(super) fn name_value<'a>(
-    meta: &'a Meta,
-    example: &str,
-    errors: &mut Errors,
-) -> Option<&'a Expr> {
-    match meta {
-        Meta::NameValue(name_value) => Some(strip_groups(&name_value.value)),
-        _ => {
-            let key = meta.path().to_token_stream();
-            errors.spanned(meta, format_args!("expected `{key} = {example}`"));
-            None
-        }
-    }
-}
-
-/// Looks through the invisible groups that `macro_rules!` puts around `$x:expr`.
-fn strip_groups(mut expr: &Expr) -> &Expr {
-    while let Expr::Group(group) = expr {
-        expr = &group.expr;
-    }
-    expr
 }
 
 /// `key = "..."` with a non-empty string literal.

@@ -10,7 +10,7 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::ToTokens;
 use syn::{Expr, Lit, Meta, UnOp};
 
-use super::attr::{Seen, key_of, name_value, parse_metas};
+use super::meta::{Seen, key_of, name_value, parse_metas};
 use crate::errors::Errors;
 
 /// A checked `concurrency(...)`.

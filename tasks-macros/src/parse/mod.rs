@@ -5,6 +5,7 @@ mod attr;
 mod concurrency;
 mod duration;
 mod item;
+mod meta;
 mod schedule;
 
 pub(crate) use attr::{DurationValue, Options, RetryOptions};
