@@ -46,9 +46,11 @@ pub enum RegistryError {
         /// Where the second definition is.
         second: &'static SourceLocation,
     },
-    /// A workflow name, version or step name with a character outside letters, digits,
-    /// `_`, `-`, `.` and `/` (see [`is_valid_name`]); `#[workflow]` and `#[step]` refuse
-    /// such literals at compile time, this catches definitions built by hand.
+    /// A workflow name, version, queue or step name with a character outside letters,
+    /// digits, `_`, `-`, `.` and `/` (see [`is_valid_name`]), or longer than the stores'
+    /// limit for it ([`MAX_WORKFLOW_NAME_BYTES`](crate::limits::MAX_WORKFLOW_NAME_BYTES) and
+    /// the like); `#[workflow]` and `#[step]` refuse such literals at compile time, this
+    /// catches definitions built by hand.
     #[error("{what} {name:?} at {location} is not a valid name: {reason}")]
     InvalidName {
         /// `"workflow name"`, `"workflow version"`, `"queue"` or `"step name"`.
@@ -69,6 +71,27 @@ pub enum RegistryError {
 pub type DuplicateWorkflow = RegistryError;
 
 pub use crate::limits::is_valid_name;
+
+/// Why `name`, a `what` of a definition, could never be stored: a character outside
+/// [`is_valid_name`]'s, or more bytes than the store's limit for it. `#[workflow]` and
+/// `#[step]` check their literals at compile time; this catches the rest (a definition built
+/// by hand, a default name taken from a long function name).
+fn valid_name(what: &str, name: &str) -> Result<(), String> {
+    is_valid_name(name)?;
+    let limit = match what {
+        "workflow version" => crate::limits::MAX_VERSION_BYTES,
+        "queue" => crate::limits::MAX_QUEUE_NAME_BYTES,
+        "step name" => crate::limits::MAX_STEP_NAME_BYTES,
+        _ => crate::limits::MAX_WORKFLOW_NAME_BYTES,
+    };
+    if name.len() > limit {
+        return Err(format!(
+            "it is {} bytes; the limit is {limit}, so no store could hold it",
+            name.len()
+        ));
+    }
+    Ok(())
+}
 
 /// One JSON Schema violation in a workflow input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +191,7 @@ impl Registry {
         ];
         for (what, name) in names {
             if let Some(name) = name {
-                is_valid_name(name).map_err(|reason| RegistryError::InvalidName {
+                valid_name(what, name).map_err(|reason| RegistryError::InvalidName {
                     what,
                     name,
                     location: &definition.location,
@@ -268,7 +291,7 @@ pub(crate) fn check_steps(
 ) -> Result<(), RegistryError> {
     let mut seen: BTreeMap<&'static str, &'static StepDefinition> = BTreeMap::new();
     for step in steps {
-        is_valid_name(step.name).map_err(|reason| RegistryError::InvalidName {
+        valid_name("step name", step.name).map_err(|reason| RegistryError::InvalidName {
             what: "step name",
             name: step.name,
             location: &step.location,

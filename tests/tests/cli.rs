@@ -415,6 +415,11 @@ async fn runs_show_and_watch_give_the_step_timeline(backend: Backend) {
     assert_eq!(copied[0].step_name, "compose");
     let ran = cli(&store, &["fork", &id, "--from-step", "nope"]).await;
     assert_eq!(ran.exit, Exit::NotFound, "{}", ran.err);
+    // A step name the store refuses by its limits is invalid input, and nothing is forked.
+    let runs = run_count(&store).await;
+    let ran = cli(&store, &["fork", &id, "--from-step", "a\0b"]).await;
+    assert_eq!(ran.exit, Exit::Usage, "{}", ran.err);
+    assert_eq!(run_count(&store).await, runs);
 }
 
 async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
@@ -570,6 +575,10 @@ async fn runs_state_prints_the_published_values(backend: Backend) {
     let ran = cli(&store, &["runs", "state", &id, "nothing"]).await;
     assert_eq!(ran.exit, Exit::NotFound);
     assert!(ran.err.contains("published nothing"), "{}", ran.err);
+
+    // A key the store refuses by its limits is invalid input.
+    let ran = cli(&store, &["runs", "state", &id, "a\0b"]).await;
+    assert_eq!(ran.exit, Exit::Usage, "{}", ran.err);
 }
 
 async fn workflows_list_and_schema(backend: Backend) {

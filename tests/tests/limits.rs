@@ -77,6 +77,49 @@ async fn measure(_ctx: WorkflowContext, input: Measure) -> Result<f64, WorkflowE
     Ok(input.value)
 }
 
+/// A workflow whose name is as long as a store holds (255 bytes) compiles and registers.
+#[workflow(
+    name = "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"
+)]
+async fn longest_name(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
+    Ok(())
+}
+
+/// `#[workflow]` and `#[step]` refuse at compile time a name or version longer than a store
+/// holds. A proc-macro crate cannot read `tasks::limits`, so the macros keep their own copy
+/// of the figures; this test holds the two together: the limits are the macros' figures, a
+/// name of exactly the limit compiles and registers (`longest_name`), and the compile-fail
+/// case `name_length` is one byte over each.
+#[test]
+fn the_macros_refuse_names_the_stores_cannot_hold() {
+    use tasks::limits::{
+        MAX_QUEUE_NAME_BYTES, MAX_STEP_NAME_BYTES, MAX_VERSION_BYTES, MAX_WORKFLOW_NAME_BYTES,
+    };
+    assert_eq!(
+        (
+            MAX_WORKFLOW_NAME_BYTES,
+            MAX_STEP_NAME_BYTES,
+            MAX_QUEUE_NAME_BYTES
+        ),
+        (255, 255, 255)
+    );
+    assert_eq!(MAX_VERSION_BYTES, 64);
+    let registry = tasks::Registry::from_inventory().expect("the registry builds");
+    assert!(registry.get(&"n".repeat(255), None).is_some());
+    let case = include_str!("../../ui-tests/tests/ui/fail/name_length.rs");
+    let literals: Vec<usize> = case
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|text| text.len() > 8)
+        .map(str::len)
+        .collect();
+    assert_eq!(
+        literals,
+        vec![MAX_WORKFLOW_NAME_BYTES + 1, MAX_VERSION_BYTES + 1]
+    );
+}
+
 async fn hostile_json_inputs_are_refused_and_nothing_is_stored(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);

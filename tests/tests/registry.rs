@@ -205,6 +205,36 @@ fn a_queue_outside_the_allowed_characters_is_rejected_by_hand() {
 }
 
 #[test]
+fn names_longer_than_the_stores_hold_are_rejected_by_hand() {
+    let original = ship_v1::definition();
+    let long = "n".repeat(tasks::limits::MAX_WORKFLOW_NAME_BYTES + 1);
+    let at_limit = "n".repeat(tasks::limits::MAX_WORKFLOW_NAME_BYTES);
+    let version = "v".repeat(tasks::limits::MAX_VERSION_BYTES + 1);
+    for (name, version, ok) in [
+        (long.as_str(), Some("1"), false),
+        ("reg-ship", Some(version.as_str()), false),
+        (at_limit.as_str(), Some("1"), true),
+    ] {
+        let definition: &'static WorkflowDefinition = Box::leak(Box::new(WorkflowDefinition {
+            name: Box::leak(name.to_owned().into_boxed_str()),
+            version: version.map(|v| &*Box::leak(v.to_owned().into_boxed_str())),
+            ..*original
+        }));
+        match Registry::new().add(definition) {
+            Ok(_) => assert!(ok, "{} bytes were accepted", name.len()),
+            Err(error) => {
+                assert!(!ok, "{error}");
+                assert!(
+                    matches!(error, RegistryError::InvalidName { .. }),
+                    "{error:?}"
+                );
+                assert!(error.to_string().contains("bytes; the limit is"), "{error}");
+            }
+        }
+    }
+}
+
+#[test]
 fn names_outside_the_allowed_characters_are_rejected_by_hand_too() {
     let original = ship_v1::definition();
     for (name, version) in [

@@ -342,8 +342,30 @@ pub(crate) fn is_name_char(c: char) -> bool {
 }
 
 /// `lit` when every character of it is allowed in a name.
+/// The most bytes a store holds of a `name` or `queue` (`MAX_WORKFLOW_NAME_BYTES`,
+/// `MAX_STEP_NAME_BYTES` and `MAX_QUEUE_NAME_BYTES` of `tasks::limits`) and of a `version`
+/// (`MAX_VERSION_BYTES`). A proc-macro crate cannot read the runtime's constants; the test
+/// `limits::the_macros_refuse_names_the_stores_cannot_hold` holds the two to each other.
+const MAX_NAME_BYTES: usize = 255;
+const MAX_VERSION_BYTES: usize = 64;
+
 fn allowed_name(lit: LitStr, key: &str, errors: &mut Errors) -> Option<LitStr> {
     let value = lit.value();
+    let limit = if key == "version" {
+        MAX_VERSION_BYTES
+    } else {
+        MAX_NAME_BYTES
+    };
+    if value.len() > limit {
+        errors.spanned(
+            &lit,
+            format_args!(
+                "`{key}` is {} bytes; the stores hold at most {limit}, so it could never be started",
+                value.len()
+            ),
+        );
+        return None;
+    }
     match value.char_indices().find(|(_, c)| !is_name_char(*c)) {
         None => Some(lit),
         Some((at, c)) => {

@@ -60,7 +60,9 @@ pub(crate) fn id(id: Uuid) -> String {
 }
 
 /// The text of an instant that is stored, truncated to the microsecond like Postgres does.
-/// Instants outside the years 0000–9999 cannot be stored with a fixed width and are refused.
+/// Instants outside the years 0000–9999 cannot be stored with a fixed width and are refused
+/// (the store's callers have checked the narrower range of [`crate::limits::EARLIEST`] and
+/// [`crate::limits::LATEST`], years 0001–9999, already).
 pub(crate) fn ts(t: DateTime<Utc>) -> StoreResult<String> {
     if t < earliest() || t > latest() {
         return Err(StoreError::InvalidArgument(format!(

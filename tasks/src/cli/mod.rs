@@ -547,8 +547,10 @@ fn store_exit(error: &StoreError) -> Exit {
         StoreError::WrongState { .. }
         | StoreError::LeaseLost { .. }
         | StoreError::ScheduleExists { .. } => Exit::Failure,
+        // Input the store refuses by its limits is invalid input, wherever it surfaces.
         StoreError::InvalidCursor { .. }
         | StoreError::InvalidArgument(_)
+        | StoreError::Limit(_)
         | StoreError::NotTerminal { .. } => Exit::Usage,
         _ => Exit::Store,
     }
