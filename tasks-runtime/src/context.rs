@@ -526,6 +526,11 @@ where
             step.name = %step_name,
             attempt = attempt_number,
         );
+        // A worker that may have lost the run (stopped or starved past its lease or its
+        // heartbeat's staleness) confirms it holds the run before the body has any effect.
+        if let Err(halt) = ctx.inner.session.confirm_held().await {
+            return ctx.halt(halt).await;
+        }
         let started = std::time::Instant::now();
         // A panic fails this attempt, retried by the step's policy like an error; so does
         // running past the step's timeout, which drops the attempt's future.

@@ -15,6 +15,7 @@ use crate::context::{ExecutionLimits, WorkflowContext};
 use crate::definition::WorkflowDefinition;
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
+use crate::liveness::BeatClock;
 use crate::model::{RunStatus, WorkflowRun};
 use crate::session::{Halt, RunSession, limit_failure, retrying};
 use crate::store::{ClaimedRun, FailRun, SharedStore};
@@ -28,6 +29,8 @@ pub(crate) struct Executor {
     pub store: SharedStore,
     pub worker_id: String,
     pub lease: Duration,
+    /// The worker's heartbeats, read before a step body starts.
+    pub beats: Arc<BeatClock>,
     pub limits: ExecutionLimits,
 }
 
@@ -77,9 +80,12 @@ impl Executor {
     /// `returned` is called as soon as the workflow function has returned, before its
     /// outcome is written (a worker frees the run's slot then, so that it claims the next
     /// run while the outcome commits).
+    /// Executes a run claimed by a claim sent at `claimed_at` (by the monotonic clock: the
+    /// run's lease is counted from no earlier than that).
     pub(crate) async fn execute(
         &self,
         claimed: ClaimedRun,
+        claimed_at: std::time::Instant,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
@@ -101,15 +107,23 @@ impl Executor {
             trace.parent = tracing::field::Empty,
         );
         crate::trace::adopt(&span, run.trace_context.as_ref());
-        self.execute_inner(run, first_execution, definition, shutdown, returned)
-            .instrument(span)
-            .await
+        self.execute_inner(
+            run,
+            first_execution,
+            claimed_at,
+            definition,
+            shutdown,
+            returned,
+        )
+        .instrument(span)
+        .await
     }
 
     async fn execute_inner(
         &self,
         run: WorkflowRun,
         first_execution: bool,
+        claimed_at: std::time::Instant,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
@@ -155,7 +169,8 @@ impl Executor {
             run_id,
             self.worker_id.clone(),
             self.lease,
-        );
+        )
+        .holding(claimed_at, self.beats.clone());
         let ctx = WorkflowContext::new(session.clone(), run, history, self.limits.clone());
         let _heartbeat = self.heartbeat(&session, ctx.clone());
 

@@ -4,7 +4,8 @@
 //! number of runs it holds; the per-run lease stays as the fallback for stores and workers
 //! without a heartbeat row.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +28,42 @@ pub(crate) struct Liveness {
     pub(crate) worker_id: String,
     pub(crate) interval: Duration,
     pub(crate) stale_after: Duration,
+    /// When the last heartbeat that went through was sent.
+    pub(crate) beats: Arc<BeatClock>,
+}
+
+/// When the worker's last heartbeat that went through was sent, by the process's monotonic
+/// clock, which goes on while the process is stopped (`SIGSTOP`) or starved: what a worker
+/// reads before it starts a step body, to know whether other workers may already take its
+/// runs for a dead worker's.
+#[derive(Debug)]
+pub(crate) struct BeatClock {
+    last: Mutex<Option<Instant>>,
+    stale_after: Duration,
+}
+
+impl BeatClock {
+    pub(crate) fn new(stale_after: Duration) -> Arc<Self> {
+        Arc::new(BeatClock {
+            last: Mutex::new(None),
+            stale_after,
+        })
+    }
+
+    fn record(&self, sent: Instant) {
+        let mut last = crate::session::lock(&self.last);
+        if last.is_none_or(|last| last < sent) {
+            *last = Some(sent);
+        }
+    }
+
+    /// Whether the worker's row is surely fresh: the last heartbeat that went through was
+    /// sent less than two thirds of the staleness ago (the rest is slack for the database's
+    /// clock and the statement's own time). `false` before the first one.
+    pub(crate) fn fresh(&self) -> bool {
+        crate::session::lock(&self.last)
+            .is_some_and(|last| last.elapsed() < self.stale_after.mul_f64(2.0 / 3.0))
+    }
 }
 
 /// The running heartbeat task: aborted when dropped, so no heartbeat outlives its worker
@@ -66,12 +103,16 @@ impl Liveness {
     }
 
     async fn beat(&self) {
-        if let Err(error) = self
+        let sent = Instant::now();
+        match self
             .store
             .heartbeat(&self.worker_id, self.stale_after)
             .await
         {
-            tracing::warn!(%error, "worker heartbeat failed; retrying at the next interval");
+            Ok(()) => self.beats.record(sent),
+            Err(error) => {
+                tracing::warn!(%error, "worker heartbeat failed; retrying at the next interval");
+            }
         }
     }
 

@@ -30,6 +30,7 @@ use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::failure::ErrorRecord;
+use crate::liveness::BeatClock;
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use crate::store::{CreateStepAttempt, FailRun, RecordStepAttempt, SharedStore, StepUpdate};
 
@@ -119,6 +120,14 @@ where
     }
 }
 
+/// What a session knows of its hold on the run (see [`RunSession::confirm_held`]).
+struct Holding {
+    /// The lease runs for at least its length from this instant.
+    lease_from: std::time::Instant,
+    /// The worker's heartbeats; `None` for a session outside a worker.
+    beats: Option<Arc<BeatClock>>,
+}
+
 /// The writes of one claimed run, under its worker's lease.
 pub(crate) struct RunSession {
     store: SharedStore,
@@ -128,6 +137,10 @@ pub(crate) struct RunSession {
     retry_for: Duration,
     /// Finished function-step attempts not written yet, with when each was held.
     held: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
+    /// Since when the run's lease surely runs (by the monotonic clock: the claim's sending,
+    /// then each lease extension's), and the worker's heartbeats, if it beats: what
+    /// [`RunSession::confirm_held`] reads.
+    holding: Mutex<Holding>,
     /// Held while held records are written, so that whoever writes next waits for a write
     /// in flight.
     writing: tokio::sync::Mutex<()>,
@@ -160,11 +173,56 @@ impl RunSession {
             worker_id,
             retry_for,
             held: Mutex::new(Vec::new()),
+            holding: Mutex::new(Holding {
+                lease_from: std::time::Instant::now(),
+                beats: None,
+            }),
             writing: tokio::sync::Mutex::new(()),
             timer_scheduled: AtomicBool::new(false),
             halt: Mutex::new(None),
             halted: Notify::new(),
         })
+    }
+
+    /// The session of a run claimed by a claim sent at `claimed_at`, by a worker whose
+    /// heartbeats `beats` records.
+    pub(crate) fn holding(
+        self: Arc<Self>,
+        claimed_at: std::time::Instant,
+        beats: Arc<BeatClock>,
+    ) -> Arc<Self> {
+        *lock(&self.holding) = Holding {
+            lease_from: claimed_at,
+            beats: Some(beats),
+        };
+        self
+    }
+
+    /// Confirms, before a step body starts, that the run is still this worker's. Nothing
+    /// to do while the lease surely runs (less than three quarters of it since the claim or
+    /// the last extension) and the worker's heartbeat row is surely fresh. Otherwise (a
+    /// worker that was stopped, starved or cut off from the database past that) another
+    /// worker may already have taken the run over, and the body would repeat its side
+    /// effects for nothing: the lease is extended first, a fenced write, and the body starts
+    /// only when it goes through.
+    pub(crate) async fn confirm_held(&self) -> Result<(), Halt> {
+        let (lease_from, fresh) = {
+            let holding = lock(&self.holding);
+            let fresh = holding.beats.as_ref().is_none_or(|beats| beats.fresh());
+            (holding.lease_from, fresh)
+        };
+        if fresh && lease_from.elapsed() < self.retry_for.mul_f64(0.75) {
+            return Ok(());
+        }
+        tracing::debug!(
+            since_lease = ?lease_from.elapsed(),
+            heartbeat_fresh = fresh,
+            "confirming the lease before a step body starts"
+        );
+        match self.extend_lease(self.retry_for).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Halt::after(error)),
+        }
     }
 
     // ---- Why the run stops ----
@@ -517,9 +575,18 @@ impl RunSession {
 
     /// Extends the run's lease to `lease` from now.
     pub(crate) async fn extend_lease(&self, lease: Duration) -> StoreResult<WorkflowRun> {
-        self.store
+        let sent = std::time::Instant::now();
+        let extended = self
+            .store
             .extend_lease(self.run_id, &self.worker_id, lease)
-            .await
+            .await;
+        if extended.is_ok() {
+            let mut holding = lock(&self.holding);
+            if holding.lease_from < sent {
+                holding.lease_from = sent;
+            }
+        }
+        extended
     }
 }
 

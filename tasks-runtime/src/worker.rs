@@ -380,6 +380,7 @@ impl WorkerBuilder {
             )),
             None => None,
         };
+        let beats = crate::liveness::BeatClock::new(stale_after);
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 retention,
@@ -388,11 +389,13 @@ impl WorkerBuilder {
                     worker_id: worker_id.clone(),
                     interval: self.heartbeat_interval,
                     stale_after,
+                    beats: beats.clone(),
                 },
                 executor: Executor {
                     store: store.clone(),
                     worker_id,
                     lease: self.lease,
+                    beats,
                     limits: ExecutionLimits {
                         max_steps: self.max_steps,
                         park_threshold: self.park_threshold,
@@ -629,7 +632,8 @@ impl Worker {
                                     freed: slot_freed,
                                     _in_use: crate::metrics::SlotInUse::new(),
                                 });
-                                let outcome = worker.process(run, abandon, &mut slot).await;
+                                let outcome =
+                                    worker.process(run, claiming, abandon, &mut slot).await;
                                 drop(slot);
                                 if let Some(Outcome::Sleeping(wait)) = outcome {
                                     // Come back for the run when its sleep ends rather than
@@ -706,6 +710,7 @@ impl Worker {
     async fn process(
         &self,
         claimed: ClaimedRun,
+        claimed_at: std::time::Instant,
         abandon: CancellationToken,
         slot: &mut Option<Slot>,
     ) -> Option<Outcome> {
@@ -719,7 +724,9 @@ impl Worker {
         };
         let outcome = inner
             .executor
-            .execute(claimed, definition, abandon, || drop(slot.take()))
+            .execute(claimed, claimed_at, definition, abandon, || {
+                drop(slot.take())
+            })
             .await;
         tracing::debug!(?outcome, "execution ended");
         let workflow = definition.name;

@@ -1172,4 +1172,113 @@ both_backends!(
     a_worker_write_refused_for_its_limits_fails_the_run_at_once,
     a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
     a_killed_worker_does_not_start_a_child_twice,
+    a_thawed_worker_starts_no_step_of_a_run_it_lost,
 );
+
+// ---- A worker frozen past its heartbeat's staleness ----
+
+/// The runs whose first execution froze already.
+fn froze_once(run_id: tasks::uuid::Uuid) -> bool {
+    static FROZEN: std::sync::Mutex<Option<HashSet<tasks::uuid::Uuid>>> =
+        std::sync::Mutex::new(None);
+    !FROZEN
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashSet::new)
+        .insert(run_id)
+}
+
+/// Set once the frozen execution of a run resumed.
+fn thawed() -> &'static std::sync::Mutex<HashSet<tasks::uuid::Uuid>> {
+    static THAWED: std::sync::OnceLock<std::sync::Mutex<HashSet<tasks::uuid::Uuid>>> =
+        std::sync::OnceLock::new();
+    THAWED.get_or_init(Default::default)
+}
+
+#[step]
+async fn before_freeze(run: tasks::uuid::Uuid) -> Result<u32, std::io::Error> {
+    Ok(bump(run, "before-freeze"))
+}
+
+#[step]
+async fn after_freeze(run: tasks::uuid::Uuid) -> Result<u32, std::io::Error> {
+    Ok(bump(run, "after-freeze"))
+}
+
+/// A step, a publication (which writes the step's record, so nothing is held), then on its
+/// first execution the whole worker stops for `ms` (its runtime's only thread sleeps: no
+/// heartbeat, no lease extension, as under `SIGSTOP`), then a step.
+#[workflow(name = "e2e-freeze")]
+async fn freezes(ctx: WorkflowContext, ms: u64) -> Result<u32, WorkflowError> {
+    before_freeze(ctx.run_id()).await?;
+    ctx.set_state("before", &true).await?;
+    if !froze_once(ctx.run_id()) {
+        std::thread::sleep(Duration::from_millis(ms));
+        thawed().lock().unwrap().insert(ctx.run_id());
+    }
+    Ok(after_freeze(ctx.run_id()).await?)
+}
+
+/// A worker frozen past its heartbeat's staleness loses its run to another worker, which
+/// completes it. When the frozen worker resumes, it starts no step body of the run it lost:
+/// before a body it confirms its hold, and the store refuses it. Every step body ran once.
+async fn a_thawed_worker_starts_no_step_of_a_run_it_lost(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let (url, namespace) = (store.url(), store.namespace().to_owned());
+    // The worker that freezes: on a runtime of its own, with one thread, so that sleeping
+    // in the workflow stops all of it.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let frozen = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let store = tasks::connect(&url)
+                .await
+                .unwrap()
+                .scoped(&namespace)
+                .unwrap();
+            let worker = tasks::Worker::builder(store)
+                .concurrency(1)
+                .lease(Duration::from_secs(20))
+                .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+                .build()
+                .unwrap()
+                .spawn();
+            let _ = stopped.await;
+            worker.shutdown().await;
+        });
+    });
+    let run = freezes::start(&client, 8_000).await.unwrap();
+    let id = run.id();
+    // The frozen worker ran the first step and published: it is about to freeze.
+    eventually!(
+        Duration::from_secs(30),
+        client.get_state::<bool>(id, "before").await.unwrap()
+    );
+    let rescuer = worker(&store).build().unwrap().spawn();
+    assert_eq!(run.result_within(Duration::from_secs(30)).await.unwrap(), 1);
+    assert!(
+        !thawed().lock().unwrap().contains(&id),
+        "the rescuer finished before the frozen worker resumed"
+    );
+    eventually!(
+        Duration::from_secs(30),
+        thawed().lock().unwrap().contains(&id).then_some(())
+    );
+    // Time for the thawed execution to reach its next step and be refused.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.send(()).unwrap();
+    tokio::task::spawn_blocking(move || frozen.join().unwrap())
+        .await
+        .unwrap();
+    rescuer.shutdown().await;
+    assert_eq!(calls(id, "before-freeze"), 1);
+    assert_eq!(
+        calls(id, "after-freeze"),
+        1,
+        "the thawed worker started a step body of a run it no longer held"
+    );
+}
