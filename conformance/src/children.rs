@@ -453,3 +453,55 @@ pub async fn child_deadline_wakes_the_parent(setup: impl Setup) {
         "nothing else is claimable"
     );
 }
+
+/// A cancel racing the completions of the children it cascades to never fails, and neither
+/// does a child's completion with anything but "the run is canceled": a child that finishes
+/// takes the same locks in the same order as the cancel of its parent (parent first), so
+/// the two wait for each other instead of deadlocking. Raced many times.
+pub async fn a_cancel_racing_finishing_children_never_fails(setup: impl Setup) {
+    let store = std::sync::Arc::new(setup.store().await);
+    for round in 0..25 {
+        let parent = create_claimed(&*store).await;
+        for i in 0..4 {
+            started(
+                &*store,
+                start(&parent, &format!("child/{i}"), ParentCancel::Cascade),
+            )
+            .await;
+        }
+        let mut children = Vec::new();
+        while children.len() < 4 {
+            children.push(claim_one(&*store, LONG_LEASE).await);
+        }
+        let completions: Vec<_> = children
+            .into_iter()
+            .map(|child| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .complete_run(child.id, owner(&child), json!(round))
+                        .await
+                })
+            })
+            .collect();
+        let cancel = {
+            let store = store.clone();
+            tokio::spawn(async move { store.cancel_run(parent.id).await })
+        };
+        let canceled = cancel.await.unwrap();
+        assert!(
+            canceled.is_ok(),
+            "round {round}: the cancel failed: {canceled:?}"
+        );
+        for completion in completions {
+            match completion.await.unwrap() {
+                Ok(done) => assert_eq!(done.status, RunStatus::Completed),
+                Err(StoreError::WrongState {
+                    status: RunStatus::Canceled,
+                    ..
+                }) => {}
+                Err(error) => panic!("round {round}: a child's completion failed: {error:?}"),
+            }
+        }
+    }
+}

@@ -325,7 +325,9 @@ macro_rules! conformance_suite {
             child_deadline_wakes_the_parent,
             cancel_cascades_to_children,
             runs_are_listed_by_parent,
-        } multi_thread {} }
+        } multi_thread {
+            a_cancel_racing_finishing_children_never_fails,
+        } }
         $crate::__conformance_module! { $setup, traces {
             trace_context_is_stored_and_claimed_with_the_run,
             children_and_forks_keep_their_trace_context,

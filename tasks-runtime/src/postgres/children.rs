@@ -31,6 +31,24 @@ use crate::transition::{
 
 /// The CTE `woken` of a finishing statement whose finished run is the CTE `done`: the
 /// parent wake-up of [`WAKE_PARENT`](crate::transition::WAKE_PARENT).
+/// The CTE that locks the parent of run `$2` (of namespace `$1`), if it has one, before a
+/// statement that may finish the run writes anything, and the condition that makes the
+/// statement's first write wait for it ([`PARENT_FIRST`]). Every finishing statement locks
+/// the parent before the child, like a cancel, which locks the run it cancels before the
+/// descendants it cascades to: a child finishing while its parent is canceled waits for the
+/// cancel instead of deadlocking with it.
+pub(super) const PARENT_LOCK: &str = "parent_first AS (
+             SELECT p.id FROM tasks.workflow_runs p
+              WHERE p.namespace = $1
+                AND p.id = (SELECT c.parent_run_id FROM tasks.workflow_runs c
+                             WHERE c.namespace = $1 AND c.id = $2)
+                FOR UPDATE OF p
+         )";
+
+/// The condition a finishing statement's first write carries so that it runs after
+/// [`PARENT_LOCK`] (an init plan, evaluated before the write takes its row).
+pub(super) const PARENT_FIRST: &str = "(SELECT count(*) FROM parent_first) >= 0";
+
 pub(super) fn wake_parent_cte() -> String {
     format!(
         "woken AS (

@@ -299,26 +299,34 @@ impl PgStore {
         worker_id: Option<&str>,
         bind: impl for<'q> FnOnce(RunQuery<'q>) -> RunQuery<'q>,
     ) -> StoreResult<WorkflowRun> {
-        let update = format!(
-            "UPDATE tasks.workflow_runs SET {set}, updated_at = now()
-              WHERE namespace = $1 AND id = $2 AND {fence}
-          RETURNING {RUN_COLUMNS}",
-            fence = transition.fence("", "$3"),
-        );
-        // A transition that may finish the run wakes its parent in the same statement; a
-        // cancel also cancels the descendants that cascade (see `children.rs`).
+        // A transition that may finish the run wakes its parent in the same statement, and
+        // locks the parent first; a cancel also cancels the descendants that cascade (see
+        // `children.rs`).
         let finishing = transition.wakes_parent();
         let cascade = transition.operation == Operation::CancelRun;
+        let update = format!(
+            "UPDATE tasks.workflow_runs SET {set}, updated_at = now()
+              WHERE namespace = $1 AND id = $2 AND {fence}{parent_first}
+          RETURNING {RUN_COLUMNS}",
+            fence = transition.fence("", "$3"),
+            parent_first = if finishing {
+                format!(" AND {}", children::PARENT_FIRST)
+            } else {
+                String::new()
+            },
+        );
         let sql = match (finishing, cascade) {
             (false, _) => update,
             (true, false) => format!(
-                "WITH done AS ({update}), {woken}
+                "WITH {parent_lock}, done AS ({update}), {woken}
                  SELECT done.*, ARRAY[]::uuid[] AS cascaded FROM done",
+                parent_lock = children::PARENT_LOCK,
                 woken = children::wake_parent_cte(),
             ),
             (true, true) => format!(
-                "WITH RECURSIVE done AS ({update}), {woken}, {cascade}
+                "WITH RECURSIVE {parent_lock}, done AS ({update}), {woken}, {cascade}
                  SELECT done.*, ARRAY(SELECT id FROM cascaded) AS cascaded FROM done",
+                parent_lock = children::PARENT_LOCK,
                 woken = children::wake_parent_cte(),
                 cascade = children::cascade_ctes(),
             ),
@@ -947,7 +955,7 @@ impl Store for PgStore {
                    finished_at = CASE WHEN d.give_up THEN now() ELSE NULL END,
                    error = $4, worker_id = NULL, started_at = NULL";
         let sql = format!(
-            "WITH d AS (
+            "WITH {parent_lock}, d AS (
                 SELECT ($5::bigint IS NULL
                         OR (deadline_at IS NOT NULL
                             AND now() + $5 * INTERVAL '1 millisecond' >= deadline_at)) AS give_up
@@ -956,9 +964,12 @@ impl Store for PgStore {
              UPDATE tasks.workflow_runs wr SET {set}, updated_at = now()
                FROM d
               WHERE wr.namespace = $1 AND wr.id = $2 AND wr.attempts = $6 AND {fence}
+                AND {parent_first}
           RETURNING {returning}
              ), {woken}
              SELECT * FROM done",
+            parent_lock = children::PARENT_LOCK,
+            parent_first = children::PARENT_FIRST,
             fence = FAIL.fence("wr.", "$3"),
             returning = prefixed("wr", RUN_COLUMNS),
             woken = children::wake_parent_cte(),
