@@ -447,7 +447,7 @@ async fn every_step_is_recorded_once_when_acknowledgements_are_lost() {
         ("the batched completion", "WITH targets AS MATERIALIZED"),
         (
             "a child's completion",
-            "WITH done AS (UPDATE tasks.workflow_runs SET status = 'completed'",
+            "done AS (UPDATE tasks.workflow_runs SET status = 'completed'",
         ),
         ("a durable sleep's start", "'running', $7, $8"),
         (
