@@ -169,8 +169,9 @@ impl Executor {
             run_id,
             self.worker_id.clone(),
             self.lease,
-        )
-        .holding(claimed_at, self.beats.clone());
+            claimed_at,
+            self.beats.clone(),
+        );
         let ctx = WorkflowContext::new(session.clone(), run, history, self.limits.clone());
         let _heartbeat = self.heartbeat(&session, ctx.clone());
 

@@ -120,14 +120,6 @@ where
     }
 }
 
-/// What a session knows of its hold on the run (see [`RunSession::confirm_held`]).
-struct Holding {
-    /// The lease runs for at least its length from this instant.
-    lease_from: std::time::Instant,
-    /// The worker's heartbeats; `None` for a session outside a worker.
-    beats: Option<Arc<BeatClock>>,
-}
-
 /// The writes of one claimed run, under its worker's lease.
 pub(crate) struct RunSession {
     store: SharedStore,
@@ -137,10 +129,11 @@ pub(crate) struct RunSession {
     retry_for: Duration,
     /// Finished function-step attempts not written yet, with when each was held.
     held: Mutex<Vec<(tokio::time::Instant, RecordStepAttempt)>>,
-    /// Since when the run's lease surely runs (by the monotonic clock: the claim's sending,
-    /// then each lease extension's), and the worker's heartbeats, if it beats: what
-    /// [`RunSession::confirm_held`] reads.
-    holding: Mutex<Holding>,
+    /// Since when the run's lease surely runs, by the monotonic clock: the claim's sending,
+    /// then each lease extension's. [`RunSession::confirm_held`] reads it.
+    lease_from: Mutex<std::time::Instant>,
+    /// The worker's heartbeats, which [`RunSession::confirm_held`] reads too.
+    beats: Arc<BeatClock>,
     /// Held while held records are written, so that whoever writes next waits for a write
     /// in flight.
     writing: tokio::sync::Mutex<()>,
@@ -159,13 +152,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl RunSession {
-    /// The session of `run_id`, claimed by `worker_id`; writes failing on database errors
-    /// are tried again for up to `retry_for`.
+    /// The session of `run_id`, claimed by `worker_id` with a claim sent at `claimed_at`, on
+    /// a worker whose heartbeats `beats` records; writes failing on database errors are
+    /// tried again for up to `retry_for` (the lease).
     pub(crate) fn new(
         store: SharedStore,
         run_id: Uuid,
         worker_id: String,
         retry_for: Duration,
+        claimed_at: std::time::Instant,
+        beats: Arc<BeatClock>,
     ) -> Arc<Self> {
         Arc::new(RunSession {
             store,
@@ -173,29 +169,13 @@ impl RunSession {
             worker_id,
             retry_for,
             held: Mutex::new(Vec::new()),
-            holding: Mutex::new(Holding {
-                lease_from: std::time::Instant::now(),
-                beats: None,
-            }),
+            lease_from: Mutex::new(claimed_at),
+            beats,
             writing: tokio::sync::Mutex::new(()),
             timer_scheduled: AtomicBool::new(false),
             halt: Mutex::new(None),
             halted: Notify::new(),
         })
-    }
-
-    /// The session of a run claimed by a claim sent at `claimed_at`, by a worker whose
-    /// heartbeats `beats` records.
-    pub(crate) fn holding(
-        self: Arc<Self>,
-        claimed_at: std::time::Instant,
-        beats: Arc<BeatClock>,
-    ) -> Arc<Self> {
-        *lock(&self.holding) = Holding {
-            lease_from: claimed_at,
-            beats: Some(beats),
-        };
-        self
     }
 
     /// Confirms, before a step body starts, that the run is still this worker's. Nothing
@@ -206,11 +186,8 @@ impl RunSession {
     /// effects for nothing: the lease is extended first, a fenced write, and the body starts
     /// only when it goes through.
     pub(crate) async fn confirm_held(&self) -> Result<(), Halt> {
-        let (lease_from, fresh) = {
-            let holding = lock(&self.holding);
-            let fresh = holding.beats.as_ref().is_none_or(|beats| beats.fresh());
-            (holding.lease_from, fresh)
-        };
+        let lease_from = *lock(&self.lease_from);
+        let fresh = self.beats.fresh();
         if fresh && lease_from.elapsed() < self.retry_for.mul_f64(0.75) {
             return Ok(());
         }
@@ -525,9 +502,9 @@ impl RunSession {
     /// completed as asked.
     pub(crate) async fn complete(&self, output: Value) -> StoreResult<WorkflowRun> {
         let steps = self.take_held().await;
-        let tries = std::sync::atomic::AtomicU32::new(0);
+        let mut tries = 0_u32;
         let outcome = retrying(self.retry_for, || {
-            tries.fetch_add(1, Ordering::Relaxed);
+            tries += 1;
             self.store.complete_run_with_steps(
                 self.run_id,
                 &self.worker_id,
@@ -537,9 +514,7 @@ impl RunSession {
         })
         .await;
         match outcome {
-            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. })
-                if tries.load(Ordering::Relaxed) > 1 =>
-            {
+            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) if tries > 1 => {
                 match self.store.get_run(self.run_id).await {
                     Ok(Some(run))
                         if run.status == RunStatus::Completed
@@ -581,10 +556,8 @@ impl RunSession {
             .extend_lease(self.run_id, &self.worker_id, lease)
             .await;
         if extended.is_ok() {
-            let mut holding = lock(&self.holding);
-            if holding.lease_from < sent {
-                holding.lease_from = sent;
-            }
+            let mut lease_from = lock(&self.lease_from);
+            *lease_from = (*lease_from).max(sent);
         }
         extended
     }
