@@ -1,51 +1,37 @@
-//! Runtime of `tasks`: store, worker, replay executor and client. Users depend on the
-//! `tasks` facade crate, which re-exports everything here.
+//! The engine of `tasks`: registry, client, worker, executor, replay and the workflow
+//! context, driving the store contract of `tasks-core`. Users depend on the `tasks` facade
+//! crate, which re-exports what they need from here.
 #![warn(missing_docs)]
-// Without a store feature only the contract is compiled (for a third backend); the helpers
-// the two stores share are then unused.
-#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
-pub mod children;
 pub mod client;
-pub mod clock;
 mod context;
 pub mod definition;
-pub mod error;
-pub mod events;
 mod executor;
-pub mod failure;
-mod finite;
-pub mod flow;
-pub mod idempotency;
-pub mod limits;
 mod liveness;
 pub mod metrics;
-mod migration;
-pub mod model;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 mod purge;
-pub mod queue;
 pub mod registry;
 mod replay;
-pub mod retention;
-pub mod retry;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod row;
-pub mod schedule;
 #[cfg(feature = "schedules")]
 mod scheduler;
 mod session;
-pub mod state;
 mod step_args;
 pub mod step_failure;
-pub mod store;
-pub mod trace;
-mod transition;
 pub mod worker;
 
 #[doc(hidden)]
 pub mod private;
+
+/// The Postgres store: the `tasks-postgres` crate.
+#[cfg(feature = "postgres")]
+pub use tasks_postgres as postgres;
+// The records, limits, failures, retry policy and the store contract are `tasks-core`'s,
+// under the paths they have always had here.
+pub use tasks_core::{
+    children, clock, error, events, failure, flow, idempotency, limits, model, queue, retention,
+    retry, schedule, state, store, trace,
+};
+use tasks_core::{migration, transition};
 
 pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
@@ -101,8 +87,9 @@ pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, Work
 
 // The embedded SQLite store, and choosing a store from `DATABASE_URL`.
 mod connect;
+/// The embedded SQLite store: the `tasks-sqlite` crate.
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+pub use tasks_sqlite as sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub use connect::{

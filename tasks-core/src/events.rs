@@ -1,0 +1,363 @@
+//! Events sent to a run: the typed [`Event`] trait, and the parameters and outcomes of the
+//! store operations [`Store::send_event`](crate::Store::send_event),
+//! [`Store::wait_for_event`](crate::Store::wait_for_event) and
+//! [`Store::list_events`](crate::Store::list_events).
+//!
+//! Each topic of a run is a FIFO mailbox. A send stores the event (once per deduplication
+//! key) and wakes the run if it is parked waiting on that topic; a wait, a step attempt of
+//! kind [`StepKind::Event`](crate::StepKind::Event), consumes the oldest unconsumed event of
+//! its topic, and its completed attempt holds the event, so every replay reads the same one.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::error::StoreError;
+use crate::limits::{self, Field, LimitError};
+use crate::model::{StepAttempt, WorkflowRun};
+
+/// A type sent to runs as an event: its payload type, bound to a topic.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+/// struct Approval {
+///     approved: bool,
+///     by: String,
+/// }
+///
+/// impl tasks_runtime::Event for Approval {
+///     const TOPIC: &'static str = "approval";
+/// }
+/// ```
+///
+/// `client.send_event::<Approval>(run_id, &approval)` and
+/// `ctx.wait_for_event::<Approval>()` then agree on the topic and the type. A workflow
+/// declares the events it accepts (`#[workflow(events(Approval))]`) so that a JSON send
+/// (`Client::send_event_json`, the command line) is checked against the payload's JSON
+/// Schema.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an event type: it does not implement `tasks::Event`",
+    label = "an event type binds a topic to its payload type",
+    note = "derive `Serialize`, `Deserialize` and `JsonSchema`, then implement `tasks::Event` for it with its `TOPIC`"
+)]
+pub trait Event:
+    Serialize + DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static
+{
+    /// The topic: the name of the run's mailbox this event goes to.
+    const TOPIC: &'static str;
+}
+
+/// An event a workflow accepts: what `#[workflow(events(Approval))]` registers for each
+/// event type (through `inventory`), so that a JSON send is checked against the payload's
+/// JSON Schema and an undeclared topic is refused.
+#[derive(Debug)]
+pub struct EventDeclaration {
+    /// The workflow name.
+    pub workflow: &'static str,
+    /// The workflow version, if versioned.
+    pub version: Option<&'static str>,
+    /// The topic ([`Event::TOPIC`]).
+    pub topic: &'static str,
+    /// The JSON Schema of the payload type.
+    pub schema: fn() -> Value,
+    /// Whether a JSON payload decodes into the payload type: [`check_payload`].
+    pub check: fn(&Value) -> Result<(), serde_json::Error>,
+}
+
+/// Link-time registration of an [`EventDeclaration`], collected by `inventory`.
+#[derive(Debug)]
+pub struct EventRegistration(pub &'static EventDeclaration);
+
+inventory::collect!(EventRegistration);
+
+/// Whether `payload` decodes into `E` (and reads back as the same value): the
+/// [`EventDeclaration::check`] of `E`.
+pub fn check_payload<E: Event>(payload: &Value) -> Result<(), serde_json::Error> {
+    limits::check_round_trip::<E>(payload)
+}
+
+/// The declarations of `topic` by the workflow `name`: of exactly `version` when given
+/// (`Some(None)` is the unversioned workflow), else of any version. Every `#[workflow]`
+/// linked into the binary counts.
+pub fn declarations(
+    name: &str,
+    version: Option<Option<&str>>,
+    topic: &str,
+) -> Vec<&'static EventDeclaration> {
+    inventory::iter::<EventRegistration>
+        .into_iter()
+        .map(|registration| registration.0)
+        .filter(|declared| declared.workflow == name && declared.topic == topic)
+        .filter(|declared| version.is_none_or(|version| declared.version == version))
+        .collect()
+}
+
+/// The topics the workflow `name` (any version) declares, sorted, for messages.
+pub fn declared_topics(name: &str) -> Vec<&'static str> {
+    let mut topics: Vec<&'static str> = inventory::iter::<EventRegistration>
+        .into_iter()
+        .filter(|registration| registration.0.workflow == name)
+        .map(|registration| registration.0.topic)
+        .collect();
+    topics.sort_unstable();
+    topics.dedup();
+    topics
+}
+
+/// The run an event goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventTarget {
+    /// The run with this id.
+    Run(Uuid),
+    /// The run of this workflow started with this idempotency key (a webhook that only
+    /// knows a business id).
+    Key {
+        /// The workflow name.
+        workflow_name: String,
+        /// The idempotency key the run was started with.
+        idempotency_key: String,
+    },
+}
+
+impl From<Uuid> for EventTarget {
+    fn from(run_id: Uuid) -> Self {
+        EventTarget::Run(run_id)
+    }
+}
+
+/// Parameters of [`Store::send_event`](crate::Store::send_event).
+#[derive(Debug, Clone)]
+pub struct SendEvent {
+    /// The run the event goes to.
+    pub target: EventTarget,
+    /// The mailbox.
+    pub topic: String,
+    /// The payload.
+    pub payload: Value,
+    /// A second send to the same run and topic with the same key stores nothing and
+    /// returns the first event.
+    pub dedup_key: Option<String>,
+}
+
+impl SendEvent {
+    /// Checks the namespace, the target, the topic, the payload and the key against the
+    /// [`limits`]. Every store calls it before any SQL; a third store should too.
+    pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
+        limits::check_namespace(namespace)?;
+        if let EventTarget::Key {
+            workflow_name,
+            idempotency_key,
+        } = &self.target
+        {
+            limits::check_text(
+                Field::WorkflowName,
+                workflow_name,
+                limits::MAX_WORKFLOW_NAME_BYTES,
+            )?;
+            limits::check_text(
+                Field::IdempotencyKey,
+                idempotency_key,
+                limits::MAX_IDEMPOTENCY_KEY_BYTES,
+            )?;
+        }
+        limits::check_topic(&self.topic)?;
+        limits::check_json(Field::EventPayload, &self.payload)?;
+        if let Some(key) = &self.dedup_key {
+            limits::check_text(Field::DedupKey, key, limits::MAX_IDEMPOTENCY_KEY_BYTES)?;
+        }
+        Ok(())
+    }
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunEvent {
+    /// The namespace of its run.
+    pub namespace: String,
+    /// The event's id.
+    pub id: Uuid,
+    /// The run it was sent to.
+    pub workflow_run_id: Uuid,
+    /// Its mailbox.
+    pub topic: String,
+    /// The payload.
+    pub payload: Value,
+    /// The deduplication key it was sent with.
+    pub dedup_key: Option<String>,
+    /// The step name of the wait that consumed it.
+    pub consumed_by: Option<String>,
+    /// When it was consumed, by the store's clock.
+    pub consumed_at: Option<DateTime<Utc>>,
+    /// When it was stored, by the store's clock.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The outcome of [`Store::send_event`](crate::Store::send_event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentEvent {
+    /// The stored event: the new one, or for a duplicate the first one sent with its key.
+    pub event: RunEvent,
+    /// The send carried a deduplication key already used: nothing was stored.
+    pub duplicate: bool,
+    /// The run was parked waiting on this topic and is available now.
+    pub woke: bool,
+}
+
+/// Parameters of [`Store::wait_for_event`](crate::Store::wait_for_event).
+#[derive(Debug, Clone)]
+pub struct WaitForEvent {
+    /// The run, which must be running under `worker_id`.
+    pub run_id: Uuid,
+    /// The worker that must hold the lease.
+    pub worker_id: String,
+    /// The resolved step name of the wait.
+    pub step_name: String,
+    /// The mailbox.
+    pub topic: String,
+    /// How long the wait may last, from its first attempt (by the store's clock); `None`
+    /// waits for ever.
+    pub timeout: Option<Duration>,
+    /// The wait's place in the run (`{"position": ..}`), recorded in its attempt's config
+    /// under `call` and compared on replay; `None` records none.
+    pub call: Option<Value>,
+}
+
+impl WaitForEvent {
+    /// Checks the worker id, the step name, the topic and the timeout against the
+    /// [`limits`]. Every store calls it before any SQL; a third store should too.
+    pub fn check(&self) -> Result<(), LimitError> {
+        limits::check_worker_id(&self.worker_id)?;
+        limits::check_step_name(&self.step_name)?;
+        limits::check_topic(&self.topic)?;
+        if let Some(timeout) = self.timeout {
+            limits::check_duration(Field::EventTimeout, timeout)?;
+        }
+        Ok(())
+    }
+
+    /// The config of the wait's step attempt: the topic and the timeout.
+    pub fn config(&self) -> Value {
+        let mut config = json!({
+            "topic": self.topic,
+            "timeoutMs": self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        });
+        if let Some(call) = &self.call {
+            config["call"] = call.clone();
+        }
+        config
+    }
+}
+
+/// When the wait of `attempt` times out: its creation plus the timeout stored in its config
+/// (so a replay keeps the first execution's deadline), or [`limits::LATEST`] without one.
+/// The run parks until then.
+pub fn wait_until(attempt: &StepAttempt) -> DateTime<Utc> {
+    attempt
+        .config
+        .get("timeoutMs")
+        .and_then(Value::as_u64)
+        .and_then(|ms| {
+            limits::add_duration(
+                Field::EventTimeout,
+                attempt.created_at,
+                Duration::from_millis(ms),
+            )
+            .ok()
+        })
+        .unwrap_or(limits::LATEST)
+}
+
+/// The outcome of [`Store::wait_for_event`](crate::Store::wait_for_event).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventWait {
+    /// The wait is over: its attempt is completed, with the consumed event
+    /// (`{"event": RunEvent}`) or the timeout (`{"timedOut": true}`) as output.
+    Done(StepAttempt),
+    /// No event yet: the run is parked (sleeping until the timeout, or for ever) and the
+    /// worker must let it go; a send on the topic makes it available at once.
+    Parked(WorkflowRun),
+}
+
+/// The refusal of a send to a run that does not exist: [`StoreError::RunNotFound`], or
+/// [`StoreError::RunKeyNotFound`] for a target by workflow and key.
+pub fn not_found(target: &EventTarget) -> StoreError {
+    match target {
+        EventTarget::Run(id) => StoreError::RunNotFound { id: *id },
+        EventTarget::Key {
+            workflow_name,
+            idempotency_key,
+        } => StoreError::RunKeyNotFound {
+            workflow_name: workflow_name.clone(),
+            idempotency_key: idempotency_key.clone(),
+        },
+    }
+}
+
+/// The output of a wait that consumed `event`.
+pub fn received_output(event: &RunEvent) -> Value {
+    json!({ "event": event })
+}
+
+/// The output of a wait that timed out.
+pub fn timed_out_output() -> Value {
+    json!({ "timedOut": true })
+}
+
+/// What a completed wait's output says: the consumed event, or `None` for a timeout.
+pub fn decode_output(output: &Value) -> Result<Option<RunEvent>, serde_json::Error> {
+    match output.get("event") {
+        Some(event) => serde_json::from_value(event.clone()).map(Some),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_round_trip() {
+        let event = RunEvent {
+            namespace: "n".into(),
+            id: Uuid::now_v7(),
+            workflow_run_id: Uuid::now_v7(),
+            topic: "approval".into(),
+            payload: json!({ "ok": true }),
+            dedup_key: None,
+            consumed_by: Some("event/approval".into()),
+            consumed_at: Some(Utc::now()),
+            created_at: Utc::now(),
+        };
+        assert_eq!(
+            decode_output(&received_output(&event)).unwrap(),
+            Some(event)
+        );
+        assert_eq!(decode_output(&timed_out_output()).unwrap(), None);
+    }
+
+    #[test]
+    fn checks_refuse_before_any_sql() {
+        let send = SendEvent {
+            target: EventTarget::Run(Uuid::now_v7()),
+            topic: "t".repeat(limits::MAX_TOPIC_BYTES + 1),
+            payload: json!(1),
+            dedup_key: None,
+        };
+        assert_eq!(send.check("n").unwrap_err().field(), Field::Topic);
+        let wait = WaitForEvent {
+            call: None,
+            run_id: Uuid::now_v7(),
+            worker_id: "w".into(),
+            step_name: "event/t".into(),
+            topic: "t".into(),
+            timeout: Some(limits::MAX_DURATION + Duration::from_secs(1)),
+        };
+        assert_eq!(wait.check().unwrap_err().field(), Field::EventTimeout);
+    }
+}

@@ -1,0 +1,87 @@
+//! The contract of `tasks`: what a run is, what a store must do with it, and the rules
+//! every store executes. No driver, no worker.
+//!
+//! Users depend on the `tasks` facade; this crate is for whoever writes a store (a backend
+//! depends on `tasks-core` and never on the engine) and for the engine itself.
+//!
+//! # The map
+//!
+//! ```text
+//!  records      model (runs, step attempts, statuses)   events   children   state
+//!               queue   schedule   retention   idempotency   flow (concurrency keys)
+//!       │
+//!  limits       limits (every size and range a store holds; checked before any write)
+//!  failures     failure (ErrorRecord, WorkflowError, RetryAfter)   retry (RetryPolicy)
+//!       │
+//!  contract     store (the `Store` trait, its parameters and pages, notifications)
+//!               error (StoreError, Operation)   migration (embedded schema migrations)
+//!       │
+//!  policy       transition (each transition's fence, target and announcement; the claim
+//!               order, rate windows, slots; what a missed fence means)
+//! ```
+//!
+//! A store (`tasks-postgres`, `tasks-sqlite`) renders the policy in its SQL dialect and
+//! decodes rows into the records; the engine (`tasks-runtime`) drives the contract: a
+//! client creates runs, a worker claims them, replays their steps and records what they
+//! did. The conformance suite (`tasks-conformance`) specifies the contract by example, and
+//! a store proves itself by running it.
+//!
+//! # The path of a run, through the contract
+//!
+//! 1. A client checks a start ([`CreateRun::check`]) and calls [`Store::create_run`].
+//! 2. A worker claims it with [`Store::claim_runs`]: the claim order and the slot rules of
+//!    [`transition`] decide which runs it gets; the run is now `running` under the
+//!    worker's lease.
+//! 3. Each step is recorded ([`Store::record_step_attempt`]) under the lease's fence, once
+//!    per attempt id whatever the retries.
+//! 4. The run ends with [`Store::complete_run`] or [`Store::fail_run`] (the retry decision
+//!    is [`transition::retry_after`]), or parks ([`Store::sleep_run`], an event or child
+//!    wait) until a [`Notification`] wakes a worker to claim it again.
+#![warn(missing_docs)]
+
+pub mod children;
+pub mod clock;
+pub mod error;
+pub mod events;
+pub mod failure;
+mod finite;
+pub mod flow;
+pub mod idempotency;
+pub mod limits;
+pub mod migration;
+pub mod model;
+pub mod queue;
+pub mod retention;
+pub mod retry;
+mod row;
+pub mod schedule;
+pub mod state;
+pub mod store;
+pub mod trace;
+pub mod transition;
+
+pub use children::{
+    ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
+};
+pub use clock::{Clock, ClockError};
+pub use error::{BoxError, Operation, StoreError, StoreResult};
+pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
+pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
+pub use idempotency::IdempotencyScope;
+pub use limits::LimitError;
+pub use migration::{MigrateError, Migration};
+pub use model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+pub use queue::{ClaimFilter, DEFAULT_QUEUE, Queue, QueueOptions, RateLimit};
+pub use retention::{FinishedBefore, PurgeRuns};
+pub use retry::RetryPolicy;
+#[cfg(feature = "schedules")]
+pub use schedule::{Cadence, ScheduleError};
+pub use schedule::{CatchUp, NewSchedule, Schedule};
+pub use state::{PublishedState, SetState, StateSet};
+pub use store::{
+    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
+    ListStepAttempts, Notification, NotificationStream, Order, Page, RecordStepAttempt,
+    SharedStore, StepUpdate, Store,
+};
+pub use trace::{TraceContext, TraceContextError};

@@ -1,0 +1,174 @@
+//! Retention: deleting terminal runs by status and age, with everything that
+//! belongs to them, in bounded batches that are safe while workers run.
+//!
+//! [`Store::purge_runs`](crate::Store::purge_runs) deletes one batch: at most [`PurgeRuns::batch_size`] completed,
+//! failed or canceled runs of the store's namespace that finished before the cutoff, with
+//! their step attempts and events, and clears the links other runs keep to them (a fork's
+//! `forked_from_run_id`, a parent step's child run, a child run's parent step). Each batch is
+//! one short transaction; `Client::purge` and a worker's
+//! retention (`WorkerBuilder::retention`) repeat batches until one comes back short.
+//!
+//! A worker fleet purges once per period between them, not once per worker: before each
+//! periodic purge a worker takes the namespace's turn with [`Store::take_retention_turn`](crate::Store::take_retention_turn),
+//! which only one worker wins per period.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{StoreError, StoreResult};
+use crate::limits::{self, Field, LimitError};
+use crate::model::RunStatus;
+
+/// The batch size of a purge that sets none.
+pub const DEFAULT_PURGE_BATCH: u32 = 1_000;
+
+/// The largest batch a purge accepts: a batch is one transaction, which should stay short.
+pub const MAX_PURGE_BATCH: u32 = 10_000;
+
+/// How often a worker with retention (`WorkerBuilder::retention`) purges, unless
+/// `WorkerBuilder::retention_interval` says
+/// otherwise.
+pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which finished runs a purge deletes: those finished before an instant, or longer ago than
+/// an age by the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishedBefore {
+    /// Runs whose `finished_at` is strictly before this instant.
+    Instant(DateTime<Utc>),
+    /// Runs whose `finished_at` is strictly before the store's clock minus this age (at
+    /// millisecond precision). Zero selects every finished run.
+    Age(Duration),
+}
+
+/// Parameters of [`Store::purge_runs`](crate::Store::purge_runs) and `Client::purge`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tasks_runtime::RunStatus;
+/// use tasks_runtime::retention::PurgeRuns;
+///
+/// // Failed runs that finished more than 30 days ago, 500 per transaction.
+/// let purge = PurgeRuns::older_than(Duration::from_secs(30 * 24 * 3600))
+///     .statuses([RunStatus::Failed])
+///     .batch_size(500);
+/// # assert_eq!(purge.batch_size, 500);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeRuns {
+    /// Delete runs in any of these statuses; empty means every terminal status (completed,
+    /// failed and canceled). A live status is refused ([`StoreError::NotTerminal`]).
+    pub statuses: Vec<RunStatus>,
+    /// The age filter.
+    pub finished_before: FinishedBefore,
+    /// At most this many runs per batch, in `1..=`[`MAX_PURGE_BATCH`] (default
+    /// [`DEFAULT_PURGE_BATCH`]).
+    pub batch_size: u32,
+}
+
+impl PurgeRuns {
+    /// Terminal runs that finished more than `age` ago, by the store's clock.
+    pub fn older_than(age: Duration) -> Self {
+        PurgeRuns {
+            statuses: Vec::new(),
+            finished_before: FinishedBefore::Age(age),
+            batch_size: DEFAULT_PURGE_BATCH,
+        }
+    }
+
+    /// Terminal runs that finished before `at`.
+    pub fn finished_before(at: DateTime<Utc>) -> Self {
+        PurgeRuns {
+            finished_before: FinishedBefore::Instant(at),
+            ..PurgeRuns::older_than(Duration::ZERO)
+        }
+    }
+
+    /// Only runs in these statuses (each must be terminal).
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = RunStatus>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// At most `batch_size` runs per transaction.
+    pub fn batch_size(mut self, batch_size: u32) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Checks the namespace, the statuses (terminal only: [`StoreError::NotTerminal`]), the
+    /// batch size and the cutoff against the [`limits`]. Every store calls it before
+    /// touching anything; a third store should too.
+    pub fn check(&self, namespace: &str) -> StoreResult<()> {
+        limits::check_namespace(namespace)?;
+        if let Some(status) = self.statuses.iter().find(|status| !status.is_terminal()) {
+            return Err(StoreError::NotTerminal { status: *status });
+        }
+        if !(1..=MAX_PURGE_BATCH).contains(&self.batch_size) {
+            return Err(LimitError::OutOfRange {
+                field: Field::BatchSize,
+                value: i64::from(self.batch_size),
+                min: 1,
+                max: i64::from(MAX_PURGE_BATCH),
+            }
+            .into());
+        }
+        match self.finished_before {
+            FinishedBefore::Instant(at) => limits::check_time(Field::FinishedBefore, at)?,
+            FinishedBefore::Age(age) => limits::check_duration(Field::PurgeAge, age)?,
+        }
+        Ok(())
+    }
+
+    /// The statuses a batch deletes: those asked for, or every terminal one.
+    pub fn selected_statuses(&self) -> &[RunStatus] {
+        if self.statuses.is_empty() {
+            crate::transition::PURGE.from
+        } else {
+            &self.statuses
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_statuses_and_bad_batches_are_refused() {
+        for status in [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Sleeping,
+            RunStatus::Paused,
+        ] {
+            let purge = PurgeRuns::older_than(Duration::ZERO).statuses([status]);
+            assert!(matches!(
+                purge.check("ns"),
+                Err(StoreError::NotTerminal { status: s }) if s == status
+            ));
+        }
+        for size in [0, MAX_PURGE_BATCH + 1] {
+            assert!(matches!(
+                PurgeRuns::older_than(Duration::ZERO)
+                    .batch_size(size)
+                    .check("ns"),
+                Err(StoreError::Limit(LimitError::OutOfRange {
+                    field: Field::BatchSize,
+                    ..
+                }))
+            ));
+        }
+        assert!(matches!(
+            PurgeRuns::older_than(limits::MAX_DURATION + Duration::from_secs(1)).check("ns"),
+            Err(StoreError::Limit(LimitError::DurationTooLong { .. }))
+        ));
+        let all = PurgeRuns::finished_before(Utc::now());
+        assert!(all.check("ns").is_ok());
+        assert_eq!(
+            all.selected_statuses(),
+            [RunStatus::Completed, RunStatus::Failed, RunStatus::Canceled]
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! What a run is created, failed and claimed with: the parameters of [`Store::create_run`],
+//! [`Store::fail_run`] and the runs a claim returns.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{StoreError, StoreResult};
+use crate::flow::Concurrency;
+use crate::limits::{self, Field, LimitError};
+use crate::model::WorkflowRun;
+use crate::retry::RetryPolicy;
+
+#[cfg(doc)]
+use super::Store;
+
+/// The namespace stores use when none is chosen.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Parameters of [`Store::create_run`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateRun {
+    /// The registered workflow name.
+    pub workflow_name: String,
+    /// The workflow version, if versioned.
+    pub version: Option<String>,
+    /// The workflow input.
+    pub input: Option<Value>,
+    /// Extra configuration stored with the run.
+    pub config: Value,
+    /// Free-form context.
+    pub context: Option<Value>,
+    /// When the run may start; `None` means now, or `delay` from now.
+    pub available_at: Option<DateTime<Utc>>,
+    /// When `available_at` is unset: start this long after now, by the store's clock (so a
+    /// client with a skewed clock still delays by exactly this much).
+    pub delay: Option<Duration>,
+    /// After this instant the run fails instead of executing.
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// The workflow-level retry policy, stored in `config.retryPolicy`.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Deduplication key: a second create with the same workflow name and key returns the
+    /// first run, while that run holds the key (see `idempotency_scope`).
+    pub idempotency_key: Option<String>,
+    /// How long the run holds its `idempotency_key` (for ever by default); nothing without
+    /// a key. A create whose key is held by a run whose scope has lapsed releases the key
+    /// from that run and creates a new one.
+    pub idempotency_scope: crate::idempotency::IdempotencyScope,
+    // Flow control.
+    /// Pending runs of higher priority are claimed first (default 0).
+    pub priority: i32,
+    /// The run's concurrency key and limit: at most that many runs of the key run at once,
+    /// across every worker.
+    pub concurrency: Option<Concurrency>,
+    /// The run's queue (see [`crate::queue`]); `None` is [`DEFAULT_QUEUE`](crate::queue::DEFAULT_QUEUE).
+    pub queue: Option<String>,
+    /// The W3C trace context every execution of the run joins (see [`crate::trace`]).
+    pub trace_context: Option<crate::trace::TraceContext>,
+}
+
+impl CreateRun {
+    /// The idempotency scope as stored: its name and time to live in milliseconds, both
+    /// `None` without a key or for ever.
+    pub fn stored_scope(&self) -> (Option<&'static str>, Option<i64>) {
+        match self.idempotency_key {
+            Some(_) => self.idempotency_scope.stored(),
+            None => (None, None),
+        }
+    }
+
+    /// The config as stored: `config` (a JSON object, or null for none) with the retry
+    /// policy under `retryPolicy`.
+    pub fn stored_config(&self) -> StoreResult<Value> {
+        let mut config = match &self.config {
+            Value::Object(map) => map.clone(),
+            Value::Null => Default::default(),
+            other => {
+                return Err(StoreError::InvalidArgument(format!(
+                    "run config must be a JSON object, got {other}"
+                )));
+            }
+        };
+        if let Some(policy) = self.retry_policy {
+            let policy = serde_json::to_value(policy)
+                .map_err(|error| StoreError::InvalidArgument(error.to_string()))?;
+            config.insert("retryPolicy".into(), policy);
+        }
+        Ok(Value::Object(config))
+    }
+
+    /// Checks every value against the [`limits`]: the namespace the run goes
+    /// to, the names, the key, the JSON documents, the instants, the delay and the retry
+    /// policy. Every store calls it before writing anything; a third store should too.
+    pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
+        limits::check_namespace(namespace)?;
+        limits::check_text(
+            Field::WorkflowName,
+            &self.workflow_name,
+            limits::MAX_WORKFLOW_NAME_BYTES,
+        )?;
+        if let Some(version) = &self.version {
+            limits::check_text(Field::Version, version, limits::MAX_VERSION_BYTES)?;
+        }
+        if let Some(key) = &self.idempotency_key {
+            limits::check_text(
+                Field::IdempotencyKey,
+                key,
+                limits::MAX_IDEMPOTENCY_KEY_BYTES,
+            )?;
+        }
+        self.idempotency_scope.check()?;
+        if let Some(input) = &self.input {
+            limits::check_json(Field::Input, input)?;
+        }
+        limits::check_json(Field::Config, &self.config)?;
+        if let Some(context) = &self.context {
+            limits::check_json(Field::Context, context)?;
+        }
+        if let Some(at) = self.available_at {
+            limits::check_time(Field::AvailableAt, at)?;
+        }
+        if let Some(at) = self.deadline_at {
+            limits::check_time(Field::Deadline, at)?;
+        }
+        if let Some(delay) = self.delay {
+            limits::check_duration(Field::Delay, delay)?;
+        }
+        if let Some(policy) = &self.retry_policy {
+            policy.check()?;
+        }
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.check()?;
+        }
+        if let Some(queue) = &self.queue {
+            limits::check_queue_name(queue)?;
+        }
+        Ok(())
+    }
+
+    /// The queue as stored: [`CreateRun::queue`] or the default queue.
+    pub fn stored_queue(&self) -> &str {
+        self.queue.as_deref().unwrap_or(crate::queue::DEFAULT_QUEUE)
+    }
+
+    /// A run of `workflow_name` with everything else defaulted.
+    pub fn new(workflow_name: impl Into<String>) -> Self {
+        CreateRun {
+            workflow_name: workflow_name.into(),
+            config: Value::Object(Default::default()),
+            ..CreateRun::default()
+        }
+    }
+}
+
+/// Parameters of [`Store::fail_run`].
+#[derive(Debug, Clone)]
+pub struct FailRun {
+    /// The run.
+    pub run_id: Uuid,
+    /// The worker that must hold the lease.
+    pub worker_id: String,
+    /// The error to record.
+    pub error: Value,
+    /// Fail for good, whatever the retry policy says.
+    pub force: bool,
+}
+
+impl FailRun {
+    /// Checks the worker id and the error against the [`limits`]. Every store
+    /// calls it before writing; a third store should too.
+    pub fn check(&self) -> Result<(), LimitError> {
+        limits::check_worker_id(&self.worker_id)?;
+        limits::check_json(Field::Error, &self.error)
+    }
+}
+
+/// A run as a claim returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedRun {
+    /// The run, now running under the claiming worker.
+    pub run: WorkflowRun,
+    /// This claim is the run's very first execution: nothing can have been recorded for it
+    /// yet, so its step history need not be loaded. After the claim, `attempts` is 1 and
+    /// `started_at` is the claim's own time (a claim sets `started_at` only when it was
+    /// unset; retries, takeovers and resumes count another attempt or keep an older
+    /// `started_at`), and it was not forked (a fork starts with copied history). A store
+    /// may say `false` when unsure: that only costs a history read.
+    pub first_execution: bool,
+}

@@ -1,0 +1,362 @@
+//! Events sent to a run, on Postgres: the SQL of [`Store::send_event`],
+//! [`Store::wait_for_event`] and [`Store::list_events`]. The policy (which statuses, what is
+//! announced) is `transition.rs`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`].
+//!
+//! Both writes lock the run row first (`SELECT .. FOR UPDATE`), so a send and a wait of the
+//! same run serialize. Under Read Committed each later statement of the second transaction
+//! sees what the first committed: a wait that parks after a send finds its event, and a send
+//! after a park finds the run sleeping on its topic and wakes it. No wake-up is lost.
+//!
+//! [`Store::send_event`]: tasks_core::Store::send_event
+//! [`Store::wait_for_event`]: tasks_core::Store::wait_for_event
+//! [`Store::list_events`]: tasks_core::Store::list_events
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, Row as _};
+use uuid::Uuid;
+
+use super::PgStore;
+use super::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::events::{
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
+    received_output, timed_out_output, wait_until,
+};
+use tasks_core::limits;
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+
+/// Columns of `events`, in the order of [`EventRow`].
+const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
+    consumed_by, consumed_at, created_at";
+
+tasks_core::row_struct!(
+    sqlx::postgres::PgRow =>
+struct EventRow {
+    namespace: String,
+    id: Uuid,
+    workflow_run_id: Uuid,
+    topic: String,
+    payload: Value,
+    dedup_key: Option<String>,
+    consumed_by: Option<String>,
+    consumed_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+);
+
+impl From<EventRow> for RunEvent {
+    fn from(row: EventRow) -> Self {
+        RunEvent {
+            namespace: row.namespace,
+            id: row.id,
+            workflow_run_id: row.workflow_run_id,
+            topic: row.topic,
+            payload: row.payload,
+            dedup_key: row.dedup_key,
+            consumed_by: row.consumed_by,
+            consumed_at: row.consumed_at,
+            created_at: row.created_at,
+        }
+    }
+}
+
+impl PgStore {
+    /// Locks the run `target` names in `conn`'s transaction and reads it; `None` when it
+    /// does not exist in this namespace.
+    pub(super) async fn lock_run(
+        &self,
+        conn: &mut PgConnection,
+        target: &EventTarget,
+        operation: Operation,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        let row = match target {
+            EventTarget::Run(run_id) => {
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                      WHERE namespace = $1 AND id = $2 FOR UPDATE"
+                );
+                sqlx::query(&sql)
+                    .bind(&*self.namespace)
+                    .bind(run_id)
+                    .fetch_optional(conn)
+                    .await
+            }
+            EventTarget::Key {
+                workflow_name,
+                idempotency_key,
+            } => {
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3
+                        FOR UPDATE"
+                );
+                sqlx::query(&sql)
+                    .bind(&*self.namespace)
+                    .bind(workflow_name)
+                    .bind(idempotency_key)
+                    .fetch_optional(conn)
+                    .await
+            }
+        }
+        .map_err(db(operation))?;
+        row.map(|row| decode_run(&row, operation)).transpose()
+    }
+
+    pub(super) async fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        const OPERATION: Operation = Operation::SendEvent;
+        params.check(&self.namespace)?;
+        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
+        let run = match self.lock_run(&mut tx, &params.target, OPERATION).await? {
+            Some(run) if SEND_EVENT.admits(&run, None) => run,
+            Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+            None => return Err(not_found(&params.target)),
+        };
+        let insert = format!(
+            "INSERT INTO tasks.events
+                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
+             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
+                 WHERE dedup_key IS NOT NULL DO NOTHING
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let inserted = sqlx::query_as::<_, EventRow>(&insert)
+            .bind(&*self.namespace)
+            .bind(Uuid::now_v7())
+            .bind(run.id)
+            .bind(&params.topic)
+            .bind(&params.payload)
+            .bind(&params.dedup_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(OPERATION))?;
+        let (event, duplicate) = match inserted {
+            Some(row) => (RunEvent::from(row), false),
+            None => {
+                // The run is locked, so the first event with this key is there to read.
+                let first = format!(
+                    "SELECT {EVENT_COLUMNS} FROM tasks.events
+                      WHERE namespace = $1 AND workflow_run_id = $2 AND topic = $3
+                        AND dedup_key = $4"
+                );
+                let row = sqlx::query_as::<_, EventRow>(&first)
+                    .bind(&*self.namespace)
+                    .bind(run.id)
+                    .bind(&params.topic)
+                    .bind(&params.dedup_key)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db(OPERATION))?;
+                (RunEvent::from(row), true)
+            }
+        };
+        let woken = if duplicate {
+            None
+        } else {
+            let wake = format!(
+                "UPDATE tasks.workflow_runs SET available_at = clock_timestamp(), updated_at = now()
+                  WHERE namespace = $1 AND id = $2 AND {fence} AND wait_topic = $3
+              RETURNING {RUN_COLUMNS}",
+                fence = WAKE_ON_EVENT.fence("", "NULL"),
+            );
+            sqlx::query(&wake)
+                .bind(&*self.namespace)
+                .bind(run.id)
+                .bind(&params.topic)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db(OPERATION))?
+                .map(|row| decode_run(&row, OPERATION))
+                .transpose()?
+        };
+        tx.commit().await.map_err(db(OPERATION))?;
+        if let Some(run) = &woken {
+            self.announce_now(&WAKE_ON_EVENT, run).await;
+        }
+        Ok(SentEvent {
+            event,
+            duplicate,
+            woke: woken.is_some(),
+        })
+    }
+
+    pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        params.check()?;
+        let worker = Some(params.worker_id.as_str());
+        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
+        let target = EventTarget::Run(params.run_id);
+        match self.lock_run(&mut tx, &target, OPERATION).await? {
+            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
+            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
+        }
+        let attempt = match self.last_wait(&mut tx, &params).await? {
+            Some(attempt) if attempt.status == StepStatus::Completed => {
+                tx.commit().await.map_err(db(OPERATION))?;
+                return Ok(EventWait::Done(attempt));
+            }
+            Some(attempt) if attempt.status == StepStatus::Running => attempt,
+            _ => self.start_wait(&mut tx, &params).await?,
+        };
+        let consume = format!(
+            "UPDATE tasks.events SET consumed_by = $4, consumed_at = clock_timestamp()
+              WHERE namespace = $1 AND id = (
+                    SELECT id FROM tasks.events
+                     WHERE namespace = $1 AND workflow_run_id = $2 AND topic = $3
+                       AND consumed_at IS NULL
+                     ORDER BY created_at, id
+                     LIMIT 1)
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let consumed = sqlx::query_as::<_, EventRow>(&consume)
+            .bind(&*self.namespace)
+            .bind(params.run_id)
+            .bind(&params.topic)
+            .bind(&params.step_name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(OPERATION))?;
+        let output = match consumed {
+            Some(row) => received_output(&RunEvent::from(row)),
+            None => {
+                let until = wait_until(&attempt);
+                let now: DateTime<Utc> = sqlx::query("SELECT clock_timestamp()")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db(OPERATION))?
+                    .try_get(0)
+                    .map_err(db(OPERATION))?;
+                if until > now {
+                    let run = self.park(&mut tx, &params, until).await?;
+                    tx.commit().await.map_err(db(OPERATION))?;
+                    self.announce_now(&WAIT_EVENT, &run).await;
+                    return Ok(EventWait::Parked(run));
+                }
+                timed_out_output()
+            }
+        };
+        let finish = format!(
+            "UPDATE tasks.step_attempts
+                SET status = 'completed', output = $3, finished_at = clock_timestamp(),
+                    updated_at = clock_timestamp()
+              WHERE namespace = $1 AND id = $2
+          RETURNING {STEP_COLUMNS}"
+        );
+        let done = sqlx::query_as::<_, StepRow>(&finish)
+            .bind(&*self.namespace)
+            .bind(attempt.id)
+            .bind(&output)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)?;
+        sqlx::query(
+            "UPDATE tasks.workflow_runs SET wait_topic = NULL
+              WHERE namespace = $1 AND id = $2 AND wait_topic IS NOT NULL",
+        )
+        .bind(&*self.namespace)
+        .bind(params.run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(OPERATION))?;
+        tx.commit().await.map_err(db(OPERATION))?;
+        Ok(EventWait::Done(done))
+    }
+
+    /// The newest attempt of the wait, if any.
+    async fn last_wait(
+        &self,
+        conn: &mut PgConnection,
+        params: &WaitForEvent,
+    ) -> StoreResult<Option<StepAttempt>> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        let sql = format!(
+            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts
+              WHERE namespace = $1 AND workflow_run_id = $2 AND step_name = $3 AND kind = $4
+              ORDER BY created_at DESC, id DESC
+              LIMIT 1"
+        );
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(params.run_id)
+            .bind(&params.step_name)
+            .bind(StepKind::Event.as_str())
+            .fetch_optional(conn)
+            .await
+            .map_err(db(OPERATION))?
+            .map(|row| row.into_step(OPERATION))
+            .transpose()
+    }
+
+    /// Creates the wait's running attempt, with its topic and timeout in its config.
+    async fn start_wait(
+        &self,
+        conn: &mut PgConnection,
+        params: &WaitForEvent,
+    ) -> StoreResult<StepAttempt> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        let sql = format!(
+            "INSERT INTO tasks.step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config,
+                  started_at, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, clock_timestamp(), clock_timestamp(),
+                     clock_timestamp())
+          RETURNING {STEP_COLUMNS}"
+        );
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(Uuid::now_v7())
+            .bind(params.run_id)
+            .bind(&params.step_name)
+            .bind(StepKind::Event.as_str())
+            .bind(params.config())
+            .fetch_one(conn)
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)
+    }
+
+    /// Parks the locked run until `until`, waiting on the wait's topic.
+    async fn park(
+        &self,
+        conn: &mut PgConnection,
+        params: &WaitForEvent,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        limits::check_time(limits::Field::EventTimeout, until)?;
+        let sql = format!(
+            "UPDATE tasks.workflow_runs
+                SET status = 'sleeping', available_at = $3, worker_id = NULL, wait_topic = $4,
+                    updated_at = now()
+              WHERE namespace = $1 AND id = $2
+          RETURNING {RUN_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(&*self.namespace)
+            .bind(params.run_id)
+            .bind(until)
+            .bind(&params.topic)
+            .fetch_one(conn)
+            .await
+            .map_err(db(OPERATION))?;
+        decode_run(&row, OPERATION)
+    }
+
+    pub(super) async fn list_events_impl(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        const OPERATION: Operation = Operation::ListEvents;
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM tasks.events
+              WHERE namespace = $1 AND workflow_run_id = $2
+              ORDER BY created_at, id"
+        );
+        let rows = sqlx::query_as::<_, EventRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        Ok(rows.into_iter().map(RunEvent::from).collect())
+    }
+}

@@ -1,0 +1,362 @@
+//! Events sent to a run, on SQLite: the SQL of [`Store::send_event`],
+//! [`Store::wait_for_event`] and [`Store::list_events`]. The policy (which statuses, what is
+//! announced) is `transition.rs`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`].
+//!
+//! Both writes run under SQLite's write lock (`BEGIN IMMEDIATE`), which serializes a send
+//! and a wait of the same run: a wait that parks after a send finds its event, and a send
+//! after a park finds the run sleeping on its topic and wakes it.
+//!
+//! [`Store::send_event`]: tasks_core::Store::send_event
+//! [`Store::wait_for_event`]: tasks_core::Store::wait_for_event
+//! [`Store::list_events`]: tasks_core::Store::list_events
+
+use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
+use uuid::Uuid;
+
+use super::rows::{self, RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use super::{SqliteStore, Write, fetch_run};
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::events::{
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
+    received_output, timed_out_output, wait_until,
+};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+
+/// Columns of `tasks_events`, in the order of [`EventRow`].
+const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
+    consumed_by, consumed_at, created_at";
+
+tasks_core::row_struct!(
+    sqlx::sqlite::SqliteRow =>
+struct EventRow {
+    namespace: String,
+    id: String,
+    workflow_run_id: String,
+    topic: String,
+    payload: String,
+    dedup_key: Option<String>,
+    consumed_by: Option<String>,
+    consumed_at: Option<String>,
+    created_at: String,
+}
+);
+
+impl EventRow {
+    fn into_event(self, operation: Operation) -> StoreResult<RunEvent> {
+        Ok(RunEvent {
+            namespace: self.namespace,
+            id: rows::parse_id(&self.id, operation)?,
+            workflow_run_id: rows::parse_id(&self.workflow_run_id, operation)?,
+            topic: self.topic,
+            payload: rows::parse_json(&self.payload, operation)?,
+            dedup_key: self.dedup_key,
+            consumed_by: self.consumed_by,
+            consumed_at: self
+                .consumed_at
+                .map(|at| rows::parse_ts(&at, operation))
+                .transpose()?,
+            created_at: rows::parse_ts(&self.created_at, operation)?,
+        })
+    }
+}
+
+impl SqliteStore {
+    /// Reads the run `target` names under the write lock; `None` when it does not exist in
+    /// this namespace.
+    async fn target_run(
+        &self,
+        conn: &mut SqliteConnection,
+        target: &EventTarget,
+        operation: Operation,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        match target {
+            EventTarget::Run(run_id) => fetch_run(conn, &self.namespace, *run_id, operation).await,
+            EventTarget::Key {
+                workflow_name,
+                idempotency_key,
+            } => {
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks_workflow_runs
+                      WHERE namespace = ?1 AND workflow_name = ?2 AND idempotency_key = ?3"
+                );
+                sqlx::query_as::<_, RunRow>(&sql)
+                    .bind(&*self.namespace)
+                    .bind(workflow_name)
+                    .bind(idempotency_key)
+                    .fetch_optional(conn)
+                    .await
+                    .map_err(db(operation))?
+                    .map(|row| row.into_run(operation))
+                    .transpose()
+            }
+        }
+    }
+
+    pub(super) async fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        const OPERATION: Operation = Operation::SendEvent;
+        params.check(&self.namespace)?;
+        let mut write = self.begin_write(OPERATION).await?;
+        let run = match self
+            .target_run(write.conn(), &params.target, OPERATION)
+            .await?
+        {
+            Some(run) if SEND_EVENT.admits(&run, None) => run,
+            Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+            None => return Err(not_found(&params.target)),
+        };
+        let now = write.now();
+        let insert = format!(
+            "INSERT INTO tasks_events
+                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
+                 WHERE dedup_key IS NOT NULL DO NOTHING
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let inserted = sqlx::query_as::<_, EventRow>(&insert)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(run.id))
+            .bind(&params.topic)
+            .bind(rows::json(&params.payload))
+            .bind(&params.dedup_key)
+            .bind(&now)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        let (event, duplicate) = match inserted {
+            Some(row) => (row.into_event(OPERATION)?, false),
+            None => {
+                let first = format!(
+                    "SELECT {EVENT_COLUMNS} FROM tasks_events
+                      WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
+                        AND dedup_key = ?4"
+                );
+                let row = sqlx::query_as::<_, EventRow>(&first)
+                    .bind(&*self.namespace)
+                    .bind(rows::id(run.id))
+                    .bind(&params.topic)
+                    .bind(&params.dedup_key)
+                    .fetch_one(write.conn())
+                    .await
+                    .map_err(db(OPERATION))?;
+                (row.into_event(OPERATION)?, true)
+            }
+        };
+        let woken = if duplicate {
+            None
+        } else {
+            let wake = format!(
+                "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
+                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
+              RETURNING {RUN_COLUMNS}",
+                fence = WAKE_ON_EVENT.fence("", "NULL"),
+            );
+            sqlx::query_as::<_, RunRow>(&wake)
+                .bind(&*self.namespace)
+                .bind(rows::id(run.id))
+                .bind(&now)
+                .bind(&params.topic)
+                .fetch_optional(write.conn())
+                .await
+                .map_err(db(OPERATION))?
+                .map(|row| row.into_run(OPERATION))
+                .transpose()?
+        };
+        write.commit().await?;
+        for notification in woken
+            .iter()
+            .flat_map(|run| WAKE_ON_EVENT.announcements(run))
+        {
+            self.notify(notification);
+        }
+        Ok(SentEvent {
+            event,
+            duplicate,
+            woke: woken.is_some(),
+        })
+    }
+
+    pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        params.check()?;
+        let worker = Some(params.worker_id.as_str());
+        let mut write = self.begin_write(OPERATION).await?;
+        match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
+            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
+            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
+        }
+        let attempt = match self.last_wait(write.conn(), &params).await? {
+            Some(attempt) if attempt.status == StepStatus::Completed => {
+                write.commit().await?;
+                return Ok(EventWait::Done(attempt));
+            }
+            Some(attempt) if attempt.status == StepStatus::Running => attempt,
+            _ => self.start_wait(&mut write, &params).await?,
+        };
+        let now = write.now();
+        let consume = format!(
+            "UPDATE tasks_events SET consumed_by = ?4, consumed_at = ?5
+              WHERE namespace = ?1 AND id = (
+                    SELECT id FROM tasks_events
+                     WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
+                       AND consumed_at IS NULL
+                     ORDER BY created_at, id
+                     LIMIT 1)
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let consumed = sqlx::query_as::<_, EventRow>(&consume)
+            .bind(&*self.namespace)
+            .bind(rows::id(params.run_id))
+            .bind(&params.topic)
+            .bind(&params.step_name)
+            .bind(&now)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        let output = match consumed {
+            Some(row) => received_output(&row.into_event(OPERATION)?),
+            None => {
+                let until = wait_until(&attempt);
+                if until > write.now {
+                    let run = self.park(&mut write, &params, until).await?;
+                    write.commit().await?;
+                    for notification in WAIT_EVENT.announcements(&run) {
+                        self.notify(notification);
+                    }
+                    return Ok(EventWait::Parked(run));
+                }
+                timed_out_output()
+            }
+        };
+        let finish = format!(
+            "UPDATE tasks_step_attempts
+                SET status = 'completed', output = ?3, finished_at = ?4, updated_at = ?4
+              WHERE namespace = ?1 AND id = ?2
+          RETURNING {STEP_COLUMNS}"
+        );
+        let done = sqlx::query_as::<_, StepRow>(&finish)
+            .bind(&*self.namespace)
+            .bind(rows::id(attempt.id))
+            .bind(rows::json(&output))
+            .bind(&now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)?;
+        sqlx::query(
+            "UPDATE tasks_workflow_runs SET wait_topic = NULL
+              WHERE namespace = ?1 AND id = ?2 AND wait_topic IS NOT NULL",
+        )
+        .bind(&*self.namespace)
+        .bind(rows::id(params.run_id))
+        .execute(write.conn())
+        .await
+        .map_err(db(OPERATION))?;
+        write.commit().await?;
+        Ok(EventWait::Done(done))
+    }
+
+    /// The newest attempt of the wait, if any.
+    async fn last_wait(
+        &self,
+        conn: &mut SqliteConnection,
+        params: &WaitForEvent,
+    ) -> StoreResult<Option<StepAttempt>> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        let sql = format!(
+            "SELECT {STEP_COLUMNS} FROM tasks_step_attempts
+              WHERE namespace = ?1 AND workflow_run_id = ?2 AND step_name = ?3 AND kind = ?4
+              ORDER BY created_at DESC, id DESC
+              LIMIT 1"
+        );
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(params.run_id))
+            .bind(&params.step_name)
+            .bind(StepKind::Event.as_str())
+            .fetch_optional(conn)
+            .await
+            .map_err(db(OPERATION))?
+            .map(|row| row.into_step(OPERATION))
+            .transpose()
+    }
+
+    /// Creates the wait's running attempt, with its topic and timeout in its config.
+    async fn start_wait(
+        &self,
+        write: &mut Write<'_>,
+        params: &WaitForEvent,
+    ) -> StoreResult<StepAttempt> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        let sql = format!(
+            "INSERT INTO tasks_step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config,
+                  started_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?7, ?7)
+          RETURNING {STEP_COLUMNS}"
+        );
+        let now = write.now();
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(params.run_id))
+            .bind(&params.step_name)
+            .bind(StepKind::Event.as_str())
+            .bind(rows::json(&params.config()))
+            .bind(&now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)
+    }
+
+    /// Parks the run (read under the write lock) until `until`, waiting on the topic.
+    async fn park(
+        &self,
+        write: &mut Write<'_>,
+        params: &WaitForEvent,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        let sql = format!(
+            "UPDATE tasks_workflow_runs
+                SET status = 'sleeping', available_at = ?3, worker_id = NULL, wait_topic = ?4,
+                    updated_at = ?5
+              WHERE namespace = ?1 AND id = ?2
+          RETURNING {RUN_COLUMNS}"
+        );
+        let now = write.now();
+        sqlx::query_as::<_, RunRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(params.run_id))
+            .bind(rows::ts(until)?)
+            .bind(&params.topic)
+            .bind(&now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?
+            .into_run(OPERATION)
+    }
+
+    pub(super) async fn list_events_impl(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        const OPERATION: Operation = Operation::ListEvents;
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM tasks_events
+              WHERE namespace = ?1 AND workflow_run_id = ?2
+              ORDER BY created_at, id"
+        );
+        let found = sqlx::query_as::<_, EventRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(run_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        found
+            .into_iter()
+            .map(|row| row.into_event(OPERATION))
+            .collect()
+    }
+}
