@@ -3,7 +3,7 @@
 //! [`Store::list_runs`].
 
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     ChildOutcome, ChildWait, CreateRun, FailRun, ListRuns, ParentCancel, RunStatus, StartChild,
     StartedChild, StepAttempt, StepKind, StepStatus, Store, StoreError, WaitForChildren,
     WorkflowRun,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{CreateRun, FailRun, RunStatus, Store, StoreError};
+use tasks_core::{CreateRun, FailRun, RunStatus, Store, StoreError};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 

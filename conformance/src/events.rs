@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-use tasks::{
+use tasks_core::{
     CreateRun, EventTarget, EventWait, Notification, RunStatus, SendEvent, StepAttempt, StepKind,
     StepStatus, Store, StoreError, WaitForEvent, WorkflowRun, limits,
 };

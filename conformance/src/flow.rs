@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::limits::Field;
-use tasks::{Concurrency, CreateRun, LimitError, RunStatus, Store, StoreError, WorkflowRun};
+use tasks_core::limits::Field;
+use tasks_core::{Concurrency, CreateRun, LimitError, RunStatus, Store, StoreError, WorkflowRun};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
@@ -238,7 +238,7 @@ pub async fn concurrent_claimers_respect_the_key_limit(setup: impl Setup) {
     let unique: HashSet<Uuid> = claimed.iter().map(|run| run.id).collect();
     assert_eq!(unique.len(), claimed.len(), "no run was claimed twice");
     let page = store
-        .list_runs(tasks::ListRuns {
+        .list_runs(tasks_core::ListRuns {
             statuses: vec![RunStatus::Running],
             ..runs_page(100)
         })

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::limits::Field;
-use tasks::{CreateRun, IdempotencyScope, LimitError, ListRuns, RunStatus, Store, StoreError};
+use tasks_core::limits::Field;
+use tasks_core::{CreateRun, IdempotencyScope, LimitError, ListRuns, RunStatus, Store, StoreError};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
@@ -127,7 +127,7 @@ pub async fn idempotency_ttl_is_checked(setup: impl Setup) {
     let name = unique_name();
     for ttl in [
         Duration::ZERO,
-        tasks::limits::MAX_DURATION + Duration::from_secs(1),
+        tasks_core::limits::MAX_DURATION + Duration::from_secs(1),
     ] {
         let refused = store
             .create_run(keyed(&name, "k", IdempotencyScope::Ttl(ttl), 1))

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, Notification,
     NotificationStream, RunStatus, StepKind, Store, StoreError,
 };

@@ -11,8 +11,9 @@
 //! tasks_conformance::conformance_suite!(my_store);
 //! ```
 //!
-//! That expands to one `#[tokio::test]` per case (about a hundred). The dev-dependencies it
-//! needs are this crate and `tasks`; the suite brings its own Tokio.
+//! That expands to one `#[tokio::test]` per case (about two hundred). The dev-dependencies it
+//! needs are this crate and `tasks-core` (the suite depends on nothing else of `tasks`); the
+//! suite brings its own Tokio.
 //!
 //! Each case is an `async fn` generic over a [`Setup`], a factory that yields a fresh store on
 //! a fresh namespace every time it is called. Cases never share a namespace, never depend on
@@ -28,7 +29,7 @@
 
 use std::future::Future;
 
-use tasks::Store;
+use tasks_core::Store;
 
 /// Asserts that a store call failed with an error matching a pattern (matched against
 /// `&StoreError`).

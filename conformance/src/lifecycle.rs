@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     CreateRun, CreateStepAttempt, FailRun, RunStatus, StepKind, Store, StoreError, WorkflowRun,
 };
 use uuid::Uuid;

@@ -1,4 +1,4 @@
-//! The limits every store enforces (`tasks::limits`): values past them are refused with
+//! The limits every store enforces (`tasks_core::limits`): values past them are refused with
 //! [`StoreError::Limit`] before anything is written, values at them are stored and read
 //! back equal.
 
@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use tasks::limits::{self, Field};
-use tasks::{
+use tasks_core::limits::{self, Field};
+use tasks_core::{
     CreateRun, CreateStepAttempt, Cursor, FailRun, ListRuns, ListStepAttempts, RecordStepAttempt,
     RetryPolicy, RunStatus, StepKind, StepStatus, Store, StoreError,
 };

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::json;
-use tasks::{CreateRun, Cursor, ListRuns, ListStepAttempts, Order, RunStatus, Store, StoreError};
+use tasks_core::{
+    CreateRun, Cursor, ListRuns, ListStepAttempts, Order, RunStatus, Store, StoreError,
+};
 use uuid::Uuid;
 
 use super::Setup;

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError, WorkflowRun};
+use tasks_core::{
+    RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError, WorkflowRun,
+};
 use uuid::Uuid;
 
 use super::Setup;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{CreateRun, FailRun, ListRuns, RetryPolicy, RunStatus, Store, StoreError};
+use tasks_core::{CreateRun, FailRun, ListRuns, RetryPolicy, RunStatus, Store, StoreError};
 
 use super::Setup;
 use super::support::*;

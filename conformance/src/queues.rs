@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::limits::Field;
-use tasks::{
+use tasks_core::limits::Field;
+use tasks_core::{
     ClaimFilter, Concurrency, CreateRun, DEFAULT_QUEUE, LimitError, QueueOptions, RunStatus, Store,
     StoreError, WorkflowRun,
 };

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     RecordStepAttempt, RetryPolicy, RunStatus, StepKind, StepStatus, StepUpdate, Store, StoreError,
 };
 use uuid::Uuid;
@@ -12,7 +12,11 @@ use uuid::Uuid;
 use super::Setup;
 use super::support::*;
 
-fn record_params(run: &tasks::WorkflowRun, worker: &str, status: StepStatus) -> RecordStepAttempt {
+fn record_params(
+    run: &tasks_core::WorkflowRun,
+    worker: &str,
+    status: StepStatus,
+) -> RecordStepAttempt {
     RecordStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
@@ -141,11 +145,16 @@ pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let mut params = record_params(&run, owner(&run), StepStatus::Completed);
-    params.args =
-        Some(json!([{ "name": "blob", "value": "x".repeat(tasks::limits::MAX_PAYLOAD_BYTES) }]));
+    params.args = Some(
+        json!([{ "name": "blob", "value": "x".repeat(tasks_core::limits::MAX_PAYLOAD_BYTES) }]),
+    );
     match store.record_step_attempt(params).await {
         Err(StoreError::Limit(error)) => {
-            assert_eq!(error.field(), tasks::limits::Field::StepArgs, "{error}")
+            assert_eq!(
+                error.field(),
+                tasks_core::limits::Field::StepArgs,
+                "{error}"
+            )
         }
         other => panic!("expected a limit error, got {other:?}"),
     }
@@ -499,13 +508,13 @@ pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
     let plain = create_claimed(&store).await;
     let parent = create_claimed(&store).await;
     let child = store
-        .start_child(tasks::StartChild {
+        .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,
             worker_id: owner(&parent).to_owned(),
             step_name: "child/a".into(),
-            child: tasks::CreateRun::new(unique_name()),
-            on_parent_cancel: tasks::ParentCancel::Cascade,
+            child: tasks_core::CreateRun::new(unique_name()),
+            on_parent_cancel: tasks_core::ParentCancel::Cascade,
         })
         .await
         .unwrap()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     EventTarget, LimitError, PurgeRuns, RecordStepAttempt, RunStatus, SendEvent, StepKind,
     StepStatus, Store, StoreError, WorkflowRun, limits::Field,
 };
@@ -127,7 +127,7 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
         .record_step_attempt(completed_step(&claimed, "a"))
         .await
         .unwrap();
-    let tasks::StepUpdate::Recorded(step) = step else {
+    let tasks_core::StepUpdate::Recorded(step) = step else {
         panic!("the step should be recorded, got {step:?}");
     };
     store
@@ -230,7 +230,7 @@ pub async fn purge_refuses_bad_filters(setup: impl Setup) {
             StoreError::NotTerminal { status: refused } if *refused == status
         );
     }
-    for size in [0, tasks::retention::MAX_PURGE_BATCH + 1] {
+    for size in [0, tasks_core::retention::MAX_PURGE_BATCH + 1] {
         assert_err!(
             store.purge_runs(&everything().batch_size(size)).await,
             StoreError::Limit(LimitError::OutOfRange {
@@ -239,7 +239,7 @@ pub async fn purge_refuses_bad_filters(setup: impl Setup) {
             })
         );
     }
-    let too_old = tasks::limits::MAX_DURATION + Duration::from_secs(1);
+    let too_old = tasks_core::limits::MAX_DURATION + Duration::from_secs(1);
     assert_err!(
         store.purge_runs(&PurgeRuns::older_than(too_old)).await,
         StoreError::Limit(LimitError::DurationTooLong { .. })
@@ -363,7 +363,10 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
 
     assert_err!(
         store
-            .take_retention_turn(&first, tasks::limits::MAX_DURATION + Duration::from_secs(1))
+            .take_retention_turn(
+                &first,
+                tasks_core::limits::MAX_DURATION + Duration::from_secs(1)
+            )
             .await,
         StoreError::Limit(_)
     );
@@ -375,13 +378,13 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let started = store
-        .start_child(tasks::StartChild {
+        .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,
             worker_id: owner(&parent).to_owned(),
             step_name: "child".into(),
-            child: tasks::CreateRun::new(unique_name()),
-            on_parent_cancel: tasks::ParentCancel::Cascade,
+            child: tasks_core::CreateRun::new(unique_name()),
+            on_parent_cancel: tasks_core::ParentCancel::Cascade,
         })
         .await
         .unwrap();

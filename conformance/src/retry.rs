@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     ListRuns, Operation, RecordStepAttempt, RunStatus, StepKind, StepStatus, Store, StoreError,
     WorkflowRun,
 };
@@ -60,7 +60,7 @@ pub async fn retry_failed_run_keeps_its_history(setup: impl Setup) {
         .await
         .unwrap();
     store
-        .fail_run(tasks::FailRun {
+        .fail_run(tasks_core::FailRun {
             run_id: claimed.id,
             worker_id: owner(&claimed).to_owned(),
             error: json!({ "message": "boom" }),

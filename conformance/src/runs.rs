@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{CreateRun, ListRuns, RetryPolicy, RunStatus, Store, WorkflowRun};
+use tasks_core::{CreateRun, ListRuns, RetryPolicy, RunStatus, Store, WorkflowRun};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
@@ -27,12 +27,12 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         deadline_at: Some(in_a_year),
         retry_policy: None,
         idempotency_key: Some(Uuid::new_v4().to_string()),
-        idempotency_scope: tasks::IdempotencyScope::ForEver,
+        idempotency_scope: tasks_core::IdempotencyScope::ForEver,
         priority: 3,
-        concurrency: Some(tasks::Concurrency::new("all-fields", 2)),
+        concurrency: Some(tasks_core::Concurrency::new("all-fields", 2)),
         queue: Some("all-fields/queue".to_owned()),
         trace_context: Some(
-            tasks::TraceContext::new(
+            tasks_core::TraceContext::new(
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                 Some("congo=t61rcWkgMzE".to_owned()),
             )

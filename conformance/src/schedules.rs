@@ -6,8 +6,8 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
-use tasks::schedule::{CatchUp, FireSchedule, NewSchedule, slot_context, slot_key};
-use tasks::{CreateRun, LimitError, ListRuns, RunStatus, Store, StoreError};
+use tasks_core::schedule::{CatchUp, FireSchedule, NewSchedule, slot_context, slot_key};
+use tasks_core::{CreateRun, LimitError, ListRuns, RunStatus, Store, StoreError};
 
 use super::Setup;
 use super::support::*;
@@ -222,7 +222,7 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
     assert_eq!(run.workflow_name, schedule.workflow_name);
     assert_eq!(run.input, Some(json!({ "report": "daily" })));
     assert_eq!(
-        tasks::schedule::scheduled_at(run.context.as_ref()),
+        tasks_core::schedule::scheduled_at(run.context.as_ref()),
         Some(slot)
     );
     assert_eq!(run.idempotency_key.as_deref(), Some(&*slot_key("s", slot)));
@@ -359,7 +359,7 @@ pub async fn schedule_values_past_the_limits_are_refused(setup: impl Setup) {
         store.create_schedule(zero, &in_an_hour).await,
         StoreError::Limit(LimitError::OutOfRange { .. })
     );
-    let long = new_schedule(&"n".repeat(tasks::limits::MAX_SCHEDULE_NAME_BYTES + 1));
+    let long = new_schedule(&"n".repeat(tasks_core::limits::MAX_SCHEDULE_NAME_BYTES + 1));
     assert_err!(
         store.put_schedule(long, &in_an_hour).await,
         StoreError::Limit(LimitError::TooLong { .. })

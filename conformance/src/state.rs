@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-use tasks::{
+use tasks_core::{
     Notification, PurgeRuns, RunStatus, SetState, StepKind, StepStatus, Store, StoreError,
     WorkflowRun, limits,
 };

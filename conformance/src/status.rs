@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     EventWait, FailRun, Notification, NotificationStream, RetryPolicy, RunStatus, Store,
     WaitForEvent, WorkflowRun,
 };

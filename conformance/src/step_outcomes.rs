@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tasks::{CreateStepAttempt, RunStatus, StepStatus, StepUpdate, Store, StoreError};
+use tasks_core::{CreateStepAttempt, RunStatus, StepStatus, StepUpdate, Store, StoreError};
 use uuid::Uuid;
 
 use super::Setup;

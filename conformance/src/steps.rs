@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     CreateStepAttempt, Cursor, ListStepAttempts, Order, StepAttempt, StepKind, StepStatus, Store,
 };
 use uuid::Uuid;

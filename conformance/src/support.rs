@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};
-use tasks::{
+use tasks_core::{
     ClaimedRun, CreateRun, CreateStepAttempt, FailRun, ListRuns, ListStepAttempts, RetryPolicy,
     RunStatus, StepAttempt, StepKind, StepUpdate, Store, StoreError, WorkflowRun,
 };

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks::{
+use tasks_core::{
     CreateRun, ParentCancel, RecordStepAttempt, StartChild, StepKind, StepStatus, Store,
     TraceContext,
 };
