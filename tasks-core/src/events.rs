@@ -31,7 +31,7 @@ use crate::model::{StepAttempt, WorkflowRun};
 ///     by: String,
 /// }
 ///
-/// impl tasks_runtime::Event for Approval {
+/// impl tasks_core::Event for Approval {
 ///     const TOPIC: &'static str = "approval";
 /// }
 /// ```

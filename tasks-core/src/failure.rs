@@ -65,7 +65,7 @@ mod optional_millis {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tasks_runtime::{ErrorRecord, RetryAfter, WorkflowError};
+/// use tasks_core::{ErrorRecord, RetryAfter, WorkflowError};
 ///
 /// #[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 /// enum ApiError {
@@ -127,7 +127,7 @@ impl RetryAfter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tasks_runtime::RetryAfter;
+    /// use tasks_core::RetryAfter;
     ///
     /// let now = chrono::Utc::now();
     /// assert_eq!(RetryAfter::from_header("120", now).unwrap().delay(), Duration::from_secs(120));
@@ -303,7 +303,7 @@ impl fmt::Display for ErrorRecord {
 /// source chain, so steps that return their own error types compose without boilerplate:
 ///
 /// ```
-/// use tasks_runtime::WorkflowError;
+/// use tasks_core::WorkflowError;
 ///
 /// fn parse(text: &str) -> Result<u32, WorkflowError> {
 ///     let n: u32 = text.parse()?; // ParseIntError -> WorkflowError
@@ -337,7 +337,7 @@ impl WorkflowError {
     /// `Box<dyn Error + Send + Sync>` is not itself a `std::error::Error`.
     ///
     /// ```
-    /// use tasks_runtime::WorkflowError;
+    /// use tasks_core::WorkflowError;
     ///
     /// let boxed: Box<dyn std::error::Error + Send + Sync> = "card declined".into();
     /// let error = WorkflowError::from_boxed(boxed);
@@ -365,7 +365,7 @@ impl WorkflowError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tasks_runtime::WorkflowError;
+    /// use tasks_core::WorkflowError;
     ///
     /// let error = WorkflowError::msg("HTTP 429").retry_after(Duration::from_secs(2));
     /// assert_eq!(error.retry_after_delay(), Some(Duration::from_secs(2)));

@@ -20,7 +20,7 @@ use crate::limits::{self, Field, LimitError};
 /// The concurrency key of a run and the most runs of that key running at once.
 ///
 /// ```
-/// use tasks_runtime::flow::Concurrency;
+/// use tasks_core::flow::Concurrency;
 ///
 /// // At most two runs of customer 7 execute at once, however many workers there are.
 /// let per_customer = Concurrency::new("customer-7", 2);

@@ -17,18 +17,17 @@ use crate::model::RunStatus;
 /// How long a run holds its idempotency key: while it holds it, a start with the same
 /// workflow name and key returns that run instead of creating one.
 ///
+/// A start chooses it with its key (`StartOptions::idempotency_scope` of the engine):
+///
 /// ```
 /// use std::time::Duration;
-/// use tasks_runtime::{IdempotencyScope, StartOptions};
+/// use tasks_core::IdempotencyScope;
 ///
 /// // One sync per account at a time; a new one may start once the last has finished.
-/// let options = StartOptions::new()
-///     .idempotency_key("sync-account-7")
-///     .idempotency_scope(IdempotencyScope::WhileActive);
+/// let one_at_a_time = IdempotencyScope::WhileActive;
 /// // At most one digest per hour and user.
-/// let options = StartOptions::new()
-///     .idempotency_key("digest-user-7")
-///     .idempotency_scope(IdempotencyScope::Ttl(Duration::from_secs(3600)));
+/// let hourly = IdempotencyScope::Ttl(Duration::from_secs(3600));
+/// # let _ = (one_at_a_time, hourly);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

@@ -398,7 +398,7 @@ pub const MAX_QUEUE_NAME_BYTES: usize = 255;
 /// `_`, `-`, `.` and `/`. `:` is reserved for the `name:1` suffix of repeated step calls.
 ///
 /// ```
-/// use tasks_runtime::limits::is_valid_name;
+/// use tasks_core::limits::is_valid_name;
 ///
 /// assert!(is_valid_name("checkout-v2/eu.west").is_ok());
 /// assert!(is_valid_name(" check out").is_err());

@@ -87,7 +87,7 @@ impl RateLimit {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tasks_runtime::queue::QueueOptions;
+/// use tasks_core::queue::QueueOptions;
 ///
 /// // At most 10 emails sending at once, and at most 100 new ones per minute.
 /// let emails = QueueOptions::new("emails")
@@ -145,7 +145,7 @@ impl QueueOptions {
     /// by it, and sleeping, paused or pending runs hold no slot.
     ///
     /// ```
-    /// use tasks_runtime::queue::QueueOptions;
+    /// use tasks_core::queue::QueueOptions;
     ///
     /// // At most 2 syncs of one customer (their concurrency key) at once.
     /// let syncs = QueueOptions::new("syncs").concurrency_per_key(2);

@@ -46,8 +46,8 @@ pub enum FinishedBefore {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tasks_runtime::RunStatus;
-/// use tasks_runtime::retention::PurgeRuns;
+/// use tasks_core::RunStatus;
+/// use tasks_core::retention::PurgeRuns;
 ///
 /// // Failed runs that finished more than 30 days ago, 500 per transaction.
 /// let purge = PurgeRuns::older_than(Duration::from_secs(30 * 24 * 3600))

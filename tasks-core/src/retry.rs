@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tasks_runtime::RetryPolicy;
+/// use tasks_core::RetryPolicy;
 ///
 /// let policy = RetryPolicy::new(4)
 ///     .with_initial_interval(Duration::from_millis(100))
@@ -77,7 +77,7 @@ impl RetryPolicy {
     /// compile time, constants and expressions included.
     ///
     /// ```
-    /// use tasks_runtime::RetryPolicy;
+    /// use tasks_core::RetryPolicy;
     ///
     /// assert_eq!(RetryPolicy::DEFAULT_STEP.problem(), None);
     /// assert!(RetryPolicy::new(0).problem().is_some());

@@ -92,7 +92,7 @@ pub async fn complete_separately<S: Store + ?Sized>(
 /// Every operation is scoped to [`Store::namespace`] and never reads or changes rows of
 /// another namespace. Every transition is one fenced write (a single statement, or one
 /// transaction holding the write lock) whose fence and whose errors are those of
-/// `tasks_runtime`'s shared state machine; its time comes from the store's clock, one
+/// shared state machine ([`crate::transition`]); its time comes from the store's clock, one
 /// clock for every worker.
 ///
 /// Errors common to every method: [`StoreError::Database`] when the database failed (the

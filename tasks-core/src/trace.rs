@@ -81,7 +81,7 @@ impl TraceContext {
     /// at most [`MAX_TRACESTATE_BYTES`] bytes, and an empty one counts as none.
     ///
     /// ```
-    /// use tasks_runtime::trace::TraceContext;
+    /// use tasks_core::trace::TraceContext;
     ///
     /// let trace = TraceContext::new(
     ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -90,7 +90,7 @@ impl TraceContext {
     /// assert_eq!(trace.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
     /// assert_eq!(trace.parent_id(), "00f067aa0ba902b7");
     /// assert!(TraceContext::new("00-0-0-0", None).is_err());
-    /// # Ok::<(), tasks_runtime::trace::TraceContextError>(())
+    /// # Ok::<(), tasks_core::trace::TraceContextError>(())
     /// ```
     pub fn new(
         traceparent: impl Into<String>,

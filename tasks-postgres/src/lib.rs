@@ -89,7 +89,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use tasks_runtime::postgres::PgStore;
+/// use tasks_postgres::PgStore;
 ///
 /// let store = PgStore::connect("postgres://postgres@127.0.0.1/app").await?;
 /// store.migrate().await?;
@@ -144,7 +144,7 @@ impl PgStore {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use tasks_runtime::postgres::PgStore;
+    /// use tasks_postgres::PgStore;
     ///
     /// let pool = PgStore::pool_options()
     ///     .max_connections(40)

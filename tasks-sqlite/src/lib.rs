@@ -82,7 +82,7 @@ pub const MAX_CONNECTIONS: u32 = 8;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use tasks_runtime::sqlite::SqliteStore;
+/// use tasks_sqlite::SqliteStore;
 ///
 /// // Creates `app.sqlite` in the current directory if it does not exist.
 /// let store = SqliteStore::connect("sqlite://app.sqlite").await?;
@@ -226,8 +226,8 @@ impl SqliteStore {
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
-    /// use tasks_runtime::clock::Clock;
-    /// use tasks_runtime::sqlite::SqliteStore;
+    /// use tasks_core::clock::Clock;
+    /// use tasks_sqlite::SqliteStore;
     ///
     /// let clock = Clock::manual();
     /// let store = SqliteStore::connect("sqlite::memory:").await?.with_clock(clock.clone());
