@@ -3,12 +3,13 @@
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
+use tasks::LeaseStore;
 
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use sqlx::postgres::PgPool;
 use tasks::postgres::PgStore;
-use tasks::{Client, StartOptions, Store, Worker};
+use tasks::{Client, StartOptions, Worker};
 
 use crate::Result;
 use crate::db;

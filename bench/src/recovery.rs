@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+use tasks::RunStore;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -190,7 +191,7 @@ async fn reclaim_once(
     .await?;
     // Interrupt the rescuer's runs at their next step so that it stops at once.
     for id in runs {
-        store.cancel_run(id).await?;
+        store.lifecycle().unwrap().cancel_run(id).await?;
     }
     rescuer.stop().await?;
     store.pool().close().await;

@@ -1,4 +1,4 @@
-//! Retention: how fast `Store::purge_runs` deletes old runs while a drain runs,
+//! Retention: how fast `RetentionStore::purge_runs` deletes old runs while a drain runs,
 //! and what the purge costs the drain: the same drain alone and beside a purge, in the
 //! same run, interleaved round by round.
 
@@ -209,7 +209,7 @@ async fn drain(
             let started = Instant::now();
             let mut purged = 0;
             while !stop.is_cancelled() {
-                let batch = purger.purge_runs(&params).await?;
+                let batch = purger.retention().unwrap().purge_runs(&params).await?;
                 purged += batch;
                 if batch < u64::from(batch_size) {
                     return Ok::<_, tasks::StoreError>((purged, started.elapsed(), false));

@@ -1,13 +1,16 @@
-//! Child workflows: [`Store::start_child`] and [`Store::wait_for_children`], the parent
+//! Child workflows: [`ChildStore::start_child`] and [`ChildStore::wait_for_children`], the parent
 //! wake-up in a child's finishing transitions, the cancel cascade and the parent filter of
-//! [`Store::list_runs`].
+//! [`RunStore::list_runs`].
 
 use serde_json::json;
+#[cfg(doc)]
+use tasks_core::ChildStore;
 use tasks_core::{
     ChildOutcome, ChildWait, CreateRun, FailRun, ListRuns, ParentCancel, RunStatus, StartChild,
     StartedChild, StepAttempt, StepKind, StepStatus, Store, StoreError, WaitForChildren,
     WorkflowRun,
 };
+use tasks_core::{LeaseStore, RunStore, StepStore};
 use uuid::Uuid;
 
 use super::Setup;
@@ -38,7 +41,12 @@ fn wait(parent: &WorkflowRun, steps: &[&str]) -> WaitForChildren {
 }
 
 async fn started<S: Store + ?Sized>(store: &S, params: StartChild) -> StartedChild {
-    store.start_child(params).await.expect("start_child")
+    store
+        .children()
+        .unwrap()
+        .start_child(params)
+        .await
+        .expect("start_child")
 }
 
 #[track_caller]
@@ -113,19 +121,19 @@ pub async fn child_start_is_fenced(setup: impl Setup) {
     let mut stranger = start(&parent, "child/a", ParentCancel::Cascade);
     stranger.worker_id = new_worker();
     assert_err!(
-        store.start_child(stranger).await,
+        store.children().unwrap().start_child(stranger).await,
         StoreError::LeaseLost { .. }
     );
     let mut keyed = start(&parent, "child/a", ParentCancel::Cascade);
     keyed.child.idempotency_key = Some("k".into());
     assert_err!(
-        store.start_child(keyed).await,
+        store.children().unwrap().start_child(keyed).await,
         StoreError::InvalidArgument(_)
     );
     let mut unknown = start(&parent, "child/a", ParentCancel::Cascade);
     unknown.run_id = Uuid::now_v7();
     assert_err!(
-        store.start_child(unknown).await,
+        store.children().unwrap().start_child(unknown).await,
         StoreError::RunNotFound { .. }
     );
     assert!(store.step_history(parent.id).await.unwrap().is_empty());
@@ -142,6 +150,8 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
     let parked = parked(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/a"]))
             .await
             .unwrap(),
@@ -174,6 +184,8 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
     );
     let steps = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&woken, &["child/a"]))
             .await
             .unwrap(),
@@ -186,6 +198,8 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
     // A completed wait is read back as it is.
     let again = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&woken, &["child/a"]))
             .await
             .unwrap(),
@@ -203,6 +217,8 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
     let b = started(&store, start(&parent, "child/b", ParentCancel::Cascade)).await;
     parked(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/a", "child/b"]))
             .await
             .unwrap(),
@@ -237,6 +253,8 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
     assert_eq!(woken.id, parent.id);
     let steps = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&woken, &["child/b", "child/a"]))
             .await
             .unwrap(),
@@ -254,9 +272,16 @@ pub async fn wait_for_finished_children_does_not_park(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
-    store.cancel_run(child.child.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(child.child.id)
+        .await
+        .unwrap();
     let steps = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/a"]))
             .await
             .unwrap(),
@@ -269,18 +294,24 @@ pub async fn wait_for_finished_children_does_not_park(setup: impl Setup) {
 
     assert_err!(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/nope"]))
             .await,
         StoreError::UnknownStep { .. }
     );
     assert_err!(
-        store.wait_for_children(wait(&parent, &[])).await,
+        store
+            .children()
+            .unwrap()
+            .wait_for_children(wait(&parent, &[]))
+            .await,
         StoreError::InvalidArgument(_)
     );
     let mut stranger = wait(&parent, &["child/a"]);
     stranger.worker_id = new_worker();
     assert_err!(
-        store.wait_for_children(stranger).await,
+        store.children().unwrap().wait_for_children(stranger).await,
         StoreError::LeaseLost { .. }
     );
 }
@@ -292,15 +323,24 @@ pub async fn child_cancel_wakes_the_parent(setup: impl Setup) {
     let child = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
     parked(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/a"]))
             .await
             .unwrap(),
     );
-    store.cancel_run(child.child.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(child.child.id)
+        .await
+        .unwrap();
     let woken = claim_one(&store, LONG_LEASE).await;
     assert_eq!(woken.id, parent.id, "the child's cancel woke the parent");
     let steps = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&woken, &["child/a"]))
             .await
             .unwrap(),
@@ -332,7 +372,12 @@ pub async fn cancel_cascades_to_children(setup: impl Setup) {
         .await
         .unwrap();
 
-    let canceled = store.cancel_run(root.id).await.unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(root.id)
+        .await
+        .unwrap();
     assert_eq!(canceled.status, RunStatus::Canceled);
     let status = |id: Uuid| {
         let store = &store;
@@ -362,7 +407,12 @@ pub async fn runs_are_listed_by_parent(setup: impl Setup) {
     let parent = create_claimed(&store).await;
     let a = started(&store, start(&parent, "child/a", ParentCancel::Cascade)).await;
     let b = started(&store, start(&parent, "child/b", ParentCancel::Cascade)).await;
-    store.cancel_run(b.child.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(b.child.id)
+        .await
+        .unwrap();
     let children = store
         .list_runs(ListRuns {
             parent_run_id: Some(parent.id),
@@ -416,6 +466,8 @@ pub async fn child_deadline_wakes_the_parent(setup: impl Setup) {
     }
     parked(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&parent, &["child/a", "child/b"]))
             .await
             .unwrap(),
@@ -433,6 +485,8 @@ pub async fn child_deadline_wakes_the_parent(setup: impl Setup) {
     }
     let steps = done(
         store
+            .children()
+            .unwrap()
             .wait_for_children(wait(&woken, &["child/a", "child/b"]))
             .await
             .unwrap(),
@@ -486,7 +540,7 @@ pub async fn a_cancel_racing_finishing_children_never_fails(setup: impl Setup) {
             .collect();
         let cancel = {
             let store = store.clone();
-            tokio::spawn(async move { store.cancel_run(parent.id).await })
+            tokio::spawn(async move { store.lifecycle().unwrap().cancel_run(parent.id).await })
         };
         let canceled = cancel.await.unwrap();
         assert!(

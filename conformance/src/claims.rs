@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -87,7 +88,12 @@ pub async fn claim_returns_none_when_nothing_is_available(setup: impl Setup) {
     create_failed(&store).await;
     create_canceled(&store).await;
     let paused = create_pending(&store).await;
-    store.pause_run(paused.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
 
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
     assert!(
@@ -299,14 +305,24 @@ pub async fn extend_lease_pushes_expiry(setup: impl Setup) {
 pub async fn extend_lease_of_paused_or_canceled_run_is_wrong_state(setup: impl Setup) {
     let store = setup.store().await;
     let paused = create_claimed(&store).await;
-    store.pause_run(paused.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     assert_err!(
         store.extend_lease(paused.id, owner(&paused), LONG_LEASE).await,
         StoreError::WrongState { id, status: RunStatus::Paused, .. } if *id == paused.id
     );
 
     let canceled = create_claimed(&store).await;
-    store.cancel_run(canceled.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(canceled.id)
+        .await
+        .unwrap();
     assert_err!(
         store.extend_lease(canceled.id, owner(&canceled), LONG_LEASE).await,
         StoreError::WrongState { id, status: RunStatus::Canceled, .. } if *id == canceled.id
@@ -429,7 +445,12 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
     );
 
     let canceled = create_claimed(&store).await;
-    store.cancel_run(canceled.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(canceled.id)
+        .await
+        .unwrap();
     assert_err!(
         store
             .sleep_run(canceled.id, owner(&canceled), later())

@@ -1,8 +1,11 @@
-//! Events sent to a run: [`Store::send_event`], [`Store::wait_for_event`] and
-//! [`Store::list_events`]. Each topic of a run is a FIFO mailbox; each event is consumed by
+//! Events sent to a run: [`EventStore::send_event`], [`EventStore::wait_for_event`] and
+//! [`EventStore::list_events`]. Each topic of a run is a FIFO mailbox; each event is consumed by
 //! exactly one wait; a wait with no event parks the run until a send wakes it.
 
 use std::time::Duration;
+#[cfg(doc)]
+use tasks_core::EventStore;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
@@ -87,6 +90,8 @@ pub async fn event_sent_before_the_wait_is_delivered(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let sent = store
+        .events()
+        .unwrap()
         .send_event(send(run.id, "approval", json!({ "ok": true })))
         .await
         .unwrap();
@@ -99,6 +104,8 @@ pub async fn event_sent_before_the_wait_is_delivered(setup: impl Setup) {
 
     let attempt = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/approval", "approval", None))
             .await
             .unwrap(),
@@ -110,7 +117,7 @@ pub async fn event_sent_before_the_wait_is_delivered(setup: impl Setup) {
     assert_eq!(payload(&attempt), json!({ "ok": true }));
     assert!(attempt.finished_at.is_some());
 
-    let events = store.list_events(run.id).await.unwrap();
+    let events = store.events().unwrap().list_events(run.id).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].id, sent.event.id);
     assert_eq!(events[0].consumed_by.as_deref(), Some("event/approval"));
@@ -132,6 +139,8 @@ pub async fn wait_parks_and_a_send_wakes_the_run(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let parked_run = parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/approval", "approval", None))
             .await
             .unwrap(),
@@ -153,6 +162,8 @@ pub async fn wait_parks_and_a_send_wakes_the_run(setup: impl Setup) {
     );
 
     let sent = store
+        .events()
+        .unwrap()
         .send_event(send(run.id, "approval", json!("yes")))
         .await
         .unwrap();
@@ -165,6 +176,8 @@ pub async fn wait_parks_and_a_send_wakes_the_run(setup: impl Setup) {
     assert_eq!(again.attempts, run.attempts, "waking continues the attempt");
     let attempt = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&again, "event/approval", "approval", None))
             .await
             .unwrap(),
@@ -181,11 +194,15 @@ pub async fn events_are_delivered_in_order_once_per_topic(setup: impl Setup) {
     let run = create_claimed(&store).await;
     for n in 0..3 {
         store
+            .events()
+            .unwrap()
             .send_event(send(run.id, "numbers", json!(n)))
             .await
             .unwrap();
     }
     store
+        .events()
+        .unwrap()
         .send_event(send(run.id, "other", json!("x")))
         .await
         .unwrap();
@@ -195,6 +212,8 @@ pub async fn events_are_delivered_in_order_once_per_topic(setup: impl Setup) {
     {
         let attempt = done(
             store
+                .events()
+                .unwrap()
                 .wait_for_event(wait(&run, name, "numbers", None))
                 .await
                 .unwrap(),
@@ -203,16 +222,20 @@ pub async fn events_are_delivered_in_order_once_per_topic(setup: impl Setup) {
     }
     parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/numbers:3", "numbers", None))
             .await
             .unwrap(),
     );
     let woke = store
+        .events()
+        .unwrap()
         .send_event(send(run.id, "other", json!("y")))
         .await
         .unwrap();
     assert!(!woke.woke, "a send on another topic does not wake the run");
-    let events = store.list_events(run.id).await.unwrap();
+    let events = store.events().unwrap().list_events(run.id).await.unwrap();
     let consumers: Vec<Option<&str>> = events.iter().map(|e| e.consumed_by.as_deref()).collect();
     assert_eq!(
         consumers,
@@ -230,22 +253,36 @@ pub async fn events_are_delivered_in_order_once_per_topic(setup: impl Setup) {
 pub async fn a_completed_wait_is_not_repeated(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    store.send_event(send(run.id, "t", json!(1))).await.unwrap();
+    store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(1)))
+        .await
+        .unwrap();
     let first = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
-    store.send_event(send(run.id, "t", json!(2))).await.unwrap();
+    store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(2)))
+        .await
+        .unwrap();
     let again = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
     assert_eq!(again, first);
-    let events = store.list_events(run.id).await.unwrap();
+    let events = store.events().unwrap().list_events(run.id).await.unwrap();
     assert_eq!(events[1].consumed_by, None);
 }
 
@@ -258,13 +295,25 @@ pub async fn duplicate_sends_store_one_event(setup: impl Setup) {
         dedup_key: Some("webhook-7".into()),
         ..send(run.id, "payment", payload)
     };
-    let first = store.send_event(keyed(json!(1))).await.unwrap();
-    let second = store.send_event(keyed(json!(2))).await.unwrap();
+    let first = store
+        .events()
+        .unwrap()
+        .send_event(keyed(json!(1)))
+        .await
+        .unwrap();
+    let second = store
+        .events()
+        .unwrap()
+        .send_event(keyed(json!(2)))
+        .await
+        .unwrap();
     assert!(!first.duplicate);
     assert!(second.duplicate);
     assert_eq!(second.event, first.event);
     assert_eq!(second.event.payload, json!(1));
     let other_topic = store
+        .events()
+        .unwrap()
         .send_event(SendEvent {
             topic: "refund".into(),
             ..keyed(json!(3))
@@ -272,7 +321,16 @@ pub async fn duplicate_sends_store_one_event(setup: impl Setup) {
         .await
         .unwrap();
     assert!(!other_topic.duplicate);
-    assert_eq!(store.list_events(run.id).await.unwrap().len(), 2);
+    assert_eq!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 /// A wait with a timeout parks until the timeout; reached again after it, it completes as
@@ -283,6 +341,8 @@ pub async fn wait_times_out(setup: impl Setup) {
     let timeout = Duration::from_millis(300);
     let parked_run = parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", Some(timeout)))
             .await
             .unwrap(),
@@ -299,6 +359,8 @@ pub async fn wait_times_out(setup: impl Setup) {
     let again = reclaim(&store, run.id).await;
     let attempt = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&again, "event/t", "t", Some(timeout)))
             .await
             .unwrap(),
@@ -306,11 +368,15 @@ pub async fn wait_times_out(setup: impl Setup) {
     assert_eq!(attempt.output, Some(json!({ "timedOut": true })));
     // An event sent now stays for the next wait.
     store
+        .events()
+        .unwrap()
         .send_event(send(run.id, "t", json!("late")))
         .await
         .unwrap();
     let next = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&again, "event/t:1", "t", Some(timeout)))
             .await
             .unwrap(),
@@ -324,11 +390,13 @@ pub async fn send_is_refused_for_unknown_and_finished_runs(setup: impl Setup) {
     let store = setup.store().await;
     let unknown = Uuid::now_v7();
     assert_err!(
-        store.send_event(send(unknown, "t", json!(1))).await,
+        store.events().unwrap().send_event(send(unknown, "t", json!(1))).await,
         StoreError::RunNotFound { id } if *id == unknown
     );
     assert_err!(
         store
+            .events()
+            .unwrap()
             .send_event(SendEvent {
                 target: EventTarget::Key {
                     workflow_name: unique_name(),
@@ -345,10 +413,18 @@ pub async fn send_is_refused_for_unknown_and_finished_runs(setup: impl Setup) {
         create_canceled(&store).await,
     ] {
         assert_err!(
-            store.send_event(send(run.id, "t", json!(1))).await,
+            store.events().unwrap().send_event(send(run.id, "t", json!(1))).await,
             StoreError::WrongState { status, .. } if *status == run.status
         );
-        assert!(store.list_events(run.id).await.unwrap().is_empty());
+        assert!(
+            store
+                .events()
+                .unwrap()
+                .list_events(run.id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }
 
@@ -364,6 +440,8 @@ pub async fn send_by_workflow_and_idempotency_key(setup: impl Setup) {
         .await
         .unwrap();
     let sent = store
+        .events()
+        .unwrap()
         .send_event(SendEvent {
             target: EventTarget::Key {
                 workflow_name: name,
@@ -374,7 +452,16 @@ pub async fn send_by_workflow_and_idempotency_key(setup: impl Setup) {
         .await
         .unwrap();
     assert_eq!(sent.event.workflow_run_id, run.id);
-    assert_eq!(store.list_events(run.id).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// The wait is a worker-side write: fenced on the run running under the worker.
@@ -387,12 +474,14 @@ pub async fn wait_is_fenced(setup: impl Setup) {
         ..wait(&run, "event/t", "t", None)
     };
     assert_err!(
-        store.wait_for_event(stranger).await,
+        store.events().unwrap().wait_for_event(stranger).await,
         StoreError::LeaseLost { .. }
     );
     let pending = create_pending(&store).await;
     assert_err!(
         store
+            .events()
+            .unwrap()
             .wait_for_event(WaitForEvent {
                 call: None,
                 run_id: pending.id,
@@ -404,7 +493,7 @@ pub async fn wait_is_fenced(setup: impl Setup) {
     let unknown = Uuid::now_v7();
     assert_err!(
         store
-            .wait_for_event(WaitForEvent {
+            .events().unwrap().wait_for_event(WaitForEvent {
                 call: None,
                 run_id: unknown,
                 ..wait(&run, "event/t", "t", None)
@@ -422,21 +511,30 @@ pub async fn paused_waiting_run_keeps_its_event(setup: impl Setup) {
     let run = create_claimed(&store).await;
     parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
-    store.pause_run(run.id).await.unwrap();
-    let sent = store.send_event(send(run.id, "t", json!(9))).await.unwrap();
+    store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
+    let sent = store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(9)))
+        .await
+        .unwrap();
     assert!(!sent.woke);
     assert_eq!(
         store.get_run(run.id).await.unwrap().unwrap().status,
         RunStatus::Paused
     );
-    store.resume_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().resume_run(run.id).await.unwrap();
     let again = reclaim(&store, run.id).await;
     let attempt = done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&again, "event/t", "t", None))
             .await
             .unwrap(),
@@ -451,21 +549,35 @@ pub async fn send_does_not_wake_a_durable_sleep(setup: impl Setup) {
     let run = create_claimed(&store).await;
     parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
-    store.send_event(send(run.id, "t", json!(1))).await.unwrap();
+    store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(1)))
+        .await
+        .unwrap();
     let again = reclaim(&store, run.id).await;
     done(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&again, "event/t", "t", None))
             .await
             .unwrap(),
     );
     let until = chrono::Utc::now() + chrono::Duration::seconds(60);
     store.sleep_run(run.id, owner(&again), until).await.unwrap();
-    let sent = store.send_event(send(run.id, "t", json!(2))).await.unwrap();
+    let sent = store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(2)))
+        .await
+        .unwrap();
     assert!(!sent.woke);
     let sleeping = store.get_run(run.id).await.unwrap().unwrap();
     assert_eq!(sleeping.available_at.map(micros), Some(micros(until)));
@@ -477,12 +589,19 @@ pub async fn waking_send_is_announced(setup: impl Setup) {
     let run = create_claimed(&store).await;
     parked(
         store
+            .events()
+            .unwrap()
             .wait_for_event(wait(&run, "event/t", "t", None))
             .await
             .unwrap(),
     );
     let mut notifications = store.subscribe().await.unwrap();
-    store.send_event(send(run.id, "t", json!(1))).await.unwrap();
+    store
+        .events()
+        .unwrap()
+        .send_event(send(run.id, "t", json!(1)))
+        .await
+        .unwrap();
     let expected = Notification::RunAvailable {
         namespace: store.namespace().to_owned(),
     };
@@ -507,18 +626,18 @@ pub async fn event_values_past_the_limits_are_refused(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let long_topic = "t".repeat(limits::MAX_TOPIC_BYTES + 1);
     assert_err!(
-        store.send_event(send(run.id, &long_topic, json!(1))).await,
+        store.events().unwrap().send_event(send(run.id, &long_topic, json!(1))).await,
         StoreError::Limit(error) if error.field() == limits::Field::Topic
     );
     assert_err!(
         store
-            .send_event(send(run.id, "t", json!({ "nul": "a\u{0}b" })))
+            .events().unwrap().send_event(send(run.id, "t", json!({ "nul": "a\u{0}b" })))
             .await,
         StoreError::Limit(error) if error.field() == limits::Field::EventPayload
     );
     assert_err!(
         store
-            .send_event(SendEvent {
+            .events().unwrap().send_event(SendEvent {
                 dedup_key: Some("k".repeat(limits::MAX_IDEMPOTENCY_KEY_BYTES + 1)),
                 ..send(run.id, "t", json!(1))
             })
@@ -527,7 +646,7 @@ pub async fn event_values_past_the_limits_are_refused(setup: impl Setup) {
     );
     assert_err!(
         store
-            .wait_for_event(wait(
+            .events().unwrap().wait_for_event(wait(
                 &run,
                 "event/t",
                 "t",
@@ -536,7 +655,15 @@ pub async fn event_values_past_the_limits_are_refused(setup: impl Setup) {
             .await,
         StoreError::Limit(error) if error.field() == limits::Field::EventTimeout
     );
-    assert!(store.list_events(run.id).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(store.step_history(run.id).await.unwrap().is_empty());
 }
 
@@ -549,12 +676,12 @@ pub async fn send_racing_a_park_never_loses_the_wake_up(setup: impl Setup) {
         let waiting = {
             let store = store.clone();
             let params = wait(&run, "event/t", "t", None);
-            tokio::spawn(async move { store.wait_for_event(params).await })
+            tokio::spawn(async move { store.events().unwrap().wait_for_event(params).await })
         };
         let sending = {
             let store = store.clone();
             let params = send(run.id, "t", json!(round));
-            tokio::spawn(async move { store.send_event(params).await })
+            tokio::spawn(async move { store.events().unwrap().send_event(params).await })
         };
         let waited = waiting.await.unwrap().unwrap();
         sending.await.unwrap().unwrap();
@@ -564,6 +691,8 @@ pub async fn send_racing_a_park_never_loses_the_wake_up(setup: impl Setup) {
                 let again = reclaim(&*store, run.id).await;
                 let attempt = done(
                     store
+                        .events()
+                        .unwrap()
                         .wait_for_event(wait(&again, "event/t", "t", None))
                         .await
                         .unwrap(),
@@ -571,6 +700,6 @@ pub async fn send_racing_a_park_never_loses_the_wake_up(setup: impl Setup) {
                 assert_eq!(payload(&attempt), json!(round), "round {round}");
             }
         }
-        store.cancel_run(run.id).await.unwrap();
+        store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -143,10 +144,20 @@ pub async fn slots_follow_the_running_status(setup: impl Setup) {
     ];
     let first = claim(&store, 10).await;
     assert_eq!(ids(&first), [runs[0].id]);
-    store.pause_run(runs[0].id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(runs[0].id)
+        .await
+        .unwrap();
     let second = claim(&store, 10).await;
     assert_eq!(ids(&second), [runs[1].id], "a paused run holds no slot");
-    store.cancel_run(runs[1].id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(runs[1].id)
+        .await
+        .unwrap();
     let third = claimed_runs(
         store
             .claim_runs(&new_worker(), SHORT_LEASE, 10)
@@ -163,7 +174,12 @@ pub async fn slots_follow_the_running_status(setup: impl Setup) {
     );
     assert_eq!(taken_over[0].attempts, 2);
     // The resumed run waits for the slot.
-    store.resume_run(runs[0].id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .resume_run(runs[0].id)
+        .await
+        .unwrap();
     assert!(claim(&store, 10).await.is_empty());
 }
 

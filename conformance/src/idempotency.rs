@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use serde_json::json;
 use tasks_core::limits::Field;
@@ -31,7 +32,12 @@ pub async fn idempotency_for_ever_keeps_the_key_after_the_run_finished(setup: im
         .create_run(keyed(&name, &key, IdempotencyScope::ForEver, 1))
         .await
         .unwrap();
-    let canceled = store.cancel_run(first.id).await.unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(first.id)
+        .await
+        .unwrap();
     assert_eq!(canceled.status, RunStatus::Canceled);
     let again = store
         .create_run(keyed(&name, &key, IdempotencyScope::WhileActive, 2))
@@ -161,7 +167,12 @@ pub async fn idempotency_release_race_creates_one_run(setup: impl Setup) {
         .create_run(keyed(&name, &key, scope, 0))
         .await
         .unwrap();
-    store.cancel_run(first.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(first.id)
+        .await
+        .unwrap();
 
     let barrier = Arc::new(Barrier::new(CALLERS));
     let tasks: Vec<_> = (0..CALLERS)

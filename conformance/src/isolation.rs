@@ -2,6 +2,7 @@
 //! notifications.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -60,7 +61,7 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
         .unwrap();
     let pending = create_pending(&a).await;
     let paused = create_pending(&a).await;
-    let paused = a.pause_run(paused.id).await.unwrap();
+    let paused = a.lifecycle().unwrap().pause_run(paused.id).await.unwrap();
 
     // Reads see nothing.
     for id in [running.id, pending.id, paused.id] {
@@ -96,10 +97,22 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
             assert_err!($call, StoreError::RunNotFound { id } if *id == expected)
         }};
     }
-    not_found!(pending.id, b.cancel_run(pending.id).await);
-    not_found!(pending.id, b.pause_run(pending.id).await);
-    not_found!(paused.id, b.resume_run(paused.id).await);
-    not_found!(running.id, b.cancel_run(running.id).await);
+    not_found!(
+        pending.id,
+        b.lifecycle().unwrap().cancel_run(pending.id).await
+    );
+    not_found!(
+        pending.id,
+        b.lifecycle().unwrap().pause_run(pending.id).await
+    );
+    not_found!(
+        paused.id,
+        b.lifecycle().unwrap().resume_run(paused.id).await
+    );
+    not_found!(
+        running.id,
+        b.lifecycle().unwrap().cancel_run(running.id).await
+    );
     not_found!(
         running.id,
         b.extend_lease(running.id, &worker, LONG_LEASE).await
@@ -243,7 +256,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
 
     let second = create_pending(&a).await;
     assert_eq!(next_notification(&mut a_events, "create").await, available);
-    a.cancel_run(second.id).await.unwrap();
+    a.lifecycle().unwrap().cancel_run(second.id).await.unwrap();
     assert_eq!(
         next_notification(&mut a_events, "cancel").await,
         finished(second.id)
@@ -263,7 +276,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
     );
 
     // B creating or finishing its runs reaches B's subscribers only.
-    b.cancel_run(theirs.id).await.unwrap();
+    b.lifecycle().unwrap().cancel_run(theirs.id).await.unwrap();
     assert_eq!(
         next_notification(&mut b_events, "cancel in B").await,
         Notification::RunFinished {
@@ -281,7 +294,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
 
     // A marker proves that nothing else reached A in between.
     let marker = create_pending(&a).await;
-    a.cancel_run(marker.id).await.unwrap();
+    a.lifecycle().unwrap().cancel_run(marker.id).await.unwrap();
     assert_eq!(next_notification(&mut a_events, "create").await, available);
     assert_eq!(
         next_notification(&mut a_events, "the marker").await,

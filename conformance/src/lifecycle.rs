@@ -2,6 +2,7 @@
 //! gives for unknown runs and runs in the wrong state.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -50,7 +51,12 @@ fn step(run_id: Uuid, worker: &str) -> CreateStepAttempt {
 pub async fn cancel_pending_run(setup: impl Setup) {
     let store = setup.store().await;
     let created = create_pending(&store).await;
-    let canceled = store.cancel_run(created.id).await.unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(created.id)
+        .await
+        .unwrap();
     assert_canceled(&canceled, created.id);
     assert_eq!(store.get_run(created.id).await.unwrap(), Some(canceled));
 }
@@ -59,7 +65,12 @@ pub async fn cancel_pending_run(setup: impl Setup) {
 pub async fn cancel_running_run(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
-    let canceled = store.cancel_run(claimed.id).await.unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(claimed.id)
+        .await
+        .unwrap();
     assert_canceled(&canceled, claimed.id);
 
     assert_err!(
@@ -85,7 +96,12 @@ pub async fn cancel_running_run(setup: impl Setup) {
 pub async fn cancel_sleeping_run(setup: impl Setup) {
     let store = setup.store().await;
     let (_, sleeping) = create_sleeping(&store).await;
-    let canceled = store.cancel_run(sleeping.id).await.unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(sleeping.id)
+        .await
+        .unwrap();
     assert_canceled(&canceled, sleeping.id);
 }
 
@@ -93,11 +109,21 @@ pub async fn cancel_sleeping_run(setup: impl Setup) {
 pub async fn cancel_paused_run(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
-    store.pause_run(claimed.id).await.unwrap();
-    let canceled = store.cancel_run(claimed.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(claimed.id)
+        .await
+        .unwrap();
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(claimed.id)
+        .await
+        .unwrap();
     assert_canceled(&canceled, claimed.id);
     assert_err!(
-        store.resume_run(claimed.id).await,
+        store.lifecycle().unwrap().resume_run(claimed.id).await,
         StoreError::WrongState {
             status: RunStatus::Canceled,
             ..
@@ -110,7 +136,7 @@ pub async fn cancel_completed_run_is_wrong_state(setup: impl Setup) {
     let store = setup.store().await;
     let completed = create_completed(&store).await;
     assert_err!(
-        store.cancel_run(completed.id).await,
+        store.lifecycle().unwrap().cancel_run(completed.id).await,
         StoreError::WrongState { id, status: RunStatus::Completed, .. } if *id == completed.id
     );
     assert_eq!(store.get_run(completed.id).await.unwrap(), Some(completed));
@@ -130,14 +156,14 @@ pub async fn cancel_failed_run_is_wrong_state(setup: impl Setup) {
     let late = store.get_run(late.id).await.unwrap().unwrap();
     assert_eq!(late.status, RunStatus::Failed);
     assert_err!(
-        store.cancel_run(late.id).await,
+        store.lifecycle().unwrap().cancel_run(late.id).await,
         StoreError::WrongState { id, status: RunStatus::Failed, .. } if *id == late.id
     );
     assert_eq!(store.get_run(late.id).await.unwrap(), Some(late));
 
     let failed = create_failed(&store).await;
     assert_err!(
-        store.cancel_run(failed.id).await,
+        store.lifecycle().unwrap().cancel_run(failed.id).await,
         StoreError::WrongState {
             status: RunStatus::Failed,
             ..
@@ -149,8 +175,18 @@ pub async fn cancel_failed_run_is_wrong_state(setup: impl Setup) {
 pub async fn cancel_is_idempotent(setup: impl Setup) {
     let store = setup.store().await;
     let created = create_pending(&store).await;
-    let first = store.cancel_run(created.id).await.unwrap();
-    let second = store.cancel_run(created.id).await.unwrap();
+    let first = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(created.id)
+        .await
+        .unwrap();
+    let second = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(created.id)
+        .await
+        .unwrap();
     assert_eq!(second.status, RunStatus::Canceled);
     assert_eq!(second.id, first.id);
     assert_eq!(second.finished_at, first.finished_at);
@@ -163,7 +199,7 @@ pub async fn cancel_unknown_run_is_not_found(setup: impl Setup) {
     create_pending(&store).await;
     let unknown = Uuid::new_v4();
     assert_err!(
-        store.cancel_run(unknown).await,
+        store.lifecycle().unwrap().cancel_run(unknown).await,
         StoreError::RunNotFound { id } if *id == unknown
     );
 }
@@ -179,7 +215,12 @@ pub async fn canceled_run_is_not_claimed(setup: impl Setup) {
 pub async fn pause_pending_run(setup: impl Setup) {
     let store = setup.store().await;
     let created = create_pending(&store).await;
-    let paused = store.pause_run(created.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(created.id)
+        .await
+        .unwrap();
     assert_paused(&paused, created.id);
     assert_eq!(paused.attempts, 0);
     assert_eq!(store.get_run(created.id).await.unwrap(), Some(paused));
@@ -189,7 +230,12 @@ pub async fn pause_pending_run(setup: impl Setup) {
 pub async fn pause_running_run(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
-    let paused = store.pause_run(claimed.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(claimed.id)
+        .await
+        .unwrap();
     assert_paused(&paused, claimed.id);
     assert_eq!(paused.attempts, 1);
     assert_err!(
@@ -208,7 +254,12 @@ pub async fn pause_running_run(setup: impl Setup) {
 pub async fn pause_sleeping_run(setup: impl Setup) {
     let store = setup.store().await;
     let (_, sleeping) = create_sleeping(&store).await;
-    let paused = store.pause_run(sleeping.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(sleeping.id)
+        .await
+        .unwrap();
     assert_paused(&paused, sleeping.id);
 }
 
@@ -216,8 +267,18 @@ pub async fn pause_sleeping_run(setup: impl Setup) {
 pub async fn pause_is_idempotent(setup: impl Setup) {
     let store = setup.store().await;
     let created = create_pending(&store).await;
-    let first = store.pause_run(created.id).await.unwrap();
-    let second = store.pause_run(created.id).await.unwrap();
+    let first = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(created.id)
+        .await
+        .unwrap();
+    let second = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(created.id)
+        .await
+        .unwrap();
     assert_eq!(second, first);
 }
 
@@ -230,7 +291,7 @@ pub async fn pause_refuses_terminal_runs(setup: impl Setup) {
         (create_canceled(&store).await, RunStatus::Canceled),
     ] {
         assert_err!(
-            store.pause_run(run.id).await,
+            store.lifecycle().unwrap().pause_run(run.id).await,
             StoreError::WrongState { id, status: s, .. } if *id == run.id && *s == status
         );
         assert_eq!(store.get_run(run.id).await.unwrap(), Some(run));
@@ -241,7 +302,12 @@ pub async fn pause_refuses_terminal_runs(setup: impl Setup) {
 pub async fn paused_run_is_not_claimed(setup: impl Setup) {
     let store = setup.store().await;
     let created = create_pending(&store).await;
-    store.pause_run(created.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(created.id)
+        .await
+        .unwrap();
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
     assert!(
         store
@@ -256,8 +322,18 @@ pub async fn paused_run_is_not_claimed(setup: impl Setup) {
 pub async fn resume_makes_paused_run_pending_now(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
-    store.pause_run(claimed.id).await.unwrap();
-    let resumed = store.resume_run(claimed.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(claimed.id)
+        .await
+        .unwrap();
+    let resumed = store
+        .lifecycle()
+        .unwrap()
+        .resume_run(claimed.id)
+        .await
+        .unwrap();
     assert_eq!(resumed.status, RunStatus::Pending);
     assert_eq!(resumed.worker_id, None);
     assert_eq!(resumed.finished_at, None);
@@ -279,11 +355,21 @@ pub async fn resume_makes_paused_run_pending_now(setup: impl Setup) {
 pub async fn resume_is_idempotent_on_pending_and_running(setup: impl Setup) {
     let store = setup.store().await;
     let running = create_claimed(&store).await;
-    let resumed = store.resume_run(running.id).await.unwrap();
+    let resumed = store
+        .lifecycle()
+        .unwrap()
+        .resume_run(running.id)
+        .await
+        .unwrap();
     assert_eq!(resumed, running);
 
     let pending = create_pending(&store).await;
-    let resumed = store.resume_run(pending.id).await.unwrap();
+    let resumed = store
+        .lifecycle()
+        .unwrap()
+        .resume_run(pending.id)
+        .await
+        .unwrap();
     assert_eq!(resumed, pending);
 }
 
@@ -296,7 +382,7 @@ pub async fn resume_refuses_terminal_runs(setup: impl Setup) {
         (create_canceled(&store).await, RunStatus::Canceled),
     ] {
         assert_err!(
-            store.resume_run(run.id).await,
+            store.lifecycle().unwrap().resume_run(run.id).await,
             StoreError::WrongState { id, status: s, .. } if *id == run.id && *s == status
         );
         assert_eq!(store.get_run(run.id).await.unwrap(), Some(run));
@@ -329,9 +415,9 @@ pub async fn unknown_run_is_not_found_for_every_operation(setup: impl Setup) {
             .await
     );
     not_found!(store.release_run(id, w, Duration::ZERO, json!(null)).await);
-    not_found!(store.cancel_run(id).await);
-    not_found!(store.pause_run(id).await);
-    not_found!(store.resume_run(id).await);
+    not_found!(store.lifecycle().unwrap().cancel_run(id).await);
+    not_found!(store.lifecycle().unwrap().pause_run(id).await);
+    not_found!(store.lifecycle().unwrap().resume_run(id).await);
     not_found!(store.create_step_attempt(step(id, w)).await);
     not_found!(
         store

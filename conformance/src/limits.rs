@@ -3,6 +3,7 @@
 //! back equal.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -276,7 +277,13 @@ pub async fn hostile_namespaces_are_refused(setup: impl Setup) {
         longest
     );
     assert_eq!(
-        scoped.cancel_run(run.id).await.unwrap().status,
+        scoped
+            .lifecycle()
+            .unwrap()
+            .cancel_run(run.id)
+            .await
+            .unwrap()
+            .status,
         RunStatus::Canceled
     );
     assert_eq!(

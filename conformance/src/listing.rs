@@ -1,6 +1,7 @@
 //! Listing runs: order, cursor pagination in both directions, filters, and cursor parsing.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use base64::Engine as _;
 use serde_json::json;
@@ -215,7 +216,12 @@ pub async fn list_runs_filters_by_status(setup: impl Setup) {
         .await
         .unwrap();
     let paused = create_pending(&store).await;
-    let paused = store.pause_run(paused.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     let canceled = create_canceled(&store).await;
     let pending = create_pending(&store).await;
 
@@ -284,7 +290,7 @@ pub async fn list_runs_filters_by_workflow_name(setup: impl Setup) {
     let a1 = store.create_run(CreateRun::new(a.clone())).await.unwrap();
     let b1 = store.create_run(CreateRun::new(b.clone())).await.unwrap();
     let a2 = store.create_run(CreateRun::new(a.clone())).await.unwrap();
-    store.pause_run(a2.id).await.unwrap();
+    store.lifecycle().unwrap().pause_run(a2.id).await.unwrap();
 
     let by = |name: String, statuses: Vec<RunStatus>| {
         let store = &store;
@@ -449,7 +455,12 @@ pub async fn count_runs_by_status(setup: impl Setup) {
         .await
         .unwrap();
     let paused = create_pending(&store).await;
-    store.pause_run(paused.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     create_canceled(&store).await;
     create_pending(&store).await;
     create_pending(&store).await;

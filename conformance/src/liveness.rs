@@ -2,6 +2,7 @@
 //! before their leases expire, and the stale worker's writes are then refused.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks_core::{

@@ -2,10 +2,11 @@
 //! the deadline checks that claims and failures make.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use chrono::Utc;
 use serde_json::json;
-use tasks_core::{CreateRun, FailRun, ListRuns, RetryPolicy, RunStatus, Store, StoreError};
+use tasks_core::{CreateRun, FailRun, ListRuns, RetryPolicy, RunStatus, StoreError};
 
 use super::Setup;
 use super::support::*;

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -99,9 +100,22 @@ pub async fn run_queue_is_stored_and_checked(setup: impl Setup) {
 /// limits are refused with nothing written.
 pub async fn queue_operations_round_trip(setup: impl Setup) {
     let store = setup.store().await;
-    assert_eq!(store.get_queue("emails").await.unwrap(), None);
-    assert!(store.list_queues().await.unwrap().is_empty());
+    assert_eq!(
+        store.queues().unwrap().get_queue("emails").await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .queues()
+            .unwrap()
+            .list_queues()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let put = store
+        .queues()
+        .unwrap()
         .put_queue(
             &QueueOptions::new("emails")
                 .concurrency(10)
@@ -123,9 +137,14 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     );
     assert_eq!((put.window_start, put.window_starts), (None, 0));
     assert_near_now(Some(put.created_at), "created_at");
-    assert_eq!(store.get_queue("emails").await.unwrap(), Some(put.clone()));
+    assert_eq!(
+        store.queues().unwrap().get_queue("emails").await.unwrap(),
+        Some(put.clone())
+    );
     // A put replaces the limits; one left out is removed.
     let replaced = store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("emails").concurrency(3))
         .await
         .unwrap();
@@ -134,8 +153,15 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     assert_eq!(replaced.key_rate_limit, None);
     assert_eq!(replaced.key_concurrency, None);
     assert_eq!(replaced.created_at, put.created_at);
-    store.put_queue(&QueueOptions::new("alerts")).await.unwrap();
+    store
+        .queues()
+        .unwrap()
+        .put_queue(&QueueOptions::new("alerts"))
+        .await
+        .unwrap();
     let names: Vec<String> = store
+        .queues()
+        .unwrap()
         .list_queues()
         .await
         .unwrap()
@@ -145,13 +171,29 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     assert_eq!(names, ["alerts", "emails"]);
     // Another namespace sees none of them.
     let other = store.scoped(&unique_namespace()).unwrap();
-    assert!(other.list_queues().await.unwrap().is_empty());
-    assert_err!(other.delete_queue("emails").await, StoreError::QueueNotFound { name } if name == "emails");
+    assert!(
+        other
+            .queues()
+            .unwrap()
+            .list_queues()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_err!(other.queues().unwrap().delete_queue("emails").await, StoreError::QueueNotFound { name } if name == "emails");
 
-    store.delete_queue("emails").await.unwrap();
-    assert_eq!(store.get_queue("emails").await.unwrap(), None);
+    store
+        .queues()
+        .unwrap()
+        .delete_queue("emails")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.queues().unwrap().get_queue("emails").await.unwrap(),
+        None
+    );
     assert_err!(
-        store.delete_queue("emails").await,
+        store.queues().unwrap().delete_queue("emails").await,
         StoreError::QueueNotFound { .. }
     );
     for (options, field) in [
@@ -182,13 +224,15 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
             Field::KeyConcurrency,
         ),
     ] {
-        assert_err!(store.put_queue(&options).await, StoreError::Limit(error) if error.field() == field);
+        assert_err!(store.queues().unwrap().put_queue(&options).await, StoreError::Limit(error) if error.field() == field);
     }
     assert_err!(
-        store.get_queue("bad name").await,
+        store.queues().unwrap().get_queue("bad name").await,
         StoreError::Limit(LimitError::InvalidName { .. })
     );
     let names: Vec<String> = store
+        .queues()
+        .unwrap()
         .list_queues()
         .await
         .unwrap()
@@ -256,6 +300,8 @@ async fn b_running<S: Store + ?Sized>(store: &S, id: Uuid) -> WorkflowRun {
 pub async fn claim_respects_the_queue_limit(setup: impl Setup) {
     let store = setup.store().await;
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("limited").concurrency(2))
         .await
         .unwrap();
@@ -290,11 +336,18 @@ pub async fn claim_respects_the_queue_limit(setup: impl Setup) {
     assert!(claim(&store, 10).await.is_empty());
     // Raising the limit takes effect at the next claim; removing it lifts it.
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("limited").concurrency(3))
         .await
         .unwrap();
     assert_eq!(ids(&claim(&store, 10).await), [runs[3].id]);
-    store.delete_queue("limited").await.unwrap();
+    store
+        .queues()
+        .unwrap()
+        .delete_queue("limited")
+        .await
+        .unwrap();
     assert_eq!(ids(&claim(&store, 10).await), [runs[4].id]);
 }
 
@@ -312,6 +365,8 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
         "no queue has a limit"
     );
     elsewhere
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("limited").concurrency(1))
         .await
         .unwrap();
@@ -325,7 +380,12 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
         "the limit set elsewhere holds at once"
     );
     assert!(claim(&store, 10).await.is_empty(), "the queue is full");
-    elsewhere.delete_queue("limited").await.unwrap();
+    elsewhere
+        .queues()
+        .unwrap()
+        .delete_queue("limited")
+        .await
+        .unwrap();
     assert_eq!(
         sorted(ids(&claim(&store, 10).await)),
         sorted(vec![runs[1].id, runs[2].id]),
@@ -336,6 +396,8 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
     assert_eq!(ids(&claim(&store, 10).await), [after.id]);
     // And set again: the store that saw none since claims within it again.
     elsewhere
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new(DEFAULT_QUEUE).rate_limit(1, Duration::from_secs(3600)))
         .await
         .unwrap();
@@ -361,6 +423,8 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
 pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
     let store = setup.store().await;
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("one").concurrency(1))
         .await
         .unwrap();
@@ -380,7 +444,12 @@ pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
         claim(&store, 10).await.is_empty(),
         "the woken run waits for a free slot"
     );
-    store.pause_run(second.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(second.id)
+        .await
+        .unwrap();
     let woken = claim(&store, 10).await;
     assert_eq!(ids(&woken), [first.id], "a paused run holds no slot");
     assert_eq!(woken[0].attempts, 1, "waking continues the attempt");
@@ -391,6 +460,8 @@ pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
 
     // Keys in a limited queue: queue limit 2, key limit 1.
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("mixed").concurrency(2))
         .await
         .unwrap();
@@ -422,6 +493,8 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
     let store = setup.store().await;
     const PERIOD: Duration = Duration::from_millis(1_500);
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("rated").rate_limit(2, PERIOD))
         .await
         .unwrap();
@@ -440,7 +513,13 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
         sorted(vec![runs[0].id, runs[1].id, other.id]),
         "two starts of the rated queue, and the other queue's run"
     );
-    let queue = store.get_queue("rated").await.unwrap().unwrap();
+    let queue = store
+        .queues()
+        .unwrap()
+        .get_queue("rated")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(queue.window_starts, 2);
     assert_near_now(queue.window_start, "window_start");
     // A resume after a sleep is not a start: it is claimed although no start is left.
@@ -467,7 +546,13 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
             .iter()
             .all(|id| runs[2..].iter().any(|run| run.id == *id))
     );
-    let queue = store.get_queue("rated").await.unwrap().unwrap();
+    let queue = store
+        .queues()
+        .unwrap()
+        .get_queue("rated")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(queue.window_starts, 2, "a new window counts its own starts");
 }
 
@@ -477,6 +562,8 @@ pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
     let store = setup.store().await;
     const PERIOD: Duration = Duration::from_millis(1_500);
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("per-key").rate_limit_per_key(1, PERIOD))
         .await
         .unwrap();
@@ -530,10 +617,14 @@ pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
 pub async fn concurrent_claimers_respect_queue_limits(setup: impl Setup) {
     let store = Arc::new(setup.store().await);
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("contended").concurrency(3))
         .await
         .unwrap();
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("rated").rate_limit(4, Duration::from_secs(3600)))
         .await
         .unwrap();
@@ -588,6 +679,8 @@ pub async fn concurrent_claimers_respect_queue_limits(setup: impl Setup) {
 pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) {
     let store = setup.store().await;
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("per-key").concurrency_per_key(2))
         .await
         .unwrap();
@@ -633,6 +726,8 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
     assert_eq!(ids(&next), [a[2].id], "one slot of key a freed");
     // Raising the limit takes effect at the next claim.
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("per-key").concurrency_per_key(3))
         .await
         .unwrap();
@@ -659,6 +754,8 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
     );
     // Lowering the limit below the running count takes no run away, and claims none.
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("per-key").concurrency_per_key(1))
         .await
         .unwrap();
@@ -670,6 +767,8 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
     assert!(claim(&store, 20).await.is_empty(), "key a still holds two");
     // Removing the limit lifts it: the run's own limit is left.
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("per-key"))
         .await
         .unwrap();
@@ -683,6 +782,8 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
 pub async fn concurrent_claimers_respect_the_per_key_limit(setup: impl Setup) {
     let store = Arc::new(setup.store().await);
     store
+        .queues()
+        .unwrap()
         .put_queue(&QueueOptions::new("keyed").concurrency_per_key(2))
         .await
         .unwrap();

@@ -2,6 +2,7 @@
 //! that tells a run's first execution from later ones.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks_core::{
@@ -242,9 +243,9 @@ pub async fn record_step_attempt_after_pause_or_cancel_is_interrupted(setup: imp
     ] {
         let run = create_claimed(&store).await;
         if status == RunStatus::Paused {
-            store.pause_run(run.id).await.unwrap();
+            store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
         } else {
-            store.cancel_run(run.id).await.unwrap();
+            store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
         }
         let update = store
             .record_step_attempt(record_params(&run, owner(&run), StepStatus::Completed))
@@ -266,7 +267,7 @@ pub async fn record_step_attempt_after_pause_or_cancel_is_interrupted(setup: imp
 pub async fn first_claim_is_recognisable(setup: impl Setup) {
     let store = setup.store().await;
     let claim = |store| async move {
-        let mut claimed = Store::claim_runs(store, &new_worker(), LONG_LEASE, 1)
+        let mut claimed = LeaseStore::claim_runs(store, &new_worker(), LONG_LEASE, 1)
             .await
             .expect("claim_runs");
         assert_eq!(claimed.len(), 1, "one claimable run expected");
@@ -306,8 +307,8 @@ pub async fn first_claim_is_recognisable(setup: impl Setup) {
 
     // Resumed after a pause.
     let run = create_claimed(&store).await;
-    store.pause_run(run.id).await.unwrap();
-    store.resume_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().resume_run(run.id).await.unwrap();
     let resumed = claim(&store).await;
     assert_eq!(resumed.run.id, run.id);
     assert!(!resumed.first_execution, "resumed: {resumed:?}");
@@ -376,7 +377,7 @@ pub async fn complete_run_with_steps_is_fenced(setup: impl Setup) {
         RunStatus::Running
     );
 
-    store.pause_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
     assert_err!(
         store
             .complete_run_with_steps(
@@ -508,6 +509,8 @@ pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
     let plain = create_claimed(&store).await;
     let parent = create_claimed(&store).await;
     let child = store
+        .children()
+        .unwrap()
         .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,

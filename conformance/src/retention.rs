@@ -1,11 +1,14 @@
-//! Retention ([`Store::purge_runs`]): finished runs are deleted by status and age, in
+//! Retention ([`RetentionStore::purge_runs`]): finished runs are deleted by status and age, in
 //! bounded batches, with their step attempts and events, and the links other runs keep to
 //! them are cleared; live runs and other namespaces are never touched, and a run retried
 //! while a purge runs is either live again or gone, never both. The retention turn
-//! ([`Store::take_retention_turn`]) goes to one caller per period.
+//! ([`RetentionStore::take_retention_turn`]) goes to one caller per period.
 
 use std::sync::Arc;
 use std::time::Duration;
+#[cfg(doc)]
+use tasks_core::RetentionStore;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -58,6 +61,8 @@ pub async fn purge_selects_by_age(setup: impl Setup) {
     let hour = Duration::from_secs(3600);
     assert_eq!(
         store
+            .retention()
+            .unwrap()
             .purge_runs(&PurgeRuns::older_than(hour))
             .await
             .unwrap(),
@@ -67,6 +72,8 @@ pub async fn purge_selects_by_age(setup: impl Setup) {
 
     assert_eq!(
         store
+            .retention()
+            .unwrap()
             .purge_runs(&PurgeRuns::finished_before(cutoff))
             .await
             .unwrap(),
@@ -77,10 +84,16 @@ pub async fn purge_selects_by_age(setup: impl Setup) {
 
     // Older than 200 ms by the store's clock: only once that much time has passed.
     let age = PurgeRuns::older_than(Duration::from_secs(30));
-    assert_eq!(store.purge_runs(&age).await.unwrap(), 0);
+    assert_eq!(
+        store.retention().unwrap().purge_runs(&age).await.unwrap(),
+        0
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let age = PurgeRuns::older_than(Duration::from_millis(200));
-    assert_eq!(store.purge_runs(&age).await.unwrap(), 1);
+    assert_eq!(
+        store.retention().unwrap().purge_runs(&age).await.unwrap(),
+        1
+    );
     assert!(!exists(&store, &recent).await);
 }
 
@@ -92,11 +105,27 @@ pub async fn purge_selects_by_status(setup: impl Setup) {
     let canceled = create_canceled(&store).await;
 
     let failed_only = everything().statuses([RunStatus::Failed]);
-    assert_eq!(store.purge_runs(&failed_only).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&failed_only)
+            .await
+            .unwrap(),
+        1
+    );
     assert!(!exists(&store, &failed).await);
     assert!(exists(&store, &completed).await && exists(&store, &canceled).await);
 
-    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        2
+    );
     assert!(!exists(&store, &completed).await && !exists(&store, &canceled).await);
 }
 
@@ -110,7 +139,14 @@ pub async fn purge_works_in_batches(setup: impl Setup) {
     let batches = everything().batch_size(2);
     let mut sizes = Vec::new();
     for _ in 0..4 {
-        sizes.push(store.purge_runs(&batches).await.unwrap());
+        sizes.push(
+            store
+                .retention()
+                .unwrap()
+                .purge_runs(&batches)
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(sizes, [2, 2, 1, 0]);
     for run in &runs {
@@ -135,6 +171,8 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
         .await
         .unwrap();
     store
+        .events()
+        .unwrap()
         .send_event(SendEvent {
             target: EventTarget::Run(claimed.id),
             topic: "topic".into(),
@@ -147,11 +185,18 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
         .complete_run(claimed.id, owner(&claimed), json!("out"))
         .await
         .unwrap();
-    let fork = store.fork_run(claimed.id, "b").await.unwrap();
+    let fork = store
+        .lifecycle()
+        .unwrap()
+        .fork_run(claimed.id, "b")
+        .await
+        .unwrap();
     assert_eq!(fork.forked_from_run_id, Some(claimed.id));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let purged = store
+        .retention()
+        .unwrap()
         .purge_runs(&PurgeRuns::older_than(Duration::from_millis(200)))
         .await
         .unwrap();
@@ -159,7 +204,15 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
     assert!(!exists(&store, &claimed).await);
     assert_eq!(store.get_step_attempt(step.id).await.unwrap(), None);
     assert!(store.step_history(claimed.id).await.unwrap().is_empty());
-    assert!(store.list_events(claimed.id).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(claimed.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let fork = store
         .get_run(fork.id)
@@ -174,6 +227,8 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
     // An event sent to the purged run's id again is refused like any unknown run's.
     assert_err!(
         store
+            .events()
+            .unwrap()
             .send_event(SendEvent {
                 target: EventTarget::Run(claimed.id),
                 topic: "topic".into(),
@@ -191,11 +246,24 @@ pub async fn purge_never_touches_live_runs(setup: impl Setup) {
     let running = create_claimed(&store).await;
     let (_, sleeping) = create_sleeping(&store).await;
     let paused = create_pending(&store).await;
-    let paused = store.pause_run(paused.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     let pending = create_pending(&store).await;
     let done = create_canceled(&store).await;
 
-    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        1
+    );
     assert!(!exists(&store, &done).await);
     for (run, status) in [
         (&running, RunStatus::Running),
@@ -225,14 +293,18 @@ pub async fn purge_refuses_bad_filters(setup: impl Setup) {
     ] {
         assert_err!(
             store
-                .purge_runs(&everything().statuses([RunStatus::Completed, status]))
+                .retention().unwrap().purge_runs(&everything().statuses([RunStatus::Completed, status]))
                 .await,
             StoreError::NotTerminal { status: refused } if *refused == status
         );
     }
     for size in [0, tasks_core::retention::MAX_PURGE_BATCH + 1] {
         assert_err!(
-            store.purge_runs(&everything().batch_size(size)).await,
+            store
+                .retention()
+                .unwrap()
+                .purge_runs(&everything().batch_size(size))
+                .await,
             StoreError::Limit(LimitError::OutOfRange {
                 field: Field::BatchSize,
                 ..
@@ -241,7 +313,11 @@ pub async fn purge_refuses_bad_filters(setup: impl Setup) {
     }
     let too_old = tasks_core::limits::MAX_DURATION + Duration::from_secs(1);
     assert_err!(
-        store.purge_runs(&PurgeRuns::older_than(too_old)).await,
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&PurgeRuns::older_than(too_old))
+            .await,
         StoreError::Limit(LimitError::DurationTooLong { .. })
     );
     assert!(exists(&store, &done).await, "nothing was deleted");
@@ -254,13 +330,29 @@ pub async fn purge_is_scoped_to_namespace(setup: impl Setup) {
     let mine = create_completed(&store).await;
     let theirs = create_completed(&*other).await;
 
-    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        1
+    );
     assert!(!exists(&store, &mine).await);
     assert!(
         exists(&*other, &theirs).await,
         "another namespace's run stays"
     );
-    assert_eq!(other.purge_runs(&everything()).await.unwrap(), 1);
+    assert_eq!(
+        other
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 /// Retries racing purges of the same failed runs: every run ends either retried and live
@@ -278,7 +370,7 @@ pub async fn purge_racing_retries_keeps_retried_runs(setup: impl Setup) {
             let small = everything().batch_size(3);
             let mut purged = 0;
             loop {
-                let batch = store.purge_runs(&small).await.unwrap();
+                let batch = store.retention().unwrap().purge_runs(&small).await.unwrap();
                 purged += batch;
                 if batch == 0 {
                     return purged;
@@ -291,7 +383,7 @@ pub async fn purge_racing_retries_keeps_retried_runs(setup: impl Setup) {
         .map(|run| {
             let store = store.clone();
             let id = run.id;
-            tokio::spawn(async move { (id, store.retry_run(id).await) })
+            tokio::spawn(async move { (id, store.lifecycle().unwrap().retry_run(id).await) })
         })
         .collect();
     let mut retried = 0;
@@ -326,22 +418,42 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
     let first = new_worker();
     let second = new_worker();
     assert_eq!(
-        store.take_retention_turn(&first, period).await.unwrap(),
+        store
+            .retention()
+            .unwrap()
+            .take_retention_turn(&first, period)
+            .await
+            .unwrap(),
         Some(1)
     );
     assert_eq!(
-        store.take_retention_turn(&second, period).await.unwrap(),
+        store
+            .retention()
+            .unwrap()
+            .take_retention_turn(&second, period)
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        store.take_retention_turn(&first, period).await.unwrap(),
+        store
+            .retention()
+            .unwrap()
+            .take_retention_turn(&first, period)
+            .await
+            .unwrap(),
         None
     );
 
     // Another namespace has turns of its own.
     let other = store.scoped(&unique_namespace()).unwrap();
     assert_eq!(
-        other.take_retention_turn(&second, period).await.unwrap(),
+        other
+            .retention()
+            .unwrap()
+            .take_retention_turn(&second, period)
+            .await
+            .unwrap(),
         Some(1)
     );
 
@@ -350,7 +462,13 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
     let callers: Vec<_> = (0..8)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.take_retention_turn(&new_worker(), period).await })
+            tokio::spawn(async move {
+                store
+                    .retention()
+                    .unwrap()
+                    .take_retention_turn(&new_worker(), period)
+                    .await
+            })
         })
         .collect();
     let mut won = Vec::new();
@@ -363,6 +481,8 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
 
     assert_err!(
         store
+            .retention()
+            .unwrap()
             .take_retention_turn(
                 &first,
                 tasks_core::limits::MAX_DURATION + Duration::from_secs(1)
@@ -378,6 +498,8 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let started = store
+        .children()
+        .unwrap()
         .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,
@@ -388,11 +510,24 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
         })
         .await
         .unwrap();
-    let child = store.cancel_run(started.child.id).await.unwrap();
+    let child = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(started.child.id)
+        .await
+        .unwrap();
     assert_eq!(child.status, RunStatus::Canceled);
     let unrelated = create_canceled(&store).await;
 
-    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        1
+    );
     assert!(!exists(&store, &unrelated).await);
     assert!(
         exists(&store, &child).await,
@@ -403,7 +538,15 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
         .complete_run(parent.id, owner(&parent), json!("out"))
         .await
         .unwrap();
-    assert_eq!(store.purge_runs(&everything()).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .retention()
+            .unwrap()
+            .purge_runs(&everything())
+            .await
+            .unwrap(),
+        2
+    );
     assert!(!exists(&store, &child).await);
     assert!(!exists(&store, &parent).await);
 }

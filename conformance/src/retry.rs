@@ -1,8 +1,11 @@
-//! Retry from the failure ([`Store::retry_run`]): a failed or canceled run becomes pending
+//! Retry from the failure ([`LifecycleStore::retry_run`]): a failed or canceled run becomes pending
 //! again with its step history kept, and every other state is refused. Fork
-//! ([`Store::fork_run`]): a new run with a copy of a finished run's history before a step.
+//! ([`LifecycleStore::fork_run`]): a new run with a copy of a finished run's history before a step.
 
 use std::time::Duration;
+#[cfg(doc)]
+use tasks_core::LifecycleStore;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks_core::{
@@ -69,7 +72,12 @@ pub async fn retry_failed_run_keeps_its_history(setup: impl Setup) {
         .await
         .unwrap();
 
-    let retried = store.retry_run(claimed.id).await.unwrap();
+    let retried = store
+        .lifecycle()
+        .unwrap()
+        .retry_run(claimed.id)
+        .await
+        .unwrap();
     assert_retried(&retried, claimed.id);
     assert_eq!(retried.config, claimed.config);
     assert_eq!(retried.input, claimed.input);
@@ -105,7 +113,12 @@ pub async fn retry_failed_run_keeps_its_history(setup: impl Setup) {
 pub async fn retry_canceled_run(setup: impl Setup) {
     let store = setup.store().await;
     let canceled = create_canceled(&store).await;
-    let retried = store.retry_run(canceled.id).await.unwrap();
+    let retried = store
+        .lifecycle()
+        .unwrap()
+        .retry_run(canceled.id)
+        .await
+        .unwrap();
     assert_retried(&retried, canceled.id);
     assert_eq!(claim_one(&store, LONG_LEASE).await.id, canceled.id);
 }
@@ -120,11 +133,16 @@ pub async fn retry_refuses_live_and_completed_runs(setup: impl Setup) {
     let (_, sleeping) = create_sleeping(&store).await;
     let pending = create_pending(&store).await;
     let paused = create_pending(&store).await;
-    let paused = store.pause_run(paused.id).await.unwrap();
+    let paused = store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     for run in [&pending, &running, &completed, &sleeping, &paused] {
         let before = store.get_run(run.id).await.unwrap();
         assert_err!(
-            store.retry_run(run.id).await,
+            store.lifecycle().unwrap().retry_run(run.id).await,
             StoreError::WrongState { id, operation: Operation::RetryRun, status }
                 if *id == run.id && *status == before.as_ref().unwrap().status
         );
@@ -133,9 +151,14 @@ pub async fn retry_refuses_live_and_completed_runs(setup: impl Setup) {
 
     let store = setup.store().await;
     let failed = create_failed(&store).await;
-    store.retry_run(failed.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .retry_run(failed.id)
+        .await
+        .unwrap();
     assert_err!(
-        store.retry_run(failed.id).await,
+        store.lifecycle().unwrap().retry_run(failed.id).await,
         StoreError::WrongState {
             operation: Operation::RetryRun,
             status: RunStatus::Pending,
@@ -149,13 +172,13 @@ pub async fn retry_unknown_run_is_not_found(setup: impl Setup) {
     let store = setup.store().await;
     let id = Uuid::now_v7();
     assert_err!(
-        store.retry_run(id).await,
+        store.lifecycle().unwrap().retry_run(id).await,
         StoreError::RunNotFound { id: missing } if *missing == id
     );
     let failed = create_failed(&store).await;
     let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
-        other.retry_run(failed.id).await,
+        other.lifecycle().unwrap().retry_run(failed.id).await,
         StoreError::RunNotFound { .. }
     );
     assert_eq!(
@@ -203,7 +226,12 @@ pub async fn fork_copies_the_history_before_the_step(setup: impl Setup) {
     let source = finished_with_history(&store).await;
     let source_history = history(&store, source.id).await;
 
-    let forked = store.fork_run(source.id, "b").await.unwrap();
+    let forked = store
+        .lifecycle()
+        .unwrap()
+        .fork_run(source.id, "b")
+        .await
+        .unwrap();
     assert_ne!(forked.id, source.id);
     assert_eq!(forked.status, RunStatus::Pending);
     assert_eq!(forked.workflow_name, source.workflow_name);
@@ -236,7 +264,12 @@ pub async fn fork_copies_the_history_before_the_step(setup: impl Setup) {
     assert_ne!(copied[0].id, original.id);
 
     // From `c`: both attempts of `b` come along, in order.
-    let later = store.fork_run(source.id, "c").await.unwrap();
+    let later = store
+        .lifecycle()
+        .unwrap()
+        .fork_run(source.id, "c")
+        .await
+        .unwrap();
     let expected: Vec<(String, StepStatus)> = source_history[..3].to_vec();
     assert_eq!(history(&store, later.id).await, expected);
 
@@ -270,26 +303,30 @@ pub async fn fork_refuses_live_runs_and_unknown_steps(setup: impl Setup) {
 
     for run in [&running, &pending] {
         assert_err!(
-            store.fork_run(run.id, "step").await,
+            store.lifecycle().unwrap().fork_run(run.id, "step").await,
             StoreError::WrongState { operation: Operation::ForkRun, id, .. } if *id == run.id
         );
     }
     assert_err!(
-        store.fork_run(source.id, "b:1").await,
+        store.lifecycle().unwrap().fork_run(source.id, "b:1").await,
         StoreError::UnknownStep { run_id, step_name } if *run_id == source.id && step_name == "b:1"
     );
     let unknown = Uuid::now_v7();
     assert_err!(
-        store.fork_run(unknown, "a").await,
+        store.lifecycle().unwrap().fork_run(unknown, "a").await,
         StoreError::RunNotFound { id } if *id == unknown
     );
     assert_err!(
-        store.fork_run(source.id, "bad\0name").await,
+        store
+            .lifecycle()
+            .unwrap()
+            .fork_run(source.id, "bad\0name")
+            .await,
         StoreError::Limit(_)
     );
     let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
-        other.fork_run(source.id, "a").await,
+        other.lifecycle().unwrap().fork_run(source.id, "a").await,
         StoreError::RunNotFound { .. }
     );
     let after = store

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::RunStore;
 
 use chrono::Utc;
 use serde_json::json;

@@ -1,4 +1,4 @@
-//! Schedules ([`Store::create_schedule`] and the other schedule methods): named per
+//! Schedules ([`ScheduleStore::create_schedule`] and the other schedule methods): named per
 //! namespace, put without losing their slot, paused, resumed, deleted, and fired with a
 //! compare-and-set on `next_slot` so that of two firers of one slot exactly one creates its
 //! runs. The store computes no cron: the first slot comes from the caller's function of the
@@ -6,6 +6,9 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
+use tasks_core::RunStore;
+#[cfg(doc)]
+use tasks_core::ScheduleStore;
 use tasks_core::schedule::{CatchUp, FireSchedule, NewSchedule, slot_context, slot_key};
 use tasks_core::{CreateRun, LimitError, ListRuns, RunStatus, Store, StoreError};
 
@@ -55,6 +58,8 @@ fn fire(name: &str, workflow: &str, slot: DateTime<Utc>, next: DateTime<Utc>) ->
 pub async fn create_get_and_list_schedules(setup: impl Setup) {
     let store = setup.store().await;
     let created = store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("b-nightly"), &in_an_hour)
         .await
         .unwrap();
@@ -68,16 +73,34 @@ pub async fn create_get_and_list_schedules(setup: impl Setup) {
     assert_near_now(Some(created.created_at), "created_at");
 
     assert_eq!(
-        store.get_schedule("b-nightly").await.unwrap(),
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("b-nightly")
+            .await
+            .unwrap(),
         Some(created.clone())
     );
-    assert_eq!(store.get_schedule("missing").await.unwrap(), None);
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("missing")
+            .await
+            .unwrap(),
+        None
+    );
 
     let mut other = new_schedule("a-hourly");
     other.catch_up = CatchUp::All { max: 5 };
     other.version = Some("v2".into());
-    store.create_schedule(other, &in_an_hour).await.unwrap();
-    let listed = store.list_schedules().await.unwrap();
+    store
+        .schedules()
+        .unwrap()
+        .create_schedule(other, &in_an_hour)
+        .await
+        .unwrap();
+    let listed = store.schedules().unwrap().list_schedules().await.unwrap();
     let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["a-hourly", "b-nightly"], "listed by name");
     assert_eq!(listed[0].catch_up, CatchUp::All { max: 5 });
@@ -86,11 +109,16 @@ pub async fn create_get_and_list_schedules(setup: impl Setup) {
     let mut again = new_schedule("b-nightly");
     again.cron = "0 0 * * * *".into();
     assert_err!(
-        store.create_schedule(again, &a_minute_ago).await,
+        store.schedules().unwrap().create_schedule(again, &a_minute_ago).await,
         StoreError::ScheduleExists { name } if name == "b-nightly"
     );
     assert_eq!(
-        store.get_schedule("b-nightly").await.unwrap(),
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("b-nightly")
+            .await
+            .unwrap(),
         Some(created)
     );
 }
@@ -100,16 +128,25 @@ pub async fn create_get_and_list_schedules(setup: impl Setup) {
 pub async fn put_keeps_the_slot_of_an_unchanged_schedule(setup: impl Setup) {
     let store = setup.store().await;
     let first = store
+        .schedules()
+        .unwrap()
         .put_schedule(new_schedule("sync"), &in_an_hour)
         .await
         .unwrap();
-    store.pause_schedule("sync").await.unwrap();
+    store
+        .schedules()
+        .unwrap()
+        .pause_schedule("sync")
+        .await
+        .unwrap();
 
     let mut changed_input = new_schedule("sync");
     changed_input.workflow_name = first.workflow_name.clone();
     changed_input.input = json!({ "report": "weekly" });
     changed_input.catch_up = CatchUp::Skip;
     let kept = store
+        .schedules()
+        .unwrap()
         .put_schedule(changed_input.clone(), &a_minute_ago)
         .await
         .unwrap();
@@ -121,6 +158,8 @@ pub async fn put_keeps_the_slot_of_an_unchanged_schedule(setup: impl Setup) {
     let mut changed_cron = changed_input.clone();
     changed_cron.cron = "0 0 * * * *".into();
     let moved = store
+        .schedules()
+        .unwrap()
         .put_schedule(changed_cron.clone(), &a_minute_ago)
         .await
         .unwrap();
@@ -129,10 +168,24 @@ pub async fn put_keeps_the_slot_of_an_unchanged_schedule(setup: impl Setup) {
 
     let mut changed_zone = changed_cron;
     changed_zone.timezone = "Europe/Paris".into();
-    let rezoned = store.put_schedule(changed_zone, &in_an_hour).await.unwrap();
+    let rezoned = store
+        .schedules()
+        .unwrap()
+        .put_schedule(changed_zone, &in_an_hour)
+        .await
+        .unwrap();
     assert!(rezoned.next_slot.unwrap() > Utc::now());
     assert_eq!(rezoned.timezone, "Europe/Paris");
-    assert_eq!(store.list_schedules().await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .list_schedules()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// Pause and resume are idempotent; pause, resume and delete of an unknown name are not
@@ -140,27 +193,74 @@ pub async fn put_keeps_the_slot_of_an_unchanged_schedule(setup: impl Setup) {
 pub async fn pause_resume_and_delete(setup: impl Setup) {
     let store = setup.store().await;
     let created = store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("s"), &in_an_hour)
         .await
         .unwrap();
-    let paused = store.pause_schedule("s").await.unwrap();
+    let paused = store
+        .schedules()
+        .unwrap()
+        .pause_schedule("s")
+        .await
+        .unwrap();
     assert!(paused.paused);
     assert_eq!(paused.next_slot, created.next_slot);
-    assert_eq!(store.pause_schedule("s").await.unwrap(), paused, "a repeat");
-    let resumed = store.resume_schedule("s").await.unwrap();
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .pause_schedule("s")
+            .await
+            .unwrap(),
+        paused,
+        "a repeat"
+    );
+    let resumed = store
+        .schedules()
+        .unwrap()
+        .resume_schedule("s")
+        .await
+        .unwrap();
     assert!(!resumed.paused);
     assert_eq!(
         resumed.next_slot, created.next_slot,
         "resume keeps the slot"
     );
-    assert_eq!(store.resume_schedule("s").await.unwrap(), resumed);
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .resume_schedule("s")
+            .await
+            .unwrap(),
+        resumed
+    );
 
-    store.delete_schedule("s").await.unwrap();
-    assert_eq!(store.get_schedule("s").await.unwrap(), None);
+    store
+        .schedules()
+        .unwrap()
+        .delete_schedule("s")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.schedules().unwrap().get_schedule("s").await.unwrap(),
+        None
+    );
     for result in [
-        store.pause_schedule("s").await.map(|_| ()),
-        store.resume_schedule("s").await.map(|_| ()),
-        store.delete_schedule("s").await,
+        store
+            .schedules()
+            .unwrap()
+            .pause_schedule("s")
+            .await
+            .map(|_| ()),
+        store
+            .schedules()
+            .unwrap()
+            .resume_schedule("s")
+            .await
+            .map(|_| ()),
+        store.schedules().unwrap().delete_schedule("s").await,
     ] {
         assert_err!(result, StoreError::ScheduleNotFound { name } if name == "s");
     }
@@ -172,32 +272,57 @@ pub async fn due_schedules_are_the_unpaused_past_slots(setup: impl Setup) {
     let store = setup.store().await;
     let earlier = |now: DateTime<Utc>| Some(micros(now - TimeDelta::minutes(5)));
     store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("later"), &a_minute_ago)
         .await
         .unwrap();
     store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("earlier"), &earlier)
         .await
         .unwrap();
     store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("future"), &in_an_hour)
         .await
         .unwrap();
     store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("paused"), &a_minute_ago)
         .await
         .unwrap();
-    store.pause_schedule("paused").await.unwrap();
     store
+        .schedules()
+        .unwrap()
+        .pause_schedule("paused")
+        .await
+        .unwrap();
+    store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("exhausted"), &|_| None)
         .await
         .unwrap();
 
-    let due = store.due_schedules(10).await.unwrap();
+    let due = store.schedules().unwrap().due_schedules(10).await.unwrap();
     assert_near_now(Some(due.now), "the store's clock");
     let names: Vec<&str> = due.schedules.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["earlier", "later"]);
-    assert_eq!(store.due_schedules(1).await.unwrap().schedules.len(), 1);
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .due_schedules(1)
+            .await
+            .unwrap()
+            .schedules
+            .len(),
+        1
+    );
 }
 
 /// A fire moves the slot and creates the runs, with the slot in their context; a second
@@ -206,12 +331,16 @@ pub async fn due_schedules_are_the_unpaused_past_slots(setup: impl Setup) {
 pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
     let store = setup.store().await;
     let schedule = store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("s"), &a_minute_ago)
         .await
         .unwrap();
     let slot = schedule.next_slot.unwrap();
     let next = slot + TimeDelta::minutes(2);
     let runs = store
+        .schedules()
+        .unwrap()
         .fire_schedule(fire("s", &schedule.workflow_name, slot, next))
         .await
         .unwrap()
@@ -226,20 +355,35 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
         Some(slot)
     );
     assert_eq!(run.idempotency_key.as_deref(), Some(&*slot_key("s", slot)));
-    let moved = store.get_schedule("s").await.unwrap().unwrap();
+    let moved = store
+        .schedules()
+        .unwrap()
+        .get_schedule("s")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(moved.next_slot, Some(next));
 
     assert_eq!(
         store
+            .schedules()
+            .unwrap()
             .fire_schedule(fire("s", &schedule.workflow_name, slot, next))
             .await
             .unwrap(),
         None,
         "the slot moved on"
     );
-    store.pause_schedule("s").await.unwrap();
+    store
+        .schedules()
+        .unwrap()
+        .pause_schedule("s")
+        .await
+        .unwrap();
     assert_eq!(
         store
+            .schedules()
+            .unwrap()
             .fire_schedule(fire("s", &schedule.workflow_name, next, next))
             .await
             .unwrap(),
@@ -248,6 +392,8 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
     );
     assert_eq!(
         store
+            .schedules()
+            .unwrap()
             .fire_schedule(fire("gone", "w", slot, next))
             .await
             .unwrap(),
@@ -257,7 +403,14 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
     let all = store.list_runs(ListRuns::default()).await.unwrap();
     assert_eq!(all.data.len(), 1, "only the first fire created a run");
     assert_eq!(
-        store.get_schedule("s").await.unwrap().unwrap().next_slot,
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("s")
+            .await
+            .unwrap()
+            .unwrap()
+            .next_slot,
         Some(next)
     );
 }
@@ -267,6 +420,8 @@ pub async fn fire_moves_the_slot_and_creates_the_runs(setup: impl Setup) {
 pub async fn fire_without_runs_and_repeated_keys(setup: impl Setup) {
     let store = setup.store().await;
     let schedule = store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("s"), &a_minute_ago)
         .await
         .unwrap();
@@ -274,9 +429,24 @@ pub async fn fire_without_runs_and_repeated_keys(setup: impl Setup) {
     let next = slot + TimeDelta::seconds(30);
     let mut skip = fire("s", &schedule.workflow_name, slot, next);
     skip.runs.clear();
-    assert_eq!(store.fire_schedule(skip).await.unwrap(), Some(vec![]));
     assert_eq!(
-        store.get_schedule("s").await.unwrap().unwrap().next_slot,
+        store
+            .schedules()
+            .unwrap()
+            .fire_schedule(skip)
+            .await
+            .unwrap(),
+        Some(vec![])
+    );
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("s")
+            .await
+            .unwrap()
+            .unwrap()
+            .next_slot,
         Some(next)
     );
 
@@ -289,6 +459,8 @@ pub async fn fire_without_runs_and_repeated_keys(setup: impl Setup) {
     let first = store.create_run(by_hand).await.unwrap();
     let after = next + TimeDelta::seconds(30);
     let runs = store
+        .schedules()
+        .unwrap()
         .fire_schedule(fire("s", &schedule.workflow_name, next, after))
         .await
         .unwrap();
@@ -304,14 +476,26 @@ pub async fn concurrent_fires_of_a_slot_create_one_run(setup: impl Setup) {
     for round in 0..10 {
         let name = format!("race-{round}");
         let schedule = store
+            .schedules()
+            .unwrap()
             .create_schedule(new_schedule(&name), &a_minute_ago)
             .await
             .unwrap();
         let slot = schedule.next_slot.unwrap();
         let next = slot + TimeDelta::minutes(1);
         let (a, b) = futures::join!(
-            store.fire_schedule(fire(&name, &schedule.workflow_name, slot, next)),
-            other.fire_schedule(fire(&name, &schedule.workflow_name, slot, next)),
+            store.schedules().unwrap().fire_schedule(fire(
+                &name,
+                &schedule.workflow_name,
+                slot,
+                next
+            )),
+            other.schedules().unwrap().fire_schedule(fire(
+                &name,
+                &schedule.workflow_name,
+                slot,
+                next
+            )),
         );
         let winners: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
         assert_eq!(winners.len(), 1, "round {round}: one firer wins");
@@ -332,22 +516,55 @@ pub async fn schedules_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
     let other = store.scoped(&unique_namespace()).unwrap();
     store
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("s"), &a_minute_ago)
         .await
         .unwrap();
-    assert_eq!(other.get_schedule("s").await.unwrap(), None);
-    assert!(other.list_schedules().await.unwrap().is_empty());
-    assert!(other.due_schedules(10).await.unwrap().schedules.is_empty());
+    assert_eq!(
+        other.schedules().unwrap().get_schedule("s").await.unwrap(),
+        None
+    );
+    assert!(
+        other
+            .schedules()
+            .unwrap()
+            .list_schedules()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        other
+            .schedules()
+            .unwrap()
+            .due_schedules(10)
+            .await
+            .unwrap()
+            .schedules
+            .is_empty()
+    );
     assert_err!(
-        other.delete_schedule("s").await,
+        other.schedules().unwrap().delete_schedule("s").await,
         StoreError::ScheduleNotFound { .. }
     );
     // The same name is free there.
     other
+        .schedules()
+        .unwrap()
         .create_schedule(new_schedule("s"), &in_an_hour)
         .await
         .unwrap();
-    assert_eq!(store.list_schedules().await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .schedules()
+            .unwrap()
+            .list_schedules()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// Values past the limits are refused before anything is written.
@@ -356,19 +573,39 @@ pub async fn schedule_values_past_the_limits_are_refused(setup: impl Setup) {
     let mut zero = new_schedule("s");
     zero.catch_up = CatchUp::All { max: 0 };
     assert_err!(
-        store.create_schedule(zero, &in_an_hour).await,
+        store
+            .schedules()
+            .unwrap()
+            .create_schedule(zero, &in_an_hour)
+            .await,
         StoreError::Limit(LimitError::OutOfRange { .. })
     );
     let long = new_schedule(&"n".repeat(tasks_core::limits::MAX_SCHEDULE_NAME_BYTES + 1));
     assert_err!(
-        store.put_schedule(long, &in_an_hour).await,
+        store
+            .schedules()
+            .unwrap()
+            .put_schedule(long, &in_an_hour)
+            .await,
         StoreError::Limit(LimitError::TooLong { .. })
     );
     let mut nul = new_schedule("s");
     nul.cron = "* * * * *\0".into();
     assert_err!(
-        store.create_schedule(nul, &in_an_hour).await,
+        store
+            .schedules()
+            .unwrap()
+            .create_schedule(nul, &in_an_hour)
+            .await,
         StoreError::Limit(LimitError::Nul { .. })
     );
-    assert!(store.list_schedules().await.unwrap().is_empty());
+    assert!(
+        store
+            .schedules()
+            .unwrap()
+            .list_schedules()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -1,9 +1,12 @@
-//! Published state of a run: [`Store::set_state`], [`Store::get_state`] and
-//! [`Store::list_state`]. Each (run, key) holds its latest value and a version that grows by
+//! Published state of a run: [`StateStore::set_state`], [`StateStore::get_state`] and
+//! [`StateStore::list_state`]. Each (run, key) holds its latest value and a version that grows by
 //! one per publication; a publication is a completed step attempt of kind `state`, recorded
 //! once per step name, fenced on the run's lease, and announced.
 
 use std::time::Duration;
+#[cfg(doc)]
+use tasks_core::StateStore;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
@@ -34,10 +37,28 @@ fn set(run: &WorkflowRun, step_name: &str, key: &str, value: Value) -> SetState 
 pub async fn publications_version_the_latest_value(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    assert_eq!(store.get_state(run.id, "progress").await.unwrap(), None);
-    assert!(store.list_state(run.id).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .published_state()
+            .unwrap()
+            .get_state(run.id, "progress")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .published_state()
+            .unwrap()
+            .list_state(run.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let first = store
+        .published_state()
+        .unwrap()
         .set_state(set(
             &run,
             "state/progress",
@@ -53,7 +74,13 @@ pub async fn publications_version_the_latest_value(setup: impl Setup) {
     assert_eq!(first.attempt.config["key"], "progress");
     assert_eq!(first.attempt.output, Some(json!({ "version": 1 })));
     assert!(first.attempt.finished_at.is_some());
-    let state = store.get_state(run.id, "progress").await.unwrap().unwrap();
+    let state = store
+        .published_state()
+        .unwrap()
+        .get_state(run.id, "progress")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(state.run_id, run.id);
     assert_eq!(state.key, "progress");
     assert_eq!(state.value, json!({ "done": 1 }));
@@ -61,6 +88,8 @@ pub async fn publications_version_the_latest_value(setup: impl Setup) {
     assert_near_now(Some(state.updated_at), "updated_at");
 
     let second = store
+        .published_state()
+        .unwrap()
         .set_state(set(
             &run,
             "state/progress:1",
@@ -72,13 +101,26 @@ pub async fn publications_version_the_latest_value(setup: impl Setup) {
     assert!(second.published);
     assert_eq!(second.attempt.output, Some(json!({ "version": 2 })));
     store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/phase", "phase", json!("copying")))
         .await
         .unwrap();
-    let state = store.get_state(run.id, "progress").await.unwrap().unwrap();
+    let state = store
+        .published_state()
+        .unwrap()
+        .get_state(run.id, "progress")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((state.value, state.version), (json!({ "done": 2 }), 2));
 
-    let all = store.list_state(run.id).await.unwrap();
+    let all = store
+        .published_state()
+        .unwrap()
+        .list_state(run.id)
+        .await
+        .unwrap();
     let keys: Vec<(&str, u64)> = all.iter().map(|s| (s.key.as_str(), s.version)).collect();
     assert_eq!(keys, [("phase", 1), ("progress", 2)], "by key");
 
@@ -99,20 +141,32 @@ pub async fn a_recorded_publication_is_not_repeated(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let first = store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/p", "p", json!(10)))
         .await
         .unwrap();
     store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/p:1", "p", json!(20)))
         .await
         .unwrap();
     let again = store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/p", "p", json!(10)))
         .await
         .unwrap();
     assert!(!again.published);
     assert_eq!(again.attempt, first.attempt);
-    let state = store.get_state(run.id, "p").await.unwrap().unwrap();
+    let state = store
+        .published_state()
+        .unwrap()
+        .get_state(run.id, "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((state.value, state.version), (json!(20), 2));
     assert_eq!(store.step_history(run.id).await.unwrap().len(), 2);
 }
@@ -125,6 +179,8 @@ pub async fn publication_is_fenced(setup: impl Setup) {
     let run = create_claimed(&store).await;
     assert_err!(
         store
+            .published_state()
+            .unwrap()
             .set_state(SetState {
                 call: None,
                 worker_id: new_worker(),
@@ -136,7 +192,7 @@ pub async fn publication_is_fenced(setup: impl Setup) {
     let unknown = Uuid::now_v7();
     assert_err!(
         store
-            .set_state(SetState {
+            .published_state().unwrap().set_state(SetState {
                 call: None,
                 run_id: unknown,
                 ..set(&run, "state/p", "p", json!(1))
@@ -149,10 +205,22 @@ pub async fn publication_is_fenced(setup: impl Setup) {
         .await
         .unwrap();
     assert_err!(
-        store.set_state(set(&run, "state/p", "p", json!(1))).await,
+        store
+            .published_state()
+            .unwrap()
+            .set_state(set(&run, "state/p", "p", json!(1)))
+            .await,
         StoreError::WrongState { .. }
     );
-    assert_eq!(store.get_state(run.id, "p").await.unwrap(), None);
+    assert_eq!(
+        store
+            .published_state()
+            .unwrap()
+            .get_state(run.id, "p")
+            .await
+            .unwrap(),
+        None
+    );
     assert!(store.step_history(run.id).await.unwrap().is_empty());
 }
 
@@ -161,11 +229,11 @@ pub async fn reading_an_unknown_run_is_not_found(setup: impl Setup) {
     let store = setup.store().await;
     let unknown = Uuid::now_v7();
     assert_err!(
-        store.get_state(unknown, "p").await,
+        store.published_state().unwrap().get_state(unknown, "p").await,
         StoreError::RunNotFound { id } if *id == unknown
     );
     assert_err!(
-        store.list_state(unknown).await,
+        store.published_state().unwrap().list_state(unknown).await,
         StoreError::RunNotFound { id } if *id == unknown
     );
 }
@@ -176,6 +244,8 @@ pub async fn publication_is_announced(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let mut notifications = store.subscribe().await.unwrap();
     store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/p", "p", json!(1)))
         .await
         .unwrap();
@@ -203,6 +273,8 @@ pub async fn purge_removes_published_state(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     store
+        .published_state()
+        .unwrap()
         .set_state(set(&run, "state/p", "p", json!(1)))
         .await
         .unwrap();
@@ -212,16 +284,22 @@ pub async fn purge_removes_published_state(setup: impl Setup) {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let purged = store
+        .retention()
+        .unwrap()
         .purge_runs(&PurgeRuns::older_than(Duration::from_millis(200)))
         .await
         .unwrap();
     assert_eq!(purged, 1);
     assert_err!(
-        store.get_state(run.id, "p").await,
+        store
+            .published_state()
+            .unwrap()
+            .get_state(run.id, "p")
+            .await,
         StoreError::RunNotFound { .. }
     );
     assert_err!(
-        store.list_state(run.id).await,
+        store.published_state().unwrap().list_state(run.id).await,
         StoreError::RunNotFound { .. }
     );
 }
@@ -232,26 +310,34 @@ pub async fn state_values_past_the_limits_are_refused(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let long_key = "k".repeat(limits::MAX_TOPIC_BYTES + 1);
     assert_err!(
-        store.set_state(set(&run, "state/k", &long_key, json!(1))).await,
+        store.published_state().unwrap().set_state(set(&run, "state/k", &long_key, json!(1))).await,
         StoreError::Limit(error) if error.field() == limits::Field::StateKey
     );
     assert_err!(
         store
-            .set_state(set(&run, "state/k", "k", json!({ "nul": "a\u{0}b" })))
+            .published_state().unwrap().set_state(set(&run, "state/k", "k", json!({ "nul": "a\u{0}b" })))
             .await,
         StoreError::Limit(error) if error.field() == limits::Field::StateValue
     );
     let huge = json!("x".repeat(limits::MAX_PAYLOAD_BYTES + 1));
     assert_err!(
-        store.set_state(set(&run, "state/k", "k", huge)).await,
+        store.published_state().unwrap().set_state(set(&run, "state/k", "k", huge)).await,
         StoreError::Limit(error) if error.field() == limits::Field::StateValue
     );
     assert_err!(
-        store.get_state(run.id, &long_key).await,
+        store.published_state().unwrap().get_state(run.id, &long_key).await,
         StoreError::Limit(error) if error.field() == limits::Field::StateKey
     );
     assert!(store.step_history(run.id).await.unwrap().is_empty());
-    assert!(store.list_state(run.id).await.unwrap().is_empty());
+    assert!(
+        store
+            .published_state()
+            .unwrap()
+            .list_state(run.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Concurrent publications of one key by the run's worker each get their own version: the
@@ -263,7 +349,14 @@ pub async fn concurrent_publications_get_distinct_versions(setup: impl Setup) {
     let publications = (0..8).map(|i| {
         let store = &store;
         let params = set(&run, &format!("state/p:{i}"), "p", json!(i));
-        async move { store.set_state(params).await.unwrap() }
+        async move {
+            store
+                .published_state()
+                .unwrap()
+                .set_state(params)
+                .await
+                .unwrap()
+        }
     });
     let done = futures::future::join_all(publications).await;
     let mut versions: Vec<u64> = done
@@ -276,7 +369,13 @@ pub async fn concurrent_publications_get_distinct_versions(setup: impl Setup) {
         .collect();
     versions.sort_unstable();
     assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
-    let state = store.get_state(run.id, "p").await.unwrap().unwrap();
+    let state = store
+        .published_state()
+        .unwrap()
+        .get_state(run.id, "p")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(state.version, 8);
     let last = done
         .iter()

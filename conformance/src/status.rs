@@ -4,6 +4,7 @@
 //! only.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore};
 
 use futures::StreamExt as _;
 use serde_json::json;
@@ -92,6 +93,8 @@ pub async fn sleeps_and_event_waits_announce_sleeping(setup: impl Setup) {
 
     let waiter = create_claimed(&store).await;
     let parked = store
+        .events()
+        .unwrap()
         .wait_for_event(WaitForEvent {
             call: None,
             run_id: waiter.id,
@@ -118,7 +121,7 @@ pub async fn pause_and_resume_announce_their_status(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let mut notifications = store.subscribe().await.unwrap();
-    store.pause_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
     expect_status(
         &mut notifications,
         &store,
@@ -127,7 +130,7 @@ pub async fn pause_and_resume_announce_their_status(setup: impl Setup) {
         "a pause",
     )
     .await;
-    store.resume_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().resume_run(run.id).await.unwrap();
     expect_status(
         &mut notifications,
         &store,
@@ -233,7 +236,12 @@ pub async fn retries_and_releases_announce_pending(setup: impl Setup) {
     .await;
 
     let gave_up = create_failed(&store).await;
-    store.retry_run(gave_up.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .retry_run(gave_up.id)
+        .await
+        .unwrap();
     expect_status(
         &mut notifications,
         &store,
@@ -264,7 +272,12 @@ pub async fn finishes_are_not_status_changes(setup: impl Setup) {
     assert!(!terminal(&heard), "{heard:?}");
 
     let canceled = create_pending(&store).await;
-    store.cancel_run(canceled.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(canceled.id)
+        .await
+        .unwrap();
     let heard = until_finished(&mut notifications, canceled.id).await;
     assert!(!terminal(&heard), "{heard:?}");
 

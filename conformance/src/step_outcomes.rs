@@ -2,6 +2,7 @@
 //! was paused, canceled or taken over meanwhile.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use chrono::Utc;
 use serde_json::json;
@@ -112,7 +113,7 @@ pub async fn step_finished_after_pause_is_interrupted(setup: impl Setup) {
     );
     let s1 = start_step(&store, &run, "s1").await;
     let s2 = start_step(&store, &run, "s2").await;
-    store.pause_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().pause_run(run.id).await.unwrap();
 
     assert_eq!(
         complete_step(&store, &run, &s1, json!("out"))
@@ -137,7 +138,7 @@ pub async fn step_finished_after_pause_is_interrupted(setup: impl Setup) {
         assert_eq!(step.error, None);
     }
 
-    store.cancel_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
     assert_eq!(
         complete_step(&store, &run, &s1, json!("out"))
             .await
@@ -175,7 +176,7 @@ pub async fn step_finished_after_cancel_is_interrupted(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let s1 = start_step(&store, &run, "s1").await;
     let s2 = start_step(&store, &run, "s2").await;
-    store.cancel_run(run.id).await.unwrap();
+    store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
 
     assert_eq!(
         complete_step(&store, &run, &s1, json!("out"))
@@ -211,7 +212,12 @@ pub async fn create_step_attempt_is_fenced(setup: impl Setup) {
     let running = create_claimed(&store).await;
     let (asleep, _) = create_sleeping(&store).await;
     let paused = create_claimed(&store).await;
-    store.pause_run(paused.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(paused.id)
+        .await
+        .unwrap();
     let pending = create_pending(&store).await;
 
     assert_err!(

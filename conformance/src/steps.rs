@@ -1,6 +1,7 @@
 //! Step attempts: creation, fetching, listing and the step history.
 
 use std::time::Duration;
+use tasks_core::StepStore;
 
 use serde_json::json;
 use tasks_core::{

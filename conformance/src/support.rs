@@ -2,6 +2,8 @@
 //! state, and assertions on timestamps and delays.
 
 use std::time::Duration;
+#[cfg(doc)]
+use tasks_core::LeaseStore;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};
@@ -11,7 +13,7 @@ use tasks_core::{
 };
 use uuid::Uuid;
 
-/// [`Store::claim_runs`] with a limit of one: the cases' way to claim a single run.
+/// [`LeaseStore::claim_runs`] with a limit of one: the cases' way to claim a single run.
 pub(crate) trait ClaimOne {
     /// Claims at most one run for `worker_id` with a lease of `lease`.
     fn claim_run(
@@ -148,7 +150,12 @@ pub(crate) async fn create_failed<S: Store + ?Sized>(store: &S) -> WorkflowRun {
 /// Creates and cancels a run.
 pub(crate) async fn create_canceled<S: Store + ?Sized>(store: &S) -> WorkflowRun {
     let run = create_pending(store).await;
-    let canceled = store.cancel_run(run.id).await.expect("cancel_run");
+    let canceled = store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(run.id)
+        .await
+        .expect("cancel_run");
     assert_eq!(canceled.status, RunStatus::Canceled);
     canceled
 }

@@ -3,6 +3,7 @@
 //! fork keep theirs.
 
 use std::time::Duration;
+use tasks_core::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks_core::{
@@ -94,6 +95,8 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
     let parent = claim_one(&store, LONG_LEASE).await;
     let child_trace = trace(Some("child=1"));
     let started = store
+        .children()
+        .unwrap()
         .start_child(StartChild {
             run_id: parent.id,
             worker_id: owner(&parent).to_owned(),
@@ -138,6 +141,11 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
         .complete_run(parent.id, owner(&parent), json!("done"))
         .await
         .unwrap();
-    let forked = store.fork_run(completed.id, "a").await.unwrap();
+    let forked = store
+        .lifecycle()
+        .unwrap()
+        .fork_run(completed.id, "a")
+        .await
+        .unwrap();
     assert_eq!(forked.trace_context, Some(trace(Some("a=1"))));
 }

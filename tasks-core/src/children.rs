@@ -1,9 +1,9 @@
 //! Child workflows: the parameters and outcomes of the store operations
-//! [`Store::start_child`](crate::Store::start_child) and
-//! [`Store::wait_for_children`](crate::Store::wait_for_children).
+//! [`ChildStore::start_child`] and
+//! [`ChildStore::wait_for_children`].
 //!
 //! A child is started by a step attempt of its parent, of kind
-//! [`StepKind::Child`](crate::StepKind::Child), created in the same transaction as the
+//! [`StepKind::Child`], created in the same transaction as the
 //! child run (which records the attempt in `parent_step_attempt_id` and its parent in
 //! `parent_run_id`); a second start of the same step returns the first child, so a replay
 //! never starts it twice. The attempt stays running until the parent waits for the child
@@ -16,6 +16,8 @@
 //! available and announces it. A child the parent does not wait for can wake it early; the
 //! parent then looks again and parks again, so a wake-up is never lost and never wrong.
 
+#[cfg(doc)]
+use crate::{Notification, StepKind};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -42,7 +44,7 @@ impl ParentCancel {
     }
 }
 
-/// Parameters of [`Store::start_child`](crate::Store::start_child).
+/// Parameters of [`ChildStore::start_child`].
 #[derive(Debug, Clone)]
 pub struct StartChild {
     /// The parent run, which must be running under `worker_id`.
@@ -94,10 +96,10 @@ impl StartChild {
     }
 }
 
-/// The outcome of [`Store::start_child`](crate::Store::start_child).
+/// The outcome of [`ChildStore::start_child`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StartedChild {
-    /// The parent's step attempt of kind [`StepKind::Child`](crate::StepKind::Child): running
+    /// The parent's step attempt of kind [`StepKind::Child`]: running
     /// until the parent has seen the child finish.
     pub step: StepAttempt,
     /// The child run as it is now.
@@ -106,7 +108,7 @@ pub struct StartedChild {
     pub created: bool,
 }
 
-/// Parameters of [`Store::wait_for_children`](crate::Store::wait_for_children).
+/// Parameters of [`ChildStore::wait_for_children`].
 #[derive(Debug, Clone)]
 pub struct WaitForChildren {
     /// The parent run, which must be running under `worker_id`.
@@ -134,7 +136,7 @@ impl WaitForChildren {
     }
 }
 
-/// The outcome of [`Store::wait_for_children`](crate::Store::wait_for_children).
+/// The outcome of [`ChildStore::wait_for_children`].
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)] // One per join, like `EventWait`; boxing would buy nothing.
 pub enum ChildWait {
@@ -222,6 +224,40 @@ pub fn missing_child() -> ChildOutcome {
         "kind": "child_missing",
         "retryable": false,
     }))
+}
+
+/// Child workflows (see the module docs). A capability: reached through
+/// [`Store::children`](crate::Store::children).
+#[async_trait::async_trait]
+pub trait ChildStore: Send + Sync {
+    /// Starts a child run from the step `params.step_name` of a run that `params.worker_id`
+    /// is running, in one transaction fenced on that lease: creates the step attempt (kind
+    /// [`StepKind::Child`], running, with the child's workflow in its config and the child's
+    /// id in `child_workflow_run_id`) and the child run (pending now, unless `params.child`
+    /// says otherwise; with `parent_run_id`, `parent_step_attempt_id` and
+    /// `cancel_with_parent` set), and announces the child with
+    /// [`Notification::RunAvailable`]. When the step already has a child attempt, nothing is
+    /// created and the first child is returned (`created` false): a child is started
+    /// exactly once per step, however often the parent replays or retries the start.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a child with an idempotency key or a
+    /// config that is not an object; the limit errors of [`CreateRun::check`]; worker-side
+    /// errors (about the parent). Nothing is written then.
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild>;
+
+    /// The wait of a run that `params.worker_id` is running for the children started by
+    /// the steps `params.step_names`, in one transaction fenced on that lease: completes
+    /// the step attempt of every child that has finished with the child's outcome
+    /// ([`ChildOutcome::to_output`](crate::ChildOutcome::to_output)), then, when all have
+    /// finished, returns their attempts ([`ChildWait::Done`]); otherwise parks the run
+    /// (sleeping until [`limits::LATEST`], no worker) until the last live one of them
+    /// finishes ([`ChildWait::Parked`]). The completion, failure for good or cancel of a
+    /// child makes its parked parent available in the child's own transition and announces
+    /// it with [`Notification::RunAvailable`].
+    ///
+    /// Errors: [`StoreError::UnknownStep`] when a name is not a child step of the run;
+    /// [`StoreError::InvalidArgument`] for an empty list; worker-side errors.
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait>;
 }
 
 #[cfg(test)]

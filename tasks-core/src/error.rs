@@ -18,99 +18,99 @@ pub enum Operation {
     Connect,
     /// Applying the schema migrations.
     Migrate,
-    /// [`Store::create_run`](crate::Store::create_run).
+    /// [`RunStore::create_run`](crate::RunStore::create_run).
     CreateRun,
-    /// [`Store::get_run`](crate::Store::get_run).
+    /// [`RunStore::get_run`](crate::RunStore::get_run).
     GetRun,
-    /// [`Store::list_runs`](crate::Store::list_runs).
+    /// [`RunStore::list_runs`](crate::RunStore::list_runs).
     ListRuns,
-    /// [`Store::count_runs`](crate::Store::count_runs).
+    /// [`RunStore::count_runs`](crate::RunStore::count_runs).
     CountRuns,
-    /// [`Store::claim_runs`](crate::Store::claim_runs).
+    /// [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs).
     ClaimRuns,
-    /// [`Store::extend_lease`](crate::Store::extend_lease).
+    /// [`LeaseStore::extend_lease`](crate::LeaseStore::extend_lease).
     ExtendLease,
-    /// [`Store::sleep_run`](crate::Store::sleep_run).
+    /// [`LeaseStore::sleep_run`](crate::LeaseStore::sleep_run).
     SleepRun,
-    /// [`Store::complete_run`](crate::Store::complete_run).
+    /// [`LeaseStore::complete_run`](crate::LeaseStore::complete_run).
     CompleteRun,
-    /// [`Store::fail_run`](crate::Store::fail_run).
+    /// [`LeaseStore::fail_run`](crate::LeaseStore::fail_run).
     FailRun,
-    /// [`Store::release_run`](crate::Store::release_run).
+    /// [`LeaseStore::release_run`](crate::LeaseStore::release_run).
     ReleaseRun,
-    /// [`Store::cancel_run`](crate::Store::cancel_run).
+    /// [`LifecycleStore::cancel_run`](crate::LifecycleStore::cancel_run).
     CancelRun,
-    /// [`Store::pause_run`](crate::Store::pause_run).
+    /// [`LifecycleStore::pause_run`](crate::LifecycleStore::pause_run).
     PauseRun,
-    /// [`Store::resume_run`](crate::Store::resume_run).
+    /// [`LifecycleStore::resume_run`](crate::LifecycleStore::resume_run).
     ResumeRun,
-    /// [`Store::create_step_attempt`](crate::Store::create_step_attempt).
+    /// [`StepStore::create_step_attempt`](crate::StepStore::create_step_attempt).
     CreateStepAttempt,
-    /// [`Store::complete_step_attempt`](crate::Store::complete_step_attempt).
+    /// [`StepStore::complete_step_attempt`](crate::StepStore::complete_step_attempt).
     CompleteStepAttempt,
-    /// [`Store::record_step_attempt`](crate::Store::record_step_attempt).
+    /// [`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt).
     RecordStepAttempt,
-    /// [`Store::get_step_attempt`](crate::Store::get_step_attempt).
+    /// [`StepStore::get_step_attempt`](crate::StepStore::get_step_attempt).
     GetStepAttempt,
-    /// [`Store::list_step_attempts`](crate::Store::list_step_attempts).
+    /// [`StepStore::list_step_attempts`](crate::StepStore::list_step_attempts).
     ListStepAttempts,
-    /// [`Store::step_history`](crate::Store::step_history).
+    /// [`StepStore::step_history`](crate::StepStore::step_history).
     StepHistory,
     /// [`Store::subscribe`](crate::Store::subscribe), and the listener behind it.
     Subscribe,
-    /// [`Store::heartbeat`](crate::Store::heartbeat).
+    /// [`LeaseStore::heartbeat`](crate::LeaseStore::heartbeat).
     Heartbeat,
-    /// [`Store::remove_worker`](crate::Store::remove_worker).
+    /// [`LeaseStore::remove_worker`](crate::LeaseStore::remove_worker).
     RemoveWorker,
     // Events sent to a run.
-    /// [`Store::send_event`](crate::Store::send_event).
+    /// [`EventStore::send_event`](crate::EventStore::send_event).
     SendEvent,
-    /// [`Store::wait_for_event`](crate::Store::wait_for_event).
+    /// [`EventStore::wait_for_event`](crate::EventStore::wait_for_event).
     WaitForEvent,
-    /// [`Store::list_events`](crate::Store::list_events).
+    /// [`EventStore::list_events`](crate::EventStore::list_events).
     ListEvents,
-    /// [`Store::retry_run`](crate::Store::retry_run).
+    /// [`LifecycleStore::retry_run`](crate::LifecycleStore::retry_run).
     RetryRun,
-    /// [`Store::fork_run`](crate::Store::fork_run).
+    /// [`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run).
     ForkRun,
     // Retention.
-    /// [`Store::purge_runs`](crate::Store::purge_runs).
+    /// [`RetentionStore::purge_runs`](crate::RetentionStore::purge_runs).
     PurgeRuns,
-    /// [`Store::take_retention_turn`](crate::Store::take_retention_turn).
+    /// [`RetentionStore::take_retention_turn`](crate::RetentionStore::take_retention_turn).
     RetentionTurn,
     // Child workflows.
-    /// [`Store::start_child`](crate::Store::start_child).
+    /// [`ChildStore::start_child`](crate::ChildStore::start_child).
     StartChild,
-    /// [`Store::wait_for_children`](crate::Store::wait_for_children).
+    /// [`ChildStore::wait_for_children`](crate::ChildStore::wait_for_children).
     WaitForChildren,
     // Published state.
-    /// [`Store::set_state`](crate::Store::set_state).
+    /// [`StateStore::set_state`](crate::StateStore::set_state).
     SetState,
-    /// [`Store::get_state`](crate::Store::get_state) and
-    /// [`Store::list_state`](crate::Store::list_state).
+    /// [`StateStore::get_state`](crate::StateStore::get_state) and
+    /// [`StateStore::list_state`](crate::StateStore::list_state).
     GetState,
     // Schedules.
-    /// [`Store::create_schedule`](crate::Store::create_schedule) and
-    /// [`Store::put_schedule`](crate::Store::put_schedule).
+    /// [`ScheduleStore::create_schedule`](crate::ScheduleStore::create_schedule) and
+    /// [`ScheduleStore::put_schedule`](crate::ScheduleStore::put_schedule).
     CreateSchedule,
-    /// [`Store::get_schedule`](crate::Store::get_schedule) and
-    /// [`Store::list_schedules`](crate::Store::list_schedules).
+    /// [`ScheduleStore::get_schedule`](crate::ScheduleStore::get_schedule) and
+    /// [`ScheduleStore::list_schedules`](crate::ScheduleStore::list_schedules).
     GetSchedule,
-    /// [`Store::pause_schedule`](crate::Store::pause_schedule) and
-    /// [`Store::resume_schedule`](crate::Store::resume_schedule).
+    /// [`ScheduleStore::pause_schedule`](crate::ScheduleStore::pause_schedule) and
+    /// [`ScheduleStore::resume_schedule`](crate::ScheduleStore::resume_schedule).
     PauseSchedule,
-    /// [`Store::delete_schedule`](crate::Store::delete_schedule).
+    /// [`ScheduleStore::delete_schedule`](crate::ScheduleStore::delete_schedule).
     DeleteSchedule,
-    /// [`Store::due_schedules`](crate::Store::due_schedules) and
-    /// [`Store::fire_schedule`](crate::Store::fire_schedule).
+    /// [`ScheduleStore::due_schedules`](crate::ScheduleStore::due_schedules) and
+    /// [`ScheduleStore::fire_schedule`](crate::ScheduleStore::fire_schedule).
     FireSchedule,
     // Named queues.
-    /// [`Store::put_queue`](crate::Store::put_queue).
+    /// [`QueueStore::put_queue`](crate::QueueStore::put_queue).
     PutQueue,
-    /// [`Store::get_queue`](crate::Store::get_queue) and
-    /// [`Store::list_queues`](crate::Store::list_queues).
+    /// [`QueueStore::get_queue`](crate::QueueStore::get_queue) and
+    /// [`QueueStore::list_queues`](crate::QueueStore::list_queues).
     GetQueue,
-    /// [`Store::delete_queue`](crate::Store::delete_queue).
+    /// [`QueueStore::delete_queue`](crate::QueueStore::delete_queue).
     DeleteQueue,
 }
 
@@ -215,6 +215,15 @@ pub enum StoreError {
     StepNotFound {
         /// The id that was looked up.
         id: Uuid,
+    },
+    /// The store does not implement a capability of the contract (events, schedules, ...)
+    /// that the operation needs. Nothing was written.
+    #[error("the store of namespace {namespace:?} does not support {capability}")]
+    Unsupported {
+        /// The capability that is missing.
+        capability: Capability,
+        /// The namespace of the store that was asked.
+        namespace: String,
     },
     /// The run exists but has no step attempt with this (resolved) name.
     #[error("workflow run {run_id} has no step named {step_name:?}")]
@@ -322,7 +331,7 @@ pub enum StoreError {
     /// (JSON a decoder refuses, a status unknown to this version, ...):
     /// [`StoreError::Corrupt`] for a row whose id is known. For a step row, `reason` names
     /// the attempt and its step. A claim never returns this: it fails such a run for good
-    /// instead (see [`Store::claim_runs`](crate::Store::claim_runs)), after which the run
+    /// instead (see [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs)), after which the run
     /// reads again; a worker whose run's step history returns it fails the run for good the
     /// same way (kind `corrupt`), leaving the step rows for inspection.
     #[error("corrupt row of workflow run {id} while {operation}: {reason}")]
@@ -357,12 +366,63 @@ impl StoreError {
         matches!(self, StoreError::Database { .. })
     }
 
+    /// The [`StoreError::Unsupported`] of a store of `namespace` without `capability`.
+    pub fn unsupported(capability: Capability, namespace: &str) -> Self {
+        StoreError::Unsupported {
+            capability,
+            namespace: namespace.to_owned(),
+        }
+    }
+
     /// A [`StoreError::Database`] of `operation` caused by `source`.
     pub fn database(operation: Operation, source: impl Into<BoxError>) -> Self {
         StoreError::Database {
             operation,
             source: source.into(),
         }
+    }
+}
+
+/// A part of the store contract that a backend may leave out: each is one trait of
+/// [`crate::store`], reached through its accessor on [`Store`](crate::Store) (which a store
+/// without it answers with [`StoreError::Unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Capability {
+    /// Cancel, pause, resume, retry and fork ([`LifecycleStore`](crate::LifecycleStore)).
+    Lifecycle,
+    /// Events sent to runs ([`EventStore`](crate::EventStore)).
+    Events,
+    /// Child workflows ([`ChildStore`](crate::ChildStore)).
+    Children,
+    /// Published state ([`StateStore`](crate::StateStore)).
+    PublishedState,
+    /// Cron schedules ([`ScheduleStore`](crate::ScheduleStore)).
+    Schedules,
+    /// Named queues and their limits ([`QueueStore`](crate::QueueStore)).
+    Queues,
+    /// Purging finished runs ([`RetentionStore`](crate::RetentionStore)).
+    Retention,
+}
+
+impl Capability {
+    /// What the capability is, in a few words ("events sent to runs").
+    pub fn description(self) -> &'static str {
+        match self {
+            Capability::Lifecycle => "cancel, pause, resume, retry and fork",
+            Capability::Events => "events sent to runs",
+            Capability::Children => "child workflows",
+            Capability::PublishedState => "published state",
+            Capability::Schedules => "schedules",
+            Capability::Queues => "named queues",
+            Capability::Retention => "purging finished runs",
+        }
+    }
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.description())
     }
 }
 

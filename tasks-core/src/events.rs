@@ -1,13 +1,15 @@
 //! Events sent to a run: the typed [`Event`] trait, and the parameters and outcomes of the
-//! store operations [`Store::send_event`](crate::Store::send_event),
-//! [`Store::wait_for_event`](crate::Store::wait_for_event) and
-//! [`Store::list_events`](crate::Store::list_events).
+//! store operations [`EventStore::send_event`],
+//! [`EventStore::wait_for_event`] and
+//! [`EventStore::list_events`].
 //!
 //! Each topic of a run is a FIFO mailbox. A send stores the event (once per deduplication
 //! key) and wakes the run if it is parked waiting on that topic; a wait, a step attempt of
-//! kind [`StepKind::Event`](crate::StepKind::Event), consumes the oldest unconsumed event of
+//! kind [`StepKind::Event`], consumes the oldest unconsumed event of
 //! its topic, and its completed attempt holds the event, so every replay reads the same one.
 
+#[cfg(doc)]
+use crate::{Notification, StepKind};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,6 +19,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::error::StoreError;
+use crate::error::StoreResult;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{StepAttempt, WorkflowRun};
 
@@ -131,7 +134,7 @@ impl From<Uuid> for EventTarget {
     }
 }
 
-/// Parameters of [`Store::send_event`](crate::Store::send_event).
+/// Parameters of [`EventStore::send_event`].
 #[derive(Debug, Clone)]
 pub struct SendEvent {
     /// The run the event goes to.
@@ -198,7 +201,7 @@ pub struct RunEvent {
     pub created_at: DateTime<Utc>,
 }
 
-/// The outcome of [`Store::send_event`](crate::Store::send_event).
+/// The outcome of [`EventStore::send_event`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentEvent {
     /// The stored event: the new one, or for a duplicate the first one sent with its key.
@@ -209,7 +212,7 @@ pub struct SentEvent {
     pub woke: bool,
 }
 
-/// Parameters of [`Store::wait_for_event`](crate::Store::wait_for_event).
+/// Parameters of [`EventStore::wait_for_event`].
 #[derive(Debug, Clone)]
 pub struct WaitForEvent {
     /// The run, which must be running under `worker_id`.
@@ -273,7 +276,7 @@ pub fn wait_until(attempt: &StepAttempt) -> DateTime<Utc> {
         .unwrap_or(limits::LATEST)
 }
 
-/// The outcome of [`Store::wait_for_event`](crate::Store::wait_for_event).
+/// The outcome of [`EventStore::wait_for_event`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventWait {
     /// The wait is over: its attempt is completed, with the consumed event
@@ -315,6 +318,37 @@ pub fn decode_output(output: &Value) -> Result<Option<RunEvent>, serde_json::Err
         Some(event) => serde_json::from_value(event.clone()).map(Some),
         None => Ok(None),
     }
+}
+
+/// Events sent to a run (see the module docs). A capability: reached through
+/// [`Store::events`](crate::Store::events).
+#[async_trait::async_trait]
+pub trait EventStore: Send + Sync {
+    /// Sends an event to a live run, in one transaction that first locks the run: stores it
+    /// in the run's mailbox for `topic` (FIFO), and when the run is parked waiting on that
+    /// topic makes it available now and announces it with [`Notification::RunAvailable`].
+    /// With a deduplication key already used for this run and topic, nothing is stored and
+    /// the first event is returned (`duplicate`). A paused run keeps the event for when it
+    /// is resumed.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] (or [`StoreError::RunKeyNotFound`] for a target
+    /// by workflow and key); [`StoreError::WrongState`] for a completed, failed or canceled
+    /// run. Nothing is stored then.
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent>;
+
+    /// The event wait `params.step_name` of a run that `params.worker_id` is running, in one
+    /// transaction that first locks the run: creates the wait's running step attempt (kind
+    /// [`StepKind::Event`], with the topic and timeout in its config) unless it exists, then
+    /// consumes the oldest unconsumed event of the topic, marking it consumed by the step,
+    /// and completes the attempt with it ([`EventWait::Done`]); else, when the timeout
+    /// (counted from the attempt's creation, by the store's clock) has passed, completes the
+    /// attempt as timed out; else parks the run (sleeping until the timeout, or
+    /// [`limits::LATEST`]) waiting on the topic ([`EventWait::Parked`]). A wait whose attempt
+    /// is already completed returns it as it is. Worker-side errors.
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait>;
+
+    /// Every event sent to a run, oldest first, consumed or not.
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>>;
 }
 
 #[cfg(test)]

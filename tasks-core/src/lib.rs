@@ -28,14 +28,14 @@
 //!
 //! # The path of a run, through the contract
 //!
-//! 1. A client checks a start ([`CreateRun::check`]) and calls [`Store::create_run`].
-//! 2. A worker claims it with [`Store::claim_runs`]: the claim order and the slot rules of
+//! 1. A client checks a start ([`CreateRun::check`]) and calls [`RunStore::create_run`].
+//! 2. A worker claims it with [`LeaseStore::claim_runs`]: the claim order and the slot rules of
 //!    [`transition`] decide which runs it gets; the run is now `running` under the
 //!    worker's lease.
-//! 3. Each step is recorded ([`Store::record_step_attempt`]) under the lease's fence, once
+//! 3. Each step is recorded ([`StepStore::record_step_attempt`]) under the lease's fence, once
 //!    per attempt id whatever the retries.
-//! 4. The run ends with [`Store::complete_run`] or [`Store::fail_run`] (the retry decision
-//!    is [`transition::retry_after`]), or parks ([`Store::sleep_run`], an event or child
+//! 4. The run ends with [`LeaseStore::complete_run`] or [`LeaseStore::fail_run`] (the retry decision
+//!    is [`transition::retry_after`]), or parks ([`LeaseStore::sleep_run`], an event or child
 //!    wait) until a [`Notification`] wakes a worker to claim it again.
 #![warn(missing_docs)]
 
@@ -64,7 +64,7 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use clock::{Clock, ClockError};
-pub use error::{BoxError, Operation, StoreError, StoreResult};
+pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
@@ -80,8 +80,9 @@ pub use schedule::{Cadence, ScheduleError};
 pub use schedule::{CatchUp, NewSchedule, Schedule};
 pub use state::{PublishedState, SetState, StateSet};
 pub use store::{
-    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
-    ListStepAttempts, Notification, NotificationStream, Order, Page, RecordStepAttempt,
-    SharedStore, StepUpdate, Store,
+    ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, EventStore,
+    FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
+    NotificationStream, Order, Page, QueueStore, RecordStepAttempt, RetentionStore, RunStore,
+    ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -248,11 +248,11 @@ pub struct WorkflowRun {
     pub created_at: DateTime<Utc>,
     /// Last change, from the database clock.
     pub updated_at: DateTime<Utc>,
-    /// When the run was last retried ([`Store::retry_run`](crate::Store::retry_run)), from
+    /// When the run was last retried ([`LifecycleStore::retry_run`](crate::LifecycleStore::retry_run)), from
     /// the database clock: replay ignores the step failures recorded before it.
     #[serde(default)]
     pub retried_at: Option<DateTime<Utc>>,
-    /// The run this one was forked from ([`Store::fork_run`](crate::Store::fork_run)).
+    /// The run this one was forked from ([`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run)).
     #[serde(default)]
     pub forked_from_run_id: Option<Uuid>,
     /// The resolved step name the run was forked from: it and every later step run again.

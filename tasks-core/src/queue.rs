@@ -7,7 +7,7 @@
 //! (`WorkerBuilder::queues`); its claim filters in the
 //! database ([`ClaimFilter`]).
 //!
-//! A queue may be configured in the store ([`QueueOptions`], [`Store::put_queue`]), so that
+//! A queue may be configured in the store ([`QueueOptions`], [`QueueStore::put_queue`]), so that
 //! every worker of the namespace agrees on its limits:
 //!
 //! - a concurrency limit: at most N runs of the queue *running* at once, across every
@@ -29,12 +29,15 @@
 //! All are enforced by the claim statement, in the database, and a changed setting applies
 //! from the next claim.
 //!
-//! [`Store::put_queue`]: crate::Store::put_queue
+//! [`QueueStore::put_queue`]: crate::QueueStore::put_queue
 
+#[cfg(doc)]
+use crate::StoreError;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::error::StoreResult;
 use crate::limits::{self, Field, LimitError};
 
 /// The queue of a run whose start and workflow named none.
@@ -81,7 +84,7 @@ impl RateLimit {
     }
 }
 
-/// The configuration of a queue, written with [`Store::put_queue`](crate::Store::put_queue)
+/// The configuration of a queue, written with [`QueueStore::put_queue`]
 /// (or `Client::put_queue`, or declared by a worker with
 /// `WorkerBuilder::queue`).
 ///
@@ -277,10 +280,10 @@ impl Queue {
     }
 }
 
-/// Which runs a claim may take ([`Store::claim_runs_filtered`]): those of the chosen queues
+/// Which runs a claim may take ([`LeaseStore::claim_runs_filtered`]): those of the chosen queues
 /// and of the chosen workflows. `None` means every one; both filters must match.
 ///
-/// [`Store::claim_runs_filtered`]: crate::Store::claim_runs_filtered
+/// [`LeaseStore::claim_runs_filtered`]: crate::LeaseStore::claim_runs_filtered
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimFilter {
     /// Only runs of these queues (`None`: every queue).
@@ -328,6 +331,32 @@ impl ClaimFilter {
                 .as_ref()
                 .is_none_or(|workflows| workflows.iter().any(|w| w == workflow))
     }
+}
+
+/// Named queues and their limits (see the module docs). A capability: reached through
+/// [`Store::queues`](crate::Store::queues).
+#[async_trait::async_trait]
+pub trait QueueStore: Send + Sync {
+    /// Creates or replaces the configuration of a queue: its concurrency and rate limits
+    /// (a limit left out is removed). The current rate window is kept. Every claim of the
+    /// namespace reads it from then on.
+    ///
+    /// Errors: a refused name or limit ([`StoreError::Limit`]; nothing is written), else the
+    /// database's.
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue>;
+
+    /// The configuration of the queue with this name, or `None` when it has none (a queue
+    /// without configuration has no limits).
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>>;
+
+    /// Every configured queue of this namespace, by name.
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>>;
+
+    /// Removes the configuration of a queue: its runs are claimed without limits from then
+    /// on. Its runs are kept.
+    ///
+    /// Errors: [`StoreError::QueueNotFound`].
+    async fn delete_queue(&self, name: &str) -> StoreResult<()>;
 }
 
 #[cfg(test)]

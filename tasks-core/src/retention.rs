@@ -1,7 +1,7 @@
 //! Retention: deleting terminal runs by status and age, with everything that
 //! belongs to them, in bounded batches that are safe while workers run.
 //!
-//! [`Store::purge_runs`](crate::Store::purge_runs) deletes one batch: at most [`PurgeRuns::batch_size`] completed,
+//! [`RetentionStore::purge_runs`] deletes one batch: at most [`PurgeRuns::batch_size`] completed,
 //! failed or canceled runs of the store's namespace that finished before the cutoff, with
 //! their step attempts and events, and clears the links other runs keep to them (a fork's
 //! `forked_from_run_id`, a parent step's child run, a child run's parent step). Each batch is
@@ -9,7 +9,7 @@
 //! retention (`WorkerBuilder::retention`) repeat batches until one comes back short.
 //!
 //! A worker fleet purges once per period between them, not once per worker: before each
-//! periodic purge a worker takes the namespace's turn with [`Store::take_retention_turn`](crate::Store::take_retention_turn),
+//! periodic purge a worker takes the namespace's turn with [`RetentionStore::take_retention_turn`],
 //! which only one worker wins per period.
 
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub enum FinishedBefore {
     Age(Duration),
 }
 
-/// Parameters of [`Store::purge_runs`](crate::Store::purge_runs) and `Client::purge`.
+/// Parameters of [`RetentionStore::purge_runs`] and `Client::purge`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -129,6 +129,49 @@ impl PurgeRuns {
             &self.statuses
         }
     }
+}
+
+/// Purging finished runs (see the module docs). A capability: reached through
+/// [`Store::retention`](crate::Store::retention).
+#[async_trait::async_trait]
+pub trait RetentionStore: Send + Sync {
+    /// Deletes one batch of finished runs of this namespace: at most `params.batch_size`
+    /// runs in `params`' statuses (every terminal status when none is given) whose
+    /// `finished_at` is before the cutoff (an instant, or the store's clock minus an age),
+    /// in one short transaction, and returns how many were deleted. With each run go its
+    /// step attempts and its events; the links other runs keep to it are cleared in the same
+    /// transaction: the `forked_from_run_id` of runs forked from it (their
+    /// `forked_from_step` is kept), the child-run columns of a step that started it, and the
+    /// parent step of runs its steps started. A caller repeats batches until one returns
+    /// fewer than `batch_size` runs.
+    ///
+    /// Safe while workers run: only completed, failed and canceled runs are ever deleted,
+    /// and the delete is fenced on those statuses: a run retried while a purge runs either
+    /// is live again and survives, or was deleted first and the retry finds it gone
+    /// ([`StoreError::RunNotFound`]). On Postgres a batch
+    /// skips rows other transactions hold locked (a retry or fork in progress) instead of
+    /// waiting for them, so concurrent purges take disjoint batches; on SQLite a batch holds
+    /// the write lock for its one transaction. Deleting announces nothing.
+    ///
+    /// Errors: [`StoreError::NotTerminal`] for a live status in `params.statuses`,
+    /// [`StoreError::Limit`] for a batch size outside `1..=`[`MAX_PURGE_BATCH`]
+    /// or a cutoff past the limits; nothing is deleted then.
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64>;
+
+    /// Takes this namespace's retention turn for `worker_id` when it is due: the
+    /// namespace's lease row (one per namespace) is written with `worker_id` and its next
+    /// turn `every` from now by the store's clock, and its turn counter (from 1) is
+    /// returned. Before then every call, from any worker, returns `None` and writes nothing.
+    /// Concurrent calls in one period give the turn to one of them. A worker purges only
+    /// when it took the turn, so a fleet's periodic purge costs the same whatever its size.
+    ///
+    /// Errors: [`StoreError::Limit`] for a worker id past the limits or a duration past
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>>;
 }
 
 #[cfg(test)]

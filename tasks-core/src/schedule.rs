@@ -4,9 +4,9 @@
 //! A [`Schedule`] is a row of the store, named per namespace. Its `next_slot` is the next
 //! instant it fires. Every worker's scheduler ticks (see
 //! `WorkerBuilder::schedule_tick`): it reads
-//! the schedules that are due by the store's clock ([`Store::due_schedules`]), decides in
+//! the schedules that are due by the store's clock ([`ScheduleStore::due_schedules`]), decides in
 //! Rust which slots to start runs for ([`plan`], the catch-up policy) and hands that to
-//! [`Store::fire_schedule`], which in one transaction moves `next_slot` forward *only if it
+//! [`ScheduleStore::fire_schedule`], which in one transaction moves `next_slot` forward *only if it
 //! is still the value the tick read* (compare-and-set) and creates the runs. Of two workers
 //! that read the same slot, one moves it and starts the runs; the other's compare-and-set
 //! misses and it starts nothing. Each run's idempotency key is derived from the schedule
@@ -18,13 +18,17 @@
 //! The data types and the store contract are always compiled; parsing cron expressions and
 //! timezones ([`Cadence`]) and the worker's scheduler need the `schedules` feature.
 //!
-//! [`Store::due_schedules`]: crate::Store::due_schedules
-//! [`Store::fire_schedule`]: crate::Store::fire_schedule
+//! [`ScheduleStore::due_schedules`]: crate::ScheduleStore::due_schedules
+//! [`ScheduleStore::fire_schedule`]: crate::ScheduleStore::fire_schedule
 
+#[cfg(doc)]
+use crate::{Notification, StoreError};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::error::StoreResult;
 use crate::limits::{self, Field, LimitError};
+use crate::model::WorkflowRun;
 use crate::store::runs::CreateRun;
 
 /// What a schedule does with the slots it missed (the workers were down, or the schedule
@@ -139,8 +143,8 @@ pub struct Schedule {
     pub updated_at: DateTime<Utc>,
 }
 
-/// Parameters of [`Store::create_schedule`](crate::Store::create_schedule) and
-/// [`Store::put_schedule`](crate::Store::put_schedule).
+/// Parameters of [`ScheduleStore::create_schedule`] and
+/// [`ScheduleStore::put_schedule`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSchedule {
     /// The schedule's name.
@@ -191,7 +195,7 @@ pub fn check_name(name: &str) -> Result<(), LimitError> {
 /// changed). `None`: the expression has no slot left.
 pub type NextSlot<'a> = &'a (dyn Fn(DateTime<Utc>) -> Option<DateTime<Utc>> + Send + Sync);
 
-/// What [`Store::due_schedules`](crate::Store::due_schedules) found.
+/// What [`ScheduleStore::due_schedules`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DueSchedules {
     /// The store's clock when it looked.
@@ -200,7 +204,7 @@ pub struct DueSchedules {
     pub schedules: Vec<Schedule>,
 }
 
-/// Parameters of [`Store::fire_schedule`](crate::Store::fire_schedule).
+/// Parameters of [`ScheduleStore::fire_schedule`].
 #[derive(Debug, Clone)]
 pub struct FireSchedule {
     /// The schedule.
@@ -282,6 +286,72 @@ mod cadence;
 #[cfg(feature = "schedules")]
 pub use cadence::{Cadence, FirePlan, ScheduleError, plan};
 
+/// Cron schedules (see the module docs). A capability: reached through
+/// [`Store::schedules`](crate::Store::schedules).
+#[async_trait::async_trait]
+pub trait ScheduleStore: Send + Sync {
+    /// Creates a schedule, not paused, whose `next_slot` is `first_slot` of the store's
+    /// clock.
+    ///
+    /// Errors: [`StoreError::ScheduleExists`] when the name is taken in this namespace
+    /// (nothing is changed).
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule>;
+
+    /// Creates or replaces a schedule (the worker's path for declarative schedules), in one
+    /// transaction. A new schedule is created as by [`ScheduleStore::create_schedule`]. An existing
+    /// one takes the new workflow, version, input and catch-up policy and keeps whether it
+    /// is paused; its `next_slot` is kept while the cron expression and the timezone are
+    /// unchanged (a restart of the workers neither skips nor repeats a slot), and is
+    /// `first_slot` of the store's clock when either changed.
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule>;
+
+    /// The schedule with this name, or `None`.
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>>;
+
+    /// Every schedule of this namespace, by name.
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>>;
+
+    /// Pauses a schedule: it fires nothing until it is resumed. Pausing a paused schedule
+    /// returns it as it is.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule>;
+
+    /// Resumes a paused schedule. Its `next_slot` is kept: the slots that passed while it
+    /// was paused are missed slots, and its catch-up policy decides what the next tick does
+    /// with them. Resuming a schedule that is not paused returns it as it is.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule>;
+
+    /// Deletes a schedule. The runs it started are kept.
+    ///
+    /// Errors: [`StoreError::ScheduleNotFound`].
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()>;
+
+    /// Up to `limit` schedules that are not paused and whose `next_slot` is at or before the
+    /// store's clock (earliest first), with that clock.
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules>;
+
+    /// Fires a slot of a schedule, in one transaction: moves the schedule's `next_slot` from
+    /// `params.slot` to `params.next_slot`, only if it is still `params.slot` and the
+    /// schedule is not paused (compare-and-set), and then creates `params.runs` (a run
+    /// whose idempotency key exists already is not created again) and announces them with
+    /// [`Notification::RunAvailable`]. Returns the runs created, or `None` when the
+    /// compare-and-set missed (another firer moved the slot first, the schedule was paused,
+    /// changed or deleted): then nothing was written. Of concurrent fires of one slot, at
+    /// most one returns `Some`.
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,7 +397,7 @@ mod tests {
 
 /// A schedule declared on a workflow (`#[workflow(schedule = "...")]`), registered at link
 /// time. Every worker that knows the workflow puts it at start
-/// ([`Store::put_schedule`](crate::Store::put_schedule)), named after the workflow: its
+/// ([`ScheduleStore::put_schedule`]), named after the workflow: its
 /// `next_slot` is kept across restarts while the cron expression and the timezone are
 /// unchanged.
 #[derive(Debug)]

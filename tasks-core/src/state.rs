@@ -1,22 +1,25 @@
 //! Published state of a run: values a running workflow publishes under a key
 //! (`ctx.set_state("progress", &value)`) and clients read or wait on
 //! (`client.get_state`, `client.wait_state`), and the parameters and outcomes of the store
-//! operations [`Store::set_state`](crate::Store::set_state),
-//! [`Store::get_state`](crate::Store::get_state) and
-//! [`Store::list_state`](crate::Store::list_state).
+//! operations [`StateStore::set_state`],
+//! [`StateStore::get_state`] and
+//! [`StateStore::list_state`].
 //!
 //! Each (run, key) holds its latest value and a version that grows by one with every
 //! publication, from 1. A publication is a step attempt of kind
-//! [`StepKind::State`](crate::StepKind::State), named `state/{key}` (then `state/{key}:1`,
+//! [`StepKind::State`], named `state/{key}` (then `state/{key}:1`,
 //! ... in call order), recorded completed in the same transaction as the new value and
 //! fenced on the run's lease: a replay finds the attempt and publishes nothing, so a value
 //! published earlier in the workflow never overwrites a later one.
 
+#[cfg(doc)]
+use crate::{StepKind, StoreError};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::error::StoreResult;
 use crate::limits::{self, Field, LimitError};
 use crate::model::StepAttempt;
 use crate::store::notify::Notification;
@@ -53,7 +56,7 @@ impl PublishedState<Value> {
     }
 }
 
-/// Parameters of [`Store::set_state`](crate::Store::set_state).
+/// Parameters of [`StateStore::set_state`].
 #[derive(Debug, Clone)]
 pub struct SetState {
     /// The run, which must be running under `worker_id`.
@@ -92,7 +95,7 @@ impl SetState {
     }
 }
 
-/// The outcome of [`Store::set_state`](crate::Store::set_state).
+/// The outcome of [`StateStore::set_state`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateSet {
     /// The publication's step attempt, completed; its output is `{"version": n}`.
@@ -107,7 +110,7 @@ pub fn published_output(version: u64) -> Value {
     json!({ "version": version })
 }
 
-/// What [`Store::set_state`](crate::Store::set_state) announces once the publication
+/// What [`StateStore::set_state`] announces once the publication
 /// committed: [`Notification::StateChanged`].
 pub fn state_changed(namespace: &str, run_id: Uuid, key: &str, version: u64) -> Notification {
     Notification::StateChanged {
@@ -121,6 +124,36 @@ pub fn state_changed(namespace: &str, run_id: Uuid, key: &str, version: u64) -> 
 /// A stored version (a SQL integer) as the API's `u64`.
 pub fn version_of(stored: i64) -> u64 {
     u64::try_from(stored).unwrap_or(0)
+}
+
+/// Published state (see the module docs). A capability: reached through
+/// [`Store::published_state`](crate::Store::published_state).
+#[async_trait::async_trait]
+pub trait StateStore: Send + Sync {
+    /// The publication `params.step_name` of a value under `params.key` by a run that
+    /// `params.worker_id` is running, in one transaction that first locks the run, fenced
+    /// on that lease: records the step attempt (kind [`StepKind::State`], completed, with
+    /// the key in its config and `{"version": n}` as output) and makes `params.value` the
+    /// latest value of (run, key), with version `n` one more than the key's last (1 for
+    /// the first), and the store's clock as `updated_at`; once committed it announces
+    /// [`Notification::StateChanged`]. When the run already has an attempt named
+    /// `params.step_name`, nothing is written and that attempt is returned (`published`
+    /// false): a replay never publishes a value again.
+    ///
+    /// Errors: the limit errors of [`SetState::check`]; worker-side errors. Nothing is
+    /// written then.
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet>;
+
+    /// The latest value the run published under `key`, or `None` when it published none.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run; a [`StoreError::Limit`] for
+    /// a key the limits refuse.
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>>;
+
+    /// The latest value of every key the run published, by key.
+    ///
+    /// Errors: [`StoreError::RunNotFound`] for an unknown run.
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>>;
 }
 
 #[cfg(test)]

@@ -137,7 +137,7 @@ pub const RESUME: Transition = Transition {
     announce_status: true,
 };
 
-/// Runs a failed or canceled run again ([`Store::retry_run`](crate::Store::retry_run)):
+/// Runs a failed or canceled run again ([`LifecycleStore::retry_run`](crate::LifecycleStore::retry_run)):
 /// pending now, with its output, error, worker and attempt counter cleared and
 /// `retried_at` set, so that replay keeps its completed steps and forgets the step
 /// failures recorded before. Not idempotent: every retry is a new execution, so a run that
@@ -151,7 +151,7 @@ pub const RETRY: Transition = Transition {
     announce_status: true,
 };
 
-/// Forks a finished run ([`Store::fork_run`](crate::Store::fork_run)): the fence is on the
+/// Forks a finished run ([`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run)): the fence is on the
 /// source run, which is only read; the new run is pending at once and announced. A live
 /// run is refused: its history is still being written.
 pub const FORK: Transition = Transition {
@@ -164,7 +164,7 @@ pub const FORK: Transition = Transition {
     announce_status: false,
 };
 
-/// Deletes finished runs ([`Store::purge_runs`](crate::Store::purge_runs)): the fence of the
+/// Deletes finished runs ([`RetentionStore::purge_runs`](crate::RetentionStore::purge_runs)): the fence of the
 /// delete itself, so that a run that became live again (a retry) between a purge's selection
 /// and its delete survives. Deleting announces nothing.
 pub const PURGE: Transition = Transition {
@@ -595,7 +595,7 @@ pub fn rate_window_set_sql(
 /// is still `slot` (a placeholder bound to the slot the firer read). A firing moves
 /// `next_slot` past the slots it fires and creates their runs in the same transaction, so of
 /// the firers that read one slot, exactly one passes this fence; the others create nothing
-/// ([`Store::fire_schedule`](crate::Store::fire_schedule) returns `None`). Which slots fire
+/// ([`ScheduleStore::fire_schedule`](crate::ScheduleStore::fire_schedule) returns `None`). Which slots fire
 /// is decided before, in Rust, by the schedule's catch-up policy (`schedule::plan`); the
 /// runs a firing creates are pending now, like any created run.
 pub fn schedule_fence(slot: &str) -> String {
@@ -792,8 +792,8 @@ pub fn explain_step_miss(
 }
 
 /// What a step write finds when the id it carries is already stored: the rule that makes
-/// [`Store::record_step_attempt`](crate::Store::record_step_attempt) and
-/// [`Store::create_step_attempt`](crate::Store::create_step_attempt) idempotent under retry.
+/// [`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt) and
+/// [`StepStore::create_step_attempt`](crate::StepStore::create_step_attempt) idempotent under retry.
 ///
 /// - An attempt of another run: the id was reused, an [`StoreError::InvalidArgument`].
 /// - A finished (completed or failed) attempt of this run, for a record, or any attempt of

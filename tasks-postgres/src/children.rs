@@ -1,5 +1,5 @@
-//! Child workflows on Postgres: the SQL of [`Store::start_child`] and
-//! [`Store::wait_for_children`], and the parent wake-up and cancel cascade that the
+//! Child workflows on Postgres: the SQL of [`ChildStore::start_child`] and
+//! [`ChildStore::wait_for_children`], and the parent wake-up and cancel cascade that the
 //! finishing transitions of `mod.rs` embed. The policy is `transition.rs`'s
 //! [`START_CHILD`], [`WAIT_CHILDREN`] and [`WAKE_PARENT`].
 //!
@@ -9,8 +9,8 @@
 //! parked row; and a parent that parks after the child's statement committed reads the
 //! child as finished. Either way the last child wakes the parent.
 //!
-//! [`Store::start_child`]: tasks_core::Store::start_child
-//! [`Store::wait_for_children`]: tasks_core::Store::wait_for_children
+//! [`ChildStore::start_child`]: tasks_core::ChildStore::start_child
+//! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
 use sqlx::{FromRow as _, PgConnection, Row as _};
@@ -67,14 +67,14 @@ pub(super) fn wake_parent_cte() -> String {
 ///
 /// The sweep waits for no lock: runs past their deadline that another transaction holds
 /// are skipped, and so are children whose parent another transaction holds (a parent
-/// parking in [`Store::wait_for_children`] at that moment, a cancel): a later claim fails
+/// parking in [`ChildStore::wait_for_children`] at that moment, a cancel): a later claim fails
 /// them once the parent is free, so the countdown is never lost. A parent is counted down
 /// by the number of its children that expired here ([`wake_parent_set`]); a parent that
 /// expires itself in the same sweep is not written twice, and a child whose parent no
 /// longer exists (purged) is expired alone.
 ///
 /// [`EXPIRE`]: tasks_core::transition::EXPIRE
-/// [`Store::wait_for_children`]: tasks_core::Store::wait_for_children
+/// [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 pub(super) fn expire_ctes() -> String {
     format!(
         "expiring AS (

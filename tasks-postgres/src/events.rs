@@ -1,5 +1,5 @@
-//! Events sent to a run, on Postgres: the SQL of [`Store::send_event`],
-//! [`Store::wait_for_event`] and [`Store::list_events`]. The policy (which statuses, what is
+//! Events sent to a run, on Postgres: the SQL of [`EventStore::send_event`],
+//! [`EventStore::wait_for_event`] and [`EventStore::list_events`]. The policy (which statuses, what is
 //! announced) is `transition.rs`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`].
 //!
 //! Both writes lock the run row first (`SELECT .. FOR UPDATE`), so a send and a wait of the
@@ -7,9 +7,9 @@
 //! sees what the first committed: a wait that parks after a send finds its event, and a send
 //! after a park finds the run sleeping on its topic and wakes it. No wake-up is lost.
 //!
-//! [`Store::send_event`]: tasks_core::Store::send_event
-//! [`Store::wait_for_event`]: tasks_core::Store::wait_for_event
-//! [`Store::list_events`]: tasks_core::Store::list_events
+//! [`EventStore::send_event`]: tasks_core::EventStore::send_event
+//! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
+//! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;

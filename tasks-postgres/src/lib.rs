@@ -19,6 +19,10 @@ mod state;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tasks_core::store::{
+    ChildStore, EventStore, LeaseStore, LifecycleStore, QueueStore, RetentionStore, RunStore,
+    ScheduleStore, StateStore, StepStore,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -588,7 +592,7 @@ pub mod __bench {
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
-/// Inserts a pending run (the statement of [`Store::create_run`]) on `conn`: `None` when
+/// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
 /// a run holds its idempotency key already. A key whose holder's scope has lapsed is
 /// released first (see [`tasks_core::idempotency`]). Announces nothing.
 async fn insert_run(
@@ -685,6 +689,41 @@ impl Store for PgStore {
         Ok(SharedStore::new(self.with_namespace(namespace)?))
     }
 
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        self.hub.subscribe(self.namespace.to_string()).await
+    }
+
+    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
+        Ok(self)
+    }
+
+    fn events(&self) -> StoreResult<&dyn EventStore> {
+        Ok(self)
+    }
+
+    fn children(&self) -> StoreResult<&dyn ChildStore> {
+        Ok(self)
+    }
+
+    fn published_state(&self) -> StoreResult<&dyn StateStore> {
+        Ok(self)
+    }
+
+    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
+        Ok(self)
+    }
+
+    fn queues(&self) -> StoreResult<&dyn QueueStore> {
+        Ok(self)
+    }
+
+    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl RunStore for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
@@ -803,7 +842,10 @@ impl Store for PgStore {
             .map_err(db(Operation::CountRuns))?;
         Ok(tasks_core::store::counts_in_order(statuses, rows))
     }
+}
 
+#[async_trait]
+impl LeaseStore for PgStore {
     async fn claim_runs_filtered(
         &self,
         worker_id: &str,
@@ -1019,21 +1061,46 @@ impl Store for PgStore {
         .await
     }
 
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = now()";
-        self.transition(&CANCEL, set, run_id, None, |q| q).await
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        const OPERATION: Operation = Operation::Heartbeat;
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                // One statement: forget the namespace's dead workers whose runs were all
+                // claimed, then write this one's row.
+                "WITH forgotten AS (
+                    DELETE FROM tasks.workers w
+                     WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
+                 )
+                 INSERT INTO tasks.workers (namespace, worker_id, beat_at, stale_at)
+                 VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
+                 ON CONFLICT (namespace, worker_id)
+                 DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
+                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
+            )
+        });
+        sqlx::query(&SQL)
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .bind(millis(stale_after))
+            .execute(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        Ok(())
     }
 
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
-        self.transition(&PAUSE, set, run_id, None, |q| q).await
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db(Operation::RemoveWorker))?;
+        Ok(())
     }
+}
 
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = now()";
-        self.transition(&RESUME, set, run_id, None, |q| q).await
-    }
-
+#[async_trait]
+impl StepStore for PgStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         let operation = CREATE_STEP.operation;
         params.check()?;
@@ -1278,50 +1345,36 @@ impl Store for PgStore {
         self.step_refused(&RECORD_STEP, params.run_id, None, &params.worker_id, trace)
             .await
     }
+}
 
-    async fn subscribe(&self) -> StoreResult<NotificationStream> {
-        self.hub.subscribe(self.namespace.to_string()).await
+#[async_trait]
+impl LifecycleStore for PgStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = now()";
+        self.transition(&CANCEL, set, run_id, None, |q| q).await
     }
 
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        const OPERATION: Operation = Operation::Heartbeat;
-        static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                // One statement: forget the namespace's dead workers whose runs were all
-                // claimed, then write this one's row.
-                "WITH forgotten AS (
-                    DELETE FROM tasks.workers w
-                     WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
-                 )
-                 INSERT INTO tasks.workers (namespace, worker_id, beat_at, stale_at)
-                 VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
-                 ON CONFLICT (namespace, worker_id)
-                 DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
-                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
-            )
-        });
-        sqlx::query(&SQL)
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .bind(millis(stale_after))
-            .execute(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(())
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
+        self.transition(&PAUSE, set, run_id, None, |q| q).await
     }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .execute(&self.pool)
-            .await
-            .map_err(db(Operation::RemoveWorker))?;
-        Ok(())
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'pending', available_at = now()";
+        self.transition(&RESUME, set, run_id, None, |q| q).await
     }
 
-    // ---- Events sent to a run: the SQL is in `events.rs` ----
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
 
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
+    }
+}
+
+#[async_trait]
+impl EventStore for PgStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
         self.send_event_impl(params).await
     }
@@ -1333,9 +1386,21 @@ impl Store for PgStore {
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
     }
+}
 
-    // ---- Published state: the SQL is in `state.rs` ----
+#[async_trait]
+impl ChildStore for PgStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
 
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
+    }
+}
+
+#[async_trait]
+impl StateStore for PgStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         self.set_state_impl(params).await
     }
@@ -1347,41 +1412,10 @@ impl Store for PgStore {
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
         self.list_state_impl(run_id).await
     }
+}
 
-    // ---- Retry and fork: the SQL is in `lifecycle.rs` ----
-
-    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.retry_run_impl(run_id).await
-    }
-
-    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.fork_run_impl(run_id, from_step).await
-    }
-
-    // ---- Retention: the SQL is in `retention.rs` ----
-
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.purge_runs_impl(params).await
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.take_retention_turn_impl(worker_id, every).await
-    }
-
-    // ---- Child workflows: the SQL is in `children.rs` ----
-
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.start_child_impl(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.wait_for_children_impl(params).await
-    }
-
+#[async_trait]
+impl ScheduleStore for PgStore {
     async fn create_schedule(
         &self,
         params: NewSchedule,
@@ -1425,7 +1459,10 @@ impl Store for PgStore {
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         self.fire_schedule_impl(params).await
     }
+}
 
+#[async_trait]
+impl QueueStore for PgStore {
     async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
         self.put_queue_impl(options).await
     }
@@ -1440,5 +1477,20 @@ impl Store for PgStore {
 
     async fn delete_queue(&self, name: &str) -> StoreResult<()> {
         self.delete_queue_impl(name).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for PgStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.purge_runs_impl(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.take_retention_turn_impl(worker_id, every).await
     }
 }

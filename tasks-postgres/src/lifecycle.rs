@@ -13,7 +13,7 @@ use tasks_core::model::WorkflowRun;
 use tasks_core::transition::{FORK, RETRY};
 
 impl PgStore {
-    /// [`Store::retry_run`](tasks_core::Store::retry_run), fenced by [`RETRY`].
+    /// [`LifecycleStore::retry_run`](tasks_core::LifecycleStore::retry_run), fenced by [`RETRY`].
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
     /// run's creation time): the claim then sees that the run executed before and loads its
@@ -25,7 +25,7 @@ impl PgStore {
         self.transition(&RETRY, set, run_id, None, |q| q).await
     }
 
-    /// [`Store::fork_run`](tasks_core::Store::fork_run) in one statement: the source run is
+    /// [`LifecycleStore::fork_run`](tasks_core::LifecycleStore::fork_run) in one statement: the source run is
     /// fenced by [`FORK`], the new run and the copies of the attempts before the first
     /// attempt of `from_step` are inserted together, or nothing is. The source is locked
     /// (`FOR KEY SHARE`) so that a concurrent purge cannot delete it under the fork: the

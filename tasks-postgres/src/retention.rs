@@ -16,7 +16,7 @@ use tasks_core::retention::{FinishedBefore, PurgeRuns};
 use tasks_core::transition::{PURGE, purgeable_family, status_in};
 
 impl PgStore {
-    /// [`Store::purge_runs`](tasks_core::Store::purge_runs): one transaction of two statements.
+    /// [`RetentionStore::purge_runs`](tasks_core::RetentionStore::purge_runs): one transaction of two statements.
     ///
     /// The first locks up to a batch of candidates (`FOR UPDATE SKIP LOCKED`: rows a retry,
     /// a fork or another purge holds are left for a later batch, nobody waits) and deletes
@@ -88,7 +88,7 @@ impl PgStore {
         Ok(purged.len() as u64)
     }
 
-    /// [`Store::take_retention_turn`](tasks_core::Store::take_retention_turn) in one statement:
+    /// [`RetentionStore::take_retention_turn`](tasks_core::RetentionStore::take_retention_turn) in one statement:
     /// an upsert of the namespace's lease row that only changes it when its turn is due.
     /// Concurrent callers serialize on the row; the later ones see the moved `next_at` and
     /// change nothing.

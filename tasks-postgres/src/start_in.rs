@@ -15,7 +15,7 @@ use tasks_core::store::{CreateRun, Notification};
 /// transaction commits, and drops it when it rolls back, so the run and its wake-up both
 /// exist if and only if the caller commits. With an idempotency key already taken (by a
 /// committed run, or earlier in the same transaction), it creates nothing and returns the
-/// first run, like [`Store::create_run`](tasks_core::Store::create_run); a racing transaction
+/// first run, like [`RunStore::create_run`](tasks_core::RunStore::create_run); a racing transaction
 /// holding the same key uncommitted makes this one wait for it.
 ///
 /// `params` must have been checked ([`CreateRun::check`]) by the caller.

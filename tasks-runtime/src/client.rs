@@ -514,46 +514,46 @@ impl Client {
 
     /// Cancels a run.
     pub async fn cancel(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        let run = self.store.cancel_run(run_id).await?;
+        let run = self.store.lifecycle()?.cancel_run(run_id).await?;
         crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 
     /// Pauses a run; a running run stops at its next step boundary.
     pub async fn pause(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.pause_run(run_id).await
+        self.store.lifecycle()?.pause_run(run_id).await
     }
 
     /// Resumes a paused run.
     pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.resume_run(run_id).await
+        self.store.lifecycle()?.resume_run(run_id).await
     }
 
     /// Runs a failed or canceled run again from its first unfinished step (see
-    /// [`Store::retry_run`](crate::Store::retry_run)): completed steps keep their outputs and do not run again, the
+    /// [`LifecycleStore::retry_run`](crate::LifecycleStore::retry_run)): completed steps keep their outputs and do not run again, the
     /// steps that failed run again with their full retry budget, and the run's own attempt
     /// counter and retry policy start over. A run in another state is a
     /// [`StoreError::WrongState`]; an unknown run a [`StoreError::RunNotFound`].
     pub async fn retry(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.retry_run(run_id).await
+        self.store.lifecycle()?.retry_run(run_id).await
     }
 
     /// Starts a new run from the finished run `run_id` (see
-    /// [`Store::fork_run`](crate::Store::fork_run)): the steps recorded before the first
+    /// [`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run)): the steps recorded before the first
     /// attempt of `from_step` (a resolved step name, as `steps()` shows it) replay their
     /// outputs, and `from_step` and everything after it run again, with the workflow's
     /// current code. The new run records `forked_from_run_id` and `forked_from_step`. A live
     /// run is a [`StoreError::WrongState`], a step the run never recorded a
     /// [`StoreError::UnknownStep`].
     pub async fn fork(&self, run_id: Uuid, from_step: &str) -> Result<WorkflowRun, StoreError> {
-        self.store.fork_run(run_id, from_step).await
+        self.store.lifecycle()?.fork_run(run_id, from_step).await
     }
 
     /// Deletes the finished runs `params` selects (completed, failed or canceled, finished
     /// before an instant or longer ago than an age) in this client's namespace, with their
     /// step attempts and events, and returns how many runs were deleted. It works in
     /// batches of `params.batch_size` runs, each one short transaction
-    /// ([`Store::purge_runs`](crate::Store::purge_runs)), until a batch comes back short;
+    /// ([`RetentionStore::purge_runs`](crate::RetentionStore::purge_runs)), until a batch comes back short;
     /// it is safe while workers run: a live run is never deleted.
     ///
     /// ```no_run
@@ -709,19 +709,27 @@ impl Client {
     ) -> Result<crate::schedule::Schedule, ClientError> {
         let (schedule, cadence) = self.checked_schedule(schedule)?;
         let first_slot = move |now| cadence.next_after(now);
-        Ok(self.store.create_schedule(schedule, &first_slot).await?)
+        Ok(self
+            .store
+            .schedules()?
+            .create_schedule(schedule, &first_slot)
+            .await?)
     }
 
     /// Like [`Client::create_schedule`], but replaces a schedule of the same name (keeping
     /// its next slot while its cron expression and timezone are unchanged, and whether it
-    /// is paused); see [`Store::put_schedule`](crate::Store::put_schedule).
+    /// is paused); see [`ScheduleStore::put_schedule`](crate::ScheduleStore::put_schedule).
     pub async fn put_schedule(
         &self,
         schedule: crate::schedule::NewSchedule,
     ) -> Result<crate::schedule::Schedule, ClientError> {
         let (schedule, cadence) = self.checked_schedule(schedule)?;
         let first_slot = move |now| cadence.next_after(now);
-        Ok(self.store.put_schedule(schedule, &first_slot).await?)
+        Ok(self
+            .store
+            .schedules()?
+            .put_schedule(schedule, &first_slot)
+            .await?)
     }
 
     fn checked_schedule(
@@ -756,12 +764,12 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<Option<crate::schedule::Schedule>, StoreError> {
-        self.store.get_schedule(name).await
+        self.store.schedules()?.get_schedule(name).await
     }
 
     /// Every schedule of the namespace, by name.
     pub async fn list_schedules(&self) -> Result<Vec<crate::schedule::Schedule>, StoreError> {
-        self.store.list_schedules().await
+        self.store.schedules()?.list_schedules().await
     }
 
     /// Pauses a schedule ([`StoreError::ScheduleNotFound`] when there is none).
@@ -769,7 +777,7 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<crate::schedule::Schedule, StoreError> {
-        self.store.pause_schedule(name).await
+        self.store.schedules()?.pause_schedule(name).await
     }
 
     /// Resumes a schedule; the slots missed while it was paused go to its catch-up policy
@@ -778,13 +786,13 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<crate::schedule::Schedule, StoreError> {
-        self.store.resume_schedule(name).await
+        self.store.schedules()?.resume_schedule(name).await
     }
 
     /// Deletes a schedule; the runs it started are kept ([`StoreError::ScheduleNotFound`]
     /// when there is none).
     pub async fn delete_schedule(&self, name: &str) -> Result<(), StoreError> {
-        self.store.delete_schedule(name).await
+        self.store.schedules()?.delete_schedule(name).await
     }
 
     // ---- Named queues (see the `queue` module) ----
@@ -807,23 +815,23 @@ impl Client {
         &self,
         options: crate::queue::QueueOptions,
     ) -> Result<crate::queue::Queue, StoreError> {
-        self.store.put_queue(&options).await
+        self.store.queues()?.put_queue(&options).await
     }
 
     /// The configuration of a queue, or `None` when it has none (no limits).
     pub async fn get_queue(&self, name: &str) -> Result<Option<crate::queue::Queue>, StoreError> {
-        self.store.get_queue(name).await
+        self.store.queues()?.get_queue(name).await
     }
 
     /// Every configured queue of the namespace, by name.
     pub async fn list_queues(&self) -> Result<Vec<crate::queue::Queue>, StoreError> {
-        self.store.list_queues().await
+        self.store.queues()?.list_queues().await
     }
 
     /// Removes a queue's configuration: its runs are claimed without limits from then on
     /// ([`StoreError::QueueNotFound`] when it has none).
     pub async fn delete_queue(&self, name: &str) -> Result<(), StoreError> {
-        self.store.delete_queue(name).await
+        self.store.queues()?.delete_queue(name).await
     }
 }
 
@@ -995,19 +1003,19 @@ impl<T: DeserializeOwned> RunHandle<T> {
 
     /// Cancels the run.
     pub async fn cancel(&self) -> Result<WorkflowRun, StoreError> {
-        let run = self.store.cancel_run(self.run_id).await?;
+        let run = self.store.lifecycle()?.cancel_run(self.run_id).await?;
         crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 
     /// Pauses the run.
     pub async fn pause(&self) -> Result<WorkflowRun, StoreError> {
-        self.store.pause_run(self.run_id).await
+        self.store.lifecycle()?.pause_run(self.run_id).await
     }
 
     /// Resumes the run.
     pub async fn resume(&self) -> Result<WorkflowRun, StoreError> {
-        self.store.resume_run(self.run_id).await
+        self.store.lifecycle()?.resume_run(self.run_id).await
     }
 
     /// Every step attempt of the run so far, oldest first.

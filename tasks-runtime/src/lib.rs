@@ -49,7 +49,7 @@ pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
     WorkflowOutput,
 };
-pub use error::{BoxError, Operation, StoreError, StoreResult};
+pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
@@ -70,9 +70,10 @@ pub use schedule::{CatchUp, NewSchedule, Schedule};
 pub use state::{PublishedState, SetState, StateSet};
 pub use step_failure::{ReplayError, StepFailure};
 pub use store::{
-    ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, FailRun, ListRuns,
-    ListStepAttempts, Notification, NotificationStream, Order, Page, RecordStepAttempt,
-    SharedStore, StepUpdate, Store,
+    ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, EventStore,
+    FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
+    NotificationStream, Order, Page, QueueStore, RecordStepAttempt, RetentionStore, RunStore,
+    ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
 };
 pub use tokio_util::sync::CancellationToken;
 pub use trace::{TraceContext, TraceContextError};

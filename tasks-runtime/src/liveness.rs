@@ -1,6 +1,6 @@
 //! A worker's liveness: one heartbeat row per worker, rewritten about once a second, so that
 //! the runs of a worker that died are claimed within seconds instead of when their leases
-//! expire (see [`Store::heartbeat`](crate::Store::heartbeat)). One write per worker, whatever
+//! expire (see [`LeaseStore::heartbeat`](crate::LeaseStore::heartbeat)). One write per worker, whatever
 //! number of runs it holds; the per-run lease stays as the fallback for stores and workers
 //! without a heartbeat row.
 
@@ -50,8 +50,16 @@ impl BeatClock {
         })
     }
 
+    /// The last beat's instant. A panic while holding the lock leaves a plain instant
+    /// behind: keep going.
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn record(&self, sent: Instant) {
-        let mut last = crate::session::lock(&self.last);
+        let mut last = self.last();
         if last.is_none_or(|last| last < sent) {
             *last = Some(sent);
         }
@@ -61,7 +69,7 @@ impl BeatClock {
     /// sent less than two thirds of the staleness ago (the rest is slack for the database's
     /// clock and the statement's own time). `false` before the first one.
     pub(crate) fn fresh(&self) -> bool {
-        crate::session::lock(&self.last)
+        self.last()
             .is_some_and(|last| last.elapsed() < self.stale_after.mul_f64(2.0 / 3.0))
     }
 }

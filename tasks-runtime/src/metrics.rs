@@ -26,6 +26,8 @@
 //! Step labels are a step's name without its call suffix (`charge`, not `charge:3`), so a
 //! step called in a loop is one series.
 
+#[cfg(doc)]
+use crate::RunStore;
 use std::time::Duration;
 
 use ::metrics::{SharedString, counter, gauge, histogram};
@@ -109,7 +111,7 @@ pub const BACKLOG_STATUSES: &[RunStatus] = &[
 ];
 
 /// Sets the [`RUNS`] gauges of `store`'s namespace from one count of its live runs
-/// ([`Store::count_runs`]). Exporters call it before they render, so that the backlog is
+/// ([`RunStore::count_runs`]). Exporters call it before they render, so that the backlog is
 /// read when it is scraped; `tasks::metrics::Prometheus` does.
 ///
 /// Errors: the store's, and then the gauges keep their last values.

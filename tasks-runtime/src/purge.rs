@@ -1,9 +1,11 @@
-//! The purges that repeat [`Store::purge_runs`]: batch after batch for
+//! The purges that repeat [`RetentionStore::purge_runs`]: batch after batch for
 //! [`Client::purge`](crate::Client::purge), and a worker's periodic purge
 //! ([`WorkerBuilder::retention`](crate::WorkerBuilder::retention)), which takes the
 //! namespace's turn first so that a fleet purges once per period. What a purge deletes is
 //! in [`retention`](crate::retention).
 
+#[cfg(doc)]
+use crate::RetentionStore;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -21,11 +23,15 @@ pub(crate) async fn purge_batches(
     stop: Option<&CancellationToken>,
 ) -> (u64, StoreResult<()>) {
     let mut purged = 0;
+    let retention = match store.retention() {
+        Ok(retention) => retention,
+        Err(unsupported) => return (purged, Err(unsupported)),
+    };
     loop {
         if stop.is_some_and(CancellationToken::is_cancelled) {
             return (purged, Ok(()));
         }
-        match store.purge_runs(params).await {
+        match retention.purge_runs(params).await {
             Ok(batch) => {
                 purged += batch;
                 if batch < u64::from(params.batch_size) {
@@ -64,11 +70,15 @@ impl Retention {
     }
 
     async fn tick(&self, stop: &CancellationToken) {
-        match self
-            .store
-            .take_retention_turn(&self.worker_id, self.interval)
-            .await
-        {
+        let turn = match self.store.retention() {
+            Ok(retention) => {
+                retention
+                    .take_retention_turn(&self.worker_id, self.interval)
+                    .await
+            }
+            Err(unsupported) => Err(unsupported),
+        };
+        match turn {
             Ok(Some(turn)) => {
                 let params = PurgeRuns::older_than(self.max_age);
                 let (purged, result) = purge_batches(&*self.store, &params, Some(stop)).await;

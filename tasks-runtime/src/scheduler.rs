@@ -137,7 +137,7 @@ impl Scheduler {
 
     /// Fires the due slots of every due schedule once; returns how many runs it started.
     pub(crate) async fn fire_due(&self) -> StoreResult<usize> {
-        let due = self.store.due_schedules(DUE_PER_TICK).await?;
+        let due = self.store.schedules()?.due_schedules(DUE_PER_TICK).await?;
         let mut started = 0;
         for schedule in &due.schedules {
             started += self.fire(schedule, due.now).await?;
@@ -208,7 +208,7 @@ impl Scheduler {
             next_slot: fire_plan.next_slot,
             runs,
         };
-        match self.store.fire_schedule(params).await? {
+        match self.store.schedules()?.fire_schedule(params).await? {
             Some(runs) => {
                 tracing::debug!(schedule = %schedule.name, runs = runs.len(), skipped = fire_plan.slots.is_empty(), "schedule fired");
                 Ok(runs.len())
@@ -231,6 +231,9 @@ pub(crate) enum PutError {
 async fn put(store: &SharedStore, schedule: NewSchedule) -> Result<(), PutError> {
     let cadence = Cadence::parse(&schedule.cron, &schedule.timezone)?;
     let first_slot = move |now| cadence.next_after(now);
-    store.put_schedule(schedule, &first_slot).await?;
+    store
+        .schedules()?
+        .put_schedule(schedule, &first_slot)
+        .await?;
     Ok(())
 }

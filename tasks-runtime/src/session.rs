@@ -4,7 +4,7 @@
 //!
 //! A finished step's record is *held* until the run's next write, so that a workflow that
 //! returns right after its last step completes with that step in the same transaction
-//! ([`Store::complete_run_with_steps`](crate::Store::complete_run_with_steps)). Every write
+//! ([`LeaseStore::complete_run_with_steps`](crate::LeaseStore::complete_run_with_steps)). Every write
 //! of the run, and every step before it runs, writes what is held first; a timer writes it
 //! after [`HOLD_WINDOW`] if nothing else did.
 //!
@@ -16,7 +16,7 @@
 //! second time (a completion, a failure, a sleep). A step record is written once whatever
 //! the retries: each attempt carries an id chosen here, once, before the first try, and a
 //! store answers a record whose id it holds with the attempt it stored
-//! ([`Store::record_step_attempt`](crate::Store::record_step_attempt)); the steps that
+//! ([`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt)); the steps that
 //! write by name (events, children, published state) find their stored attempt by name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +68,8 @@ impl Halt {
     ///
     /// A [`StoreError::Limit`] is a refusal of the value written, which the next execution
     /// would write again: the run fails for good at once ([`limit_failure`]) instead of
-    /// being left to its lease, to be refused again after every one.
+    /// being left to its lease, to be refused again after every one. So is a
+    /// [`StoreError::Unsupported`]: the store lacks a capability the workflow uses.
     pub(crate) fn after(error: StoreError) -> Halt {
         match error {
             StoreError::WrongState { status, .. }
@@ -78,6 +79,12 @@ impl Halt {
             }
             StoreError::WrongState { .. } | StoreError::LeaseLost { .. } => Halt::LeaseLost,
             StoreError::Limit(limit) => Halt::Fail(limit_failure(&limit)),
+            // Another execution would ask the same store for the same capability.
+            unsupported @ StoreError::Unsupported { .. } => Halt::Fail(
+                ErrorRecord::from_error(&unsupported)
+                    .with_kind("unsupported")
+                    .non_retryable(),
+            ),
             other => Halt::Store(other),
         }
     }
@@ -406,7 +413,7 @@ impl RunSession {
         }
     }
 
-    /// An event wait (see [`Store::wait_for_event`](crate::Store::wait_for_event)).
+    /// An event wait (see [`EventStore::wait_for_event`](crate::EventStore::wait_for_event)).
     pub(crate) async fn wait_for_event(
         &self,
         step_name: &str,
@@ -422,12 +429,13 @@ impl RunSession {
             timeout,
             call: Some(call),
         };
-        retrying(self.retry_for, || self.store.wait_for_event(params.clone()))
+        let store = self.store.events().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.wait_for_event(params.clone()))
             .await
             .map_err(Halt::after)
     }
 
-    /// A publication of state (see [`Store::set_state`](crate::Store::set_state)).
+    /// A publication of state (see [`StateStore::set_state`](crate::StateStore::set_state)).
     pub(crate) async fn set_state(
         &self,
         step_name: &str,
@@ -443,7 +451,8 @@ impl RunSession {
             value,
             call: Some(call),
         };
-        retrying(self.retry_for, || self.store.set_state(params.clone()))
+        let store = self.store.published_state().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.set_state(params.clone()))
             .await
             .map_err(Halt::after)
     }
@@ -454,7 +463,7 @@ impl RunSession {
     }
 
     /// Starts a child run from step `step_name` (see
-    /// [`Store::start_child`](crate::Store::start_child)).
+    /// [`ChildStore::start_child`](crate::ChildStore::start_child)).
     pub(crate) async fn start_child(
         &self,
         step_name: &str,
@@ -470,13 +479,14 @@ impl RunSession {
             on_parent_cancel,
             call: Some(call),
         };
-        retrying(self.retry_for, || self.store.start_child(params.clone()))
+        let store = self.store.children().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.start_child(params.clone()))
             .await
             .map_err(Halt::after)
     }
 
     /// Waits for the children started by the steps `step_names` (see
-    /// [`Store::wait_for_children`](crate::Store::wait_for_children)).
+    /// [`ChildStore::wait_for_children`](crate::ChildStore::wait_for_children)).
     pub(crate) async fn wait_for_children(
         &self,
         step_names: Vec<String>,
@@ -486,11 +496,10 @@ impl RunSession {
             worker_id: self.worker_id.clone(),
             step_names,
         };
-        retrying(self.retry_for, || {
-            self.store.wait_for_children(params.clone())
-        })
-        .await
-        .map_err(Halt::after)
+        let store = self.store.children().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.wait_for_children(params.clone()))
+            .await
+            .map_err(Halt::after)
     }
 
     // ---- The run's outcome ----

@@ -56,6 +56,7 @@
 //! run executing at that moment keeps running on this worker, but its lease is renewed by
 //! a fresh claim, which counts one more attempt.
 
+use crate::RunStore;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -67,7 +68,7 @@ use crate::migration::MigrateError;
 use crate::model::RunStatus;
 use crate::registry::RegistryError;
 use crate::sqlite::SqliteStore;
-use crate::store::{ListRuns, Store};
+use crate::store::ListRuns;
 use crate::worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 /// How often [`TestEnv::settle`] looks at the store again.

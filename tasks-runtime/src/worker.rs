@@ -137,7 +137,7 @@ impl WorkerBuilder {
     }
 
     /// Declares a queue's configuration ([`QueueOptions`]: its concurrency and rate limits),
-    /// written to the store ([`Store::put_queue`](crate::Store::put_queue)) when the worker
+    /// written to the store ([`QueueStore::put_queue`](crate::QueueStore::put_queue)) when the worker
     /// starts, so that every worker of the namespace applies it. Declaring a queue does not
     /// make the worker serve it only (see [`WorkerBuilder::queues`]). Workers that declare
     /// one queue differently overwrite each other: the last to start wins.
@@ -164,7 +164,7 @@ impl WorkerBuilder {
     }
 
     /// How often the worker writes its heartbeat row (default 1 s): one write per worker,
-    /// whatever number of runs it holds ([`Store::heartbeat`](crate::Store::heartbeat)).
+    /// whatever number of runs it holds ([`LeaseStore::heartbeat`](crate::LeaseStore::heartbeat)).
     /// When the row has not been rewritten for the
     /// [heartbeat timeout](WorkerBuilder::heartbeat_timeout), other workers presume this one
     /// dead and claim its runs. The task that writes it belongs to the worker: it stops with
@@ -244,7 +244,7 @@ impl WorkerBuilder {
     /// of short transactions ([`Client::purge`](crate::Client::purge)), in a task that
     /// belongs to the worker and stops with it. Among the workers of a namespace, one per
     /// interval purges (the one that takes the namespace's turn,
-    /// [`Store::take_retention_turn`](crate::Store::take_retention_turn)), so the cost does
+    /// [`RetentionStore::take_retention_turn`](crate::RetentionStore::take_retention_turn)), so the cost does
     /// not grow with the number of workers.
     pub fn retention(mut self, max_age: Duration) -> Self {
         self.retention = Some(max_age);
@@ -564,7 +564,11 @@ impl Worker {
         let mut notifications = self.subscribe().await;
         // The declared queues, before the first claim reads them.
         for queue in &inner.declared_queues {
-            if let Err(error) = inner.store.put_queue(queue).await {
+            let declared = match inner.store.queues() {
+                Ok(queues) => queues.put_queue(queue).await.map(drop),
+                Err(unsupported) => Err(unsupported),
+            };
+            if let Err(error) = declared {
                 tracing::warn!(%error, queue = queue.name(), "could not declare a queue; the claims apply its stored configuration");
             }
         }

@@ -1,5 +1,5 @@
-//! Child workflows on SQLite: the SQL of [`Store::start_child`] and
-//! [`Store::wait_for_children`], and the parent wake-up and cancel cascade that
+//! Child workflows on SQLite: the SQL of [`ChildStore::start_child`] and
+//! [`ChildStore::wait_for_children`], and the parent wake-up and cancel cascade that
 //! [`SqliteStore::transition_in`] runs in the transaction of every finishing transition.
 //! The policy is `transition.rs`'s [`START_CHILD`], [`WAIT_CHILDREN`] and
 //! [`WAKE_PARENT`](tasks_core::transition::WAKE_PARENT).
@@ -8,8 +8,8 @@
 //! serialize: the last child always finds its parent parked, or the parent finds it
 //! finished.
 //!
-//! [`Store::start_child`]: tasks_core::Store::start_child
-//! [`Store::wait_for_children`]: tasks_core::Store::wait_for_children
+//! [`ChildStore::start_child`]: tasks_core::ChildStore::start_child
+//! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 
 use uuid::Uuid;
 

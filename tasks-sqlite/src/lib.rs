@@ -39,6 +39,10 @@ mod steps;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tasks_core::store::{
+    ChildStore, EventStore, LeaseStore, LifecycleStore, QueueStore, RetentionStore, RunStore,
+    ScheduleStore, StateStore, StepStore,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
@@ -414,6 +418,41 @@ impl Store for SqliteStore {
         Ok(SharedStore::new(self.with_namespace(namespace)?))
     }
 
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        Ok(self.shared.subscribe(self.namespace.to_string()))
+    }
+
+    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
+        Ok(self)
+    }
+
+    fn events(&self) -> StoreResult<&dyn EventStore> {
+        Ok(self)
+    }
+
+    fn children(&self) -> StoreResult<&dyn ChildStore> {
+        Ok(self)
+    }
+
+    fn published_state(&self) -> StoreResult<&dyn StateStore> {
+        Ok(self)
+    }
+
+    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
+        Ok(self)
+    }
+
+    fn queues(&self) -> StoreResult<&dyn QueueStore> {
+        Ok(self)
+    }
+
+    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         params.check(&self.namespace)?;
         self.create_run_impl(params).await
@@ -446,7 +485,10 @@ impl Store for SqliteStore {
             .map_err(db(Operation::CountRuns))?;
         Ok(tasks_core::store::counts_in_order(statuses, rows))
     }
+}
 
+#[async_trait]
+impl LeaseStore for SqliteStore {
     async fn claim_runs_filtered(
         &self,
         worker_id: &str,
@@ -521,18 +563,17 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.cancel_run_impl(run_id).await
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.heartbeat_impl(worker_id, stale_after).await
     }
 
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.pause_run_impl(run_id).await
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        self.remove_worker_impl(worker_id).await
     }
+}
 
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.resume_run_impl(run_id).await
-    }
-
+#[async_trait]
+impl StepStore for SqliteStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         params.check()?;
         self.create_step_attempt_impl(params).await
@@ -567,21 +608,33 @@ impl Store for SqliteStore {
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         self.record_step_attempt_impl(params).await
     }
+}
 
-    async fn subscribe(&self) -> StoreResult<NotificationStream> {
-        Ok(self.shared.subscribe(self.namespace.to_string()))
+#[async_trait]
+impl LifecycleStore for SqliteStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.cancel_run_impl(run_id).await
     }
 
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        self.heartbeat_impl(worker_id, stale_after).await
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.pause_run_impl(run_id).await
     }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        self.remove_worker_impl(worker_id).await
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.resume_run_impl(run_id).await
     }
 
-    // ---- Events sent to a run: the SQL is in `events.rs` ----
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
 
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
         self.send_event_impl(params).await
     }
@@ -593,9 +646,21 @@ impl Store for SqliteStore {
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         self.list_events_impl(run_id).await
     }
+}
 
-    // ---- Published state: the SQL is in `state.rs` ----
+#[async_trait]
+impl ChildStore for SqliteStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
 
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
+    }
+}
+
+#[async_trait]
+impl StateStore for SqliteStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         self.set_state_impl(params).await
     }
@@ -607,41 +672,10 @@ impl Store for SqliteStore {
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
         self.list_state_impl(run_id).await
     }
+}
 
-    // ---- Retry and fork: the SQL is in `lifecycle.rs` ----
-
-    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.retry_run_impl(run_id).await
-    }
-
-    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.fork_run_impl(run_id, from_step).await
-    }
-
-    // ---- Retention: the SQL is in `retention.rs` ----
-
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.purge_runs_impl(params).await
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.take_retention_turn_impl(worker_id, every).await
-    }
-
-    // ---- Child workflows: the SQL is in `children.rs` ----
-
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.start_child_impl(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.wait_for_children_impl(params).await
-    }
-
+#[async_trait]
+impl ScheduleStore for SqliteStore {
     async fn create_schedule(
         &self,
         params: NewSchedule,
@@ -685,7 +719,10 @@ impl Store for SqliteStore {
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         self.fire_schedule_impl(params).await
     }
+}
 
+#[async_trait]
+impl QueueStore for SqliteStore {
     async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
         self.put_queue_impl(options).await
     }
@@ -700,5 +737,20 @@ impl Store for SqliteStore {
 
     async fn delete_queue(&self, name: &str) -> StoreResult<()> {
         self.delete_queue_impl(name).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for SqliteStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.purge_runs_impl(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.take_retention_turn_impl(worker_id, every).await
     }
 }

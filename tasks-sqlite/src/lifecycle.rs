@@ -13,7 +13,7 @@ use tasks_core::model::WorkflowRun;
 use tasks_core::transition::{FORK, RETRY};
 
 impl SqliteStore {
-    /// [`Store::retry_run`](tasks_core::Store::retry_run), fenced by [`RETRY`], under the write
+    /// [`LifecycleStore::retry_run`](tasks_core::LifecycleStore::retry_run), fenced by [`RETRY`], under the write
     /// lock.
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
@@ -28,7 +28,7 @@ impl SqliteStore {
             .await
     }
 
-    /// [`Store::fork_run`](tasks_core::Store::fork_run) in one write transaction: the source
+    /// [`LifecycleStore::fork_run`](tasks_core::LifecycleStore::fork_run) in one write transaction: the source
     /// run is checked against [`FORK`] under the write lock, then the new run and the copies
     /// of the attempts before the first attempt of `from_step` are inserted; on any miss
     /// nothing is written.

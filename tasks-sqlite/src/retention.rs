@@ -17,7 +17,7 @@ use tasks_core::transition::{PURGE, purgeable_family, status_in};
 const BATCH: &str = "(SELECT value FROM json_each(?2))";
 
 impl SqliteStore {
-    /// [`Store::purge_runs`](tasks_core::Store::purge_runs) in one write transaction: selects a
+    /// [`RetentionStore::purge_runs`](tasks_core::RetentionStore::purge_runs) in one write transaction: selects a
     /// batch of candidates, clears the links other runs keep to them, deletes their events
     /// and step attempts, then the runs, fenced by [`PURGE`]. The dependent rows are
     /// deleted explicitly rather than left to the cascading foreign keys, which SQLite
@@ -98,7 +98,7 @@ impl SqliteStore {
         Ok(purged)
     }
 
-    /// [`Store::take_retention_turn`](tasks_core::Store::take_retention_turn) in one write
+    /// [`RetentionStore::take_retention_turn`](tasks_core::RetentionStore::take_retention_turn) in one write
     /// transaction: an upsert of the namespace's lease row that only changes it when its
     /// turn is due.
     pub(super) async fn take_retention_turn_impl(

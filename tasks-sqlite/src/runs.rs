@@ -141,10 +141,10 @@ impl SqliteStore {
         Ok(run)
     }
 
-    /// Inserts a pending run in `write` (the statement of [`Store::create_run`]): `None` when
+    /// Inserts a pending run in `write` (the statement of [`RunStore::create_run`]): `None` when
     /// a run with its idempotency key exists already. Announces nothing.
     ///
-    /// [`Store::create_run`]: tasks_core::Store::create_run
+    /// [`RunStore::create_run`]: tasks_core::RunStore::create_run
     pub(super) async fn insert_run(
         &self,
         write: &mut Write<'_>,

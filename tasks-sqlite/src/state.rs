@@ -1,14 +1,14 @@
-//! Published state, on SQLite: the SQL of [`Store::set_state`], [`Store::get_state`] and
-//! [`Store::list_state`]. The policy (the lease fence) is `transition.rs`'s [`SET_STATE`].
+//! Published state, on SQLite: the SQL of [`StateStore::set_state`], [`StateStore::get_state`] and
+//! [`StateStore::list_state`]. The policy (the lease fence) is `transition.rs`'s [`SET_STATE`].
 //!
 //! A publication runs under SQLite's write lock (`BEGIN IMMEDIATE`), so publications of one
 //! run serialize with each other and with every other write: the version of a key grows by
 //! exactly one per publication, and a replayed step finds the attempt its first execution
 //! committed.
 //!
-//! [`Store::set_state`]: tasks_core::Store::set_state
-//! [`Store::get_state`]: tasks_core::Store::get_state
-//! [`Store::list_state`]: tasks_core::Store::list_state
+//! [`StateStore::set_state`]: tasks_core::StateStore::set_state
+//! [`StateStore::get_state`]: tasks_core::StateStore::get_state
+//! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
 use uuid::Uuid;
 

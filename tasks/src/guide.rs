@@ -5,15 +5,22 @@
 //!
 //! Each step of a run's life, and where it lives:
 //!
-//! | step | what happens | where |
-//! |---|---|---|
-//! | macro | `#[workflow]` and `#[step]` turn async functions into a registered definition and memoized calls | [`workflow`](crate::workflow), [`step`](crate::step) |
-//! | registry | every `#[workflow]` linked into the binary is collected at start-up, by name and version | [`Registry`](crate::Registry) |
-//! | client.start | the input is checked against its schema and the run is stored, pending | [`Client`](crate::Client), [`StartOptions`](crate::StartOptions) |
-//! | store | every write is one fenced statement of a [`Store`](crate::Store): Postgres or SQLite | [`postgres`](crate::postgres), [`sqlite`](crate::sqlite) |
-//! | worker claim | a worker claims runs in batches (dead workers' runs first), holds and heartbeats a lease | [`Worker`](crate::Worker) |
-//! | replay | the workflow runs from the top; completed steps return their stored output | [`WorkflowContext`](crate::WorkflowContext) |
-//! | store | each finished step is recorded once, and the run completes, fails, sleeps or waits | [`Store::record_step_attempt`](crate::Store::record_step_attempt) |
+//! | step | what happens | crate | where |
+//! |---|---|---|---|
+//! | macro | `#[workflow]` and `#[step]` turn async functions into a registered definition and memoized calls | `tasks-macros` | [`workflow`](crate::workflow), [`step`](crate::step) |
+//! | registry | every `#[workflow]` linked into the binary is collected at start-up, by name and version | `tasks-runtime` | [`Registry`](crate::Registry) |
+//! | client.start | the input is checked against its schema and the run is stored, pending | `tasks-runtime` | [`Client`](crate::Client), [`StartOptions`](crate::StartOptions) |
+//! | store | every write is one fenced statement, decided by the contract's rules and rendered by a store | `tasks-core`, `tasks-postgres`, `tasks-sqlite` | [`store`](crate::store), [`postgres`](crate::postgres), [`sqlite`](crate::sqlite) |
+//! | worker claim | a worker claims runs in batches (dead workers' runs first), holds and heartbeats a lease | `tasks-runtime` | [`Worker`](crate::Worker), [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs) |
+//! | replay | the workflow runs from the top; completed steps return their stored output | `tasks-runtime` | [`WorkflowContext`](crate::WorkflowContext) |
+//! | store | each finished step is recorded once, and the run completes, fails, sleeps or waits | `tasks-core`, a store | [`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt) |
+//!
+//! The crates: `tasks` (this facade), `tasks-macros` (the attributes), `tasks-runtime` (the
+//! engine: registry, client, worker, executor, replay, context), `tasks-core` (the records,
+//! limits, failures and retry, the store contract and the rules every store executes; no
+//! driver, no worker), `tasks-postgres` and `tasks-sqlite` (the stores: SQL and row
+//! decoding), `tasks-migrations` (each dialect's schema migrations) and
+//! `tasks-conformance` (the contract's specification by example).
 //!
 //! # Chapters
 //!

@@ -732,7 +732,15 @@ async fn events_send_validates_the_payload_and_wakes_the_run(backend: Backend) {
     )
     .await;
     assert_eq!(unknown.exit, Exit::NotFound, "{}", unknown.err);
-    assert!(store.list_events(run.id()).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let worker = worker(&store).build().unwrap().spawn();
     eventually!(Duration::from_secs(20), {

@@ -10,6 +10,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tasks::store::{
+    ChildStore, EventStore, LeaseStore, LifecycleStore, QueueStore, RetentionStore, RunStore,
+    ScheduleStore, StateStore, StepStore,
+};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -54,6 +58,41 @@ impl Store for Counting {
         }))
     }
 
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        self.inner.subscribe().await
+    }
+
+    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
+        Ok(self)
+    }
+
+    fn events(&self) -> StoreResult<&dyn EventStore> {
+        Ok(self)
+    }
+
+    fn children(&self) -> StoreResult<&dyn ChildStore> {
+        Ok(self)
+    }
+
+    fn published_state(&self) -> StoreResult<&dyn StateStore> {
+        Ok(self)
+    }
+
+    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
+        Ok(self)
+    }
+
+    fn queues(&self) -> StoreResult<&dyn QueueStore> {
+        Ok(self)
+    }
+
+    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl RunStore for Counting {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         self.write().create_run(params).await
     }
@@ -69,7 +108,10 @@ impl Store for Counting {
     async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
         self.inner.count_runs(statuses).await
     }
+}
 
+#[async_trait]
+impl LeaseStore for Counting {
     async fn claim_runs_filtered(
         &self,
         worker_id: &str,
@@ -127,18 +169,17 @@ impl Store for Counting {
             .await
     }
 
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.write().cancel_run(run_id).await
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.write().heartbeat(worker_id, stale_after).await
     }
 
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.write().pause_run(run_id).await
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        self.write().remove_worker(worker_id).await
     }
+}
 
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.write().resume_run(run_id).await
-    }
-
+#[async_trait]
+impl StepStore for Counting {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         self.write().create_step_attempt(params).await
     }
@@ -170,83 +211,83 @@ impl Store for Counting {
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         self.write().record_step_attempt(params).await
     }
+}
 
-    async fn subscribe(&self) -> StoreResult<NotificationStream> {
-        self.inner.subscribe().await
+#[async_trait]
+impl LifecycleStore for Counting {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().lifecycle()?.cancel_run(run_id).await
     }
 
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        self.write().heartbeat(worker_id, stale_after).await
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().lifecycle()?.pause_run(run_id).await
     }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        self.write().remove_worker(worker_id).await
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.write().lifecycle()?.resume_run(run_id).await
     }
-
-    // ---- Events sent to a run ----
-
-    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        self.write().send_event(params).await
-    }
-
-    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        self.write().wait_for_event(params).await
-    }
-
-    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        self.inner.list_events(run_id).await
-    }
-
-    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
-        self.write().set_state(params).await
-    }
-
-    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        self.inner.get_state(run_id, key).await
-    }
-
-    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        self.inner.list_state(run_id).await
-    }
-
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.write().start_child(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.write().wait_for_children(params).await
-    }
-
-    // ---- Retry and fork ----
 
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.write().retry_run(run_id).await
+        self.write().lifecycle()?.retry_run(run_id).await
     }
 
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.write().fork_run(run_id, from_step).await
+        self.write().lifecycle()?.fork_run(run_id, from_step).await
+    }
+}
+
+#[async_trait]
+impl EventStore for Counting {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.write().events()?.send_event(params).await
     }
 
-    // ---- Retention ----
-
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.write().purge_runs(params).await
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.write().events()?.wait_for_event(params).await
     }
 
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.write().take_retention_turn(worker_id, every).await
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.inner.events()?.list_events(run_id).await
+    }
+}
+
+#[async_trait]
+impl ChildStore for Counting {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.write().children()?.start_child(params).await
     }
 
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.write().children()?.wait_for_children(params).await
+    }
+}
+
+#[async_trait]
+impl StateStore for Counting {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.write().published_state()?.set_state(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.inner.published_state()?.get_state(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.inner.published_state()?.list_state(run_id).await
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for Counting {
     async fn create_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.write().create_schedule(params, first_slot).await
+        self.write()
+            .schedules()?
+            .create_schedule(params, first_slot)
+            .await
     }
 
     async fn put_schedule(
@@ -254,51 +295,75 @@ impl Store for Counting {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.write().put_schedule(params, first_slot).await
+        self.write()
+            .schedules()?
+            .put_schedule(params, first_slot)
+            .await
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        self.inner.get_schedule(name).await
+        self.inner.schedules()?.get_schedule(name).await
     }
 
     async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        self.inner.list_schedules().await
+        self.inner.schedules()?.list_schedules().await
     }
 
     async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.write().pause_schedule(name).await
+        self.write().schedules()?.pause_schedule(name).await
     }
 
     async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.write().resume_schedule(name).await
+        self.write().schedules()?.resume_schedule(name).await
     }
 
     async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        self.write().delete_schedule(name).await
+        self.write().schedules()?.delete_schedule(name).await
     }
 
     async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        self.inner.due_schedules(limit).await
+        self.inner.schedules()?.due_schedules(limit).await
     }
 
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        self.write().fire_schedule(params).await
+        self.write().schedules()?.fire_schedule(params).await
     }
+}
 
+#[async_trait]
+impl QueueStore for Counting {
     async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        self.write().put_queue(options).await
+        self.write().queues()?.put_queue(options).await
     }
 
     async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        self.inner.get_queue(name).await
+        self.inner.queues()?.get_queue(name).await
     }
 
     async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        self.inner.list_queues().await
+        self.inner.queues()?.list_queues().await
     }
 
     async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        self.write().delete_queue(name).await
+        self.write().queues()?.delete_queue(name).await
+    }
+}
+
+#[async_trait]
+impl RetentionStore for Counting {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.write().retention()?.purge_runs(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.write()
+            .retention()?
+            .take_retention_turn(worker_id, every)
+            .await
     }
 }
 

@@ -660,6 +660,8 @@ async fn run_actions_in_chromium(backend: Backend) {
     assert!(
         client
             .store()
+            .events()
+            .unwrap()
             .list_events(waiting)
             .await
             .unwrap()
@@ -677,6 +679,8 @@ async fn run_actions_in_chromium(backend: Backend) {
     assert!(
         client
             .store()
+            .events()
+            .unwrap()
             .list_events(waiting)
             .await
             .unwrap()
@@ -686,7 +690,13 @@ async fn run_actions_in_chromium(backend: Backend) {
     type_into(&browser, "#event-payload", r#"{"by": "ada", "level": 2}"#).await;
     browser.click("#send-event").await;
     assert!(browser.wait_for("#notice").await.contains("Event sent"));
-    let events = client.store().list_events(waiting).await.unwrap();
+    let events = client
+        .store()
+        .events()
+        .unwrap()
+        .list_events(waiting)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, json!({ "by": "ada", "level": 2 }));
     // A run whose workflow declares no events has no form.

@@ -195,7 +195,16 @@ async fn a_duplicate_send_is_delivered_once(backend: Backend) {
     assert_eq!(second.event.id, first.event.id);
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, vec![Some("hello".to_owned()), None]);
-    assert_eq!(store.list_events(run.id()).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     worker.shutdown().await;
 }
 
@@ -248,7 +257,15 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
             .await,
         Err(ClientError::Store(StoreError::RunNotFound { .. }))
     ));
-    assert!(store.list_events(run.id()).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // A valid one, then one addressed by workflow and idempotency key.
     client
@@ -324,7 +341,12 @@ async fn sends_to_finished_runs_are_refused(backend: Backend) {
         .create_run(CreateRun::new("e2e-approval"))
         .await
         .unwrap();
-    store.cancel_run(canceled.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(canceled.id)
+        .await
+        .unwrap();
     assert!(matches!(
         client.send_event(canceled.id, &note).await,
         Err(ClientError::Store(StoreError::WrongState {
@@ -332,8 +354,24 @@ async fn sends_to_finished_runs_are_refused(backend: Backend) {
             ..
         }))
     ));
-    assert!(store.list_events(run.id()).await.unwrap().is_empty());
-    assert!(store.list_events(canceled.id).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(run.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(canceled.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     worker.shutdown().await;
 }
 

@@ -309,7 +309,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
     // And the claim takes what the limits allow: one run of each key it reaches (two of
     // three slots are held), keyless runs by priority among them.
     let started = Instant::now();
-    let claimed = tasks::Store::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
+    let claimed = tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
         .await
         .unwrap();
     println!("claim of 32 on the backlog: {:?}", started.elapsed());
@@ -494,7 +494,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
             .unwrap_or_else(|| panic!("no row count in {scan:?}"));
         assert!(read <= 100.0, "the scan read {read} rows:\n{plan}");
     }
-    let claimed = tasks::Store::claim_runs(&store, "plan-worker", Duration::from_secs(60), 10)
+    let claimed = tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 10)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 10);
@@ -542,10 +542,10 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     .execute(pool)
     .await
     .unwrap();
-    tasks::Store::put_queue(&store, &tasks::QueueOptions::new("q-1").concurrency(3))
+    tasks::QueueStore::put_queue(&store, &tasks::QueueOptions::new("q-1").concurrency(3))
         .await
         .unwrap();
-    tasks::Store::put_queue(
+    tasks::QueueStore::put_queue(
         &store,
         &tasks::QueueOptions::new("q-2").rate_limit(5, Duration::from_secs(3600)),
     )
@@ -553,7 +553,7 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     .unwrap();
     // Every run with a key is in q-0: one start per key and hour, and one run of each key
     // at once (below the runs' own limit of 2).
-    tasks::Store::put_queue(
+    tasks::QueueStore::put_queue(
         &store,
         &tasks::QueueOptions::new("q-0")
             .rate_limit_per_key(1, Duration::from_secs(3600))
@@ -602,9 +602,10 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     let mut taken: HashMap<String, usize> = HashMap::new();
     for _ in 0..4 {
         let started = Instant::now();
-        let claimed = tasks::Store::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
-            .await
-            .unwrap();
+        let claimed =
+            tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
+                .await
+                .unwrap();
         println!("claim of 32 on the queued backlog: {:?}", started.elapsed());
         assert_eq!(claimed.len(), 32);
         for claimed in claimed {
@@ -631,7 +632,7 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
         queues: served,
         workflows: None,
     };
-    let claimed = tasks::Store::claim_runs_filtered(
+    let claimed = tasks::LeaseStore::claim_runs_filtered(
         &store,
         "plan-worker",
         Duration::from_secs(60),

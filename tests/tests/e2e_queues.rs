@@ -230,7 +230,14 @@ async fn queue_limit_holds_under_four_workers(backend: Backend) {
         .unwrap()
         .spawn();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while store.get_queue("e2e-limited").await.unwrap().is_none() {
+    while store
+        .queues()
+        .unwrap()
+        .get_queue("e2e-limited")
+        .await
+        .unwrap()
+        .is_none()
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "the queue was never declared"
@@ -246,7 +253,13 @@ async fn queue_limit_holds_under_four_workers(backend: Backend) {
     let most = most_running().lock().unwrap()[&probe]["e2e-limited"];
     assert!(most <= 2, "the queue had {most} runs running at once");
     assert!(most >= 1);
-    let queue = store.get_queue("e2e-limited").await.unwrap().unwrap();
+    let queue = store
+        .queues()
+        .unwrap()
+        .get_queue("e2e-limited")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(queue.concurrency, Some(2));
 }
 
@@ -291,7 +304,14 @@ async fn per_key_limit_holds_under_four_workers(backend: Backend) {
         .unwrap()
         .spawn();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while store.get_queue(QUEUE).await.unwrap().is_none() {
+    while store
+        .queues()
+        .unwrap()
+        .get_queue(QUEUE)
+        .await
+        .unwrap()
+        .is_none()
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "the queue was never declared"
@@ -310,7 +330,13 @@ async fn per_key_limit_holds_under_four_workers(backend: Backend) {
         assert!(of_key <= 2, "key {key} had {of_key} runs running at once");
         assert!(of_key >= 1);
     }
-    let queue = store.get_queue(QUEUE).await.unwrap().unwrap();
+    let queue = store
+        .queues()
+        .unwrap()
+        .get_queue(QUEUE)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(queue.key_concurrency, Some(2));
     assert_eq!(queue.concurrency, None);
 }

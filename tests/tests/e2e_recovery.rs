@@ -518,6 +518,7 @@ impl tasks::Store for Flaky {
     fn is_postgres(&self) -> bool {
         self.inner.is_postgres()
     }
+
     fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
         Ok(tasks::SharedStore::new(Flaky {
             inner: self.inner.scoped(namespace)?,
@@ -526,25 +527,58 @@ impl tasks::Store for Flaky {
             refuse_steps: self.refuse_steps,
         }))
     }
+
+    async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
+        self.inner.subscribe().await
+    }
+    fn lifecycle(&self) -> tasks::StoreResult<&dyn tasks::LifecycleStore> {
+        Ok(self)
+    }
+    fn events(&self) -> tasks::StoreResult<&dyn tasks::EventStore> {
+        Ok(self)
+    }
+    fn children(&self) -> tasks::StoreResult<&dyn tasks::ChildStore> {
+        Ok(self)
+    }
+    fn published_state(&self) -> tasks::StoreResult<&dyn tasks::StateStore> {
+        Ok(self)
+    }
+    fn schedules(&self) -> tasks::StoreResult<&dyn tasks::ScheduleStore> {
+        Ok(self)
+    }
+    fn queues(&self) -> tasks::StoreResult<&dyn tasks::QueueStore> {
+        Ok(self)
+    }
+    fn retention(&self) -> tasks::StoreResult<&dyn tasks::RetentionStore> {
+        Ok(self)
+    }
+}
+#[async_trait::async_trait]
+impl tasks::RunStore for Flaky {
     async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner.create_run(params).await
     }
+
     async fn get_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Option<tasks::WorkflowRun>> {
         self.inner.get_run(run_id).await
     }
+
     async fn list_runs(
         &self,
         params: ListRuns,
     ) -> tasks::StoreResult<tasks::Page<tasks::WorkflowRun>> {
         self.inner.list_runs(params).await
     }
+
     async fn count_runs(
         &self,
         statuses: &[tasks::RunStatus],
     ) -> tasks::StoreResult<Vec<(tasks::RunStatus, u64)>> {
         self.inner.count_runs(statuses).await
     }
-
+}
+#[async_trait::async_trait]
+impl tasks::LeaseStore for Flaky {
     async fn claim_runs_filtered(
         &self,
         worker_id: &str,
@@ -556,6 +590,7 @@ impl tasks::Store for Flaky {
             .claim_runs_filtered(worker_id, lease, limit, filter)
             .await
     }
+
     async fn extend_lease(
         &self,
         run_id: uuid::Uuid,
@@ -567,6 +602,7 @@ impl tasks::Store for Flaky {
         }
         self.inner.extend_lease(run_id, worker_id, lease).await
     }
+
     async fn sleep_run(
         &self,
         run_id: uuid::Uuid,
@@ -576,6 +612,7 @@ impl tasks::Store for Flaky {
         self.fail(tasks::Operation::SleepRun)?;
         self.inner.sleep_run(run_id, worker_id, until).await
     }
+
     async fn complete_run(
         &self,
         run_id: uuid::Uuid,
@@ -585,6 +622,7 @@ impl tasks::Store for Flaky {
         self.fail(tasks::Operation::CompleteRun)?;
         self.inner.complete_run(run_id, worker_id, output).await
     }
+
     async fn complete_run_with_steps(
         &self,
         run_id: uuid::Uuid,
@@ -600,10 +638,12 @@ impl tasks::Store for Flaky {
             .complete_run_with_steps(run_id, worker_id, output, steps)
             .await
     }
+
     async fn fail_run(&self, params: tasks::FailRun) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::Operation::FailRun)?;
         self.inner.fail_run(params).await
     }
+
     async fn release_run(
         &self,
         run_id: uuid::Uuid,
@@ -615,15 +655,17 @@ impl tasks::Store for Flaky {
             .release_run(run_id, worker_id, delay, reason)
             .await
     }
-    async fn cancel_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.cancel_run(run_id).await
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> tasks::StoreResult<()> {
+        self.inner.heartbeat(worker_id, stale_after).await
     }
-    async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.pause_run(run_id).await
+
+    async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
+        self.inner.remove_worker(worker_id).await
     }
-    async fn resume_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.resume_run(run_id).await
-    }
+}
+#[async_trait::async_trait]
+impl tasks::StepStore for Flaky {
     async fn create_step_attempt(
         &self,
         params: tasks::CreateStepAttempt,
@@ -631,24 +673,28 @@ impl tasks::Store for Flaky {
         self.fail(tasks::Operation::CreateStepAttempt)?;
         self.inner.create_step_attempt(params).await
     }
+
     async fn get_step_attempt(
         &self,
         step_attempt_id: uuid::Uuid,
     ) -> tasks::StoreResult<Option<tasks::StepAttempt>> {
         self.inner.get_step_attempt(step_attempt_id).await
     }
+
     async fn list_step_attempts(
         &self,
         params: tasks::ListStepAttempts,
     ) -> tasks::StoreResult<tasks::Page<tasks::StepAttempt>> {
         self.inner.list_step_attempts(params).await
     }
+
     async fn step_history(
         &self,
         run_id: uuid::Uuid,
     ) -> tasks::StoreResult<Vec<tasks::StepAttempt>> {
         self.inner.step_history(run_id).await
     }
+
     async fn complete_step_attempt(
         &self,
         run_id: uuid::Uuid,
@@ -661,6 +707,7 @@ impl tasks::Store for Flaky {
             .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
             .await
     }
+
     async fn record_step_attempt(
         &self,
         params: tasks::RecordStepAttempt,
@@ -669,128 +716,179 @@ impl tasks::Store for Flaky {
         self.refuse()?;
         self.inner.record_step_attempt(params).await
     }
-    async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
-        self.inner.subscribe().await
+}
+#[async_trait::async_trait]
+impl tasks::LifecycleStore for Flaky {
+    async fn cancel_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.lifecycle()?.cancel_run(run_id).await
     }
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> tasks::StoreResult<()> {
-        self.inner.heartbeat(worker_id, stale_after).await
+
+    async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.lifecycle()?.pause_run(run_id).await
     }
-    async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
-        self.inner.remove_worker(worker_id).await
+
+    async fn resume_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+        self.inner.lifecycle()?.resume_run(run_id).await
     }
-    // Events sent to a run.
-    async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
-        self.inner.send_event(params).await
-    }
-    async fn wait_for_event(
-        &self,
-        params: tasks::WaitForEvent,
-    ) -> tasks::StoreResult<tasks::EventWait> {
-        self.inner.wait_for_event(params).await
-    }
-    async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
-        self.inner.list_events(run_id).await
-    }
-    // Published state.
-    async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
-        self.inner.set_state(params).await
-    }
-    async fn get_state(
-        &self,
-        run_id: uuid::Uuid,
-        key: &str,
-    ) -> tasks::StoreResult<Option<tasks::PublishedState>> {
-        self.inner.get_state(run_id, key).await
-    }
-    async fn list_state(
-        &self,
-        run_id: uuid::Uuid,
-    ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
-        self.inner.list_state(run_id).await
-    }
+
     // Retry and fork.
     async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.retry_run(run_id).await
+        self.inner.lifecycle()?.retry_run(run_id).await
     }
+
     async fn fork_run(
         &self,
         run_id: uuid::Uuid,
         from_step: &str,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.fork_run(run_id, from_step).await
+        self.inner.lifecycle()?.fork_run(run_id, from_step).await
     }
-    async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::StoreResult<u64> {
-        self.inner.purge_runs(params).await
+}
+#[async_trait::async_trait]
+impl tasks::EventStore for Flaky {
+    // Events sent to a run.
+    async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
+        self.inner.events()?.send_event(params).await
     }
-    async fn take_retention_turn(
+
+    async fn wait_for_event(
         &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> tasks::StoreResult<Option<u64>> {
-        self.inner.take_retention_turn(worker_id, every).await
+        params: tasks::WaitForEvent,
+    ) -> tasks::StoreResult<tasks::EventWait> {
+        self.inner.events()?.wait_for_event(params).await
     }
+
+    async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
+        self.inner.events()?.list_events(run_id).await
+    }
+}
+#[async_trait::async_trait]
+impl tasks::ChildStore for Flaky {
     // Child workflows.
     async fn start_child(
         &self,
         params: tasks::StartChild,
     ) -> tasks::StoreResult<tasks::StartedChild> {
-        self.inner.start_child(params).await
+        self.inner.children()?.start_child(params).await
     }
+
     async fn wait_for_children(
         &self,
         params: tasks::WaitForChildren,
     ) -> tasks::StoreResult<tasks::ChildWait> {
-        self.inner.wait_for_children(params).await
+        self.inner.children()?.wait_for_children(params).await
     }
+}
+#[async_trait::async_trait]
+impl tasks::StateStore for Flaky {
+    // Published state.
+    async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
+        self.inner.published_state()?.set_state(params).await
+    }
+
+    async fn get_state(
+        &self,
+        run_id: uuid::Uuid,
+        key: &str,
+    ) -> tasks::StoreResult<Option<tasks::PublishedState>> {
+        self.inner.published_state()?.get_state(run_id, key).await
+    }
+
+    async fn list_state(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
+        self.inner.published_state()?.list_state(run_id).await
+    }
+}
+#[async_trait::async_trait]
+impl tasks::ScheduleStore for Flaky {
     async fn create_schedule(
         &self,
         params: tasks::NewSchedule,
         first_slot: tasks::schedule::NextSlot<'_>,
     ) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.create_schedule(params, first_slot).await
+        self.inner
+            .schedules()?
+            .create_schedule(params, first_slot)
+            .await
     }
+
     async fn put_schedule(
         &self,
         params: tasks::NewSchedule,
         first_slot: tasks::schedule::NextSlot<'_>,
     ) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.put_schedule(params, first_slot).await
+        self.inner
+            .schedules()?
+            .put_schedule(params, first_slot)
+            .await
     }
+
     async fn get_schedule(&self, name: &str) -> tasks::StoreResult<Option<tasks::Schedule>> {
-        self.inner.get_schedule(name).await
+        self.inner.schedules()?.get_schedule(name).await
     }
+
     async fn list_schedules(&self) -> tasks::StoreResult<Vec<tasks::Schedule>> {
-        self.inner.list_schedules().await
+        self.inner.schedules()?.list_schedules().await
     }
+
     async fn pause_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.pause_schedule(name).await
+        self.inner.schedules()?.pause_schedule(name).await
     }
+
     async fn resume_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.resume_schedule(name).await
+        self.inner.schedules()?.resume_schedule(name).await
     }
+
     async fn delete_schedule(&self, name: &str) -> tasks::StoreResult<()> {
-        self.inner.delete_schedule(name).await
+        self.inner.schedules()?.delete_schedule(name).await
     }
+
     async fn due_schedules(&self, limit: u32) -> tasks::StoreResult<tasks::schedule::DueSchedules> {
-        self.inner.due_schedules(limit).await
+        self.inner.schedules()?.due_schedules(limit).await
     }
+
     async fn fire_schedule(
         &self,
         params: tasks::schedule::FireSchedule,
     ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
-        self.inner.fire_schedule(params).await
+        self.inner.schedules()?.fire_schedule(params).await
     }
+}
+#[async_trait::async_trait]
+impl tasks::QueueStore for Flaky {
     async fn put_queue(&self, options: &tasks::QueueOptions) -> tasks::StoreResult<tasks::Queue> {
-        self.inner.put_queue(options).await
+        self.inner.queues()?.put_queue(options).await
     }
+
     async fn get_queue(&self, name: &str) -> tasks::StoreResult<Option<tasks::Queue>> {
-        self.inner.get_queue(name).await
+        self.inner.queues()?.get_queue(name).await
     }
+
     async fn list_queues(&self) -> tasks::StoreResult<Vec<tasks::Queue>> {
-        self.inner.list_queues().await
+        self.inner.queues()?.list_queues().await
     }
+
     async fn delete_queue(&self, name: &str) -> tasks::StoreResult<()> {
-        self.inner.delete_queue(name).await
+        self.inner.queues()?.delete_queue(name).await
+    }
+}
+#[async_trait::async_trait]
+impl tasks::RetentionStore for Flaky {
+    async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::StoreResult<u64> {
+        self.inner.retention()?.purge_runs(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> tasks::StoreResult<Option<u64>> {
+        self.inner
+            .retention()?
+            .take_retention_turn(worker_id, every)
+            .await
     }
 }
 
@@ -1045,9 +1143,9 @@ async fn a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed
         .collect();
     assert!(completed_at_kill.len() < STEPS, "the kill landed mid-run");
 
-    let canceled = store.cancel_run(run.id).await.unwrap();
+    let canceled = store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
     assert_eq!(canceled.status, RunStatus::Canceled);
-    let retried = store.retry_run(run.id).await.unwrap();
+    let retried = store.lifecycle().unwrap().retry_run(run.id).await.unwrap();
     assert_eq!(retried.status, RunStatus::Pending);
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
@@ -1094,7 +1192,12 @@ async fn a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed
     );
 
     // Fork the finished run from its seventh step: only steps 6.. run, in the new run.
-    let forked = store.fork_run(run.id, "record_effect:6").await.unwrap();
+    let forked = store
+        .lifecycle()
+        .unwrap()
+        .fork_run(run.id, "record_effect:6")
+        .await
+        .unwrap();
     let done = eventually!(Duration::from_secs(60), {
         let run = store.get_run(forked.id).await.unwrap().unwrap();
         run.status.is_terminal().then_some(run)

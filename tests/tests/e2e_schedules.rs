@@ -111,6 +111,8 @@ async fn catch_up_after_downtime_follows_the_policy(backend: Backend) {
     for (name, catch_up, _) in &policies {
         let params = schedule(name, "e2e-scheduled", "0 0 0 1 1 *", *catch_up);
         store
+            .schedules()
+            .unwrap()
             .create_schedule(params, &|_| Some(long_ago))
             .await
             .unwrap();
@@ -118,7 +120,13 @@ async fn catch_up_after_downtime_follows_the_policy(backend: Backend) {
     let running = worker(&store).build().unwrap().spawn();
     for (name, _, _) in &policies {
         eventually!(Duration::from_secs(20), {
-            let schedule = store.get_schedule(name).await.unwrap().unwrap();
+            let schedule = store
+                .schedules()
+                .unwrap()
+                .get_schedule(name)
+                .await
+                .unwrap()
+                .unwrap();
             (schedule.next_slot == Some(new_year(now.year() + 1))).then_some(())
         });
     }
@@ -151,7 +159,12 @@ async fn declared_schedule_pauses_resumes_and_deletes(backend: Backend) {
     let client = client(&store);
     let running = worker(&store).build().unwrap().spawn();
     let put = eventually!(Duration::from_secs(20), {
-        store.get_schedule("e2e-declared").await.unwrap()
+        store
+            .schedules()
+            .unwrap()
+            .get_schedule("e2e-declared")
+            .await
+            .unwrap()
     });
     assert_eq!(put.cron, "* * * * * *");
     assert_eq!(put.timezone, "Europe/Paris");
@@ -284,6 +297,8 @@ async fn three_worker_processes_fire_each_slot_once() {
         CatchUp::All { max: 100 },
     );
     let created = store
+        .schedules()
+        .unwrap()
         .create_schedule(every_second, &|now| cadence.next_after(now))
         .await
         .unwrap();
@@ -303,7 +318,12 @@ async fn three_worker_processes_fire_each_slot_once() {
         (runs_of(&*store, "test-tick").await.len() >= 5).then_some(())
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let paused = store.pause_schedule("tick").await.unwrap();
+    let paused = store
+        .schedules()
+        .unwrap()
+        .pause_schedule("tick")
+        .await
+        .unwrap();
     let end = paused.next_slot.unwrap();
     let window: Vec<DateTime<Utc>> = std::iter::successors(Some(first), |slot| {
         cadence.next_after(*slot).filter(|next| *next < end)

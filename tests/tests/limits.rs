@@ -437,7 +437,15 @@ async fn nested_non_finite_floats_are_refused_before_they_are_stored(backend: Ba
         }
         other => panic!("expected a JSON error, got {other:?}"),
     }
-    assert!(store.list_events(target.id()).await.unwrap().is_empty());
+    assert!(
+        store
+            .events()
+            .unwrap()
+            .list_events(target.id())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let worker = worker(&store).build().unwrap().spawn();
     assert_eq!(
@@ -623,7 +631,7 @@ async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend
     let unknown = Uuid::new_v4();
     assert_eq!(scoped.get_run(unknown).await.unwrap(), None);
     assert!(matches!(
-        scoped.cancel_run(unknown).await,
+        scoped.lifecycle().unwrap().cancel_run(unknown).await,
         Err(tasks::StoreError::RunNotFound { .. })
     ));
     let client = tasks::Client::new(scoped.clone()).unwrap();
@@ -637,7 +645,12 @@ async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend
     .await
     .unwrap();
     assert_eq!(run.run().await.unwrap().namespace, longest);
-    scoped.cancel_run(run.id()).await.unwrap();
+    scoped
+        .lifecycle()
+        .unwrap()
+        .cancel_run(run.id())
+        .await
+        .unwrap();
     assert_eq!(count_runs(&client).await, 1);
 }
 

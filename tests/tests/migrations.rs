@@ -2,11 +2,12 @@
 //! are idempotent, safe to run concurrently, and touch nothing outside the `tasks` schema.
 
 use std::panic::AssertUnwindSafe;
+use tasks::RunStore;
 
 use futures::FutureExt;
 use sqlx::{Executor, PgPool, Row};
+use tasks::CreateRun;
 use tasks::postgres::{MIGRATIONS, PgStore, migrate};
-use tasks::{CreateRun, Store};
 use tasks_tests::{connect_options, connect_pool};
 use uuid::Uuid;
 

@@ -1,6 +1,7 @@
 //! The LISTEN/NOTIFY hub survives losing its connection.
 
 use std::time::Duration;
+use tasks::RunStore;
 
 use futures::StreamExt;
 use tasks::{CreateRun, Notification, Store};

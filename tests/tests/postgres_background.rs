@@ -2,6 +2,7 @@
 //! and started again when the runtime they ran on is gone.
 
 use std::time::Duration;
+use tasks::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt;
 use serde_json::json;
@@ -38,9 +39,24 @@ async fn a_client_starts_no_background_task() {
     store.get_run(run.id).await.unwrap();
     store.list_runs(ListRuns::default()).await.unwrap();
     let other = store.create_run(CreateRun::new("client")).await.unwrap();
-    store.pause_run(other.id).await.unwrap();
-    store.resume_run(other.id).await.unwrap();
-    store.cancel_run(other.id).await.unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .pause_run(other.id)
+        .await
+        .unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .resume_run(other.id)
+        .await
+        .unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(other.id)
+        .await
+        .unwrap();
     assert_eq!(store.background_tasks(), 0);
 
     let mut events = store.subscribe().await.unwrap();

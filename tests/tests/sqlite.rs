@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use tasks::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt;
 use schemars::JsonSchema;

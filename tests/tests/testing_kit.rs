@@ -4,11 +4,12 @@
 //! "Testing your workflows" example, verbatim.
 
 use std::time::{Duration, Instant};
+use tasks::RunStore;
 
 use serde_json::Value;
 use tasks::prelude::*;
 use tasks::testing::{TestEnv, TestEnvError};
-use tasks::{CatchUp, ListRuns, NewSchedule, Store};
+use tasks::{CatchUp, ListRuns, NewSchedule};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// How long a test gives the worker to act on a wake-up (real time; generous).

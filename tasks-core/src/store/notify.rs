@@ -1,5 +1,7 @@
 //! What a store announces to the subscribers of a namespace, and the stream they read.
 
+#[cfg(doc)]
+use crate::StateStore;
 use futures::stream::BoxStream;
 use uuid::Uuid;
 
@@ -43,7 +45,7 @@ pub enum Notification {
         status: RunStatus,
     },
     /// A run published a new value of one of its keys
-    /// ([`Store::set_state`]). Workers do not wake on it. See
+    /// ([`StateStore::set_state`]). Workers do not wake on it. See
     /// `Client::wait_state`.
     StateChanged {
         /// The namespace it is in.

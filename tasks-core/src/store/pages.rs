@@ -1,6 +1,8 @@
-//! Listings: filters, sort order, cursors and pages of [`Store::list_runs`] and
-//! [`Store::list_step_attempts`], and the page arithmetic every store shares.
+//! Listings: filters, sort order, cursors and pages of [`RunStore::list_runs`] and
+//! [`StepStore::list_step_attempts`], and the page arithmetic every store shares.
 
+#[cfg(doc)]
+use crate::{RunStore, StepStore};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -27,7 +29,7 @@ pub enum Order {
     Desc,
 }
 
-/// Parameters of [`Store::list_runs`].
+/// Parameters of [`RunStore::list_runs`].
 #[derive(Debug, Clone, Default)]
 pub struct ListRuns {
     /// Keep runs in any of these statuses (empty: all).
@@ -80,7 +82,7 @@ fn check_cursors(after: Option<Cursor>, before: Option<Cursor>) -> Result<(), Li
     Ok(())
 }
 
-/// Parameters of [`Store::list_step_attempts`].
+/// Parameters of [`StepStore::list_step_attempts`].
 #[derive(Debug, Clone)]
 pub struct ListStepAttempts {
     /// The run whose attempts are listed.
@@ -268,7 +270,7 @@ impl PageQuery {
 }
 
 /// `statuses` in order, once each, with the count a store's `GROUP BY status` rows have for
-/// it (zero when absent): what [`Store::count_runs`] returns.
+/// it (zero when absent): what [`RunStore::count_runs`] returns.
 pub fn counts_in_order(statuses: &[RunStatus], rows: Vec<(String, i64)>) -> Vec<(RunStatus, u64)> {
     let counted: Vec<(RunStatus, u64)> = rows
         .into_iter()

@@ -1,6 +1,8 @@
-//! What a run is created, failed and claimed with: the parameters of [`Store::create_run`],
-//! [`Store::fail_run`] and the runs a claim returns.
+//! What a run is created, failed and claimed with: the parameters of [`RunStore::create_run`],
+//! [`LeaseStore::fail_run`] and the runs a claim returns.
 
+#[cfg(doc)]
+use crate::{ChildStore, LeaseStore, LifecycleStore, Notification};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -10,7 +12,10 @@ use uuid::Uuid;
 use crate::error::{StoreError, StoreResult};
 use crate::flow::Concurrency;
 use crate::limits::{self, Field, LimitError};
+use crate::model::RunStatus;
 use crate::model::WorkflowRun;
+
+use super::pages::{ListRuns, Page};
 use crate::retry::RetryPolicy;
 
 #[cfg(doc)]
@@ -19,7 +24,7 @@ use super::Store;
 /// The namespace stores use when none is chosen.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// Parameters of [`Store::create_run`].
+/// Parameters of [`RunStore::create_run`].
 #[derive(Debug, Clone, Default)]
 pub struct CreateRun {
     /// The registered workflow name.
@@ -154,7 +159,7 @@ impl CreateRun {
     }
 }
 
-/// Parameters of [`Store::fail_run`].
+/// Parameters of [`LeaseStore::fail_run`].
 #[derive(Debug, Clone)]
 pub struct FailRun {
     /// The run.
@@ -188,4 +193,37 @@ pub struct ClaimedRun {
     /// `started_at`), and it was not forked (a fork starts with copied history). A store
     /// may say `false` when unsure: that only costs a history read.
     pub first_execution: bool,
+}
+
+/// Runs as records: create, read, list and count. Part of every store ([`Store`] requires
+/// it); the errors common to every method are on [`Store`].
+#[async_trait::async_trait]
+pub trait RunStore: Send + Sync {
+    /// Creates a pending run, available at `available_at`, or `delay` after now by the
+    /// store's clock, or now; announces it with [`Notification::RunAvailable`]. With an
+    /// idempotency key, a second create of the same workflow name and key (racing or not)
+    /// creates nothing and returns the first run. The run's trace context
+    /// ([`CreateRun::trace_context`]) is stored with it, and every read and claim of the run
+    /// returns it ([`WorkflowRun::trace_context`]); [`ChildStore::start_child`] stores the child's
+    /// the same way, and [`LifecycleStore::fork_run`] copies the source's.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a config that is not a JSON object or
+    /// null, or a time out of the store's range.
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun>;
+
+    /// The run with this id, or `None`.
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>>;
+
+    /// A page of runs by `(created_at, id)` in the requested order, filtered.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>>;
+
+    /// How many runs of the namespace are in each of `statuses`, in the order given, zeros
+    /// included (a status given twice is counted once, where it first appears). The live
+    /// statuses are what the partial indexes cover: counting them stays cheap however many
+    /// finished runs the store keeps, while counting a terminal status reads every run in it.
+    ///
+    /// Errors: only the database's ([`StoreError::Database`]).
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>>;
 }

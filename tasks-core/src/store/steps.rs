@@ -1,7 +1,9 @@
 //! Step attempts as a worker writes them: a running attempt created
-//! ([`Store::create_step_attempt`]), a finished attempt recorded
-//! ([`Store::record_step_attempt`]), and the outcome of finishing one.
+//! ([`StepStore::create_step_attempt`]), a finished attempt recorded
+//! ([`StepStore::record_step_attempt`]), and the outcome of finishing one.
 
+#[cfg(doc)]
+use crate::LeaseStore;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,10 +13,12 @@ use crate::error::{StoreError, StoreResult};
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus};
 
+use super::pages::{ListStepAttempts, Page};
+
 #[cfg(doc)]
 use super::Store;
 
-/// Parameters of [`Store::create_step_attempt`].
+/// Parameters of [`StepStore::create_step_attempt`].
 #[derive(Debug, Clone)]
 pub struct CreateStepAttempt {
     /// The attempt's id, chosen once by the caller (a UUIDv7, [`Uuid::now_v7`]) and kept
@@ -50,13 +54,13 @@ impl CreateStepAttempt {
     }
 }
 
-/// Parameters of [`Store::record_step_attempt`]: an attempt that already finished.
+/// Parameters of [`StepStore::record_step_attempt`]: an attempt that already finished.
 #[derive(Debug, Clone)]
 pub struct RecordStepAttempt {
     /// The attempt's id, chosen once by the caller (a UUIDv7, [`Uuid::now_v7`]) and kept
     /// across every retry of the same record. A record whose id the store already holds
     /// for this run is not stored again: the store answers with the attempt it has (see
-    /// [`Store::record_step_attempt`]), so a retry after a lost acknowledgement never
+    /// [`StepStore::record_step_attempt`]), so a retry after a lost acknowledgement never
     /// records a step twice.
     pub id: Uuid,
     /// The run, which must be running under `worker_id`.
@@ -115,7 +119,7 @@ impl RecordStepAttempt {
         Ok(self.check()?)
     }
 
-    /// Checks the attempts given to [`Store::complete_run_with_steps`]: finished, and all of
+    /// Checks the attempts given to [`LeaseStore::complete_run_with_steps`]: finished, and all of
     /// `run_id` under `worker_id`.
     pub fn check_last_steps(
         steps: &[RecordStepAttempt],
@@ -149,4 +153,64 @@ pub enum StepUpdate {
         /// The status the run was moved to.
         run_status: RunStatus,
     },
+}
+
+/// Step attempts: what a worker records of a run's steps, and the history a replay reads.
+/// Part of every store ([`Store`] requires it); the errors common to every method are on
+/// [`Store`].
+#[async_trait::async_trait]
+pub trait StepStore: Send + Sync {
+    /// Starts a running step attempt of a run that `params.worker_id` is running (durable
+    /// sleeps use this; function steps are written once, finished, by
+    /// [`StepStore::record_step_attempt`]). Idempotent by `params.id` like
+    /// [`StepStore::record_step_attempt`]: an id the store already holds for this run returns
+    /// the stored attempt and creates nothing. Worker-side errors, and
+    /// [`StoreError::InvalidArgument`] for an id the store holds for another run.
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt>;
+
+    /// The step attempt with this id, or `None`.
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>>;
+
+    /// A page of the attempts of a run, by `(created_at, id)`.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a zero limit or both cursors given.
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>>;
+
+    /// Every attempt of a run, oldest first: the history a replay starts from.
+    ///
+    /// Errors: [`StoreError::CorruptRun`] naming the run (and, in its reason, the step
+    /// attempt) when a step row does not decode; a worker then fails the run for good.
+    /// Never a [`StoreError::Database`] for a row that was read but did not decode.
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
+
+    /// Completes a running step attempt with `output`, only while its run is running under
+    /// `worker_id`. When the run was paused or canceled meanwhile, the attempt is marked like
+    /// the run, without its output, and the outcome is [`StepUpdate::Interrupted`].
+    ///
+    /// Errors: [`StoreError::StepNotFound`] (also for an attempt of another run),
+    /// [`StoreError::StepAlreadyFinished`], and the worker-side errors.
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate>;
+
+    /// Records a step attempt that already finished, in one write: the write path of a step
+    /// is one commit. Its `started_at` is the store's clock minus `elapsed`. Fenced like
+    /// [`StepStore::complete_step_attempt`]: when the run was paused or canceled meanwhile, the
+    /// attempt is stored with that status and no result, and the outcome is
+    /// [`StepUpdate::Interrupted`].
+    ///
+    /// Idempotent by `params.id`: when the store already holds a finished attempt with that
+    /// id for this run (a retry whose first try committed but whose answer was lost), it
+    /// stores nothing and answers [`StepUpdate::Recorded`] with the stored attempt, whatever
+    /// the run's state is now. [`LeaseStore::complete_run_with_steps`] inherits this for its
+    /// attempts: a retried completion never stores a step a second time.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for an attempt that is not completed or
+    /// failed, a duration out of range, or an id the store holds for another run;
+    /// worker-side errors.
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate>;
 }

@@ -164,7 +164,7 @@ impl Client {
             dedup_key: options.dedup_key,
         };
         params.check(self.store.namespace())?;
-        Ok(self.store.send_event(params).await?)
+        Ok(self.store.events()?.send_event(params).await?)
     }
 }
 

@@ -116,14 +116,14 @@ impl Client {
         key: &str,
     ) -> Result<Option<PublishedState>, ClientError> {
         limits::check_state_key(key)?;
-        Ok(self.store.get_state(run_id, key).await?)
+        Ok(self.store.published_state()?.get_state(run_id, key).await?)
     }
 
     /// The latest value of every key run `run_id` published, by key, as JSON.
     ///
     /// Errors: [`ClientError::Store`] with [`StoreError::RunNotFound`] for an unknown run.
     pub async fn list_state(&self, run_id: Uuid) -> Result<Vec<PublishedState>, ClientError> {
-        Ok(self.store.list_state(run_id).await?)
+        Ok(self.store.published_state()?.list_state(run_id).await?)
     }
 
     /// Waits until run `run_id` has published a version of `key` greater than
@@ -217,7 +217,11 @@ async fn wait_loop(
             .get_run(run_id)
             .await?
             .ok_or(StateWaitError::NotFound { run_id })?;
-        let state = store.get_state(run_id, key).await.map_err(not_found)?;
+        let state = store
+            .published_state()?
+            .get_state(run_id, key)
+            .await
+            .map_err(not_found)?;
         *last_version = state.as_ref().map(|state| state.version);
         match state {
             Some(state) if state.version > after => return Ok(state),

@@ -215,7 +215,10 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
     if let Some(stream) = notifications.as_mut() {
         let available = wait_for(stream, |n| matches!(n, Notification::RunAvailable { .. })).await;
         let available_in = sent.elapsed();
-        let canceled = probe_store.cancel_run(run.id).await;
+        let canceled = match probe_store.lifecycle() {
+            Ok(lifecycle) => lifecycle.cancel_run(run.id).await,
+            Err(unsupported) => Err(unsupported),
+        };
         let finished =
             match canceled {
                 Ok(_) => wait_for(
@@ -246,7 +249,9 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
             ),
         }
     } else {
-        let _ = probe_store.cancel_run(run.id).await;
+        if let Ok(lifecycle) = probe_store.lifecycle() {
+            let _ = lifecycle.cancel_run(run.id).await;
+        }
     }
 
     // The run's creation time is the database's clock, read between `before` and `after`.

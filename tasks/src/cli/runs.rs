@@ -214,13 +214,14 @@ pub(super) async fn state(
     out: Output<'_>,
     err: Output<'_>,
 ) -> Exit {
-    let read = match key {
-        Some(key) => client
-            .store()
+    let store = client.store();
+    let read = match (store.published_state(), key) {
+        (Ok(states), Some(key)) => states
             .get_state(id, key)
             .await
             .map(|state| state.into_iter().collect::<Vec<_>>()),
-        None => client.store().list_state(id).await,
+        (Ok(states), None) => states.list_state(id).await,
+        (Err(unsupported), _) => Err(unsupported),
     };
     let states = match read {
         Ok(states) => states,

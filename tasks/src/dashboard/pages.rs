@@ -247,7 +247,11 @@ async fn run_page(
         Ok(steps) => steps,
         Err(error) => return store_problem(base, &error),
     };
-    let published = match state.client.store().list_state(id).await {
+    let published = match state.client.store().published_state() {
+        Ok(states) => states.list_state(id).await,
+        Err(unsupported) => Err(unsupported),
+    };
+    let published = match published {
         Ok(published) => published,
         Err(error) => return store_problem(base, &error),
     };

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tasks::{RunStore, StepStore};
 
 use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
@@ -22,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection, PgPool};
 use tasks::postgres::PgStore;
 use tasks::{
-    CreateRun, ListRuns, RunStatus, StepStatus, Store, Worker, WorkflowContext, WorkflowError,
-    step, workflow,
+    CreateRun, ListRuns, RunStatus, StepStatus, Worker, WorkflowContext, WorkflowError, step,
+    workflow,
 };
 use uuid::Uuid;
 

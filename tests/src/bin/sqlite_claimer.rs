@@ -11,10 +11,11 @@
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
+use tasks::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
-use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind, Store};
+use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind};
 use uuid::Uuid;
 
 /// How long an attempt "works" between its claim and its outcome.
