@@ -13,21 +13,25 @@
 //! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
-use sqlx::{FromRow as _, PgConnection, Row as _};
+use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
+use async_trait::async_trait;
+use sqlx::PgConnection;
+use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
+use tasks_core::store::ChildStore;
+use tasks_core::store::Notification;
+use tasks_core::transition::{EXPIRE, status_in};
 use uuid::Uuid;
 
+use sqlx::{FromRow as _, Row as _};
+
 use super::PgStore;
-use super::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
-use tasks_core::children::{
-    ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
-};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits;
-use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::{Notification, status_of};
-use tasks_core::transition::{
-    CASCADE_FROM, EXPIRE, FINISHED, START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
-};
+use tasks_core::children::{ChildOutcome, missing_child};
+use tasks_core::model::StepKind;
+use tasks_core::store::status_of;
+use tasks_core::transition::{CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, wake_parent_set};
 
 /// The CTE `woken` of a finishing statement whose finished run is the CTE `done`: the
 /// parent wake-up of [`WAKE_PARENT`](tasks_core::transition::WAKE_PARENT).
@@ -427,5 +431,16 @@ impl PgStore {
             .await
             .map_err(db(OPERATION))?
             .into_step(OPERATION)
+    }
+}
+
+#[async_trait]
+impl ChildStore for PgStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
     }
 }

@@ -11,20 +11,23 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, Row as _};
+use sqlx::PgConnection;
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+use tasks_core::limits::{self};
+use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
+use tasks_core::store::EventStore;
 use uuid::Uuid;
 
+use sqlx::Row as _;
+
 use super::PgStore;
-use super::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
-use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
-    received_output, timed_out_output, wait_until,
-};
-use tasks_core::limits;
-use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::model::StepKind;
 use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 /// Columns of `events`, in the order of [`EventRow`].
@@ -358,5 +361,20 @@ impl PgStore {
             .await
             .map_err(db(OPERATION))?;
         Ok(rows.into_iter().map(RunEvent::from).collect())
+    }
+}
+
+#[async_trait]
+impl EventStore for PgStore {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.send_event_impl(params).await
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.wait_for_event_impl(params).await
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.list_events_impl(run_id).await
     }
 }

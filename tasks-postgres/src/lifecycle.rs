@@ -3,17 +3,20 @@
 //! The policies are [`RETRY`] and [`FORK`]; this module only writes them in Postgres'
 //! dialect.
 
+use crate::rows::{RUN_COLUMNS, decode_run};
+use async_trait::async_trait;
+use tasks_core::error::{StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::model::WorkflowRun;
+use tasks_core::store::LifecycleStore;
+use tasks_core::transition::{CANCEL, PAUSE, RESUME};
 use uuid::Uuid;
 
 use super::PgStore;
-use super::rows::{RUN_COLUMNS, decode_run};
-use tasks_core::error::{StoreError, StoreResult, db};
-use tasks_core::limits;
-use tasks_core::model::WorkflowRun;
 use tasks_core::transition::{FORK, RETRY};
 
 impl PgStore {
-    /// [`LifecycleStore::retry_run`](tasks_core::LifecycleStore::retry_run), fenced by [`RETRY`].
+    /// [`LifecycleStore::retry_run`], fenced by [`RETRY`].
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
     /// run's creation time): the claim then sees that the run executed before and loads its
@@ -25,7 +28,7 @@ impl PgStore {
         self.transition(&RETRY, set, run_id, None, |q| q).await
     }
 
-    /// [`LifecycleStore::fork_run`](tasks_core::LifecycleStore::fork_run) in one statement: the source run is
+    /// [`LifecycleStore::fork_run`] in one statement: the source run is
     /// fenced by [`FORK`], the new run and the copies of the attempts before the first
     /// attempt of `from_step` are inserted together, or nothing is. The source is locked
     /// (`FOR KEY SHARE`) so that a concurrent purge cannot delete it under the fork: the
@@ -93,5 +96,31 @@ impl PgStore {
             }),
             current => Err(FORK.miss(run_id, None, current.as_ref())),
         }
+    }
+}
+
+#[async_trait]
+impl LifecycleStore for PgStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = now()";
+        self.transition(&CANCEL, set, run_id, None, |q| q).await
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
+        self.transition(&PAUSE, set, run_id, None, |q| q).await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = "status = 'pending', available_at = now()";
+        self.transition(&RESUME, set, run_id, None, |q| q).await
+    }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
     }
 }

@@ -1,12 +1,14 @@
 //! Named queues on Postgres: the SQL of the queue methods of [`Store`](tasks_core::Store). The
 //! claim reads the rows written here (see the claim statement in the parent module).
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::queue::{Queue, QueueOptions};
+use tasks_core::store::QueueStore;
 
 use super::PgStore;
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits;
-use tasks_core::queue::{Queue, QueueOptions};
 
 /// Columns of `queues`, in the order of [`QueueRow`].
 const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
@@ -128,5 +130,24 @@ impl PgStore {
             });
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl QueueStore for PgStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        self.put_queue_impl(options).await
+    }
+
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        self.get_queue_impl(name).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        self.list_queues_impl().await
+    }
+
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        self.delete_queue_impl(name).await
     }
 }

@@ -4,19 +4,23 @@
 //! The policy (which statuses may be deleted) is [`PURGE`]; this module writes it in
 //! Postgres' dialect.
 
+use async_trait::async_trait;
 use std::time::Duration;
-
-use sqlx::Row as _;
-use uuid::Uuid;
-
-use super::{PgStore, millis};
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::limits::{self, Field};
-use tasks_core::retention::{FinishedBefore, PurgeRuns};
-use tasks_core::transition::{PURGE, purgeable_family, status_in};
+use tasks_core::retention::PurgeRuns;
+use tasks_core::store::RetentionStore;
+use tasks_core::transition::status_in;
+use uuid::Uuid;
+
+use sqlx::Row as _;
+
+use super::{PgStore, millis};
+use tasks_core::retention::FinishedBefore;
+use tasks_core::transition::{PURGE, purgeable_family};
 
 impl PgStore {
-    /// [`RetentionStore::purge_runs`](tasks_core::RetentionStore::purge_runs): one transaction of two statements.
+    /// [`RetentionStore::purge_runs`]: one transaction of two statements.
     ///
     /// The first locks up to a batch of candidates (`FOR UPDATE SKIP LOCKED`: rows a retry,
     /// a fork or another purge holds are left for a later batch, nobody waits) and deletes
@@ -88,7 +92,7 @@ impl PgStore {
         Ok(purged.len() as u64)
     }
 
-    /// [`RetentionStore::take_retention_turn`](tasks_core::RetentionStore::take_retention_turn) in one statement:
+    /// [`RetentionStore::take_retention_turn`] in one statement:
     /// an upsert of the namespace's lease row that only changes it when its turn is due.
     /// Concurrent callers serialize on the row; the later ones see the moved `next_at` and
     /// change nothing.
@@ -117,5 +121,20 @@ impl PgStore {
         .await
         .map_err(db(OPERATION))?;
         Ok(turn.map(|turn| turn as u64))
+    }
+}
+
+#[async_trait]
+impl RetentionStore for PgStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.purge_runs_impl(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.take_retention_turn_impl(worker_id, every).await
     }
 }

@@ -7,17 +7,19 @@
 //! is an `UPDATE` of that row, which under Read Committed re-checks its condition on the
 //! latest committed version of the row.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::model::WorkflowRun;
+use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use tasks_core::store::Notification;
+use tasks_core::store::ScheduleStore;
+
 use sqlx::Row as _;
 
 use super::{PgStore, insert_run};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::model::WorkflowRun;
-use tasks_core::schedule::{
-    CatchUp, DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, check_name,
-};
-use tasks_core::store::Notification;
+use tasks_core::schedule::{CatchUp, check_name};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `schedules`, in the order of [`ScheduleRow`].
@@ -310,5 +312,52 @@ impl PgStore {
             self.notify_now(&[wake_up]).await;
         }
         Ok(Some(runs))
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for PgStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.get_schedule_impl(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.list_schedules_impl().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, false).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.delete_schedule_impl(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.due_schedules_impl(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.fire_schedule_impl(params).await
     }
 }

@@ -10,19 +10,20 @@
 //! [`StateStore::get_state`]: tasks_core::StateStore::get_state
 //! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
+use crate::rows::{STEP_COLUMNS, StepRow};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::state::{PublishedState, SetState, StateSet};
+use tasks_core::store::StateStore;
 use uuid::Uuid;
 
 use super::PgStore;
-use super::rows::{STEP_COLUMNS, StepRow};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::events::EventTarget;
-use tasks_core::limits;
 use tasks_core::model::StepKind;
-use tasks_core::state::{
-    PublishedState, SetState, StateSet, published_output, state_changed, version_of,
-};
+use tasks_core::state::{published_output, state_changed, version_of};
 use tasks_core::transition::SET_STATE;
 
 /// Columns of `run_state`, in the order of [`StateRow`].
@@ -192,5 +193,20 @@ impl PgStore {
         } else {
             Err(StoreError::RunNotFound { id: run_id })
         }
+    }
+}
+
+#[async_trait]
+impl StateStore for PgStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.set_state_impl(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.get_state_impl(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id).await
     }
 }

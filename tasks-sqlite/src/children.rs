@@ -11,17 +11,20 @@
 //! [`ChildStore::start_child`]: tasks_core::ChildStore::start_child
 //! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 
+use crate::rows::{RUN_COLUMNS, RunRow};
+use async_trait::async_trait;
+use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::store::ChildStore;
+use tasks_core::store::Notification;
 use uuid::Uuid;
 
-use super::rows::{self, RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::children::{
-    ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
-};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits;
-use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::Notification;
+use tasks_core::children::{ChildOutcome, missing_child};
+use tasks_core::model::{StepKind, StepStatus};
 use tasks_core::transition::{
     CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
 };
@@ -344,5 +347,16 @@ impl SqliteStore {
             .await
             .map_err(db(OPERATION))?
             .into_step(OPERATION)
+    }
+}
+
+#[async_trait]
+impl ChildStore for SqliteStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        self.start_child_impl(params).await
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        self.wait_for_children_impl(params).await
     }
 }

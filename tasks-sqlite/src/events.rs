@@ -10,18 +10,20 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::rows::{RUN_COLUMNS, RunRow};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::store::EventStore;
 use uuid::Uuid;
 
-use super::rows::{self, RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
-    received_output, timed_out_output, wait_until,
-};
-use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::model::{StepKind, StepStatus};
 use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 /// Columns of `tasks_events`, in the order of [`EventRow`].
@@ -358,5 +360,20 @@ impl SqliteStore {
             .into_iter()
             .map(|row| row.into_event(OPERATION))
             .collect()
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.send_event_impl(params).await
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        self.wait_for_event_impl(params).await
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        self.list_events_impl(run_id).await
     }
 }

@@ -25,6 +25,7 @@
 
 mod children;
 mod events;
+mod leases;
 mod lifecycle;
 mod migrate;
 mod notify;
@@ -40,13 +41,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tasks_core::store::{
-    ChildStore, EventStore, LeaseStore, LifecycleStore, QueueStore, RetentionStore, RunStore,
-    ScheduleStore, StateStore, StepStore,
+    ChildStore, EventStore, LifecycleStore, QueueStore, RetentionStore, ScheduleStore, StateStore,
 };
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
-use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use uuid::Uuid;
@@ -55,21 +54,11 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
 use notify::Shared;
 use rows::{RUN_COLUMNS, RunRow};
-use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use tasks_core::clock::Clock;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
-use tasks_core::limits::{self, Field};
-use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
-use tasks_core::queue::{ClaimFilter, Queue, QueueOptions};
-use tasks_core::retention::PurgeRuns;
-use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
-use tasks_core::state::{PublishedState, SetState, StateSet};
-use tasks_core::store::{
-    ClaimedRun, CreateRun, CreateStepAttempt, DEFAULT_NAMESPACE, FailRun, ListRuns,
-    ListStepAttempts, Notification, NotificationStream, Page, RecordStepAttempt, SharedStore,
-    StepUpdate, Store,
-};
+use tasks_core::limits::{self};
+use tasks_core::model::WorkflowRun;
+use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 
 /// How long a write waits for another process to release SQLite's write lock before it
 /// fails with a "database is locked" [`StoreError::Database`].
@@ -448,309 +437,5 @@ impl Store for SqliteStore {
 
     fn retention(&self) -> StoreResult<&dyn RetentionStore> {
         Ok(self)
-    }
-}
-
-#[async_trait]
-impl RunStore for SqliteStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        params.check(&self.namespace)?;
-        self.create_run_impl(params).await
-    }
-
-    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
-        const OPERATION: Operation = Operation::GetRun;
-        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
-        fetch_run(&mut conn, &self.namespace, run_id, OPERATION).await
-    }
-
-    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        params.check(&self.namespace)?;
-        self.list_runs_impl(params).await
-    }
-
-    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
-        if statuses.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql = format!(
-            "SELECT status, count(*) FROM tasks_workflow_runs
-              WHERE namespace = ? AND {} GROUP BY status",
-            tasks_core::transition::status_in("", statuses)
-        );
-        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::CountRuns))?;
-        Ok(tasks_core::store::counts_in_order(statuses, rows))
-    }
-}
-
-#[async_trait]
-impl LeaseStore for SqliteStore {
-    async fn claim_runs_filtered(
-        &self,
-        worker_id: &str,
-        lease: Duration,
-        limit: u32,
-        filter: &ClaimFilter,
-    ) -> StoreResult<Vec<ClaimedRun>> {
-        limits::check_lease(worker_id, lease)?;
-        filter.check()?;
-        self.claim_runs_impl(worker_id, lease, limit, filter).await
-    }
-
-    async fn extend_lease(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        lease: Duration,
-    ) -> StoreResult<WorkflowRun> {
-        limits::check_lease(worker_id, lease)?;
-        self.extend_lease_impl(run_id, worker_id, lease).await
-    }
-
-    async fn sleep_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        until: DateTime<Utc>,
-    ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_time(Field::Sleep, until)?;
-        self.sleep_run_impl(run_id, worker_id, until).await
-    }
-
-    async fn complete_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::WorkflowOutput, &output)?;
-        self.complete_run_impl(run_id, worker_id, output).await
-    }
-
-    async fn complete_run_with_steps(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-        steps: Vec<RecordStepAttempt>,
-    ) -> StoreResult<WorkflowRun> {
-        self.complete_run_with_steps_impl(run_id, worker_id, output, steps)
-            .await
-    }
-
-    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        params.check()?;
-        self.fail_run_impl(params).await
-    }
-
-    async fn release_run(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        delay: Duration,
-        reason: Value,
-    ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::Delay, delay)?;
-        limits::check_json(Field::Error, &reason)?;
-        self.release_run_impl(run_id, worker_id, delay, reason)
-            .await
-    }
-
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        self.heartbeat_impl(worker_id, stale_after).await
-    }
-
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        self.remove_worker_impl(worker_id).await
-    }
-}
-
-#[async_trait]
-impl StepStore for SqliteStore {
-    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        params.check()?;
-        self.create_step_attempt_impl(params).await
-    }
-
-    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
-        self.get_step_attempt_impl(step_attempt_id).await
-    }
-
-    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        params.check(&self.namespace)?;
-        self.list_step_attempts_impl(params).await
-    }
-
-    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        self.step_history_impl(run_id).await
-    }
-
-    async fn complete_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<StepUpdate> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::StepOutput, &output)?;
-        self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
-            .await
-    }
-
-    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
-        self.record_step_attempt_impl(params).await
-    }
-}
-
-#[async_trait]
-impl LifecycleStore for SqliteStore {
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.cancel_run_impl(run_id).await
-    }
-
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.pause_run_impl(run_id).await
-    }
-
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.resume_run_impl(run_id).await
-    }
-
-    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.retry_run_impl(run_id).await
-    }
-
-    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.fork_run_impl(run_id, from_step).await
-    }
-}
-
-#[async_trait]
-impl EventStore for SqliteStore {
-    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        self.send_event_impl(params).await
-    }
-
-    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        self.wait_for_event_impl(params).await
-    }
-
-    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        self.list_events_impl(run_id).await
-    }
-}
-
-#[async_trait]
-impl ChildStore for SqliteStore {
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.start_child_impl(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.wait_for_children_impl(params).await
-    }
-}
-
-#[async_trait]
-impl StateStore for SqliteStore {
-    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
-        self.set_state_impl(params).await
-    }
-
-    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        self.get_state_impl(run_id, key).await
-    }
-
-    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        self.list_state_impl(run_id).await
-    }
-}
-
-#[async_trait]
-impl ScheduleStore for SqliteStore {
-    async fn create_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, false).await
-    }
-
-    async fn put_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, true).await
-    }
-
-    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        self.get_schedule_impl(name).await
-    }
-
-    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        self.list_schedules_impl().await
-    }
-
-    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, true).await
-    }
-
-    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, false).await
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        self.delete_schedule_impl(name).await
-    }
-
-    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        self.due_schedules_impl(limit).await
-    }
-
-    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        self.fire_schedule_impl(params).await
-    }
-}
-
-#[async_trait]
-impl QueueStore for SqliteStore {
-    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        self.put_queue_impl(options).await
-    }
-
-    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        self.get_queue_impl(name).await
-    }
-
-    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        self.list_queues_impl().await
-    }
-
-    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        self.delete_queue_impl(name).await
-    }
-}
-
-#[async_trait]
-impl RetentionStore for SqliteStore {
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.purge_runs_impl(params).await
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.take_retention_turn_impl(worker_id, every).await
     }
 }

@@ -3,17 +3,20 @@
 //! The policies are [`RETRY`] and [`FORK`]; this module only writes them in SQLite's
 //! dialect.
 
+use crate::rows::{RUN_COLUMNS, RunRow};
+use async_trait::async_trait;
+use tasks_core::error::{StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::model::WorkflowRun;
+use tasks_core::store::LifecycleStore;
 use uuid::Uuid;
 
-use super::rows::{self, RUN_COLUMNS, RunRow};
+use super::rows::{self};
 use super::{SqliteStore, fetch_run};
-use tasks_core::error::{StoreError, StoreResult, db};
-use tasks_core::limits;
-use tasks_core::model::WorkflowRun;
 use tasks_core::transition::{FORK, RETRY};
 
 impl SqliteStore {
-    /// [`LifecycleStore::retry_run`](tasks_core::LifecycleStore::retry_run), fenced by [`RETRY`], under the write
+    /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
     /// lock.
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
@@ -28,7 +31,7 @@ impl SqliteStore {
             .await
     }
 
-    /// [`LifecycleStore::fork_run`](tasks_core::LifecycleStore::fork_run) in one write transaction: the source
+    /// [`LifecycleStore::fork_run`] in one write transaction: the source
     /// run is checked against [`FORK`] under the write lock, then the new run and the copies
     /// of the attempts before the first attempt of `from_step` are inserted; on any miss
     /// nothing is written.
@@ -107,5 +110,28 @@ impl SqliteStore {
             self.notify(notification);
         }
         Ok(forked)
+    }
+}
+
+#[async_trait]
+impl LifecycleStore for SqliteStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.cancel_run_impl(run_id).await
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.pause_run_impl(run_id).await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.resume_run_impl(run_id).await
+    }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id).await
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.fork_run_impl(run_id, from_step).await
     }
 }

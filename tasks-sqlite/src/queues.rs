@@ -1,10 +1,13 @@
 //! Named queues on SQLite: the SQL of the queue methods of [`Store`](tasks_core::Store), and the
 //! queue limits a claim reads under the write lock.
 
-use super::{SqliteStore, Write, rows};
+use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits;
+use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
+use tasks_core::store::QueueStore;
+
+use super::{SqliteStore, Write, rows};
 use tasks_core::transition::{RateWindow, queue_slots_held};
 
 /// Columns of `tasks_queues`, in the order of [`QueueRow`].
@@ -338,5 +341,24 @@ impl SqliteStore {
             });
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl QueueStore for SqliteStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        self.put_queue_impl(options).await
+    }
+
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        self.get_queue_impl(name).await
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        self.list_queues_impl().await
+    }
+
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        self.delete_queue_impl(name).await
     }
 }

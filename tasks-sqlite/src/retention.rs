@@ -4,20 +4,23 @@
 //! The policy (which statuses may be deleted) is [`PURGE`]; this module writes it in
 //! SQLite's dialect.
 
+use async_trait::async_trait;
 use std::time::Duration;
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::limits::{self, Field};
+use tasks_core::retention::PurgeRuns;
+use tasks_core::store::RetentionStore;
 
 use super::SqliteStore;
 use super::rows;
-use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::limits::{self, Field};
-use tasks_core::retention::{FinishedBefore, PurgeRuns};
+use tasks_core::retention::FinishedBefore;
 use tasks_core::transition::{PURGE, purgeable_family, status_in};
 
 /// The ids of the batch, bound as one JSON array: `IN (SELECT value FROM json_each(?2))`.
 const BATCH: &str = "(SELECT value FROM json_each(?2))";
 
 impl SqliteStore {
-    /// [`RetentionStore::purge_runs`](tasks_core::RetentionStore::purge_runs) in one write transaction: selects a
+    /// [`RetentionStore::purge_runs`] in one write transaction: selects a
     /// batch of candidates, clears the links other runs keep to them, deletes their events
     /// and step attempts, then the runs, fenced by [`PURGE`]. The dependent rows are
     /// deleted explicitly rather than left to the cascading foreign keys, which SQLite
@@ -98,7 +101,7 @@ impl SqliteStore {
         Ok(purged)
     }
 
-    /// [`RetentionStore::take_retention_turn`](tasks_core::RetentionStore::take_retention_turn) in one write
+    /// [`RetentionStore::take_retention_turn`] in one write
     /// transaction: an upsert of the namespace's lease row that only changes it when its
     /// turn is due.
     pub(super) async fn take_retention_turn_impl(
@@ -131,5 +134,20 @@ impl SqliteStore {
         .map_err(db(OPERATION))?;
         write.commit().await?;
         Ok(turn.map(|turn| turn as u64))
+    }
+}
+
+#[async_trait]
+impl RetentionStore for SqliteStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        self.purge_runs_impl(params).await
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        self.take_retention_turn_impl(worker_id, every).await
     }
 }

@@ -4,21 +4,24 @@
 //! transaction, with the fence of its [`Transition`]; when it matches no row, the run is read
 //! in the same transaction and the transition settles the miss.
 
-use std::time::Duration;
-
+use crate::rows::{RUN_COLUMNS, RunRow};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{QueryBuilder, Sqlite};
+use sqlx::Sqlite;
+use std::time::Duration;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::model::{RunStatus, WorkflowRun};
+use tasks_core::queue::ClaimFilter;
+use tasks_core::store::RunStore;
+use tasks_core::store::{ClaimedRun, CreateRun, FailRun, ListRuns, Notification, Page};
 use uuid::Uuid;
 
-use super::rows::{self, ClaimRow, RUN_COLUMNS, RunRow};
+use sqlx::QueryBuilder;
+
+use super::rows::{self, ClaimRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::model::WorkflowRun;
-use tasks_core::queue::ClaimFilter;
-use tasks_core::store::{
-    ClaimedRun, CreateRun, Cursor, FailRun, ListRuns, Notification, Page, PageQuery,
-};
+use tasks_core::store::{Cursor, PageQuery};
 use tasks_core::transition::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
     EXTEND_LEASE, FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP,
@@ -753,5 +756,41 @@ impl SqliteStore {
         let set = "status = 'pending', available_at = ?4";
         self.transition(&RESUME, set, run_id, None, |q, _| Ok(q))
             .await
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        params.check(&self.namespace)?;
+        self.create_run_impl(params).await
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        const OPERATION: Operation = Operation::GetRun;
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        fetch_run(&mut conn, &self.namespace, run_id, OPERATION).await
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        params.check(&self.namespace)?;
+        self.list_runs_impl(params).await
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT status, count(*) FROM tasks_workflow_runs
+              WHERE namespace = ? AND {} GROUP BY status",
+            tasks_core::transition::status_in("", statuses)
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+            .bind(&*self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(Operation::CountRuns))?;
+        Ok(tasks_core::store::counts_in_order(statuses, rows))
     }
 }

@@ -4,14 +4,16 @@
 //! put and a fire of one schedule, in this process or another, never interleave; the time is
 //! the transaction's ([`Write::now`](super::Write)).
 
-use super::SqliteStore;
-use super::rows::{self, parse_json, parse_ts};
+use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::WorkflowRun;
-use tasks_core::schedule::{
-    CatchUp, DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, check_name,
-};
+use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks_core::store::Notification;
+use tasks_core::store::ScheduleStore;
+
+use super::SqliteStore;
+use super::rows::{self, parse_json, parse_ts};
+use tasks_core::schedule::{CatchUp, check_name};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `tasks_schedules`, in the order of [`ScheduleRow`].
@@ -302,5 +304,52 @@ impl SqliteStore {
             });
         }
         Ok(Some(runs))
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for SqliteStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.create_schedule_impl(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        self.get_schedule_impl(name).await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        self.list_schedules_impl().await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, false).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        self.delete_schedule_impl(name).await
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        self.due_schedules_impl(limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        self.fire_schedule_impl(params).await
     }
 }

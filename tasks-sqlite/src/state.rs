@@ -10,16 +10,17 @@
 //! [`StateStore::get_state`]: tasks_core::StateStore::get_state
 //! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
+use async_trait::async_trait;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self};
+use tasks_core::state::{PublishedState, SetState, StateSet};
+use tasks_core::store::StateStore;
 use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, fetch_run};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits;
 use tasks_core::model::StepKind;
-use tasks_core::state::{
-    PublishedState, SetState, StateSet, published_output, state_changed, version_of,
-};
+use tasks_core::state::{published_output, state_changed, version_of};
 use tasks_core::transition::SET_STATE;
 
 /// Columns of `tasks_run_state`, in the order of [`StateRow`].
@@ -192,5 +193,20 @@ impl SqliteStore {
         } else {
             Err(StoreError::RunNotFound { id: run_id })
         }
+    }
+}
+
+#[async_trait]
+impl StateStore for SqliteStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        self.set_state_impl(params).await
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        self.get_state_impl(run_id, key).await
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id).await
     }
 }

@@ -4,18 +4,22 @@
 //! Every write reads the run under the write lock and checks the step transition's fence
 //! on it ([`Transition::admits`]), so a fence holds for the whole transaction.
 
+use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::{QueryBuilder, Sqlite};
+use sqlx::Sqlite;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self, Field};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::store::StepStore;
+use tasks_core::store::{CreateStepAttempt, ListStepAttempts, Page, RecordStepAttempt, StepUpdate};
 use uuid::Uuid;
+
+use sqlx::QueryBuilder;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
-use tasks_core::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
-    complete_separately,
-};
+use tasks_core::model::StepStatus;
+use tasks_core::store::{Cursor, PageQuery, complete_separately};
 use tasks_core::transition::{
     COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
     explain_step_miss, interrupted, step_status_in, stored_again,
@@ -399,4 +403,42 @@ async fn fetch_step(
         .map_err(db(operation))?
         .map(|row| row.into_step(operation))
         .transpose()
+}
+
+#[async_trait]
+impl StepStore for SqliteStore {
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        params.check()?;
+        self.create_step_attempt_impl(params).await
+    }
+
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        self.get_step_attempt_impl(step_attempt_id).await
+    }
+
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        params.check(&self.namespace)?;
+        self.list_step_attempts_impl(params).await
+    }
+
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        self.step_history_impl(run_id).await
+    }
+
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::StepOutput, &output)?;
+        self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
+            .await
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        self.record_step_attempt_impl(params).await
+    }
 }

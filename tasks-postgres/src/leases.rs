@@ -1,0 +1,282 @@
+//! Claims, leases and the end of a run on Postgres: the SQL of
+//! [`LeaseStore`].
+
+use crate::PgStore;
+use crate::children;
+use crate::claim;
+use crate::is_expired_row;
+use crate::millis;
+use crate::prefixed;
+use crate::rows;
+use crate::rows::{RUN_COLUMNS, decode_claimed, decode_run};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::limits::{self, Field};
+use tasks_core::model::WorkflowRun;
+use tasks_core::queue::ClaimFilter;
+use tasks_core::store::LeaseStore;
+use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
+use tasks_core::transition::{
+    CLAIM_PENDING, COMPLETE, EXTEND_LEASE, FAIL, RELEASE, SLEEP, forgettable_workers, retry_after,
+};
+use uuid::Uuid;
+
+#[async_trait]
+impl LeaseStore for PgStore {
+    async fn claim_runs_filtered(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        const OPERATION: Operation = Operation::ClaimRuns;
+        limits::check_lease(worker_id, lease)?;
+        filter.check()?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The statement of the namespace's last known configuration (see [`claim`]). A
+        // claim that took no run re-reads the configuration: when it changed, the other
+        // statement claims at once (the plain one claims nothing once a queue has a limit).
+        let limited = self.queues_limited.load(Ordering::Relaxed);
+        let mut rows = self
+            .claim_with(limited, worker_id, lease, limit, filter)
+            .await?;
+        if !rows.iter().any(|row| !is_expired_row(row)) {
+            let now_limited: bool = sqlx::query_scalar(claim::limited_queue_exists())
+                .bind(&*self.namespace)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            self.queues_limited.store(now_limited, Ordering::Relaxed);
+            if now_limited && !limited {
+                rows.extend(
+                    self.claim_with(true, worker_id, lease, limit, filter)
+                        .await?,
+                );
+            }
+        }
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let expired: bool = sqlx::Row::try_get(row, "expired").map_err(db(OPERATION))?;
+            if expired {
+                self.announce_expired(row).await;
+                continue;
+            }
+            match decode_claimed(row, OPERATION) {
+                Ok(claimed) => runs.push(claimed),
+                // A poison row must not strand the batch: fail it and go on with the others.
+                Err(StoreError::CorruptRun { id, reason, .. }) => {
+                    self.quarantine(id, worker_id, &reason, &rows::undecodable_json(row))
+                        .await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // For waiters on a status: batched with the claimer's other announcements (the
+        // worker's wake-up sender), never a statement per claim.
+        for claimed in &runs {
+            for notification in CLAIM_PENDING.announcements(&claimed.run) {
+                self.batcher.send(&notification);
+            }
+        }
+        // Oldest first, so callers start work in the order it was queued.
+        runs.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
+        Ok(runs)
+    }
+
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_lease(worker_id, lease)?;
+        let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
+        self.transition(&EXTEND_LEASE, set, run_id, Some(worker_id), |q| {
+            q.bind(millis(lease))
+        })
+        .await
+    }
+
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_time(Field::Sleep, until)?;
+        let set = "status = 'sleeping', available_at = $4, worker_id = NULL";
+        self.transition(&SLEEP, set, run_id, Some(worker_id), |q| q.bind(until))
+            .await
+    }
+
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::WorkflowOutput, &output)?;
+        // Completions of many runs share one statement and one commit (see `Completer`).
+        let batched = self
+            .completer
+            .complete(&self.namespace, run_id, worker_id, &output, Vec::new())
+            .await?;
+        if let Ok(run) = batched {
+            return Ok(self.announce(&COMPLETE, run));
+        }
+        // The batch refuses a run that changed while it ran (a heartbeat extending the
+        // lease, say); this statement re-checks the fence on the run's newest version.
+        let set = "status = 'completed', output = $4, error = NULL, available_at = NULL, \
+                   finished_at = now()";
+        self.transition(&COMPLETE, set, run_id, Some(worker_id), |q| q.bind(output))
+            .await
+    }
+
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
+        if steps.is_empty() {
+            return self.complete_run(run_id, worker_id, output).await;
+        }
+        // The steps and the completion in the completion's statement: one commit.
+        match self
+            .completer
+            .complete(&self.namespace, run_id, worker_id, &output, steps)
+            .await?
+        {
+            Ok(run) => Ok(self.announce(&COMPLETE, run)),
+            // Refused: nothing was written. The separate writes say why (or succeed, if the
+            // run was only being changed at that moment and is still ours).
+            Err(steps) => complete_separately(self, run_id, worker_id, output, steps).await,
+        }
+    }
+
+    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        params.check()?;
+        let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
+        let current = self.fetch_run(run_id, FAIL.operation).await?;
+        let run = match current {
+            Some(run) if FAIL.admits(&run, Some(worker_id)) => run,
+            current => return Err(FAIL.miss(run_id, Some(worker_id), current.as_ref())),
+        };
+        // The decision was made on the attempt just read: the write applies only to it.
+        let retry = retry_after(&run, params.force).map(millis);
+        let set = "status = CASE WHEN d.give_up THEN 'failed' ELSE 'pending' END,
+                   available_at = CASE WHEN d.give_up THEN NULL
+                                       ELSE now() + $5 * INTERVAL '1 millisecond' END,
+                   finished_at = CASE WHEN d.give_up THEN now() ELSE NULL END,
+                   error = $4, worker_id = NULL, started_at = NULL";
+        let sql = format!(
+            "WITH {parent_lock}, d AS (
+                SELECT ($5::bigint IS NULL
+                        OR (deadline_at IS NOT NULL
+                            AND now() + $5 * INTERVAL '1 millisecond' >= deadline_at)) AS give_up
+                  FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2
+             ), done AS (
+             UPDATE tasks.workflow_runs wr SET {set}, updated_at = now()
+               FROM d
+              WHERE wr.namespace = $1 AND wr.id = $2 AND wr.attempts = $6 AND {fence}
+                AND {parent_first}
+          RETURNING {returning}
+             ), {woken}
+             SELECT * FROM done",
+            parent_lock = children::PARENT_LOCK,
+            parent_first = children::PARENT_FIRST,
+            fence = FAIL.fence("wr.", "$3"),
+            returning = prefixed("wr", RUN_COLUMNS),
+            woken = children::wake_parent_cte(),
+        );
+        let updated = sqlx::query(&sql)
+            .bind(&*self.namespace)
+            .bind(run_id)
+            .bind(worker_id)
+            .bind(&params.error)
+            .bind(retry)
+            .bind(run.attempts)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db(FAIL.operation))?;
+        match updated {
+            Some(row) => {
+                let run = decode_run(&row, FAIL.operation)?;
+                self.announce_now(&FAIL, &run).await;
+                self.announce_family(&run, &[]).await;
+                Ok(run)
+            }
+            None => {
+                let current = self.fetch_run(run_id, FAIL.operation).await?;
+                Err(FAIL.miss(run_id, Some(worker_id), current.as_ref()))
+            }
+        }
+    }
+
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_duration(Field::Delay, delay)?;
+        limits::check_json(Field::Error, &reason)?;
+        let set = "status = 'pending', attempts = GREATEST(attempts - 1, 0), worker_id = NULL,
+                   available_at = now() + $4 * INTERVAL '1 millisecond', error = $5";
+        self.transition(&RELEASE, set, run_id, Some(worker_id), |q| {
+            q.bind(millis(delay)).bind(reason)
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        const OPERATION: Operation = Operation::Heartbeat;
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                // One statement: forget the namespace's dead workers whose runs were all
+                // claimed, then write this one's row.
+                "WITH forgotten AS (
+                    DELETE FROM tasks.workers w
+                     WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
+                 )
+                 INSERT INTO tasks.workers (namespace, worker_id, beat_at, stale_at)
+                 VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
+                 ON CONFLICT (namespace, worker_id)
+                 DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
+                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
+            )
+        });
+        sqlx::query(&SQL)
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .bind(millis(stale_after))
+            .execute(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        Ok(())
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db(Operation::RemoveWorker))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! Runs as records on Postgres: the SQL of [`RunStore`].
+
+use crate::PgStore;
+use crate::insert_run;
+use crate::rows;
+use crate::rows::{RUN_COLUMNS, RunRow};
+use async_trait::async_trait;
+use sqlx::{Postgres, QueryBuilder};
+use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::model::{RunStatus, WorkflowRun};
+use tasks_core::store::RunStore;
+use tasks_core::store::{CreateRun, Cursor, ListRuns, Notification, Page, PageQuery};
+use tasks_core::transition::status_in;
+use uuid::Uuid;
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        const OPERATION: Operation = Operation::CreateRun;
+        params.check(&self.namespace)?;
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        // The holder found by a refused insert can lose the key before it is read (its scope
+        // lapsed and another start released it): then the insert is tried again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
+            let Some(row) = inserted else {
+                // Lost the idempotency race (or a plain repeat): hand back the first run.
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                      WHERE namespace = $1 AND workflow_name = $2 AND idempotency_key = $3"
+                );
+                let holder = sqlx::query_as::<_, RunRow>(&sql)
+                    .bind(&*self.namespace)
+                    .bind(&params.workflow_name)
+                    .bind(&params.idempotency_key)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db(OPERATION))?;
+                match holder {
+                    Some(holder) => return holder.into_run(OPERATION),
+                    None if tries < 3 => continue,
+                    // Three lapses in a row during one start: give up as a database error.
+                    None => return Err(db(OPERATION)(sqlx::Error::RowNotFound)),
+                }
+            };
+            {
+                let run = row.into_run(OPERATION)?;
+                // The connection goes back to the pool first: the wake-up takes one of its
+                // own, and a small pool must not wait on itself.
+                drop(conn);
+                // After the insert committed: a NOTIFY in the insert's own transaction would
+                // serialize every start on Postgres's notify queue lock at its commit.
+                let wake_up = Notification::RunAvailable {
+                    namespace: run.namespace.clone(),
+                };
+                self.notify_now(&[wake_up]).await;
+                return Ok(run);
+            }
+        }
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        self.fetch_run(run_id, Operation::GetRun).await
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        const OPERATION: Operation = Operation::ListRuns;
+        params.check(&self.namespace)?;
+        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
+        ));
+        query.push_bind(&*self.namespace);
+        if let Some(cursor) = page.cursor {
+            query.push(format_args!(
+                " AND (created_at, id) {} (",
+                page.cursor_operator()
+            ));
+            query
+                .push_bind(cursor.created_at())
+                .push(", ")
+                .push_bind(cursor.id())
+                .push(")");
+        }
+        if !params.statuses.is_empty() {
+            let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
+            query
+                .push(" AND status = ANY(")
+                .push_bind(statuses)
+                .push(")");
+        }
+        if let Some(name) = &params.workflow_name {
+            query.push(" AND workflow_name = ").push_bind(name);
+        }
+        if let Some(parent) = params.parent_run_id {
+            query.push(" AND parent_run_id = ").push_bind(parent);
+        }
+        if let Some(after) = params.created_after {
+            query.push(" AND created_at >= ").push_bind(after);
+        }
+        if let Some(before) = params.created_before {
+            query.push(" AND created_at <= ").push_bind(before);
+        }
+        let direction = page.sql_direction();
+        query.push(format_args!(
+            " ORDER BY created_at {direction}, id {direction} LIMIT "
+        ));
+        query.push_bind(i64::from(page.limit) + 1);
+        let rows = query
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        let runs = rows::runs(&rows, OPERATION)?;
+        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT status, count(*) FROM tasks.workflow_runs
+              WHERE namespace = $1 AND {} GROUP BY status",
+            status_in("", statuses)
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+            .bind(&*self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(Operation::CountRuns))?;
+        Ok(tasks_core::store::counts_in_order(statuses, rows))
+    }
+}

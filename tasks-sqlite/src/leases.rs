@@ -1,0 +1,100 @@
+//! Claims, leases and the end of a run on SQLite: the SQL of
+//! [`LeaseStore`].
+
+use crate::SqliteStore;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::time::Duration;
+use tasks_core::error::StoreResult;
+use tasks_core::limits::{self, Field};
+use tasks_core::model::WorkflowRun;
+use tasks_core::queue::ClaimFilter;
+use tasks_core::store::LeaseStore;
+use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt};
+use uuid::Uuid;
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn claim_runs_filtered(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        limits::check_lease(worker_id, lease)?;
+        filter.check()?;
+        self.claim_runs_impl(worker_id, lease, limit, filter).await
+    }
+
+    async fn extend_lease(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        lease: Duration,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_lease(worker_id, lease)?;
+        self.extend_lease_impl(run_id, worker_id, lease).await
+    }
+
+    async fn sleep_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        until: DateTime<Utc>,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_time(Field::Sleep, until)?;
+        self.sleep_run_impl(run_id, worker_id, until).await
+    }
+
+    async fn complete_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_json(Field::WorkflowOutput, &output)?;
+        self.complete_run_impl(run_id, worker_id, output).await
+    }
+
+    async fn complete_run_with_steps(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        output: Value,
+        steps: Vec<RecordStepAttempt>,
+    ) -> StoreResult<WorkflowRun> {
+        self.complete_run_with_steps_impl(run_id, worker_id, output, steps)
+            .await
+    }
+
+    async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
+        params.check()?;
+        self.fail_run_impl(params).await
+    }
+
+    async fn release_run(
+        &self,
+        run_id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+        reason: Value,
+    ) -> StoreResult<WorkflowRun> {
+        limits::check_worker_id(worker_id)?;
+        limits::check_duration(Field::Delay, delay)?;
+        limits::check_json(Field::Error, &reason)?;
+        self.release_run_impl(run_id, worker_id, delay, reason)
+            .await
+    }
+
+    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.heartbeat_impl(worker_id, stale_after).await
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        self.remove_worker_impl(worker_id).await
+    }
+}
