@@ -1,4 +1,4 @@
-//! The in-memory store of `tasks`: the whole [`Store`] contract in one process's memory,
+//! The in-memory store of `tasks`: the whole [`Store`](tasks_core::Store) contract in one process's memory,
 //! behind one lock. For tests, the testing kit and single-process use; nothing survives the
 //! process.
 //!
@@ -35,7 +35,7 @@
 //! # Behaviour
 //!
 //! * **Atomicity.** Every operation runs under one [`std::sync::Mutex`] shared by every
-//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`]), and checks
+//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`](tasks_core::Store::scoped)), and checks
 //!   everything that may fail before it changes anything: a transition is one fenced write,
 //!   and concurrent workers serialize exactly like on SQLite's write lock.
 //! * **Clock.** Every instant comes from the store's [`Clock`] (the system clock by

@@ -103,14 +103,6 @@ fn insert_finished(
     Ok(Some(step))
 }
 
-/// What [`MemoryStore::complete_run_with_steps_impl`] does under the lock.
-enum Completion {
-    /// The attempts were stored and the run completed.
-    Done(WorkflowRun),
-    /// The run is not the worker's: the separate writes classify.
-    Separately,
-}
-
 impl MemoryStore {
     pub(crate) fn create_step_attempt_impl(
         &self,
@@ -222,12 +214,13 @@ impl MemoryStore {
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
         RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
-        let completion = self.write(|tx| {
+        // `None`: the run is not the worker's, and the separate writes classify.
+        let completed = self.write(|tx| {
             if !matches!(
                 run_state(tx.space, &COMPLETE, run_id, worker_id),
                 RunState::Owned
             ) {
-                return Ok(Completion::Separately);
+                return Ok(None);
             }
             // Everything that may fail first: an id stored already must be this run's
             // finished attempt, and every start must be an instant a store holds.
@@ -240,13 +233,11 @@ impl MemoryStore {
             for (nth, params) in steps.iter().enumerate() {
                 insert_finished(tx, params, None, nth)?;
             }
-            complete_in(tx, run_id, worker_id, output.clone()).map(Completion::Done)
+            complete_in(tx, run_id, worker_id, output.clone()).map(Some)
         })?;
-        match completion {
-            Completion::Done(run) => Ok(run),
-            Completion::Separately => {
-                complete_separately(self, run_id, worker_id, output, steps).await
-            }
+        match completed {
+            Some(run) => Ok(run),
+            None => complete_separately(self, run_id, worker_id, output, steps).await,
         }
     }
 
