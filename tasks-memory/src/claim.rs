@@ -32,58 +32,17 @@ impl MemoryStore {
         }
         self.write(|tx| {
             let lease_end = tx.plus(lease)?;
+            let now = tx.now;
             expire(tx);
-            let mut candidates = candidates(tx.space, worker_id, tx.now, filter);
-            candidates.sort_by_key(Candidate::order);
-            let mut admission = Admission::new(
-                tx.now,
-                tx.space.queues.values(),
-                tx.space
-                    .runs
-                    .values()
-                    .map(|row| (row.run.status, row.key(), row.run.queue.as_str())),
-                &tx.space.key_windows,
-            );
-            // The walk stops at the limit, so the admission counted exactly the runs taken.
-            let taken: Vec<Uuid> = candidates
-                .iter()
-                .filter(|candidate| admission.admit(candidate))
-                .map(|candidate| candidate.id)
-                .take(limit as usize)
+            let taken = admit(tx.space, worker_id, now, limit, filter);
+            let runs = &mut tx.space.runs;
+            let mut claimed: Vec<ClaimedRun> = taken
+                .into_iter()
+                .filter_map(|id| {
+                    runs.get_mut(&id)
+                        .map(|row| start(row, worker_id, lease_end, now))
+                })
                 .collect();
-            let (queue_windows, key_windows) = admission.into_windows();
-            for (name, window) in queue_windows {
-                if let Some(queue) = tx.space.queues.get_mut(&name)
-                    && (queue.window_start, queue.window_starts) != (window.start, window.starts)
-                {
-                    queue.window_start = window.start;
-                    queue.window_starts = window.starts;
-                }
-            }
-            tx.space.key_windows = key_windows;
-            let mut claimed = Vec::with_capacity(taken.len());
-            for id in taken {
-                let Some(row) = tx.space.runs.get_mut(&id) else {
-                    continue;
-                };
-                let run = &mut row.run;
-                // Waking from a durable sleep continues the same attempt.
-                if run.status != RunStatus::Sleeping {
-                    run.attempts += 1;
-                }
-                run.status = RunStatus::Running;
-                run.worker_id = Some(worker_id.to_owned());
-                run.available_at = Some(lease_end);
-                run.started_at = run.started_at.or(Some(tx.now));
-                run.updated_at = tx.now;
-                let first_execution = run.attempts == 1
-                    && run.started_at == Some(tx.now)
-                    && run.forked_from_run_id.is_none();
-                claimed.push(ClaimedRun {
-                    run: run.clone(),
-                    first_execution,
-                });
-            }
             for claimed in &claimed {
                 tx.notes.extend(CLAIM_PENDING.announcements(&claimed.run));
             }
@@ -149,6 +108,66 @@ fn expire(tx: &mut Tx<'_>) {
             let woken = wake_parent(tx.space, parent, now, tx.namespace);
             tx.notes.push(woken);
         }
+    }
+}
+
+/// The runs a claim takes, in claim order: the candidates that fit their keys' and queues'
+/// slots and rate windows, up to `limit`. Counts their starts in the rate windows.
+fn admit(
+    space: &mut Space,
+    worker_id: &str,
+    now: DateTime<Utc>,
+    limit: u32,
+    filter: &ClaimFilter,
+) -> Vec<Uuid> {
+    let mut candidates = candidates(space, worker_id, now, filter);
+    candidates.sort_by_key(Candidate::order);
+    let holders = space
+        .runs
+        .values()
+        .map(|row| (row.run.status, row.key(), row.run.queue.as_str()));
+    let mut admission = Admission::new(now, space.queues.values(), holders, &space.key_windows);
+    // The walk stops at the limit, so the admission counts exactly the runs taken.
+    let taken: Vec<Uuid> = candidates
+        .iter()
+        .filter(|candidate| admission.admit(candidate))
+        .map(|candidate| candidate.id)
+        .take(limit as usize)
+        .collect();
+    let (queue_windows, key_windows) = admission.into_windows();
+    for (name, window) in queue_windows {
+        if let Some(queue) = space.queues.get_mut(&name) {
+            queue.window_start = window.start;
+            queue.window_starts = window.starts;
+        }
+    }
+    space.key_windows = key_windows;
+    taken
+}
+
+/// Claims `row` for `worker_id` until `lease_end`: a claim counts an attempt, except
+/// waking from a sleep, which continues the attempt; the first claim sets `started_at`.
+fn start(
+    row: &mut Row,
+    worker_id: &str,
+    lease_end: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> ClaimedRun {
+    let run = &mut row.run;
+    if run.status != RunStatus::Sleeping {
+        run.attempts += 1;
+    }
+    run.status = RunStatus::Running;
+    run.worker_id = Some(worker_id.to_owned());
+    run.available_at = Some(lease_end);
+    run.started_at = run.started_at.or(Some(now));
+    run.updated_at = now;
+    // Nothing can have been recorded for a first claim of a run that was not forked.
+    let first_execution =
+        run.attempts == 1 && run.started_at == Some(now) && run.forked_from_run_id.is_none();
+    ClaimedRun {
+        run: run.clone(),
+        first_execution,
     }
 }
 

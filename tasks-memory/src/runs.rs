@@ -128,9 +128,9 @@ impl MemoryStore {
             let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
             match new.insert(tx) {
                 Inserted::Created(run) => {
-                    tx.announce([Notification::RunAvailable {
+                    tx.notes.push(Notification::RunAvailable {
                         namespace: run.namespace.clone(),
-                    }]);
+                    });
                     Ok(run)
                 }
                 // A repeat of an idempotent create: the first run.

@@ -194,6 +194,7 @@ pub(crate) struct Tx<'a> {
     /// The store's clock when the write took the lock, to the microsecond.
     pub(crate) now: DateTime<Utc>,
     pub(crate) namespace: &'a str,
+    /// The notifications to send once the write succeeded.
     pub(crate) notes: Vec<Notification>,
 }
 
@@ -223,11 +224,6 @@ impl Tx<'_> {
             .ok_or_else(|| {
                 StoreError::InvalidArgument(format!("a duration of {duration:?} is out of range"))
             })
-    }
-
-    /// Queues notifications to send once the write succeeded.
-    pub(crate) fn announce(&mut self, notes: impl IntoIterator<Item = Notification>) {
-        self.notes.extend(notes);
     }
 }
 
