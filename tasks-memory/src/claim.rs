@@ -43,11 +43,11 @@ impl MemoryStore {
                         .map(|row| start(row, worker_id, lease_end, now))
                 })
                 .collect();
+            // Oldest first, so callers start work in the order it was queued.
+            claimed.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
             for claimed in &claimed {
                 tx.notes.extend(CLAIM_PENDING.announcements(&claimed.run));
             }
-            // Oldest first, so callers start work in the order it was queued.
-            claimed.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
             Ok(claimed)
         })
     }
