@@ -16,7 +16,7 @@ use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus};
 use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 use crate::MemoryStore;
-use crate::tables::{Space, Tx, created_order};
+use crate::tables::{Space, Tx};
 
 /// What a wait does once it holds its running attempt, given whether an event was there to
 /// consume and when the wait times out: the event wait protocol of
@@ -189,9 +189,7 @@ impl MemoryStore {
                 .filter(|event| event.workflow_run_id == run_id)
                 .cloned()
                 .collect();
-            events.sort_by(created_order(|event: &RunEvent| {
-                (event.created_at, event.id)
-            }));
+            events.sort_by_key(|event| (event.created_at, event.id));
             events
         })
     }

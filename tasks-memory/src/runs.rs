@@ -11,7 +11,7 @@ use tasks_core::store::{
 };
 
 use crate::MemoryStore;
-use crate::tables::{KeyScope, Row, Tx, absent_if_null, created_order, storable, stored};
+use crate::tables::{KeyScope, Row, Tx, absent_if_null, storable, stored};
 
 /// A run checked and computed, ready to insert: nothing about it can fail any more.
 pub(crate) struct NewRun {
@@ -211,7 +211,7 @@ pub(crate) fn scan<T>(
     items: &mut Vec<T>,
     key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
 ) {
-    items.sort_by(created_order(&key));
+    items.sort_by_key(key);
     if !page.scan_ascending() {
         items.reverse();
     }

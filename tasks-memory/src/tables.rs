@@ -137,13 +137,6 @@ pub(crate) struct Space {
     pub(crate) retention: Option<RetentionLease>,
 }
 
-/// The order of listings and histories: `(created_at, id)`.
-pub(crate) fn created_order<T>(
-    key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
-) -> impl Fn(&T, &T) -> std::cmp::Ordering {
-    move |a, b| key(a).cmp(&key(b))
-}
-
 impl Space {
     /// The run with this id, as callers see it.
     pub(crate) fn run(&self, run_id: Uuid) -> Option<WorkflowRun> {
@@ -157,9 +150,7 @@ impl Space {
             .values()
             .filter(|step| step.workflow_run_id == run_id)
             .collect();
-        steps.sort_by(created_order(|step: &&StepAttempt| {
-            (step.created_at, step.id)
-        }));
+        steps.sort_by_key(|step| (step.created_at, step.id));
         steps
     }
 

@@ -195,12 +195,10 @@ pub(crate) fn transition_in(
     if let Some(row) = tx.space.runs.get_mut(&run_id) {
         row.run = run.clone();
     }
-    let family = tx.notes.len();
+    // The transition's own announcements come before its family's.
+    tx.notes.extend(transition.announcements(&run));
     if transition.wakes_parent() {
         after_finish(tx, &run, transition.operation == Operation::CancelRun);
     }
-    // The transition's own announcements come before its family's.
-    let own: Vec<_> = transition.announcements(&run).collect();
-    tx.notes.splice(family..family, own);
     Ok(run)
 }
