@@ -29,7 +29,7 @@ started=$SECONDS
 # published.
 cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-core -p tasks-migrations -p tasks-postgres -p tasks-sqlite \
-  -p tasks-runtime -p tasks-conformance \
+  -p tasks-memory -p tasks-runtime -p tasks-conformance \
   --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
 # The docs of every crate of the workspace, private items too (a contributor's docs),

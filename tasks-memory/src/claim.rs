@@ -1,0 +1,257 @@
+//! Claims: the deadline sweep, the candidates of a claim and their admission, and the
+//! heartbeat rows that let a claim take the runs of a dead worker.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use tasks_core::error::StoreResult;
+use tasks_core::model::RunStatus;
+use tasks_core::queue::ClaimFilter;
+use tasks_core::store::{ClaimedRun, Notification};
+use tasks_core::transition::{
+    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, EXPIRE, deadline_error,
+};
+
+use crate::MemoryStore;
+use crate::admission::{Admission, Candidate};
+use crate::children::wake_parent;
+use crate::tables::{Heartbeat, Row, Space, Tx};
+
+impl MemoryStore {
+    pub(crate) fn claim_runs_impl(
+        &self,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
+    ) -> StoreResult<Vec<ClaimedRun>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.write(|tx| {
+            let lease_end = tx.plus(lease)?;
+            let now = tx.now;
+            expire(tx);
+            let taken = admit(tx.space, worker_id, now, limit, filter);
+            let runs = &mut tx.space.runs;
+            let mut claimed: Vec<ClaimedRun> = taken
+                .into_iter()
+                .filter_map(|id| {
+                    runs.get_mut(&id)
+                        .map(|row| start(row, worker_id, lease_end, now))
+                })
+                .collect();
+            // Oldest first, so callers start work in the order it was queued.
+            claimed.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
+            for claimed in &claimed {
+                tx.notes.extend(CLAIM_PENDING.announcements(&claimed.run));
+            }
+            Ok(claimed)
+        })
+    }
+
+    pub(crate) fn heartbeat_impl(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        self.write(|tx| {
+            let stale_at = tx.plus(stale_after)?;
+            let now = tx.now;
+            let runs = &tx.space.runs;
+            // Forget the namespace's dead workers whose runs were all claimed.
+            tx.space.workers.retain(|worker, heartbeat| {
+                worker == worker_id || !forgettable(heartbeat, now, holds_running(runs, worker))
+            });
+            tx.space
+                .workers
+                .insert(worker_id.to_owned(), Heartbeat { stale_at });
+            Ok(())
+        })
+    }
+
+    pub(crate) fn remove_worker_impl(&self, worker_id: &str) -> StoreResult<()> {
+        self.write(|tx| {
+            tx.space.workers.remove(worker_id);
+            Ok(())
+        })
+    }
+}
+
+/// Fails the runs whose deadline passed ([`EXPIRE`]), waking their parents, and announces
+/// their finish.
+fn expire(tx: &mut Tx<'_>) {
+    let now = tx.now;
+    let expired: Vec<Uuid> = tx
+        .space
+        .runs
+        .values()
+        .filter(|row| EXPIRE.from.contains(&row.run.status))
+        .filter(|row| row.run.deadline_at.is_some_and(|deadline| deadline <= now))
+        .map(|row| row.run.id)
+        .collect();
+    for id in expired {
+        let Some(row) = tx.space.runs.get_mut(&id) else {
+            continue;
+        };
+        let run = &mut row.run;
+        run.status = RunStatus::Failed;
+        run.error = Some(deadline_error());
+        run.worker_id = None;
+        run.available_at = None;
+        run.finished_at = Some(now);
+        run.updated_at = now;
+        let parent = run.parent_run_id;
+        tx.notes.push(Notification::RunFinished {
+            namespace: tx.namespace.to_owned(),
+            run_id: id,
+        });
+        if let Some(parent) = parent.filter(|_| EXPIRE.wakes_parent()) {
+            let woken = wake_parent(tx.space, parent, now, tx.namespace);
+            tx.notes.push(woken);
+        }
+    }
+}
+
+/// The runs a claim takes, in claim order: the candidates that fit their keys' and queues'
+/// slots and rate windows, up to `limit`. Counts their starts in the rate windows.
+fn admit(
+    space: &mut Space,
+    worker_id: &str,
+    now: DateTime<Utc>,
+    limit: u32,
+    filter: &ClaimFilter,
+) -> Vec<Uuid> {
+    let mut candidates = candidates(space, worker_id, now, filter);
+    candidates.sort_by_key(Candidate::order);
+    let holders = space
+        .runs
+        .values()
+        .map(|row| (row.run.status, row.key(), row.run.queue.as_str()));
+    let mut admission = Admission::new(now, space.queues.values(), holders, &space.key_windows);
+    // The walk stops at the limit, so the admission counts exactly the runs taken.
+    let taken: Vec<Uuid> = candidates
+        .iter()
+        .filter(|candidate| admission.admit(candidate))
+        .map(|candidate| candidate.id)
+        .take(limit as usize)
+        .collect();
+    let (queue_windows, key_windows) = admission.into_windows();
+    for (name, window) in queue_windows {
+        if let Some(queue) = space.queues.get_mut(&name) {
+            queue.window_start = window.start;
+            queue.window_starts = window.starts;
+        }
+    }
+    space.key_windows = key_windows;
+    taken
+}
+
+/// Claims `row` for `worker_id` until `lease_end`: a claim counts an attempt, except
+/// waking from a sleep, which continues the attempt; the first claim sets `started_at`.
+fn start(
+    row: &mut Row,
+    worker_id: &str,
+    lease_end: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> ClaimedRun {
+    let run = &mut row.run;
+    if run.status != RunStatus::Sleeping {
+        run.attempts += 1;
+    }
+    run.status = RunStatus::Running;
+    run.worker_id = Some(worker_id.to_owned());
+    run.available_at = Some(lease_end);
+    run.started_at = run.started_at.or(Some(now));
+    run.updated_at = now;
+    // Nothing can have been recorded for a first claim of a run that was not forked.
+    let first_execution =
+        run.attempts == 1 && run.started_at == Some(now) && run.forked_from_run_id.is_none();
+    ClaimedRun {
+        run: run.clone(),
+        first_execution,
+    }
+}
+
+/// The runs a claim by `worker_id` at `now` may take, in no order: runs whose
+/// `available_at` passed (pending, sleeping, or running under an expired lease), and
+/// running runs of *another* worker whose heartbeat row is stale; of the queues and
+/// workflows `filter` admits.
+fn candidates(
+    space: &Space,
+    worker_id: &str,
+    now: DateTime<Utc>,
+    filter: &ClaimFilter,
+) -> Vec<Candidate> {
+    let stale = |worker: &str| {
+        space
+            .workers
+            .get(worker)
+            .is_some_and(|heartbeat| heartbeat.stale_at <= now)
+    };
+    space
+        .runs
+        .values()
+        .filter(|row| {
+            let run = &row.run;
+            let due = CLAIM_PENDING.from.contains(&run.status)
+                || CLAIM_DUE.from.contains(&run.status)
+                || CLAIM_EXPIRED.from.contains(&run.status);
+            let available = due && run.available_at.is_some_and(|at| at <= now);
+            let orphaned = CLAIM_ORPHANED.from.contains(&run.status)
+                && run
+                    .worker_id
+                    .as_deref()
+                    .is_some_and(|worker| worker != worker_id && stale(worker));
+            (available || orphaned)
+                && run.deadline_at.is_none_or(|deadline| deadline > now)
+                && filter.admits(&run.queue, &run.workflow_name)
+        })
+        .map(candidate)
+        .collect()
+}
+
+fn candidate(row: &Row) -> Candidate {
+    Candidate {
+        id: row.run.id,
+        status: row.run.status,
+        priority: row.priority,
+        available_at: row.run.available_at,
+        created_at: row.run.created_at,
+        key: row
+            .concurrency
+            .as_ref()
+            .map(|concurrency| (concurrency.key().to_owned(), concurrency.limit())),
+        queue: row.run.queue.clone(),
+        started: row.run.started_at.is_some(),
+    }
+}
+
+/// Whether `worker` holds a running run (`transition::forgettable_workers`).
+fn holds_running(runs: &std::collections::BTreeMap<Uuid, Row>, worker: &str) -> bool {
+    runs.values().any(|row| {
+        CLAIM_ORPHANED.from.contains(&row.run.status)
+            && row.run.worker_id.as_deref() == Some(worker)
+    })
+}
+
+/// Whether a heartbeat row may be forgotten at `now`: it is stale and its worker holds no
+/// running run any more (its runs were all claimed).
+pub(crate) fn forgettable(heartbeat: &Heartbeat, now: DateTime<Utc>, holds_running: bool) -> bool {
+    heartbeat.stale_at <= now && !holds_running
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_stale_rows_without_runs_are_forgotten() {
+        let now = Utc::now();
+        let stale = Heartbeat { stale_at: now };
+        let fresh = Heartbeat {
+            stale_at: now + chrono::TimeDelta::seconds(1),
+        };
+        assert!(forgettable(&stale, now, false));
+        assert!(!forgettable(&stale, now, true));
+        assert!(!forgettable(&fresh, now, false));
+    }
+}

@@ -1,0 +1,235 @@
+//! Events sent to a run: each topic a FIFO mailbox. A send stores the event (once per
+//! deduplication key) and wakes the run if it is parked on that topic; a wait consumes the
+//! oldest unconsumed event of its topic, times out, or parks the run. The policy is
+//! `transition`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`]; the lock
+//! serializes a send and a wait of one run, so a wake-up is never lost.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use tasks_core::error::StoreResult;
+use tasks_core::events::{
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
+    received_output, timed_out_output, wait_until,
+};
+use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus};
+use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+
+use crate::MemoryStore;
+use crate::tables::{Space, Tx};
+
+/// What a wait does once it holds its running attempt, given whether an event was there to
+/// consume and when the wait times out: the event wait protocol of
+/// [`EventStore::wait_for_event`](tasks_core::EventStore::wait_for_event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitStep {
+    /// Consume the event and complete the attempt with it.
+    Consume,
+    /// Park the run until the timeout, waiting on the topic.
+    Park,
+    /// Complete the attempt as timed out.
+    TimeOut,
+}
+
+/// The next step of a wait at `now` whose timeout is `until`.
+pub(crate) fn wait_step(event_waiting: bool, until: DateTime<Utc>, now: DateTime<Utc>) -> WaitStep {
+    if event_waiting {
+        WaitStep::Consume
+    } else if until > now {
+        WaitStep::Park
+    } else {
+        WaitStep::TimeOut
+    }
+}
+
+/// The oldest unconsumed event of a run's topic.
+fn oldest_unconsumed(space: &Space, run_id: Uuid, topic: &str) -> Option<Uuid> {
+    space
+        .events
+        .values()
+        .filter(|event| {
+            event.workflow_run_id == run_id && event.topic == topic && event.consumed_at.is_none()
+        })
+        .min_by_key(|event| (event.created_at, event.id))
+        .map(|event| event.id)
+}
+
+impl MemoryStore {
+    pub(crate) fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        self.write(|tx| {
+            let target = match &params.target {
+                EventTarget::Run(run_id) => tx.space.run(*run_id),
+                EventTarget::Key {
+                    workflow_name,
+                    idempotency_key,
+                } => tx
+                    .space
+                    .run_by_key(workflow_name, idempotency_key)
+                    .map(|row| row.run.clone()),
+            };
+            let run = match target {
+                Some(run) if SEND_EVENT.admits(&run, None) => run,
+                Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+                None => return Err(not_found(&params.target)),
+            };
+            let first = params.dedup_key.as_ref().and_then(|key| {
+                tx.space.events.values().find(|event| {
+                    event.workflow_run_id == run.id
+                        && event.topic == params.topic
+                        && event.dedup_key.as_ref() == Some(key)
+                })
+            });
+            if let Some(first) = first {
+                return Ok(SentEvent {
+                    event: first.clone(),
+                    duplicate: true,
+                    woke: false,
+                });
+            }
+            let event = RunEvent {
+                namespace: tx.namespace.to_owned(),
+                id: Uuid::now_v7(),
+                workflow_run_id: run.id,
+                topic: params.topic.clone(),
+                payload: params.payload,
+                dedup_key: params.dedup_key,
+                consumed_by: None,
+                consumed_at: None,
+                created_at: tx.now,
+            };
+            tx.space.events.insert(event.id, event.clone());
+            let now = tx.now;
+            let woken = tx.space.runs.get_mut(&run.id).and_then(|row| {
+                let parked_here = WAKE_ON_EVENT.admits(&row.run, None)
+                    && row.wait_topic.as_deref() == Some(params.topic.as_str());
+                parked_here.then(|| {
+                    row.run.available_at = Some(now);
+                    row.run.updated_at = now;
+                    row.run.clone()
+                })
+            });
+            if let Some(run) = &woken {
+                tx.notes.extend(WAKE_ON_EVENT.announcements(run));
+            }
+            Ok(SentEvent {
+                event,
+                duplicate: false,
+                woke: woken.is_some(),
+            })
+        })
+    }
+
+    pub(crate) fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        let worker = Some(params.worker_id.as_str());
+        self.write(|tx| {
+            match tx.space.runs.get(&params.run_id) {
+                Some(row) if WAIT_EVENT.admits(&row.run, worker) => {}
+                current => {
+                    let current = current.map(|row| &row.run);
+                    return Err(WAIT_EVENT.miss(params.run_id, worker, current));
+                }
+            }
+            let last = tx
+                .space
+                .last_step(params.run_id, &params.step_name, StepKind::Event)
+                .cloned();
+            let attempt = match last {
+                Some(attempt) if attempt.status == StepStatus::Completed => {
+                    return Ok(EventWait::Done(attempt));
+                }
+                Some(attempt) if attempt.status == StepStatus::Running => attempt,
+                _ => start_wait(tx, &params),
+            };
+            let now = tx.now;
+            let event = oldest_unconsumed(tx.space, params.run_id, &params.topic);
+            let output = match wait_step(event.is_some(), wait_until(&attempt), now) {
+                WaitStep::Consume => {
+                    let Some(event) = event.and_then(|id| tx.space.events.get_mut(&id)) else {
+                        return Ok(EventWait::Done(attempt));
+                    };
+                    event.consumed_by = Some(params.step_name.clone());
+                    event.consumed_at = Some(now);
+                    received_output(event)
+                }
+                WaitStep::Park => {
+                    let until = wait_until(&attempt);
+                    let Some(row) = tx.space.runs.get_mut(&params.run_id) else {
+                        return Ok(EventWait::Done(attempt));
+                    };
+                    row.run.status = RunStatus::Sleeping;
+                    row.run.available_at = Some(until);
+                    row.run.worker_id = None;
+                    row.run.updated_at = now;
+                    row.wait_topic = Some(params.topic.clone());
+                    let run = row.run.clone();
+                    tx.notes.extend(WAIT_EVENT.announcements(&run));
+                    return Ok(EventWait::Parked(run));
+                }
+                WaitStep::TimeOut => timed_out_output(),
+            };
+            if let Some(row) = tx.space.runs.get_mut(&params.run_id) {
+                row.wait_topic = None;
+            }
+            let Some(step) = tx.space.steps.get_mut(&attempt.id) else {
+                return Ok(EventWait::Done(attempt));
+            };
+            step.status = StepStatus::Completed;
+            step.output = Some(output);
+            step.finished_at = Some(now);
+            step.updated_at = now;
+            Ok(EventWait::Done(step.clone()))
+        })
+    }
+
+    pub(crate) fn list_events_impl(&self, run_id: Uuid) -> Vec<RunEvent> {
+        self.read(|space| {
+            let mut events: Vec<RunEvent> = space
+                .events
+                .values()
+                .filter(|event| event.workflow_run_id == run_id)
+                .cloned()
+                .collect();
+            events.sort_by_key(|event| (event.created_at, event.id));
+            events
+        })
+    }
+}
+
+/// Creates the wait's running attempt, with its topic and timeout in its config.
+fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
+    let step = StepAttempt {
+        namespace: tx.namespace.to_owned(),
+        id: Uuid::now_v7(),
+        workflow_run_id: params.run_id,
+        step_name: params.step_name.clone(),
+        kind: StepKind::Event,
+        status: StepStatus::Running,
+        config: params.config(),
+        context: None,
+        output: None,
+        error: None,
+        args: None,
+        child_workflow_run_namespace: None,
+        child_workflow_run_id: None,
+        started_at: Some(tx.now),
+        finished_at: None,
+        created_at: tx.now,
+        updated_at: tx.now,
+    };
+    tx.space.steps.insert(step.id, step.clone());
+    step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_consumes_parks_or_times_out() {
+        let now = Utc::now();
+        let later = now + chrono::TimeDelta::seconds(1);
+        assert_eq!(wait_step(true, now, now), WaitStep::Consume);
+        assert_eq!(wait_step(false, later, now), WaitStep::Park);
+        assert_eq!(wait_step(false, now, now), WaitStep::TimeOut);
+    }
+}

@@ -1,0 +1,113 @@
+//! A finished run again: retried in place ([`RETRY`]) or forked into a new run that replays
+//! the history before a step ([`FORK`]).
+
+use uuid::Uuid;
+
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
+use tasks_core::transition::{FORK, RETRY};
+
+use crate::MemoryStore;
+use crate::tables::Row;
+
+/// How many of a run's attempts (oldest first, by resolved step name) a fork from
+/// `from_step` copies: those before the first attempt of `from_step`; `None` when the run
+/// has no such attempt.
+pub(crate) fn fork_boundary<'a>(
+    attempts: impl IntoIterator<Item = &'a str>,
+    from_step: &str,
+) -> Option<usize> {
+    attempts.into_iter().position(|name| name == from_step)
+}
+
+impl MemoryStore {
+    /// [`RETRY`]: pending now, with its output, error, worker and attempt counter cleared
+    /// and `retried_at` set. `started_at` is kept (a run that failed between attempts has
+    /// none: it becomes the run's creation time), so the claim sees that the run executed
+    /// before and loads its history.
+    pub(crate) fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.transition(&RETRY, run_id, None, |run, tx| {
+            run.status = RunStatus::Pending;
+            run.available_at = Some(tx.now);
+            run.retried_at = Some(tx.now);
+            run.attempts = 0;
+            run.worker_id = None;
+            run.output = None;
+            run.error = None;
+            run.started_at = run.started_at.or(Some(run.created_at));
+            run.finished_at = None;
+            Ok(())
+        })
+    }
+
+    /// [`FORK`] in one write: the source is checked under the lock, then the new run and
+    /// copies of the attempts before the first attempt of `from_step` are stored. The new
+    /// run keeps the source's workflow, version, input, config, context, trace context and
+    /// queue, and nothing else (no key, deadline, priority or concurrency key).
+    pub(crate) fn fork_run_impl(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        self.write(|tx| {
+            let source = match tx.space.run(run_id) {
+                Some(run) if FORK.admits(&run, None) => run,
+                current => return Err(FORK.miss(run_id, None, current.as_ref())),
+            };
+            let history: Vec<StepAttempt> = tx.space.history(run_id).into_iter().cloned().collect();
+            let boundary = fork_boundary(
+                history.iter().map(|step| step.step_name.as_str()),
+                from_step,
+            )
+            .ok_or_else(|| StoreError::UnknownStep {
+                run_id,
+                step_name: from_step.to_owned(),
+            })?;
+            let now = tx.now;
+            let forked = WorkflowRun {
+                id: Uuid::now_v7(),
+                status: RunStatus::Pending,
+                idempotency_key: None,
+                output: None,
+                error: None,
+                attempts: 0,
+                parent_step_attempt_namespace: None,
+                parent_step_attempt_id: None,
+                worker_id: None,
+                available_at: Some(now),
+                deadline_at: None,
+                started_at: None,
+                finished_at: None,
+                created_at: now,
+                updated_at: now,
+                retried_at: None,
+                forked_from_run_id: Some(run_id),
+                forked_from_step: Some(from_step.to_owned()),
+                parent_run_id: None,
+                cancel_with_parent: true,
+                ..source
+            };
+            tx.space.runs.insert(forked.id, Row::new(forked.clone()));
+            for attempt in &history[..boundary] {
+                let copy = StepAttempt {
+                    id: Uuid::now_v7(),
+                    workflow_run_id: forked.id,
+                    ..attempt.clone()
+                };
+                tx.space.steps.insert(copy.id, copy);
+            }
+            tx.notes.extend(FORK.announcements(&forked));
+            Ok(forked)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fork_copies_what_came_before_the_first_attempt_of_its_step() {
+        let names = ["a", "b", "c:1", "b", "c"];
+        assert_eq!(fork_boundary(names, "b"), Some(1));
+        assert_eq!(fork_boundary(names, "a"), Some(0));
+        assert_eq!(fork_boundary(names, "c"), Some(4));
+        assert_eq!(fork_boundary(names, "d"), None);
+    }
+}

@@ -1,0 +1,52 @@
+//! Queue configurations: their limits, and the rate window a put keeps. The claim reads
+//! them (see `admission`).
+
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::queue::{Queue, QueueOptions, RateLimit};
+
+use crate::MemoryStore;
+
+/// A rate limit as the SQL stores keep it: its period in whole milliseconds.
+fn as_stored((starts, period_ms): (Option<i32>, Option<i64>)) -> Option<RateLimit> {
+    Queue::rate_from_row(starts.map(i64::from), period_ms)
+}
+
+impl MemoryStore {
+    /// Creates or replaces a queue's limits; its rate window and creation time are kept.
+    pub(crate) fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        self.write(|tx| {
+            let now = tx.now;
+            let existing = tx.space.queues.get(options.name());
+            let queue = Queue {
+                name: options.name().to_owned(),
+                concurrency: options.concurrency_limit(),
+                rate_limit: as_stored(options.stored_rate()),
+                key_rate_limit: as_stored(options.stored_key_rate()),
+                key_concurrency: options.key_concurrency_limit(),
+                window_start: existing.and_then(|queue| queue.window_start),
+                window_starts: existing.map_or(0, |queue| queue.window_starts),
+                created_at: existing.map_or(now, |queue| queue.created_at),
+                updated_at: now,
+            };
+            tx.space.queues.insert(queue.name.clone(), queue.clone());
+            Ok(queue)
+        })
+    }
+
+    pub(crate) fn get_queue_impl(&self, name: &str) -> Option<Queue> {
+        self.read(|space| space.queues.get(name).cloned())
+    }
+
+    pub(crate) fn list_queues_impl(&self) -> Vec<Queue> {
+        self.read(|space| space.queues.values().cloned().collect())
+    }
+
+    pub(crate) fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
+        self.write(|tx| match tx.space.queues.remove(name) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::QueueNotFound {
+                name: name.to_owned(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,242 @@
+//! Runs: creation (with idempotency keys and their scopes), reads, listings and counts.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use tasks_core::error::StoreResult;
+use tasks_core::idempotency::IdempotencyScope;
+use tasks_core::model::{RunStatus, WorkflowRun};
+use tasks_core::store::{
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, counts_in_order,
+};
+
+use crate::MemoryStore;
+use crate::tables::{KeyScope, Row, Tx, absent_if_null, storable, stored};
+
+/// A run checked and computed, ready to insert: nothing about it can fail any more.
+pub(crate) struct NewRun {
+    row: Row,
+}
+
+impl NewRun {
+    /// A pending run of `params` with id `id`, created now, with every fallible value
+    /// computed (its config, its start, its deadline, when its key lapses).
+    pub(crate) fn prepare(tx: &Tx<'_>, params: &CreateRun, id: Uuid) -> StoreResult<Self> {
+        let config = params.stored_config()?;
+        let available_at = match (params.available_at, params.delay) {
+            (Some(at), _) => storable(at)?,
+            (None, Some(delay)) => tx.plus(delay)?,
+            (None, None) => tx.now,
+        };
+        let deadline_at = params.deadline_at.map(storable).transpose()?;
+        let key_scope = match (&params.idempotency_key, params.idempotency_scope) {
+            (None, _) | (Some(_), IdempotencyScope::ForEver) => KeyScope::ForEver,
+            (Some(_), IdempotencyScope::WhileActive) => KeyScope::WhileActive,
+            (Some(_), IdempotencyScope::Ttl(ttl)) => KeyScope::Until(tx.plus(ttl)?),
+            // A scope this store does not know holds its key for ever, the safe side.
+            (Some(_), _) => KeyScope::ForEver,
+        };
+        let run = WorkflowRun {
+            namespace: tx.namespace.to_owned(),
+            id,
+            workflow_name: params.workflow_name.clone(),
+            version: params.version.clone(),
+            status: RunStatus::Pending,
+            idempotency_key: params.idempotency_key.clone(),
+            config,
+            context: absent_if_null(params.context.clone()),
+            input: absent_if_null(params.input.clone()),
+            output: None,
+            error: None,
+            attempts: 0,
+            parent_step_attempt_namespace: None,
+            parent_step_attempt_id: None,
+            worker_id: None,
+            available_at: Some(available_at),
+            deadline_at,
+            started_at: None,
+            finished_at: None,
+            created_at: tx.now,
+            updated_at: tx.now,
+            retried_at: None,
+            forked_from_run_id: None,
+            forked_from_step: None,
+            parent_run_id: None,
+            cancel_with_parent: true,
+            trace_context: params.trace_context.clone(),
+            queue: params.stored_queue().to_owned(),
+        };
+        Ok(NewRun {
+            row: Row {
+                priority: params.priority,
+                concurrency: params.concurrency.clone(),
+                key_scope,
+                ..Row::new(run)
+            },
+        })
+    }
+
+    /// The run, to adjust before it is inserted (a child's parent links).
+    pub(crate) fn run_mut(&mut self) -> &mut WorkflowRun {
+        &mut self.row.run
+    }
+
+    /// Inserts the run, unless its workflow and idempotency key are held by another run
+    /// (once a holder whose scope lapsed has released the key): then that run is returned
+    /// as it is. Announces nothing.
+    pub(crate) fn insert(self, tx: &mut Tx<'_>) -> Inserted {
+        let run = &self.row.run;
+        if let Some(key) = &run.idempotency_key {
+            let now = tx.now;
+            if let Some(holder) = tx.space.runs.values_mut().find(|row| {
+                row.run.workflow_name == run.workflow_name
+                    && row.run.idempotency_key.as_ref() == Some(key)
+            }) {
+                if !lapsed(holder.key_scope, holder.run.status, now) {
+                    return Inserted::Held(holder.run.clone());
+                }
+                holder.released_key = holder.run.idempotency_key.take();
+            }
+        }
+        let run = self.row.run.clone();
+        tx.space.runs.insert(run.id, self.row);
+        Inserted::Created(run)
+    }
+}
+
+/// What [`NewRun::insert`] did.
+pub(crate) enum Inserted {
+    /// It created the run.
+    Created(WorkflowRun),
+    /// The key is held by this run; nothing was created.
+    Held(WorkflowRun),
+}
+
+/// Whether a run in `status` whose key is held for `scope` no longer holds it at `now`: the
+/// rule of `tasks_core::idempotency::lapsed`.
+pub(crate) fn lapsed(scope: KeyScope, status: RunStatus, now: DateTime<Utc>) -> bool {
+    match scope {
+        KeyScope::ForEver => false,
+        KeyScope::WhileActive => status.is_terminal(),
+        KeyScope::Until(expires_at) => expires_at <= now,
+    }
+}
+
+impl MemoryStore {
+    pub(crate) fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        self.write(|tx| {
+            let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
+            match new.insert(tx) {
+                Inserted::Created(run) => {
+                    tx.notes.push(Notification::RunAvailable {
+                        namespace: run.namespace.clone(),
+                    });
+                    Ok(run)
+                }
+                // A repeat of an idempotent create: the first run.
+                Inserted::Held(first) => Ok(first),
+            }
+        })
+    }
+
+    pub(crate) fn list_runs_impl(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+        let after = params.created_after.map(stored);
+        let before = params.created_before.map(stored);
+        let mut runs: Vec<WorkflowRun> = self.read(|space| {
+            space
+                .runs
+                .values()
+                .map(|row| &row.run)
+                .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
+                .filter(|run| {
+                    params
+                        .workflow_name
+                        .as_ref()
+                        .is_none_or(|name| run.workflow_name == *name)
+                })
+                .filter(|run| {
+                    params
+                        .parent_run_id
+                        .is_none_or(|parent| run.parent_run_id == Some(parent))
+                })
+                .filter(|run| after.is_none_or(|after| run.created_at >= after))
+                .filter(|run| before.is_none_or(|before| run.created_at <= before))
+                .filter(|run| beyond(&page, page.cursor, (run.created_at, run.id)))
+                .cloned()
+                .collect()
+        });
+        scan(&page, &mut runs, |run| (run.created_at, run.id));
+        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
+    }
+
+    pub(crate) fn count_runs_impl(&self, statuses: &[RunStatus]) -> Vec<(RunStatus, u64)> {
+        if statuses.is_empty() {
+            return Vec::new();
+        }
+        let rows = self.read(|space| {
+            statuses
+                .iter()
+                .map(|status| {
+                    let count = space.runs.values().filter(|row| row.run.status == *status);
+                    (status.as_str().to_owned(), count.count() as i64)
+                })
+                .collect()
+        });
+        counts_in_order(statuses, rows)
+    }
+}
+
+/// Whether an item at `position` is strictly past `cursor` in the page's scan order.
+pub(crate) fn beyond(
+    page: &PageQuery,
+    cursor: Option<Cursor>,
+    position: (DateTime<Utc>, Uuid),
+) -> bool {
+    let Some(cursor) = cursor else {
+        return true;
+    };
+    let cursor = (stored(cursor.created_at()), cursor.id());
+    if page.scan_ascending() {
+        position > cursor
+    } else {
+        position < cursor
+    }
+}
+
+/// Sorts `items` in the page's scan order and keeps the `limit + 1` rows
+/// [`PageQuery::finish`] expects.
+pub(crate) fn scan<T>(
+    page: &PageQuery,
+    items: &mut Vec<T>,
+    key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
+) {
+    items.sort_by_key(key);
+    if !page.scan_ascending() {
+        items.reverse();
+    }
+    items.truncate(page.limit as usize + 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_lapse_by_their_scope() {
+        let now = Utc::now();
+        for status in RunStatus::ALL {
+            assert!(!lapsed(KeyScope::ForEver, status, now));
+            assert_eq!(
+                lapsed(KeyScope::WhileActive, status, now),
+                status.is_terminal()
+            );
+        }
+        assert!(lapsed(KeyScope::Until(now), RunStatus::Pending, now));
+        assert!(!lapsed(
+            KeyScope::Until(now + chrono::TimeDelta::milliseconds(1)),
+            RunStatus::Completed,
+            now
+        ));
+    }
+}

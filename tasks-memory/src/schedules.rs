@@ -1,0 +1,228 @@
+//! Schedules: their rows, a put that keeps the slot of an unchanged schedule, and the
+//! compare-and-set firing (`transition::schedule_fence`). Which slots fire is the caller's
+//! decision (`schedule::plan`); the first slot is the caller's function of the store's
+//! clock.
+
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::WorkflowRun;
+use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use tasks_core::store::Notification;
+
+use crate::MemoryStore;
+use crate::runs::{Inserted, NewRun};
+use crate::tables::{storable, stored};
+
+/// Whether a put of `new` keeps the `next_slot` of `existing`: while its cron expression
+/// and its timezone are unchanged, so that a restart of the workers neither skips nor
+/// repeats a slot.
+pub(crate) fn keeps_slot(existing: &Schedule, new: &NewSchedule) -> bool {
+    existing.cron == new.cron && existing.timezone == new.timezone
+}
+
+/// Whether a fire of `slot` passes the schedule's fence: it is not paused and its
+/// `next_slot` is still `slot`.
+pub(crate) fn fires(schedule: &Schedule, slot: chrono::DateTime<chrono::Utc>) -> bool {
+    !schedule.paused && schedule.next_slot == Some(slot)
+}
+
+impl MemoryStore {
+    pub(crate) fn put_schedule_impl(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+        replace: bool,
+    ) -> StoreResult<Schedule> {
+        self.write(|tx| {
+            let now = tx.now;
+            let first = || first_slot(now).map(storable).transpose();
+            let existing = tx.space.schedules.get(&params.name);
+            let schedule = match existing {
+                Some(_) if !replace => {
+                    return Err(StoreError::ScheduleExists { name: params.name });
+                }
+                Some(existing) => Schedule {
+                    next_slot: if keeps_slot(existing, &params) {
+                        existing.next_slot
+                    } else {
+                        first()?
+                    },
+                    updated_at: now,
+                    workflow_name: params.workflow_name,
+                    version: params.version,
+                    cron: params.cron,
+                    timezone: params.timezone,
+                    input: params.input,
+                    catch_up: params.catch_up,
+                    ..existing.clone()
+                },
+                None => Schedule {
+                    namespace: tx.namespace.to_owned(),
+                    name: params.name.clone(),
+                    workflow_name: params.workflow_name,
+                    version: params.version,
+                    cron: params.cron,
+                    timezone: params.timezone,
+                    input: params.input,
+                    catch_up: params.catch_up,
+                    paused: false,
+                    next_slot: first()?,
+                    created_at: now,
+                    updated_at: now,
+                },
+            };
+            tx.space
+                .schedules
+                .insert(schedule.name.clone(), schedule.clone());
+            Ok(schedule)
+        })
+    }
+
+    pub(crate) fn get_schedule_impl(&self, name: &str) -> Option<Schedule> {
+        self.read(|space| space.schedules.get(name).cloned())
+    }
+
+    pub(crate) fn list_schedules_impl(&self) -> Vec<Schedule> {
+        self.read(|space| space.schedules.values().cloned().collect())
+    }
+
+    /// Pauses or resumes a schedule; a repeat changes nothing, not even `updated_at`.
+    pub(crate) fn set_schedule_paused(&self, name: &str, paused: bool) -> StoreResult<Schedule> {
+        self.write(|tx| {
+            let now = tx.now;
+            let schedule =
+                tx.space
+                    .schedules
+                    .get_mut(name)
+                    .ok_or_else(|| StoreError::ScheduleNotFound {
+                        name: name.to_owned(),
+                    })?;
+            if schedule.paused != paused {
+                schedule.paused = paused;
+                schedule.updated_at = now;
+            }
+            Ok(schedule.clone())
+        })
+    }
+
+    pub(crate) fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
+        self.write(|tx| match tx.space.schedules.remove(name) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::ScheduleNotFound {
+                name: name.to_owned(),
+            }),
+        })
+    }
+
+    pub(crate) fn due_schedules_impl(&self, limit: u32) -> DueSchedules {
+        // The clock of a read, as a write would take it.
+        let now = stored(self.clock.now());
+        let mut schedules: Vec<Schedule> = self.read(|space| {
+            space
+                .schedules
+                .values()
+                .filter(|schedule| {
+                    !schedule.paused && schedule.next_slot.is_some_and(|at| at <= now)
+                })
+                .cloned()
+                .collect()
+        });
+        schedules.sort_by_key(|schedule| schedule.next_slot);
+        schedules.truncate(limit as usize);
+        DueSchedules { now, schedules }
+    }
+
+    pub(crate) fn fire_schedule_impl(
+        &self,
+        params: FireSchedule,
+    ) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        let slot = storable(params.slot)?;
+        let next_slot = params.next_slot.map(storable).transpose()?;
+        self.write(|tx| {
+            let now = tx.now;
+            if !tx
+                .space
+                .schedules
+                .get(&params.name)
+                .is_some_and(|schedule| fires(schedule, slot))
+            {
+                return Ok(None);
+            }
+            let new_runs = params
+                .runs
+                .iter()
+                .map(|run| NewRun::prepare(tx, run, uuid::Uuid::now_v7()))
+                .collect::<StoreResult<Vec<NewRun>>>()?;
+            if let Some(schedule) = tx.space.schedules.get_mut(&params.name) {
+                schedule.next_slot = next_slot;
+                schedule.updated_at = now;
+            }
+            let mut runs = Vec::with_capacity(new_runs.len());
+            for new in new_runs {
+                // A run whose idempotency key exists already is not created again.
+                if let Inserted::Created(run) = new.insert(tx) {
+                    runs.push(run);
+                }
+            }
+            if !runs.is_empty() {
+                tx.notes.push(Notification::RunAvailable {
+                    namespace: tx.namespace.to_owned(),
+                });
+            }
+            Ok(Some(runs))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use serde_json::json;
+    use tasks_core::schedule::CatchUp;
+
+    use super::*;
+
+    fn schedule() -> Schedule {
+        let now = stored(Utc::now());
+        Schedule {
+            namespace: "n".into(),
+            name: "nightly".into(),
+            workflow_name: "report".into(),
+            version: None,
+            cron: "0 0 * * *".into(),
+            timezone: "UTC".into(),
+            input: json!({}),
+            catch_up: CatchUp::Latest,
+            paused: false,
+            next_slot: Some(now),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn a_put_keeps_the_slot_of_the_same_cadence() {
+        let existing = schedule();
+        let mut new = NewSchedule {
+            name: existing.name.clone(),
+            workflow_name: "other".into(),
+            version: Some("2".into()),
+            cron: existing.cron.clone(),
+            timezone: existing.timezone.clone(),
+            input: json!({ "changed": true }),
+            catch_up: CatchUp::Skip,
+        };
+        assert!(keeps_slot(&existing, &new));
+        new.timezone = "Europe/Paris".into();
+        assert!(!keeps_slot(&existing, &new));
+    }
+
+    #[test]
+    fn only_the_slot_read_fires_and_never_while_paused() {
+        let mut schedule = schedule();
+        let slot = schedule.next_slot.unwrap();
+        assert!(fires(&schedule, slot));
+        assert!(!fires(&schedule, slot + chrono::TimeDelta::seconds(1)));
+        schedule.paused = true;
+        assert!(!fires(&schedule, slot));
+    }
+}

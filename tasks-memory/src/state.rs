@@ -1,0 +1,134 @@
+//! Published state: the latest value of each (run, key) and its version, published by a
+//! step attempt of kind state in the same write ([`SET_STATE`]); a replay finds the
+//! attempt and publishes nothing.
+
+use uuid::Uuid;
+
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus};
+use tasks_core::state::{PublishedState, SetState, StateSet, published_output, state_changed};
+use tasks_core::transition::SET_STATE;
+
+use crate::MemoryStore;
+use crate::tables::Space;
+
+/// The version a publication gives a key whose last version is `last`: one more, from 1.
+pub(crate) fn next_version(last: Option<u64>) -> u64 {
+    last.map_or(1, |last| last.saturating_add(1))
+}
+
+/// `Ok` when the run exists in the namespace, else [`StoreError::RunNotFound`].
+fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
+    if space.runs.contains_key(&run_id) {
+        Ok(())
+    } else {
+        Err(StoreError::RunNotFound { id: run_id })
+    }
+}
+
+impl MemoryStore {
+    pub(crate) fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
+        let worker = Some(params.worker_id.as_str());
+        self.write(|tx| {
+            match tx.space.runs.get(&params.run_id) {
+                Some(row) if SET_STATE.admits(&row.run, worker) => {}
+                current => {
+                    let current = current.map(|row| &row.run);
+                    return Err(SET_STATE.miss(params.run_id, worker, current));
+                }
+            }
+            if let Some(attempt) =
+                tx.space
+                    .last_step(params.run_id, &params.step_name, StepKind::State)
+            {
+                return Ok(StateSet {
+                    attempt: attempt.clone(),
+                    published: false,
+                });
+            }
+            let now = tx.now;
+            let slot = (params.run_id, params.key.clone());
+            let version = next_version(tx.space.state.get(&slot).map(|state| state.version));
+            tx.space.state.insert(
+                slot,
+                PublishedState {
+                    run_id: params.run_id,
+                    key: params.key.clone(),
+                    value: params.value.clone(),
+                    version,
+                    updated_at: now,
+                },
+            );
+            let attempt = StepAttempt {
+                namespace: tx.namespace.to_owned(),
+                id: Uuid::now_v7(),
+                workflow_run_id: params.run_id,
+                step_name: params.step_name.clone(),
+                kind: StepKind::State,
+                status: StepStatus::Completed,
+                config: params.config(),
+                context: None,
+                output: Some(published_output(version)),
+                error: None,
+                args: None,
+                child_workflow_run_namespace: None,
+                child_workflow_run_id: None,
+                started_at: Some(now),
+                finished_at: Some(now),
+                created_at: now,
+                updated_at: now,
+            };
+            tx.space.steps.insert(attempt.id, attempt.clone());
+            let namespace = tx.namespace;
+            tx.notes.push(state_changed(
+                namespace,
+                params.run_id,
+                &params.key,
+                version,
+            ));
+            Ok(StateSet {
+                attempt,
+                published: true,
+            })
+        })
+    }
+
+    pub(crate) fn get_state_impl(
+        &self,
+        run_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<PublishedState>> {
+        self.read(|space| match space.state.get(&(run_id, key.to_owned())) {
+            Some(state) => Ok(Some(state.clone())),
+            None => known_run(space, run_id).map(|()| None),
+        })
+    }
+
+    pub(crate) fn list_state_impl(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.read(|space| {
+            // By key: the map is ordered by (run, key).
+            let found: Vec<PublishedState> = space
+                .state
+                .range((run_id, String::new())..)
+                .take_while(|((run, _), _)| *run == run_id)
+                .map(|(_, state)| state.clone())
+                .collect();
+            if found.is_empty() {
+                known_run(space, run_id)?;
+            }
+            Ok(found)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_grow_by_one_from_one() {
+        assert_eq!(next_version(None), 1);
+        assert_eq!(next_version(Some(1)), 2);
+        assert_eq!(next_version(Some(u64::MAX)), u64::MAX);
+    }
+}

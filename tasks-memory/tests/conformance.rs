@@ -1,0 +1,13 @@
+//! The store conformance suite against the in-memory store: every case on a fresh store
+//! and a fresh namespace.
+
+use tasks_memory::MemoryStore;
+
+/// A fresh store on a fresh namespace: the setup of the suite.
+async fn memory_store() -> MemoryStore {
+    MemoryStore::new()
+        .with_namespace(format!("conformance-{}", uuid::Uuid::new_v4()))
+        .expect("a valid namespace")
+}
+
+tasks_conformance::conformance_suite!(memory_store);
