@@ -88,6 +88,9 @@ pub use worker::{UnknownWorkflowPolicy, Worker, WorkerBuilder, WorkerError, Work
 
 // The embedded SQLite store, and choosing a store from `DATABASE_URL`.
 mod connect;
+/// The in-memory store: the `tasks-memory` crate.
+#[cfg(feature = "memory")]
+pub use tasks_memory as memory;
 /// The embedded SQLite store: the `tasks-sqlite` crate.
 #[cfg(feature = "sqlite")]
 pub use tasks_sqlite as sqlite;

@@ -1,5 +1,5 @@
 //! A kit for unit-testing workflows: an isolated store, a worker, a client and a virtual
-//! clock in one line (feature `testing`, which implies `sqlite`; add it to your
+//! clock in one line (feature `testing`, which brings the in-memory store; add it to your
 //! `[dev-dependencies]`: `tasks = { version = "...", features = ["testing"] }`).
 //!
 //! ```no_run
@@ -8,7 +8,7 @@
 //! use std::time::Duration;
 //! use tasks::testing::TestEnv;
 //!
-//! let env = TestEnv::start().await?; // a fresh in-memory database, a worker, a client
+//! let env = TestEnv::start().await?; // a fresh in-memory store, a worker, a client
 //! // let run = my_workflow::start(env.client(), input).await?;
 //! env.advance(Duration::from_secs(3600)).await?; // an hour-long durable sleep is over
 //! // assert_eq!(run.result_within(Duration::from_secs(5)).await?, expected);
@@ -16,8 +16,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`TestEnv::start`] opens a private in-memory [SQLite store](crate::sqlite) (one per
-//! environment: tests in one binary do not see each other's runs), migrates it, and spawns a
+//! [`TestEnv::start`] opens a private [in-memory store](crate::memory) (one per
+//! environment: tests in one binary do not see each other's runs), and spawns a
 //! [`Worker`] that executes every `#[workflow]` linked into the test binary, with short
 //! polling intervals. The store reads the time from a [manual clock](Clock::manual):
 //! [`TestEnv::advance`] moves it forward and wakes the worker, so the runs that became due
@@ -37,14 +37,17 @@
 //! What does not, because it waits in the process with a tokio timer: a `#[step(timeout)]`,
 //! a step retry backoff below the park threshold, and the deadline of a run *while it
 //! executes* (it is checked against the virtual clock again at its next claim). For those,
-//! use short real durations, or tokio's paused time (`#[tokio::test(start_paused = true)]`
-//! is not compatible with a database, so keep them short instead).
+//! use short real durations (the kit is not tested with tokio's paused time,
+//! `#[tokio::test(start_paused = true)]`).
 //!
-//! # Why SQLite only
+//! # Why the in-memory store
 //!
-//! The [Postgres store](crate::postgres) takes every instant from the database's `now()`,
-//! one clock shared by every worker on every machine; a test process cannot move it. Test
-//! the workflow logic with this kit, and the deployment against Postgres.
+//! It keeps the whole contract (every conformance case passes on it, as on Postgres and
+//! SQLite), needs no file and no server, and is the fastest of the three. The
+//! [Postgres store](crate::postgres) takes every instant from the database's `now()`, one
+//! clock shared by every worker on every machine; a test process cannot move it. Test the
+//! workflow logic with this kit, and the deployment against Postgres (or SQLite, with a
+//! [manual clock](Clock::manual) of its own: `MemoryStore::with_clock`).
 //!
 //! # Leases and heartbeats
 //!
@@ -56,7 +59,6 @@
 //! run executing at that moment keeps running on this worker, but its lease is renewed by
 //! a fresh claim, which counts one more attempt.
 
-use crate::RunStore;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -64,10 +66,10 @@ use chrono::{DateTime, Utc};
 use crate::client::Client;
 use crate::clock::{Clock, ClockError};
 use crate::error::StoreError;
-use crate::migration::MigrateError;
 use crate::model::RunStatus;
 use crate::registry::RegistryError;
-use crate::sqlite::SqliteStore;
+use crate::memory::MemoryStore;
+use crate::store::RunStore;
 use crate::store::ListRuns;
 use crate::worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
@@ -81,12 +83,9 @@ pub const ADVANCE_SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestEnvError {
-    /// Opening the in-memory database or reading the store failed.
+    /// Reading the store failed.
     #[error("the test store failed: {0}")]
     Store(#[from] StoreError),
-    /// Migrating the in-memory database failed.
-    #[error("migrating the test store failed: {0}")]
-    Migrate(#[from] MigrateError),
     /// The worker could not be built (a bad setting, or duplicate workflows).
     #[error("the test worker could not be built: {0}")]
     Worker(#[from] WorkerError),
@@ -128,13 +127,10 @@ impl TestEnvBuilder {
         self
     }
 
-    /// Opens the store, migrates it and spawns the worker.
+    /// Opens the store and spawns the worker.
     pub async fn start(self) -> Result<TestEnv, TestEnvError> {
         let clock = Clock::manual();
-        let store = SqliteStore::connect("sqlite::memory:")
-            .await?
-            .with_clock(clock.clone());
-        store.migrate().await?;
+        let store = MemoryStore::new().with_clock(clock.clone());
         let client = Client::new(store.clone())?;
         let builder = Worker::builder(store.clone())
             .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
@@ -154,12 +150,12 @@ impl TestEnvBuilder {
     }
 }
 
-/// A store, a worker and a client for one test, on a private in-memory SQLite database whose
-/// clock the test moves. See the [module docs](self).
+/// A store, a worker and a client for one test, on a private in-memory store whose clock the
+/// test moves. See the [module docs](self).
 ///
 /// Dropping it stops the worker without waiting; [`TestEnv::shutdown`] waits for it.
 pub struct TestEnv {
-    store: SqliteStore,
+    store: MemoryStore,
     clock: TestClock,
     client: Client,
     worker: Option<WorkerHandle>,
@@ -175,11 +171,10 @@ impl std::fmt::Debug for TestEnv {
 }
 
 impl TestEnv {
-    /// A fresh environment with the default settings: a new in-memory database, migrated, a
-    /// running worker with every workflow linked into the binary, and a client.
+    /// A fresh environment with the default settings: a new in-memory store, a running
+    /// worker with every workflow linked into the binary, and a client.
     ///
-    /// Errors: [`TestEnvError::Store`] or [`TestEnvError::Migrate`] if the database cannot
-    /// be set up; [`TestEnvError::Worker`] or [`TestEnvError::Registry`] if the linked
+    /// Errors: [`TestEnvError::Worker`] or [`TestEnvError::Registry`] if the linked
     /// workflows clash (two with one name and version).
     pub async fn start() -> Result<TestEnv, TestEnvError> {
         TestEnv::builder().start().await
@@ -198,7 +193,7 @@ impl TestEnv {
     }
 
     /// The store, for what the client does not show (step attempts, raw runs).
-    pub fn store(&self) -> &SqliteStore {
+    pub fn store(&self) -> &MemoryStore {
         &self.store
     }
 
@@ -315,7 +310,7 @@ struct Active {
 #[derive(Clone, Debug)]
 pub struct TestClock {
     clock: Clock,
-    store: SqliteStore,
+    store: MemoryStore,
 }
 
 impl TestClock {
@@ -340,7 +335,7 @@ impl TestClock {
         Ok(())
     }
 
-    /// The underlying clock, to give to another store on the same database.
+    /// The underlying clock, to give to another store.
     pub fn clock(&self) -> &Clock {
         &self.clock
     }

@@ -15,7 +15,6 @@ mod support;
 mod cli;
 mod conformance_postgres;
 mod conformance_sqlite;
-mod conformance_third_store;
 mod dashboard;
 mod e2e_children;
 mod e2e_derived_keys;
