@@ -38,39 +38,70 @@ pub(crate) struct Liveness {
 /// runs for a dead worker's.
 #[derive(Debug)]
 pub(crate) struct BeatClock {
-    last: Mutex<Option<Instant>>,
+    beats: Mutex<Beats>,
     stale_after: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Beats {
+    /// When the last beat that went through was sent.
+    last: Option<Instant>,
+    /// When the first beat after a gap (two beats further apart than [`BeatClock::fresh`]
+    /// trusts) was sent: the worker's row may have been stale before it, and its runs taken.
+    resumed: Option<Instant>,
 }
 
 impl BeatClock {
     pub(crate) fn new(stale_after: Duration) -> Arc<Self> {
         Arc::new(BeatClock {
-            last: Mutex::new(None),
+            beats: Mutex::new(Beats::default()),
             stale_after,
         })
     }
 
-    /// The last beat's instant. A panic while holding the lock leaves a plain instant
-    /// behind: keep going.
-    fn last(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.last
+    /// The beats. A panic while holding the lock leaves plain instants behind: keep going.
+    fn beats(&self) -> std::sync::MutexGuard<'_, Beats> {
+        self.beats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// How long after a beat the row is surely still fresh: two thirds of the staleness (the
+    /// rest is slack for the database's clock and the statement's own time).
+    fn trusted_for(&self) -> Duration {
+        self.stale_after.mul_f64(2.0 / 3.0)
+    }
+
     fn record(&self, sent: Instant) {
-        let mut last = self.last();
-        if last.is_none_or(|last| last < sent) {
-            *last = Some(sent);
+        let trusted_for = self.trusted_for();
+        let mut beats = self.beats();
+        match beats.last {
+            Some(last) if last >= sent => {}
+            Some(last) => {
+                if sent.duration_since(last) >= trusted_for {
+                    beats.resumed = Some(sent);
+                }
+                beats.last = Some(sent);
+            }
+            None => beats.last = Some(sent),
         }
     }
 
     /// Whether the worker's row is surely fresh: the last heartbeat that went through was
-    /// sent less than two thirds of the staleness ago (the rest is slack for the database's
-    /// clock and the statement's own time). `false` before the first one.
+    /// sent less than two thirds of the staleness ago. `false` before the first one.
     pub(crate) fn fresh(&self) -> bool {
-        self.last()
-            .is_some_and(|last| last.elapsed() < self.stale_after.mul_f64(2.0 / 3.0))
+        let trusted_for = self.trusted_for();
+        self.beats()
+            .last
+            .is_some_and(|last| last.elapsed() < trusted_for)
+    }
+
+    /// When the beats last resumed after a gap in which the row may have gone stale, if
+    /// they ever did. A hold confirmed before then says nothing of the runs held now:
+    /// another worker may have taken them during the gap, and the fresh row that follows
+    /// does not give them back.
+    pub(crate) fn resumed(&self) -> Option<Instant> {
+        self.beats().resumed
     }
 }
 
@@ -140,5 +171,44 @@ impl Liveness {
         if let Err(error) = result {
             tracing::warn!(%error, "could not remove the worker's heartbeat row; it goes stale on its own");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beats_closer_than_the_trusted_window_are_no_gap() {
+        let clock = BeatClock::new(Duration::from_secs(3));
+        let start = Instant::now();
+        clock.record(start);
+        clock.record(start + Duration::from_secs(1));
+        clock.record(start + Duration::from_millis(2_900));
+        assert_eq!(clock.resumed(), None);
+    }
+
+    #[test]
+    fn a_beat_after_a_gap_marks_when_the_beats_resumed() {
+        let clock = BeatClock::new(Duration::from_secs(3));
+        let start = Instant::now();
+        clock.record(start);
+        let resumed = start + Duration::from_secs(10);
+        clock.record(resumed);
+        assert_eq!(clock.resumed(), Some(resumed));
+        // Regular beats after it keep the mark; a late answer of an older beat changes
+        // nothing.
+        clock.record(resumed + Duration::from_secs(1));
+        clock.record(start + Duration::from_secs(5));
+        assert_eq!(clock.resumed(), Some(resumed));
+    }
+
+    #[test]
+    fn the_first_beat_is_no_gap() {
+        let clock = BeatClock::new(Duration::from_secs(3));
+        assert!(!clock.fresh());
+        clock.record(Instant::now());
+        assert!(clock.fresh());
+        assert_eq!(clock.resumed(), None);
     }
 }

@@ -187,7 +187,9 @@ impl RunSession {
 
     /// Confirms, before a step body starts, that the run is still this worker's. Nothing
     /// to do while the lease surely runs (less than three quarters of it since the claim or
-    /// the last extension) and the worker's heartbeat row is surely fresh. Otherwise (a
+    /// the last extension), the worker's heartbeat row is surely fresh, and it has not been
+    /// stale since that claim or extension (a heartbeat that goes through again after a gap
+    /// does not give back the runs taken during it). Otherwise (a
     /// worker that was stopped, starved or cut off from the database past that) another
     /// worker may already have taken the run over, and the body would repeat its side
     /// effects for nothing: the lease is extended first, a fenced write, and the body starts
@@ -195,12 +197,18 @@ impl RunSession {
     pub(crate) async fn confirm_held(&self) -> Result<(), Halt> {
         let lease_from = *lock(&self.lease_from);
         let fresh = self.beats.fresh();
-        if fresh && lease_from.elapsed() < self.retry_for.mul_f64(0.75) {
+        // A hold confirmed before the heartbeat's last gap proves nothing after it.
+        let held_since_gap = self
+            .beats
+            .resumed()
+            .is_none_or(|resumed| lease_from >= resumed);
+        if fresh && held_since_gap && lease_from.elapsed() < self.retry_for.mul_f64(0.75) {
             return Ok(());
         }
         tracing::debug!(
             since_lease = ?lease_from.elapsed(),
             heartbeat_fresh = fresh,
+            held_since_gap,
             "confirming the lease before a step body starts"
         );
         match self.extend_lease(self.retry_for).await {

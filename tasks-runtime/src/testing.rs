@@ -66,11 +66,11 @@ use chrono::{DateTime, Utc};
 use crate::client::Client;
 use crate::clock::{Clock, ClockError};
 use crate::error::StoreError;
+use crate::memory::MemoryStore;
 use crate::model::RunStatus;
 use crate::registry::RegistryError;
-use crate::memory::MemoryStore;
-use crate::store::RunStore;
 use crate::store::ListRuns;
+use crate::store::RunStore;
 use crate::worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
 
 /// How often [`TestEnv::settle`] looks at the store again.

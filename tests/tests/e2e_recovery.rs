@@ -1276,6 +1276,7 @@ both_backends!(
     a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
     a_killed_worker_does_not_start_a_child_twice,
     a_thawed_worker_starts_no_step_of_a_run_it_lost,
+    a_worker_whose_heartbeat_beats_again_after_a_freeze_still_confirms_its_hold,
 );
 
 // ---- A worker frozen past its heartbeat's staleness ----
@@ -1308,16 +1309,28 @@ async fn after_freeze(run: tasks::uuid::Uuid) -> Result<u32, std::io::Error> {
     Ok(bump(run, "after-freeze"))
 }
 
+/// How the first execution of [`freezes`] stops.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Freeze {
+    /// How long the whole worker stops.
+    ms: u64,
+    /// How long the thawed execution then waits in the workflow's code (its worker beats
+    /// again meanwhile) before its next step.
+    then_wait_ms: u64,
+}
+
 /// A step, a publication (which writes the step's record, so nothing is held), then on its
 /// first execution the whole worker stops for `ms` (its runtime's only thread sleeps: no
-/// heartbeat, no lease extension, as under `SIGSTOP`), then a step.
+/// heartbeat, no lease extension, as under `SIGSTOP`), waits `then_wait_ms` more in the
+/// workflow's code, then a step.
 #[workflow(name = "e2e-freeze")]
-async fn freezes(ctx: WorkflowContext, ms: u64) -> Result<u32, WorkflowError> {
+async fn freezes(ctx: WorkflowContext, freeze: Freeze) -> Result<u32, WorkflowError> {
     before_freeze(ctx.run_id()).await?;
     ctx.set_state("before", &true).await?;
     if !froze_once(ctx.run_id()) {
-        std::thread::sleep(Duration::from_millis(ms));
+        std::thread::sleep(Duration::from_millis(freeze.ms));
         thawed().lock().unwrap().insert(ctx.run_id());
+        tokio::time::sleep(Duration::from_millis(freeze.then_wait_ms)).await;
     }
     Ok(after_freeze(ctx.run_id()).await?)
 }
@@ -1326,6 +1339,22 @@ async fn freezes(ctx: WorkflowContext, ms: u64) -> Result<u32, WorkflowError> {
 /// completes it. When the frozen worker resumes, it starts no step body of the run it lost:
 /// before a body it confirms its hold, and the store refuses it. Every step body ran once.
 async fn a_thawed_worker_starts_no_step_of_a_run_it_lost(backend: Backend) {
+    thawed_worker_starts_no_step(backend, 0, Duration::from_secs(2)).await;
+}
+
+/// As [`a_thawed_worker_starts_no_step_of_a_run_it_lost`], but the thawed execution waits
+/// in the workflow's code long enough for its worker's heartbeat to go through again before
+/// the next step: a heartbeat that is fresh again says nothing of the runs taken over while
+/// it was stale, so the worker still confirms its hold (and is refused).
+async fn a_worker_whose_heartbeat_beats_again_after_a_freeze_still_confirms_its_hold(
+    backend: Backend,
+) {
+    thawed_worker_starts_no_step(backend, 1_500, Duration::from_secs(6)).await;
+}
+
+/// Freezes a worker (see [`freezes`]) while it holds a run, lets another worker complete
+/// the run, and watches the thawed execution for `watch` after it resumed.
+async fn thawed_worker_starts_no_step(backend: Backend, then_wait_ms: u64, watch: Duration) {
     let store = backend.store().await;
     let client = client(&store);
     let (url, namespace) = (store.url(), store.namespace().to_owned());
@@ -1354,7 +1383,11 @@ async fn a_thawed_worker_starts_no_step_of_a_run_it_lost(backend: Backend) {
             worker.shutdown().await;
         });
     });
-    let run = freezes::start(&client, 8_000).await.unwrap();
+    let freeze = Freeze {
+        ms: 8_000,
+        then_wait_ms,
+    };
+    let run = freezes::start(&client, freeze).await.unwrap();
     let id = run.id();
     // The frozen worker ran the first step and published: it is about to freeze.
     eventually!(
@@ -1372,7 +1405,7 @@ async fn a_thawed_worker_starts_no_step_of_a_run_it_lost(backend: Backend) {
         thawed().lock().unwrap().contains(&id).then_some(())
     );
     // Time for the thawed execution to reach its next step and be refused.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(watch).await;
     stop.send(()).unwrap();
     tokio::task::spawn_blocking(move || frozen.join().unwrap())
         .await
