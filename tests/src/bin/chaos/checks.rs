@@ -148,7 +148,7 @@ pub fn every_run(observed: &Observed, expected: &[Uuid], failures: &mut Vec<Stri
             }
         }
         let expected_calls = logged_calls(run);
-        if run.workflow_name == "chaos-steps"
+        if matches!(run.workflow_name.as_str(), "chaos-steps" | "chaos-paced")
             && run.status == RunStatus::Completed
             && run.output != Some(serde_json::json!(expected_calls))
         {
@@ -212,7 +212,7 @@ pub fn every_run(observed: &Observed, expected: &[Uuid], failures: &mut Vec<Stri
 /// How many times a run of its workflow calls `logged`.
 fn logged_calls(run: &WorkflowRun) -> i64 {
     match run.workflow_name.as_str() {
-        "chaos-steps" => run
+        "chaos-steps" | "chaos-paced" => run
             .input
             .as_ref()
             .and_then(|input| input.get("steps"))

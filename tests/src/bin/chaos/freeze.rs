@@ -17,7 +17,7 @@ use crate::workers::{LEASE, Process};
 use crate::workflows::{StepsInput, logged_step_name};
 
 pub const WORKERS: usize = 3;
-/// With three workers of eight slots, about half a minute of work: the victim holds runs
+/// With three workers of eight slots, about 45 s of work: the victim holds runs
 /// when it is stopped, and there is work left for it when it is resumed.
 pub const RUNS: usize = 60;
 pub const STEPS: u32 = 20;
@@ -57,7 +57,7 @@ pub async fn create_runs(store: &PgStore) -> Result<Vec<Uuid>, Box<dyn std::erro
         let run = store
             .create_run(CreateRun {
                 input: Some(input),
-                ..CreateRun::new("chaos-steps")
+                ..CreateRun::new("chaos-paced")
             })
             .await?;
         runs.push(run.id);
@@ -166,6 +166,7 @@ pub fn check(observed: &Observed, frozen: &Frozen, failures: &mut Vec<String>) {
     }
     let watched = |at: DateTime<Utc>| at > frozen.continued_at && at <= frozen.watched_until;
     let mut in_flight = 0;
+    let mut between_steps = 0;
     for run_id in frozen
         .lost
         .iter()
@@ -202,6 +203,25 @@ pub fn check(observed: &Observed, frozen: &Frozen, failures: &mut Vec<String>) {
             }
         }
     }
+    for run_id in &frozen.lost {
+        let last_begun = observed
+            .executions
+            .iter()
+            .filter(|((id, _), executions)| {
+                id == run_id
+                    && executions.iter().any(|execution| {
+                        execution.pid == pid && execution.started_at <= frozen.stopped_at
+                    })
+            })
+            .map(|((_, index), _)| *index)
+            .max();
+        let recorded_before_stop = last_begun
+            .and_then(|index| observed.record(*run_id, &logged_step_name(index)))
+            .is_some_and(|record| record.created_at <= frozen.stopped_at);
+        if recorded_before_stop {
+            between_steps += 1;
+        }
+    }
     let after_resume = observed
         .executions
         .values()
@@ -210,8 +230,10 @@ pub fn check(observed: &Observed, frozen: &Frozen, failures: &mut Vec<String>) {
         .count();
     println!(
         "chaos: freeze: {} runs held at the stop, {} taken over, {} claimed again by the \
-         resumed worker (not checked); it had begun {in_flight} step bodies of the lost runs \
-         before the stop, and began {after_resume} of other runs after the resume",
+         resumed worker (not checked), {between_steps} of them stopped between two steps (at \
+         the resume, only the check of its hold stood before their next body); it had begun \
+         {in_flight} step bodies of the lost runs before the stop, and began {after_resume} of \
+         other runs after the resume",
         frozen.held.len(),
         frozen.lost.len(),
         frozen.reclaimed.len()

@@ -83,6 +83,21 @@ async fn chaos_steps(ctx: WorkflowContext, input: StepsInput) -> Result<u32, Wor
     Ok(input.steps)
 }
 
+/// `steps` logged steps with a pause between them that is no step (an await of the
+/// workflow's own). A worker stopped in such a pause resumes into its next step with no
+/// record of its own left to write first: only the check of its hold stands between it and
+/// the body of a run it lost.
+#[workflow(name = "chaos-paced")]
+async fn chaos_paced(ctx: WorkflowContext, input: StepsInput) -> Result<u32, WorkflowError> {
+    for index in 0..input.steps {
+        logged(ctx.run_id(), index)
+            .await
+            .map_err(WorkflowError::from_boxed)?;
+        tokio::time::sleep(Duration::from_millis(random(50..300))).await;
+    }
+    Ok(input.steps)
+}
+
 /// Sent to a composed run before it waits (twice each, with one deduplication key).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Early {
