@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# Chaos check of crash recovery on Postgres (CI runs it after the tests): worker processes
-# drain runs while workers are SIGKILLed every few seconds and Postgres is restarted once,
-# a worker is frozen (SIGSTOP) past its lease and resumed, and runs compose children, events
-# and published state under the kills; then it checks that no run was lost, no step was
-# recorded twice, no step body began after its record existed, and the resumed worker began
-# none of a run it lost (tests/src/bin/chaos/main.rs says what each scenario checks). About
-# two minutes, plus the build.
+# Chaos check of crash recovery on Postgres, run by CI after the test command: worker
+# processes drain runs while workers are SIGKILLed every 2-4 s for a minute and Postgres is
+# restarted once, runs compose children, events and published state under those kills, and
+# in a namespace of its own a worker is frozen (SIGSTOP) past its lease, its runs taken
+# over, then resumed (SIGCONT). It fails unless every run completed, no step was recorded
+# twice, no step body began after its record existed, the resumed worker began no body of
+# a run it lost and got no write on one through, each child ran once per call, each event
+# was consumed once, the published state ended right, and at least ten kills hit workers
+# holding runs (tests/src/bin/chaos/main.rs and its modules say what each scenario checks).
+# About 75 s, plus the build (none after the test command, whose build it shares).
 #
 #   bash scripts/chaos.sh
 #
 # It never touches the cluster on 5432 or any other: it creates a Postgres cluster of its
-# own on a free port (pg_createcluster, trust authentication on local connections, as root
-# or through sudo), restarts that one, and drops it on the way out, failed or not. Needs
-# the Postgres server packages (pg_createcluster); installs nothing.
+# own on a free port (pg_createcluster, trust authentication, as root or through sudo),
+# restarts only that one, and drops it on the way out, failed or not. Needs the Postgres
+# server packages (pg_createcluster); installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --locked -p tasks-tests --bin chaos
-target_dir=$(cargo metadata --format-version 1 --no-deps --locked | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+# Built the way the test command builds it (cargo-nextest builds with `cargo test --no-run`
+# of the workspace): after the tests, as in CI, nothing is compiled again. `cargo build
+# --bin chaos` alone would resolve other features for the dependencies (no
+# dev-dependencies) and compile a second copy of half the tree.
+chaos=$(cargo test --no-run --locked --workspace --message-format json-render-diagnostics \
+  | grep '"reason":"compiler-artifact"' | grep '"kind":\["bin"\],[^}]*"name":"chaos"' \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
+if [ -z "$chaos" ]; then
+  echo "error: the build did not name the chaos program" >&2
+  exit 1
+fi
 
 as_root=""
 if [ "$(id -u)" -ne 0 ] && [ "$(id -un)" != postgres ]; then as_root="sudo"; fi
@@ -54,5 +66,5 @@ $as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
 echo "chaos: cluster $version/$name on port $port" >&2
 
 # The run bounds itself (a minute of kills, at most 45 s of drain); this is the backstop.
-timeout 240 "$target_dir/debug/chaos" run "postgres://postgres@127.0.0.1:$port/postgres" \
+timeout 240 "$chaos" run "postgres://postgres@127.0.0.1:$port/postgres" \
   "$as_root pg_ctlcluster --skip-systemctl-redirect $version $name restart"

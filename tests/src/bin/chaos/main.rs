@@ -71,9 +71,9 @@ async fn orchestrate(url: &str, restart: &str) -> Result<(), Box<dyn std::error:
     let admin = PgPool::connect(url).await?;
     PgStore::new(admin.clone()).migrate().await?;
     sqlx::raw_sql(EXECUTIONS_DDL).execute(&admin).await?;
-    let store = PgStore::new(admin.clone()).with_namespace(&format!("chaos-{}", Uuid::new_v4()))?;
+    let store = PgStore::new(admin.clone()).with_namespace(format!("chaos-{}", Uuid::new_v4()))?;
     let freeze_store =
-        PgStore::new(admin.clone()).with_namespace(&format!("chaos-freeze-{}", Uuid::new_v4()))?;
+        PgStore::new(admin.clone()).with_namespace(format!("chaos-freeze-{}", Uuid::new_v4()))?;
     let client = Client::new(store.clone())?;
 
     let (parents, early_sends) = composed::start(&store, &client).await?;
