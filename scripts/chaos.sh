@@ -49,12 +49,20 @@ if [ -z "$port" ]; then
   exit 1
 fi
 
-drop_cluster() {
+# On the way out, however it comes: the run is stopped (`timeout` passes the signal to its
+# whole process group, the worker processes with it, and resumes a stopped one so that it
+# dies), then the cluster is dropped.
+run=""
+clean_up() {
+  if [ -n "$run" ] && kill -0 "$run" 2>/dev/null; then
+    kill -TERM "$run" 2>/dev/null || true
+    wait "$run" 2>/dev/null || true
+  fi
   if pg_lsclusters -h | awk '{print $1, $2}' | grep -qx "$version $name"; then
     $as_root pg_dropcluster --stop "$version" "$name"
   fi
 }
-trap drop_cluster EXIT
+trap clean_up EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -65,6 +73,10 @@ $as_root pg_createcluster --start-conf=manual --port "$port" -o max_connections=
 $as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start
 echo "chaos: cluster $version/$name on port $port" >&2
 
-# The run bounds itself (a minute of kills, at most 45 s of drain); this is the backstop.
+# The run bounds itself (a minute of kills, at most 45 s of drain); the timeout is the
+# backstop. In the background, so that a signal to this script is handled at once rather
+# than when the run ends.
 timeout 240 "$chaos" run "postgres://postgres@127.0.0.1:$port/postgres" \
-  "$as_root pg_ctlcluster --skip-systemctl-redirect $version $name restart"
+  "$as_root pg_ctlcluster --skip-systemctl-redirect $version $name restart" &
+run=$!
+wait "$run"
