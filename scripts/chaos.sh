@@ -77,6 +77,6 @@ echo "chaos: cluster $version/$name on port $port" >&2
 # backstop. In the background, so that a signal to this script is handled at once rather
 # than when the run ends.
 timeout 240 "$chaos" run "postgres://postgres@127.0.0.1:$port/postgres" \
-  "$as_root pg_ctlcluster --skip-systemctl-redirect $version $name restart" &
+  "${as_root:+$as_root }pg_ctlcluster --skip-systemctl-redirect $version $name restart" &
 run=$!
 wait "$run"
