@@ -6,15 +6,15 @@
 //!
 //! # One state machine, rendered per dialect
 //!
-//! The policy of every transition lives once, in the runtime's private `transition` module:
+//! The policy of every transition lives once, in [`crate::transition`]:
 //! the statuses it may start from, whether the caller must hold the run's lease, which
 //! statuses mean "already done" (an idempotent repeat of a cancel or a pause), how a miss is
 //! explained ([`StoreError::RunNotFound`], [`StoreError::LeaseLost`],
 //! [`StoreError::WrongState`]) and which [`Notification`] it announces; so does the retry
 //! decision of a failed run and what happens to a step attempt whose run was paused or
 //! canceled. The Postgres and SQLite stores only write each transition's `SET` list and
-//! statement in their SQL dialect; the fence, the explanation of a miss and the
-//! announcement come from the shared definition.
+//! statement in their SQL dialect, and the in-memory store applies it to its rows; the
+//! fence, the explanation of a miss and the announcement come from the shared definition.
 //!
 //! # Adding a transition
 //!
@@ -22,14 +22,16 @@
 //!    [`StoreError::WrongState`]).
 //! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
 //!    `announce`, `announce_status`. Unit-test its policy there.
-//! 3. Add the method to [`Store`], documenting its promise and errors. Every value it takes
+//! 3. Add the method to the trait of the contract it belongs to ([`RunStore`],
+//!    [`LeaseStore`], [`StepStore`], or a capability such as [`EventStore`]), documenting
+//!    its promise and errors. Every value it takes
 //!    is checked against the [`limits`] first, in a `check` method of its
 //!    parameters (or a function of `limits`) that each store calls before any SQL.
 //! 4. In each store, write the `SET` list and pass it to the store's generic helper
 //!    (`PgStore::transition`, `SqliteStore::transition`), which renders the fence, settles a
 //!    miss and sends the announcement.
-//! 5. Add conformance cases to `tasks-conformance`; both stores, and any third store, run
-//!    them.
+//! 5. Add conformance cases to `tasks-conformance`; every store (Postgres, SQLite, memory,
+//!    and any other) runs them.
 
 use std::sync::Arc;
 

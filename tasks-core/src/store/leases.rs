@@ -46,10 +46,12 @@ use crate::{
 pub trait LeaseStore: StepStore {
     /// Fails runs whose deadline passed (with a non-retryable `deadline` error; no wake-up is
     /// sent for them), then claims up to `limit` available runs for `worker_id` with a lease of
-    /// `lease`: pending runs first, then runs whose lease expired or whose sleep ended, each
-    /// group by `available_at` then `created_at`, then running runs of *another* worker whose
-    /// heartbeat row is stale (see [`LeaseStore::heartbeat`]; by the store's clock), before their
-    /// lease expires. A claim counts an attempt, except waking from a sleep, which continues
+    /// `lease`: first the runs of dead workers (runs whose lease expired, then running runs
+    /// of *another* worker whose heartbeat row is stale, see [`LeaseStore::heartbeat`]; by
+    /// the store's clock, before their lease expires), so that recovery never waits behind
+    /// a backlog; then pending runs; then runs whose sleep ended; each group by
+    /// `available_at` then `created_at` (pending runs by priority first, see below). A claim
+    /// counts an attempt, except waking from a sleep, which continues
     /// the attempt. Concurrent claims never return the same run. The claimed runs are
     /// returned oldest (by `created_at`) first.
     ///
