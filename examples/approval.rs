@@ -123,7 +123,10 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             .await
             .into());
     }
-    let store = tasks::connect_from_env().await?.scoped(NAMESPACE)?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped(NAMESPACE)?;
     let client = Client::new(store.clone())?;
     match command {
         AppCommand::Approve { run_id, by, reject } => {

@@ -39,7 +39,10 @@ async fn reminder(ctx: WorkflowContext, input: Reminder) -> Result<String, Workf
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-sleep")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("example-sleep")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

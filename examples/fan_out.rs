@@ -74,7 +74,10 @@ async fn sales_report(ctx: WorkflowContext, regions: Vec<Region>) -> Result<Repo
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-fan-out")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("example-fan-out")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store.clone())?;
 

@@ -67,6 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped("example-per-customer")?;
     let client = Client::new(store.clone())?;
 

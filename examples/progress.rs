@@ -58,6 +58,7 @@ async fn copy_files(ctx: WorkflowContext, files: Vec<String>) -> Result<u64, Wor
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped("example-progress")?;
     let client = Client::new(store.clone())?;
     let worker = Worker::builder(store).build()?.spawn();

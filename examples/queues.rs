@@ -82,7 +82,10 @@ async fn sync_account(_ctx: WorkflowContext, job: (String, u32)) -> Result<(), W
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-queues")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("example-queues")?;
     let client = Client::new(store.clone())?;
     // Every worker's claim reads this: three report starts per second.
     client

@@ -87,7 +87,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
 
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("quickstart")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("quickstart")?;
 
     // The worker knows every #[workflow] linked into this binary; no registration code.
     let worker = Worker::builder(store.clone())

@@ -57,6 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped(&format!("example-rate-limited-{}", std::process::id()))?;
     let worker = Worker::builder(store.clone())
         .poll_interval(Duration::from_millis(50), Duration::from_millis(200))

@@ -46,6 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped(&format!("example-retention-{stamp}"))?;
     let client = Client::new(store.clone())?;
 

@@ -70,7 +70,10 @@ async fn upload_file(_ctx: WorkflowContext, input: Upload) -> Result<String, Wor
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-retry")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("example-retry")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

@@ -43,6 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped("example-retry-fork")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;

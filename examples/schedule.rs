@@ -49,6 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
     let store = tasks::connect_from_env()
         .await?
+        .contract()
         .scoped("example-schedule")?;
     let client = Client::new(store.clone())?;
     let started = tasks::chrono::Utc::now();

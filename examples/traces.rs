@@ -48,7 +48,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
 
     // DATABASE_URL picks the store: postgres://... or sqlite://...; unset, a SQLite file.
-    let store = tasks::connect_from_env().await?.scoped("example-traces")?;
+    let store = tasks::connect_from_env()
+        .await?
+        .contract()
+        .scoped("example-traces")?;
     let worker = Worker::builder(store.clone()).build()?.spawn();
     let client = Client::new(store)?;
 

@@ -188,9 +188,9 @@ pub async fn keys_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
     let other = store.scoped(&unique_namespace()).unwrap();
     create(&store, 0, Some(("shared", 1))).await;
-    create(&*other, 0, Some(("shared", 1))).await;
+    create(other.contract(), 0, Some(("shared", 1))).await;
     assert_eq!(claim(&store, 10).await.len(), 1);
-    assert_eq!(claim(&*other, 10).await.len(), 1);
+    assert_eq!(claim(other.contract(), 10).await.len(), 1);
 }
 
 /// A concurrency limit of 0, or past the largest, and a key past the limits are refused;

@@ -65,26 +65,41 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
 
     // Reads see nothing.
     for id in [running.id, pending.id, paused.id] {
-        assert_eq!(b.get_run(id).await.unwrap(), None);
+        assert_eq!(b.contract().get_run(id).await.unwrap(), None);
     }
     assert!(
-        b.list_runs(ListRuns::default())
+        b.contract()
+            .list_runs(ListRuns::default())
             .await
             .unwrap()
             .data
             .is_empty()
     );
-    assert_eq!(b.get_step_attempt(step.id).await.unwrap(), None);
+    assert_eq!(b.contract().get_step_attempt(step.id).await.unwrap(), None);
     let steps = b
+        .contract()
         .list_step_attempts(ListStepAttempts::new(running.id))
         .await
         .unwrap();
     assert!(steps.data.is_empty());
-    assert!(b.step_history(running.id).await.unwrap().is_empty());
-    // Claims take nothing.
-    assert_eq!(b.claim_run("intruder", LONG_LEASE).await.unwrap(), None);
     assert!(
-        b.claim_runs("intruder", LONG_LEASE, 10)
+        b.contract()
+            .step_history(running.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Claims take nothing.
+    assert_eq!(
+        b.contract()
+            .claim_run("intruder", LONG_LEASE)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        b.contract()
+            .claim_runs("intruder", LONG_LEASE, 10)
             .await
             .unwrap()
             .is_empty()
@@ -99,67 +114,95 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     }
     not_found!(
         pending.id,
-        b.lifecycle().unwrap().cancel_run(pending.id).await
+        b.contract()
+            .lifecycle()
+            .unwrap()
+            .cancel_run(pending.id)
+            .await
     );
     not_found!(
         pending.id,
-        b.lifecycle().unwrap().pause_run(pending.id).await
+        b.contract()
+            .lifecycle()
+            .unwrap()
+            .pause_run(pending.id)
+            .await
     );
     not_found!(
         paused.id,
-        b.lifecycle().unwrap().resume_run(paused.id).await
-    );
-    not_found!(
-        running.id,
-        b.lifecycle().unwrap().cancel_run(running.id).await
-    );
-    not_found!(
-        running.id,
-        b.extend_lease(running.id, &worker, LONG_LEASE).await
-    );
-    not_found!(
-        running.id,
-        b.sleep_run(
-            running.id,
-            &worker,
-            Utc::now() + chrono::Duration::seconds(60)
-        )
-        .await
-    );
-    not_found!(
-        running.id,
-        b.complete_run(running.id, &worker, json!(1)).await
-    );
-    not_found!(running.id, b.fail_run(fail_params(&running, "x")).await);
-    not_found!(
-        running.id,
-        b.fail_run(FailRun {
-            force: true,
-            ..fail_params(&running, "x")
-        })
-        .await
-    );
-    not_found!(
-        running.id,
-        b.release_run(running.id, &worker, Duration::ZERO, json!(null))
+        b.contract()
+            .lifecycle()
+            .unwrap()
+            .resume_run(paused.id)
             .await
     );
     not_found!(
         running.id,
-        b.create_step_attempt(CreateStepAttempt {
-            id: Uuid::now_v7(),
-            run_id: running.id,
-            worker_id: worker.clone(),
-            step_name: "intruder".into(),
-            kind: StepKind::Function,
-            config: json!({}),
-            context: None,
-        })
-        .await
+        b.contract()
+            .lifecycle()
+            .unwrap()
+            .cancel_run(running.id)
+            .await
     );
     not_found!(
         running.id,
-        b.complete_step_attempt(running.id, step.id, &worker, json!(1))
+        b.contract()
+            .extend_lease(running.id, &worker, LONG_LEASE)
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .sleep_run(
+                running.id,
+                &worker,
+                Utc::now() + chrono::Duration::seconds(60)
+            )
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .complete_run(running.id, &worker, json!(1))
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract().fail_run(fail_params(&running, "x")).await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .fail_run(FailRun {
+                force: true,
+                ..fail_params(&running, "x")
+            })
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .release_run(running.id, &worker, Duration::ZERO, json!(null))
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .create_step_attempt(CreateStepAttempt {
+                id: Uuid::now_v7(),
+                run_id: running.id,
+                worker_id: worker.clone(),
+                step_name: "intruder".into(),
+                kind: StepKind::Function,
+                config: json!({}),
+                context: None,
+            })
+            .await
+    );
+    not_found!(
+        running.id,
+        b.contract()
+            .complete_step_attempt(running.id, step.id, &worker, json!(1))
             .await
     );
 
@@ -170,14 +213,15 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     assert_eq!(a.get_step_attempt(step.id).await.unwrap(), Some(step));
 
     // And B's runs are B's alone.
-    let theirs = create_pending(&*b).await;
+    let theirs = create_pending(b.contract()).await;
     assert_eq!(theirs.namespace, b_namespace);
     assert_eq!(a.get_run(theirs.id).await.unwrap(), None);
     let ours = a.list_runs(ListRuns::default()).await.unwrap();
     assert_eq!(ours.data.len(), 3);
     assert!(ours.data.iter().all(|run| run.namespace == a.namespace()));
     assert_eq!(
-        b.claim_run("theirs", LONG_LEASE)
+        b.contract()
+            .claim_run("theirs", LONG_LEASE)
             .await
             .unwrap()
             .map(|run| run.id),
@@ -190,7 +234,10 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
 
     // Scoping to one's own namespace sees the same rows.
     let again = a.scoped(a.namespace()).unwrap();
-    assert_eq!(again.get_run(pending.id).await.unwrap(), Some(pending));
+    assert_eq!(
+        again.contract().get_run(pending.id).await.unwrap(),
+        Some(pending)
+    );
 }
 
 /// The same workflow name and idempotency key create distinct runs in distinct namespaces.
@@ -202,17 +249,22 @@ pub async fn idempotency_keys_are_scoped_to_namespace(setup: impl Setup) {
         ..CreateRun::new(unique_name())
     };
     let in_a = a.create_run(params.clone()).await.unwrap();
-    let in_b = b.create_run(params.clone()).await.unwrap();
+    let in_b = b.contract().create_run(params.clone()).await.unwrap();
     assert_ne!(in_a.id, in_b.id);
     assert_eq!(in_b.namespace, b.namespace());
     assert_eq!(a.create_run(params.clone()).await.unwrap().id, in_a.id);
-    assert_eq!(b.create_run(params).await.unwrap().id, in_b.id);
+    assert_eq!(b.contract().create_run(params).await.unwrap().id, in_b.id);
     assert_eq!(
         a.list_runs(ListRuns::default()).await.unwrap().data.len(),
         1
     );
     assert_eq!(
-        b.list_runs(ListRuns::default()).await.unwrap().data.len(),
+        b.contract()
+            .list_runs(ListRuns::default())
+            .await
+            .unwrap()
+            .data
+            .len(),
         1
     );
 }
@@ -224,7 +276,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
     let b = a.scoped(&unique_namespace()).unwrap();
     let c = setup.store().await;
     let mut a_events = a.subscribe().await.unwrap();
-    let mut b_events = b.subscribe().await.unwrap();
+    let mut b_events = b.contract().subscribe().await.unwrap();
     let ns = a.namespace().to_owned();
     let available = Notification::RunAvailable {
         namespace: ns.clone(),
@@ -235,7 +287,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
     };
 
     // Other namespaces' activity first: A must skip it.
-    let theirs = create_pending(&*b).await;
+    let theirs = create_pending(b.contract()).await;
     create_pending(&c).await;
     let first = create_pending(&a).await;
     assert_eq!(next_notification(&mut a_events, "create").await, available);
@@ -276,7 +328,12 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
     );
 
     // B creating or finishing its runs reaches B's subscribers only.
-    b.lifecycle().unwrap().cancel_run(theirs.id).await.unwrap();
+    b.contract()
+        .lifecycle()
+        .unwrap()
+        .cancel_run(theirs.id)
+        .await
+        .unwrap();
     assert_eq!(
         next_notification(&mut b_events, "cancel in B").await,
         Notification::RunFinished {
@@ -284,7 +341,7 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
             run_id: theirs.id
         }
     );
-    create_pending(&*b).await;
+    create_pending(b.contract()).await;
     assert_eq!(
         next_notification(&mut b_events, "create in B").await,
         Notification::RunAvailable {

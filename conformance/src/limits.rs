@@ -269,15 +269,23 @@ pub async fn hostile_namespaces_are_refused(setup: impl Setup) {
     let scoped = store.scoped(&longest).unwrap();
     assert_eq!(scoped.namespace(), longest);
     let run = scoped
+        .contract()
         .create_run(CreateRun::new(unique_name()))
         .await
         .unwrap();
     assert_eq!(
-        scoped.get_run(run.id).await.unwrap().unwrap().namespace,
+        scoped
+            .contract()
+            .get_run(run.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .namespace,
         longest
     );
     assert_eq!(
         scoped
+            .contract()
             .lifecycle()
             .unwrap()
             .cancel_run(run.id)

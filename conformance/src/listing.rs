@@ -465,7 +465,7 @@ pub async fn count_runs_by_status(setup: impl Setup) {
     create_pending(&store).await;
     create_pending(&store).await;
     let elsewhere = store.scoped(&unique_namespace()).unwrap();
-    create_pending(&*elsewhere).await;
+    create_pending(elsewhere.contract()).await;
 
     assert_eq!(
         store
@@ -485,7 +485,7 @@ pub async fn count_runs_by_status(setup: impl Setup) {
         ]
     );
     assert_eq!(
-        elsewhere.count_runs(&[Pending]).await.unwrap(),
+        elsewhere.contract().count_runs(&[Pending]).await.unwrap(),
         [(Pending, 1)]
     );
     assert_eq!(running.status, Running);

@@ -160,7 +160,11 @@ pub async fn heartbeats_are_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
     let run = held_run(&store).await;
     let elsewhere = store.scoped(&unique_namespace()).unwrap();
-    elsewhere.heartbeat(owner(&run), AT_ONCE).await.unwrap();
+    elsewhere
+        .contract()
+        .heartbeat(owner(&run), AT_ONCE)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
         store.claim_run(&new_worker(), LONG_LEASE).await.unwrap(),

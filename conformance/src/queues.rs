@@ -173,6 +173,7 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
     let other = store.scoped(&unique_namespace()).unwrap();
     assert!(
         other
+            .contract()
             .queues()
             .unwrap()
             .list_queues()
@@ -180,7 +181,7 @@ pub async fn queue_operations_round_trip(setup: impl Setup) {
             .unwrap()
             .is_empty()
     );
-    assert_err!(other.queues().unwrap().delete_queue("emails").await, StoreError::QueueNotFound { name } if name == "emails");
+    assert_err!(other.contract().queues().unwrap().delete_queue("emails").await, StoreError::QueueNotFound { name } if name == "emails");
 
     store
         .queues()
@@ -365,6 +366,7 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
         "no queue has a limit"
     );
     elsewhere
+        .contract()
         .queues()
         .unwrap()
         .put_queue(&QueueOptions::new("limited").concurrency(1))
@@ -381,6 +383,7 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
     );
     assert!(claim(&store, 10).await.is_empty(), "the queue is full");
     elsewhere
+        .contract()
         .queues()
         .unwrap()
         .delete_queue("limited")
@@ -396,6 +399,7 @@ pub async fn a_limit_set_elsewhere_holds_at_the_next_claim(setup: impl Setup) {
     assert_eq!(ids(&claim(&store, 10).await), [after.id]);
     // And set again: the store that saw none since claims within it again.
     elsewhere
+        .contract()
         .queues()
         .unwrap()
         .put_queue(&QueueOptions::new(DEFAULT_QUEUE).rate_limit(1, Duration::from_secs(3600)))

@@ -328,7 +328,7 @@ pub async fn purge_is_scoped_to_namespace(setup: impl Setup) {
     let store = setup.store().await;
     let other = store.scoped(&unique_namespace()).unwrap();
     let mine = create_completed(&store).await;
-    let theirs = create_completed(&*other).await;
+    let theirs = create_completed(other.contract()).await;
 
     assert_eq!(
         store
@@ -341,11 +341,12 @@ pub async fn purge_is_scoped_to_namespace(setup: impl Setup) {
     );
     assert!(!exists(&store, &mine).await);
     assert!(
-        exists(&*other, &theirs).await,
+        exists(other.contract(), &theirs).await,
         "another namespace's run stays"
     );
     assert_eq!(
         other
+            .contract()
             .retention()
             .unwrap()
             .purge_runs(&everything())
@@ -449,6 +450,7 @@ pub async fn retention_turn_goes_to_one_worker_per_period(setup: impl Setup) {
     let other = store.scoped(&unique_namespace()).unwrap();
     assert_eq!(
         other
+            .contract()
             .retention()
             .unwrap()
             .take_retention_turn(&second, period)

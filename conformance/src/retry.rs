@@ -178,7 +178,12 @@ pub async fn retry_unknown_run_is_not_found(setup: impl Setup) {
     let failed = create_failed(&store).await;
     let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
-        other.lifecycle().unwrap().retry_run(failed.id).await,
+        other
+            .contract()
+            .lifecycle()
+            .unwrap()
+            .retry_run(failed.id)
+            .await,
         StoreError::RunNotFound { .. }
     );
     assert_eq!(
@@ -326,7 +331,12 @@ pub async fn fork_refuses_live_runs_and_unknown_steps(setup: impl Setup) {
     );
     let other = store.scoped(&Uuid::new_v4().to_string()).unwrap();
     assert_err!(
-        other.lifecycle().unwrap().fork_run(source.id, "a").await,
+        other
+            .contract()
+            .lifecycle()
+            .unwrap()
+            .fork_run(source.id, "a")
+            .await,
         StoreError::RunNotFound { .. }
     );
     let after = store

@@ -490,7 +490,7 @@ pub async fn concurrent_fires_of_a_slot_create_one_run(setup: impl Setup) {
                 slot,
                 next
             )),
-            other.schedules().unwrap().fire_schedule(fire(
+            other.contract().schedules().unwrap().fire_schedule(fire(
                 &name,
                 &schedule.workflow_name,
                 slot,
@@ -522,11 +522,18 @@ pub async fn schedules_are_scoped_to_namespace(setup: impl Setup) {
         .await
         .unwrap();
     assert_eq!(
-        other.schedules().unwrap().get_schedule("s").await.unwrap(),
+        other
+            .contract()
+            .schedules()
+            .unwrap()
+            .get_schedule("s")
+            .await
+            .unwrap(),
         None
     );
     assert!(
         other
+            .contract()
             .schedules()
             .unwrap()
             .list_schedules()
@@ -536,6 +543,7 @@ pub async fn schedules_are_scoped_to_namespace(setup: impl Setup) {
     );
     assert!(
         other
+            .contract()
             .schedules()
             .unwrap()
             .due_schedules(10)
@@ -545,11 +553,17 @@ pub async fn schedules_are_scoped_to_namespace(setup: impl Setup) {
             .is_empty()
     );
     assert_err!(
-        other.schedules().unwrap().delete_schedule("s").await,
+        other
+            .contract()
+            .schedules()
+            .unwrap()
+            .delete_schedule("s")
+            .await,
         StoreError::ScheduleNotFound { .. }
     );
     // The same name is free there.
     other
+        .contract()
         .schedules()
         .unwrap()
         .create_schedule(new_schedule("s"), &in_an_hour)

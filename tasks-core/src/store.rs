@@ -207,8 +207,9 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what
 /// `Worker::builder` and `Client::new`
-/// take. Every store converts into one (`PgStore`, `SqliteStore`, any [`Store`], or an
-/// `Arc<dyn Store>`), and it dereferences to [`Store`].
+/// take. Every store converts into one (`PgStore`, `SqliteStore`, `MemoryStore`, any
+/// [`Store`], or an `Arc<dyn Store>`). It does not dereference to the contract:
+/// [`SharedStore::contract`] is the explicit way in.
 #[derive(Clone)]
 pub struct SharedStore(Arc<dyn Store>);
 
@@ -222,12 +223,25 @@ impl SharedStore {
     pub fn as_arc(&self) -> &Arc<dyn Store> {
         &self.0
     }
-}
 
-impl std::ops::Deref for SharedStore {
-    type Target = dyn Store;
+    /// The namespace this store reads and writes.
+    pub fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
 
-    fn deref(&self) -> &Self::Target {
+    /// The same store (same connections, same background work) scoped to another
+    /// namespace; see [`Store::scoped`].
+    ///
+    /// Errors: a [`LimitError`] for a namespace past the [`limits`](crate::limits).
+    pub fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> {
+        self.0.scoped(namespace)
+    }
+
+    /// The store contract behind this handle: for the engine, operator tools and stores
+    /// that wrap another. An application reaches its runs through the engine's `Client`
+    /// and `Worker`, which take this handle; nothing of the contract is reachable from it
+    /// without this explicit call.
+    pub fn contract(&self) -> &dyn Store {
         &*self.0
     }
 }

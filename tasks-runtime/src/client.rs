@@ -444,7 +444,7 @@ impl Client {
         options: StartOptions,
     ) -> Result<WorkflowRun, ClientError> {
         let params = self.create_params(definition, input, options)?;
-        let run = self.store.create_run(params).await?;
+        let run = self.store.contract().create_run(params).await?;
         crate::metrics::run_started(definition.name);
         tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
         Ok(run)
@@ -496,12 +496,12 @@ impl Client {
 
     /// Fetches a run.
     pub async fn get_run(&self, run_id: Uuid) -> Result<Option<WorkflowRun>, StoreError> {
-        self.store.get_run(run_id).await
+        self.store.contract().get_run(run_id).await
     }
 
     /// Lists runs with filters and cursor pagination.
     pub async fn list_runs(&self, query: ListRuns) -> Result<Page<WorkflowRun>, StoreError> {
-        self.store.list_runs(query).await
+        self.store.contract().list_runs(query).await
     }
 
     /// Lists the step attempts of a run with cursor pagination.
@@ -509,24 +509,29 @@ impl Client {
         &self,
         query: ListStepAttempts,
     ) -> Result<Page<StepAttempt>, StoreError> {
-        self.store.list_step_attempts(query).await
+        self.store.contract().list_step_attempts(query).await
     }
 
     /// Cancels a run.
     pub async fn cancel(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        let run = self.store.lifecycle()?.cancel_run(run_id).await?;
+        let run = self
+            .store
+            .contract()
+            .lifecycle()?
+            .cancel_run(run_id)
+            .await?;
         crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 
     /// Pauses a run; a running run stops at its next step boundary.
     pub async fn pause(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.pause_run(run_id).await
+        self.store.contract().lifecycle()?.pause_run(run_id).await
     }
 
     /// Resumes a paused run.
     pub async fn resume(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.resume_run(run_id).await
+        self.store.contract().lifecycle()?.resume_run(run_id).await
     }
 
     /// Runs a failed or canceled run again from its first unfinished step (see
@@ -535,7 +540,7 @@ impl Client {
     /// counter and retry policy start over. A run in another state is a
     /// [`StoreError::WrongState`]; an unknown run a [`StoreError::RunNotFound`].
     pub async fn retry(&self, run_id: Uuid) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.retry_run(run_id).await
+        self.store.contract().lifecycle()?.retry_run(run_id).await
     }
 
     /// Starts a new run from the finished run `run_id` (see
@@ -546,7 +551,11 @@ impl Client {
     /// run is a [`StoreError::WrongState`], a step the run never recorded a
     /// [`StoreError::UnknownStep`].
     pub async fn fork(&self, run_id: Uuid, from_step: &str) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.fork_run(run_id, from_step).await
+        self.store
+            .contract()
+            .lifecycle()?
+            .fork_run(run_id, from_step)
+            .await
     }
 
     /// Deletes the finished runs `params` selects (completed, failed or canceled, finished
@@ -574,7 +583,7 @@ impl Client {
     /// batches committed (those runs stay deleted: purging again continues where it
     /// stopped).
     pub async fn purge(&self, params: PurgeRuns) -> Result<u64, StoreError> {
-        let (purged, result) = purge_batches(&*self.store, &params, None).await;
+        let (purged, result) = purge_batches(self.store.contract(), &params, None).await;
         result.map(|()| purged)
     }
 }
@@ -677,7 +686,7 @@ impl Client {
         options: StartOptions,
     ) -> Result<WorkflowRun, ClientError> {
         let params = self.create_params(definition, input, options)?;
-        if !self.store.is_postgres() {
+        if !self.store.contract().is_postgres() {
             return Err(ClientError::NotPostgres {
                 namespace: self.store.namespace().to_owned(),
             });
@@ -711,6 +720,7 @@ impl Client {
         let first_slot = move |now| cadence.next_after(now);
         Ok(self
             .store
+            .contract()
             .schedules()?
             .create_schedule(schedule, &first_slot)
             .await?)
@@ -727,6 +737,7 @@ impl Client {
         let first_slot = move |now| cadence.next_after(now);
         Ok(self
             .store
+            .contract()
             .schedules()?
             .put_schedule(schedule, &first_slot)
             .await?)
@@ -764,12 +775,12 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<Option<crate::schedule::Schedule>, StoreError> {
-        self.store.schedules()?.get_schedule(name).await
+        self.store.contract().schedules()?.get_schedule(name).await
     }
 
     /// Every schedule of the namespace, by name.
     pub async fn list_schedules(&self) -> Result<Vec<crate::schedule::Schedule>, StoreError> {
-        self.store.schedules()?.list_schedules().await
+        self.store.contract().schedules()?.list_schedules().await
     }
 
     /// Pauses a schedule ([`StoreError::ScheduleNotFound`] when there is none).
@@ -777,7 +788,11 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<crate::schedule::Schedule, StoreError> {
-        self.store.schedules()?.pause_schedule(name).await
+        self.store
+            .contract()
+            .schedules()?
+            .pause_schedule(name)
+            .await
     }
 
     /// Resumes a schedule; the slots missed while it was paused go to its catch-up policy
@@ -786,13 +801,21 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<crate::schedule::Schedule, StoreError> {
-        self.store.schedules()?.resume_schedule(name).await
+        self.store
+            .contract()
+            .schedules()?
+            .resume_schedule(name)
+            .await
     }
 
     /// Deletes a schedule; the runs it started are kept ([`StoreError::ScheduleNotFound`]
     /// when there is none).
     pub async fn delete_schedule(&self, name: &str) -> Result<(), StoreError> {
-        self.store.schedules()?.delete_schedule(name).await
+        self.store
+            .contract()
+            .schedules()?
+            .delete_schedule(name)
+            .await
     }
 
     // ---- Named queues (see the `queue` module) ----
@@ -815,23 +838,23 @@ impl Client {
         &self,
         options: crate::queue::QueueOptions,
     ) -> Result<crate::queue::Queue, StoreError> {
-        self.store.queues()?.put_queue(&options).await
+        self.store.contract().queues()?.put_queue(&options).await
     }
 
     /// The configuration of a queue, or `None` when it has none (no limits).
     pub async fn get_queue(&self, name: &str) -> Result<Option<crate::queue::Queue>, StoreError> {
-        self.store.queues()?.get_queue(name).await
+        self.store.contract().queues()?.get_queue(name).await
     }
 
     /// Every configured queue of the namespace, by name.
     pub async fn list_queues(&self) -> Result<Vec<crate::queue::Queue>, StoreError> {
-        self.store.queues()?.list_queues().await
+        self.store.contract().queues()?.list_queues().await
     }
 
     /// Removes a queue's configuration: its runs are claimed without limits from then on
     /// ([`StoreError::QueueNotFound`] when it has none).
     pub async fn delete_queue(&self, name: &str) -> Result<(), StoreError> {
-        self.store.queues()?.delete_queue(name).await
+        self.store.contract().queues()?.delete_queue(name).await
     }
 }
 
@@ -917,6 +940,7 @@ impl<T: DeserializeOwned> RunHandle<T> {
     /// The run as stored now.
     pub async fn run(&self) -> Result<WorkflowRun, RunError> {
         self.store
+            .contract()
             .get_run(self.run_id)
             .await?
             .ok_or(RunError::NotFound {
@@ -932,7 +956,7 @@ impl<T: DeserializeOwned> RunHandle<T> {
     /// Waits for the run to finish and returns its output. It wakes on the store's
     /// completion notification, not by polling.
     pub async fn result(&self) -> Result<T, RunError> {
-        let mut notifications = match self.store.subscribe().await {
+        let mut notifications = match self.store.contract().subscribe().await {
             Ok(stream) => Some(stream),
             Err(error) => {
                 tracing::warn!(%error, "cannot subscribe to notifications; polling for the result");
@@ -1003,23 +1027,36 @@ impl<T: DeserializeOwned> RunHandle<T> {
 
     /// Cancels the run.
     pub async fn cancel(&self) -> Result<WorkflowRun, StoreError> {
-        let run = self.store.lifecycle()?.cancel_run(self.run_id).await?;
+        let run = self
+            .store
+            .contract()
+            .lifecycle()?
+            .cancel_run(self.run_id)
+            .await?;
         crate::metrics::run_finished(run.workflow_name.clone(), "canceled");
         Ok(run)
     }
 
     /// Pauses the run.
     pub async fn pause(&self) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.pause_run(self.run_id).await
+        self.store
+            .contract()
+            .lifecycle()?
+            .pause_run(self.run_id)
+            .await
     }
 
     /// Resumes the run.
     pub async fn resume(&self) -> Result<WorkflowRun, StoreError> {
-        self.store.lifecycle()?.resume_run(self.run_id).await
+        self.store
+            .contract()
+            .lifecycle()?
+            .resume_run(self.run_id)
+            .await
     }
 
     /// Every step attempt of the run so far, oldest first.
     pub async fn steps(&self) -> Result<Vec<StepAttempt>, StoreError> {
-        self.store.step_history(self.run_id).await
+        self.store.contract().step_history(self.run_id).await
     }
 }

@@ -212,8 +212,13 @@ mod tests {
         use std::time::Duration;
 
         let store = connect("sqlite::memory:").await.unwrap();
-        let run = store.create_run(CreateRun::new("wf")).await.unwrap();
+        let run = store
+            .contract()
+            .create_run(CreateRun::new("wf"))
+            .await
+            .unwrap();
         let claimed = store
+            .contract()
             .claim_runs("w", Duration::from_secs(60), 1)
             .await
             .unwrap();
@@ -221,8 +226,8 @@ mod tests {
         assert!(claimed[0].first_execution);
         // A second in-memory store is another database.
         let other = connect("sqlite::memory:").await.unwrap();
-        assert_eq!(other.get_run(run.id).await.unwrap(), None);
+        assert_eq!(other.contract().get_run(run.id).await.unwrap(), None);
         let scoped = store.scoped("elsewhere").unwrap();
-        assert_eq!(scoped.get_run(run.id).await.unwrap(), None);
+        assert_eq!(scoped.contract().get_run(run.id).await.unwrap(), None);
     }
 }

@@ -136,7 +136,7 @@ impl Executor {
             let span =
                 tracing::info_span!("replay", run.id = %run_id, steps = tracing::field::Empty);
             async {
-                let history = self.store.step_history(run_id).await;
+                let history = self.store.contract().step_history(run_id).await;
                 if let Ok(history) = &history {
                     tracing::Span::current().record("steps", history.len());
                 }
@@ -336,7 +336,10 @@ impl Executor {
             error: crate::transition::quarantine_error(run.id, &reason),
             force: true,
         };
-        let failed = retrying(self.lease, || self.store.fail_run(params.clone())).await;
+        let failed = retrying(self.lease, || {
+            self.store.contract().fail_run(params.clone())
+        })
+        .await;
         match failed {
             Ok(_) => Outcome::Failed,
             Err(error) => {

@@ -145,6 +145,7 @@ impl Liveness {
         let sent = Instant::now();
         match self
             .store
+            .contract()
             .heartbeat(&self.worker_id, self.stale_after)
             .await
         {
@@ -164,9 +165,12 @@ impl Liveness {
             tracing::debug!(%error, "the heartbeat task ended abnormally");
         }
         let result = if abandoned {
-            self.store.heartbeat(&self.worker_id, Duration::ZERO).await
+            self.store
+                .contract()
+                .heartbeat(&self.worker_id, Duration::ZERO)
+                .await
         } else {
-            self.store.remove_worker(&self.worker_id).await
+            self.store.contract().remove_worker(&self.worker_id).await
         };
         if let Err(error) = result {
             tracing::warn!(%error, "could not remove the worker's heartbeat row; it goes stale on its own");

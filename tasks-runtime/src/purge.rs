@@ -70,7 +70,7 @@ impl Retention {
     }
 
     async fn tick(&self, stop: &CancellationToken) {
-        let turn = match self.store.retention() {
+        let turn = match self.store.contract().retention() {
             Ok(retention) => {
                 retention
                     .take_retention_turn(&self.worker_id, self.interval)
@@ -81,7 +81,8 @@ impl Retention {
         match turn {
             Ok(Some(turn)) => {
                 let params = PurgeRuns::older_than(self.max_age);
-                let (purged, result) = purge_batches(&*self.store, &params, Some(stop)).await;
+                let (purged, result) =
+                    purge_batches(self.store.contract(), &params, Some(stop)).await;
                 match result {
                     Ok(()) => tracing::debug!(turn, purged, "retention purge done"),
                     Err(error) => {

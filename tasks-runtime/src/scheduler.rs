@@ -137,7 +137,12 @@ impl Scheduler {
 
     /// Fires the due slots of every due schedule once; returns how many runs it started.
     pub(crate) async fn fire_due(&self) -> StoreResult<usize> {
-        let due = self.store.schedules()?.due_schedules(DUE_PER_TICK).await?;
+        let due = self
+            .store
+            .contract()
+            .schedules()?
+            .due_schedules(DUE_PER_TICK)
+            .await?;
         let mut started = 0;
         for schedule in &due.schedules {
             started += self.fire(schedule, due.now).await?;
@@ -208,7 +213,13 @@ impl Scheduler {
             next_slot: fire_plan.next_slot,
             runs,
         };
-        match self.store.schedules()?.fire_schedule(params).await? {
+        match self
+            .store
+            .contract()
+            .schedules()?
+            .fire_schedule(params)
+            .await?
+        {
             Some(runs) => {
                 tracing::debug!(schedule = %schedule.name, runs = runs.len(), skipped = fire_plan.slots.is_empty(), "schedule fired");
                 Ok(runs.len())
@@ -232,6 +243,7 @@ async fn put(store: &SharedStore, schedule: NewSchedule) -> Result<(), PutError>
     let cadence = Cadence::parse(&schedule.cron, &schedule.timezone)?;
     let first_slot = move |now| cadence.next_after(now);
     store
+        .contract()
         .schedules()?
         .put_schedule(schedule, &first_slot)
         .await?;

@@ -330,7 +330,7 @@ impl RunSession {
         let store = &self.store;
         let writes = held.into_iter().map(|(_, params)| {
             retrying(self.retry_for, move || {
-                store.record_step_attempt(params.clone())
+                store.contract().record_step_attempt(params.clone())
             })
         });
         let mut written = Vec::new();
@@ -364,7 +364,9 @@ impl RunSession {
     /// Writes a finished function-step attempt in one statement.
     pub(crate) async fn record(&self, params: RecordStepAttempt) -> Result<StepAttempt, Halt> {
         let store = &self.store;
-        let recorded = retrying(self.retry_for, || store.record_step_attempt(params.clone()));
+        let recorded = retrying(self.retry_for, || {
+            store.contract().record_step_attempt(params.clone())
+        });
         match recorded.await {
             Ok(StepUpdate::Recorded(attempt)) => Ok(attempt),
             Ok(StepUpdate::Interrupted { run_status }) => Err(Halt::Interrupted(run_status)),
@@ -389,7 +391,7 @@ impl RunSession {
             context: None,
         };
         retrying(self.retry_for, || {
-            self.store.create_step_attempt(params.clone())
+            self.store.contract().create_step_attempt(params.clone())
         })
         .await
         .map_err(Halt::after)
@@ -398,8 +400,12 @@ impl RunSession {
     /// Completes a running attempt (a durable sleep that ended).
     pub(crate) async fn finish_attempt(&self, attempt_id: Uuid) -> Result<StepAttempt, Halt> {
         let update = retrying(self.retry_for, || {
-            self.store
-                .complete_step_attempt(self.run_id, attempt_id, &self.worker_id, Value::Null)
+            self.store.contract().complete_step_attempt(
+                self.run_id,
+                attempt_id,
+                &self.worker_id,
+                Value::Null,
+            )
         })
         .await;
         let update = match update {
@@ -407,11 +413,13 @@ impl RunSession {
             Err(StoreError::StepAlreadyFinished {
                 id,
                 status: StepStatus::Completed,
-            }) if id == attempt_id => match self.store.get_step_attempt(attempt_id).await {
-                Ok(Some(attempt)) => Ok(StepUpdate::Recorded(attempt)),
-                Ok(None) => Err(StoreError::StepNotFound { id: attempt_id }),
-                Err(error) => Err(error),
-            },
+            }) if id == attempt_id => {
+                match self.store.contract().get_step_attempt(attempt_id).await {
+                    Ok(Some(attempt)) => Ok(StepUpdate::Recorded(attempt)),
+                    Ok(None) => Err(StoreError::StepNotFound { id: attempt_id }),
+                    Err(error) => Err(error),
+                }
+            }
             update => update,
         };
         match update {
@@ -437,7 +445,7 @@ impl RunSession {
             timeout,
             call: Some(call),
         };
-        let store = self.store.events().map_err(Halt::after)?;
+        let store = self.store.contract().events().map_err(Halt::after)?;
         retrying(self.retry_for, || store.wait_for_event(params.clone()))
             .await
             .map_err(Halt::after)
@@ -459,7 +467,11 @@ impl RunSession {
             value,
             call: Some(call),
         };
-        let store = self.store.published_state().map_err(Halt::after)?;
+        let store = self
+            .store
+            .contract()
+            .published_state()
+            .map_err(Halt::after)?;
         retrying(self.retry_for, || store.set_state(params.clone()))
             .await
             .map_err(Halt::after)
@@ -487,7 +499,7 @@ impl RunSession {
             on_parent_cancel,
             call: Some(call),
         };
-        let store = self.store.children().map_err(Halt::after)?;
+        let store = self.store.contract().children().map_err(Halt::after)?;
         retrying(self.retry_for, || store.start_child(params.clone()))
             .await
             .map_err(Halt::after)
@@ -504,7 +516,7 @@ impl RunSession {
             worker_id: self.worker_id.clone(),
             step_names,
         };
-        let store = self.store.children().map_err(Halt::after)?;
+        let store = self.store.contract().children().map_err(Halt::after)?;
         retrying(self.retry_for, || store.wait_for_children(params.clone()))
             .await
             .map_err(Halt::after)
@@ -522,7 +534,7 @@ impl RunSession {
         let mut tries = 0_u32;
         let outcome = retrying(self.retry_for, || {
             tries += 1;
-            self.store.complete_run_with_steps(
+            self.store.contract().complete_run_with_steps(
                 self.run_id,
                 &self.worker_id,
                 output.clone(),
@@ -532,7 +544,7 @@ impl RunSession {
         .await;
         match outcome {
             Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) if tries > 1 => {
-                match self.store.get_run(self.run_id).await {
+                match self.store.contract().get_run(self.run_id).await {
                     Ok(Some(run))
                         if run.status == RunStatus::Completed
                             && run.output.as_ref() == Some(&output) =>
@@ -554,13 +566,18 @@ impl RunSession {
             error: record.to_json(),
             force,
         };
-        retrying(self.retry_for, || self.store.fail_run(params.clone())).await
+        retrying(self.retry_for, || {
+            self.store.contract().fail_run(params.clone())
+        })
+        .await
     }
 
     /// Parks the run until `until`.
     pub(crate) async fn sleep(&self, until: DateTime<Utc>) -> StoreResult<WorkflowRun> {
         retrying(self.retry_for, || {
-            self.store.sleep_run(self.run_id, &self.worker_id, until)
+            self.store
+                .contract()
+                .sleep_run(self.run_id, &self.worker_id, until)
         })
         .await
     }
@@ -570,6 +587,7 @@ impl RunSession {
         let sent = std::time::Instant::now();
         let extended = self
             .store
+            .contract()
             .extend_lease(self.run_id, &self.worker_id, lease)
             .await;
         if extended.is_ok() {

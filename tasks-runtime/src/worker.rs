@@ -564,7 +564,7 @@ impl Worker {
         let mut notifications = self.subscribe().await;
         // The declared queues, before the first claim reads them.
         for queue in &inner.declared_queues {
-            let declared = match inner.store.queues() {
+            let declared = match inner.store.contract().queues() {
                 Ok(queues) => queues.put_queue(queue).await.map(drop),
                 Err(unsupported) => Err(unsupported),
             };
@@ -595,6 +595,7 @@ impl Worker {
                 let claiming = std::time::Instant::now();
                 match inner
                     .store
+                    .contract()
                     .claim_runs_filtered(
                         &inner.executor.worker_id,
                         inner.executor.lease,
@@ -702,7 +703,7 @@ impl Worker {
     }
 
     async fn subscribe(&self) -> Option<NotificationStream> {
-        match self.inner.store.subscribe().await {
+        match self.inner.store.contract().subscribe().await {
             Ok(stream) => Some(stream),
             Err(error) => {
                 tracing::warn!(%error, "cannot subscribe to wake-ups; relying on polling");
@@ -776,6 +777,7 @@ impl Worker {
                 });
                 inner
                     .store
+                    .contract()
                     .release_run(run.id, &inner.executor.worker_id, delay, reason)
                     .await
                     .map(|_| ())
@@ -784,6 +786,7 @@ impl Worker {
                 tracing::error!(run.id = %run.id, %message, "failing a run this worker cannot execute");
                 inner
                     .store
+                    .contract()
                     .fail_run(FailRun {
                         run_id: run.id,
                         worker_id: inner.executor.worker_id.clone(),

@@ -660,6 +660,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     assert!(
         client
             .store()
+            .contract()
             .events()
             .unwrap()
             .list_events(waiting)
@@ -679,6 +680,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     assert!(
         client
             .store()
+            .contract()
             .events()
             .unwrap()
             .list_events(waiting)
@@ -692,6 +694,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     assert!(browser.wait_for("#notice").await.contains("Event sent"));
     let events = client
         .store()
+        .contract()
         .events()
         .unwrap()
         .list_events(waiting)

@@ -62,6 +62,7 @@ async fn observe(export: &Export) -> Result<(), std::io::Error> {
     };
     let store = stores().lock().unwrap()[&probe].clone();
     let running = store
+        .contract()
         .list_runs(ListRuns {
             statuses: vec![RunStatus::Running],
             workflow_name: Some("e2e-derived-export".into()),

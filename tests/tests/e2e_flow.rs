@@ -48,6 +48,7 @@ struct Job {
 async fn observe(job: &Job) -> Result<(), std::io::Error> {
     let store = stores().lock().unwrap()[&job.probe.parse::<Uuid>().unwrap()].clone();
     let running = store
+        .contract()
         .list_runs(ListRuns {
             statuses: vec![RunStatus::Running],
             workflow_name: Some("e2e-flow-job".into()),

@@ -48,6 +48,7 @@ async fn observe(job: &Job) -> Result<(), std::io::Error> {
     let probe: Uuid = job.probe.parse().unwrap();
     let store = stores().lock().unwrap()[&probe].clone();
     let running = store
+        .contract()
         .list_runs(ListRuns {
             statuses: vec![RunStatus::Running],
             limit: Some(1000),

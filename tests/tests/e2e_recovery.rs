@@ -255,6 +255,7 @@ async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
         let shared = shared.clone();
         async move {
             shared
+                .contract()
                 .list_runs(ListRuns {
                     parent_run_id: Some(parent_id),
                     ..ListRuns::default()
@@ -516,7 +517,7 @@ impl tasks::Store for Flaky {
     }
 
     fn is_postgres(&self) -> bool {
-        self.inner.is_postgres()
+        self.inner.contract().is_postgres()
     }
 
     fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
@@ -529,7 +530,7 @@ impl tasks::Store for Flaky {
     }
 
     async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
-        self.inner.subscribe().await
+        self.inner.contract().subscribe().await
     }
     fn lifecycle(&self) -> tasks::StoreResult<&dyn tasks::LifecycleStore> {
         Ok(self)
@@ -556,25 +557,25 @@ impl tasks::Store for Flaky {
 #[async_trait::async_trait]
 impl tasks::RunStore for Flaky {
     async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.create_run(params).await
+        self.inner.contract().create_run(params).await
     }
 
     async fn get_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Option<tasks::WorkflowRun>> {
-        self.inner.get_run(run_id).await
+        self.inner.contract().get_run(run_id).await
     }
 
     async fn list_runs(
         &self,
         params: ListRuns,
     ) -> tasks::StoreResult<tasks::Page<tasks::WorkflowRun>> {
-        self.inner.list_runs(params).await
+        self.inner.contract().list_runs(params).await
     }
 
     async fn count_runs(
         &self,
         statuses: &[tasks::RunStatus],
     ) -> tasks::StoreResult<Vec<(tasks::RunStatus, u64)>> {
-        self.inner.count_runs(statuses).await
+        self.inner.contract().count_runs(statuses).await
     }
 }
 #[async_trait::async_trait]
@@ -587,6 +588,7 @@ impl tasks::LeaseStore for Flaky {
         filter: &tasks::ClaimFilter,
     ) -> tasks::StoreResult<Vec<tasks::ClaimedRun>> {
         self.inner
+            .contract()
             .claim_runs_filtered(worker_id, lease, limit, filter)
             .await
     }
@@ -600,7 +602,10 @@ impl tasks::LeaseStore for Flaky {
         if let Some(slow) = self.slow_extend {
             tokio::time::sleep(slow).await;
         }
-        self.inner.extend_lease(run_id, worker_id, lease).await
+        self.inner
+            .contract()
+            .extend_lease(run_id, worker_id, lease)
+            .await
     }
 
     async fn sleep_run(
@@ -610,7 +615,10 @@ impl tasks::LeaseStore for Flaky {
         until: chrono::DateTime<chrono::Utc>,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::Operation::SleepRun)?;
-        self.inner.sleep_run(run_id, worker_id, until).await
+        self.inner
+            .contract()
+            .sleep_run(run_id, worker_id, until)
+            .await
     }
 
     async fn complete_run(
@@ -620,7 +628,10 @@ impl tasks::LeaseStore for Flaky {
         output: serde_json::Value,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::Operation::CompleteRun)?;
-        self.inner.complete_run(run_id, worker_id, output).await
+        self.inner
+            .contract()
+            .complete_run(run_id, worker_id, output)
+            .await
     }
 
     async fn complete_run_with_steps(
@@ -635,13 +646,14 @@ impl tasks::LeaseStore for Flaky {
             self.refuse()?;
         }
         self.inner
+            .contract()
             .complete_run_with_steps(run_id, worker_id, output, steps)
             .await
     }
 
     async fn fail_run(&self, params: tasks::FailRun) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::Operation::FailRun)?;
-        self.inner.fail_run(params).await
+        self.inner.contract().fail_run(params).await
     }
 
     async fn release_run(
@@ -652,16 +664,20 @@ impl tasks::LeaseStore for Flaky {
         reason: serde_json::Value,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
         self.inner
+            .contract()
             .release_run(run_id, worker_id, delay, reason)
             .await
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> tasks::StoreResult<()> {
-        self.inner.heartbeat(worker_id, stale_after).await
+        self.inner
+            .contract()
+            .heartbeat(worker_id, stale_after)
+            .await
     }
 
     async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
-        self.inner.remove_worker(worker_id).await
+        self.inner.contract().remove_worker(worker_id).await
     }
 }
 #[async_trait::async_trait]
@@ -671,28 +687,31 @@ impl tasks::StepStore for Flaky {
         params: tasks::CreateStepAttempt,
     ) -> tasks::StoreResult<tasks::StepAttempt> {
         self.fail(tasks::Operation::CreateStepAttempt)?;
-        self.inner.create_step_attempt(params).await
+        self.inner.contract().create_step_attempt(params).await
     }
 
     async fn get_step_attempt(
         &self,
         step_attempt_id: uuid::Uuid,
     ) -> tasks::StoreResult<Option<tasks::StepAttempt>> {
-        self.inner.get_step_attempt(step_attempt_id).await
+        self.inner
+            .contract()
+            .get_step_attempt(step_attempt_id)
+            .await
     }
 
     async fn list_step_attempts(
         &self,
         params: tasks::ListStepAttempts,
     ) -> tasks::StoreResult<tasks::Page<tasks::StepAttempt>> {
-        self.inner.list_step_attempts(params).await
+        self.inner.contract().list_step_attempts(params).await
     }
 
     async fn step_history(
         &self,
         run_id: uuid::Uuid,
     ) -> tasks::StoreResult<Vec<tasks::StepAttempt>> {
-        self.inner.step_history(run_id).await
+        self.inner.contract().step_history(run_id).await
     }
 
     async fn complete_step_attempt(
@@ -704,6 +723,7 @@ impl tasks::StepStore for Flaky {
     ) -> tasks::StoreResult<tasks::StepUpdate> {
         self.fail(tasks::Operation::CompleteStepAttempt)?;
         self.inner
+            .contract()
             .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
             .await
     }
@@ -714,26 +734,26 @@ impl tasks::StepStore for Flaky {
     ) -> tasks::StoreResult<tasks::StepUpdate> {
         self.fail(tasks::Operation::RecordStepAttempt)?;
         self.refuse()?;
-        self.inner.record_step_attempt(params).await
+        self.inner.contract().record_step_attempt(params).await
     }
 }
 #[async_trait::async_trait]
 impl tasks::LifecycleStore for Flaky {
     async fn cancel_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.lifecycle()?.cancel_run(run_id).await
+        self.inner.contract().lifecycle()?.cancel_run(run_id).await
     }
 
     async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.lifecycle()?.pause_run(run_id).await
+        self.inner.contract().lifecycle()?.pause_run(run_id).await
     }
 
     async fn resume_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.lifecycle()?.resume_run(run_id).await
+        self.inner.contract().lifecycle()?.resume_run(run_id).await
     }
 
     // Retry and fork.
     async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.lifecycle()?.retry_run(run_id).await
+        self.inner.contract().lifecycle()?.retry_run(run_id).await
     }
 
     async fn fork_run(
@@ -741,25 +761,29 @@ impl tasks::LifecycleStore for Flaky {
         run_id: uuid::Uuid,
         from_step: &str,
     ) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.inner.lifecycle()?.fork_run(run_id, from_step).await
+        self.inner
+            .contract()
+            .lifecycle()?
+            .fork_run(run_id, from_step)
+            .await
     }
 }
 #[async_trait::async_trait]
 impl tasks::EventStore for Flaky {
     // Events sent to a run.
     async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
-        self.inner.events()?.send_event(params).await
+        self.inner.contract().events()?.send_event(params).await
     }
 
     async fn wait_for_event(
         &self,
         params: tasks::WaitForEvent,
     ) -> tasks::StoreResult<tasks::EventWait> {
-        self.inner.events()?.wait_for_event(params).await
+        self.inner.contract().events()?.wait_for_event(params).await
     }
 
     async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
-        self.inner.events()?.list_events(run_id).await
+        self.inner.contract().events()?.list_events(run_id).await
     }
 }
 #[async_trait::async_trait]
@@ -769,21 +793,29 @@ impl tasks::ChildStore for Flaky {
         &self,
         params: tasks::StartChild,
     ) -> tasks::StoreResult<tasks::StartedChild> {
-        self.inner.children()?.start_child(params).await
+        self.inner.contract().children()?.start_child(params).await
     }
 
     async fn wait_for_children(
         &self,
         params: tasks::WaitForChildren,
     ) -> tasks::StoreResult<tasks::ChildWait> {
-        self.inner.children()?.wait_for_children(params).await
+        self.inner
+            .contract()
+            .children()?
+            .wait_for_children(params)
+            .await
     }
 }
 #[async_trait::async_trait]
 impl tasks::StateStore for Flaky {
     // Published state.
     async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
-        self.inner.published_state()?.set_state(params).await
+        self.inner
+            .contract()
+            .published_state()?
+            .set_state(params)
+            .await
     }
 
     async fn get_state(
@@ -791,14 +823,22 @@ impl tasks::StateStore for Flaky {
         run_id: uuid::Uuid,
         key: &str,
     ) -> tasks::StoreResult<Option<tasks::PublishedState>> {
-        self.inner.published_state()?.get_state(run_id, key).await
+        self.inner
+            .contract()
+            .published_state()?
+            .get_state(run_id, key)
+            .await
     }
 
     async fn list_state(
         &self,
         run_id: uuid::Uuid,
     ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
-        self.inner.published_state()?.list_state(run_id).await
+        self.inner
+            .contract()
+            .published_state()?
+            .list_state(run_id)
+            .await
     }
 }
 #[async_trait::async_trait]
@@ -809,6 +849,7 @@ impl tasks::ScheduleStore for Flaky {
         first_slot: tasks::schedule::NextSlot<'_>,
     ) -> tasks::StoreResult<tasks::Schedule> {
         self.inner
+            .contract()
             .schedules()?
             .create_schedule(params, first_slot)
             .await
@@ -820,64 +861,85 @@ impl tasks::ScheduleStore for Flaky {
         first_slot: tasks::schedule::NextSlot<'_>,
     ) -> tasks::StoreResult<tasks::Schedule> {
         self.inner
+            .contract()
             .schedules()?
             .put_schedule(params, first_slot)
             .await
     }
 
     async fn get_schedule(&self, name: &str) -> tasks::StoreResult<Option<tasks::Schedule>> {
-        self.inner.schedules()?.get_schedule(name).await
+        self.inner.contract().schedules()?.get_schedule(name).await
     }
 
     async fn list_schedules(&self) -> tasks::StoreResult<Vec<tasks::Schedule>> {
-        self.inner.schedules()?.list_schedules().await
+        self.inner.contract().schedules()?.list_schedules().await
     }
 
     async fn pause_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.schedules()?.pause_schedule(name).await
+        self.inner
+            .contract()
+            .schedules()?
+            .pause_schedule(name)
+            .await
     }
 
     async fn resume_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
-        self.inner.schedules()?.resume_schedule(name).await
+        self.inner
+            .contract()
+            .schedules()?
+            .resume_schedule(name)
+            .await
     }
 
     async fn delete_schedule(&self, name: &str) -> tasks::StoreResult<()> {
-        self.inner.schedules()?.delete_schedule(name).await
+        self.inner
+            .contract()
+            .schedules()?
+            .delete_schedule(name)
+            .await
     }
 
     async fn due_schedules(&self, limit: u32) -> tasks::StoreResult<tasks::schedule::DueSchedules> {
-        self.inner.schedules()?.due_schedules(limit).await
+        self.inner
+            .contract()
+            .schedules()?
+            .due_schedules(limit)
+            .await
     }
 
     async fn fire_schedule(
         &self,
         params: tasks::schedule::FireSchedule,
     ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
-        self.inner.schedules()?.fire_schedule(params).await
+        self.inner
+            .contract()
+            .schedules()?
+            .fire_schedule(params)
+            .await
     }
 }
 #[async_trait::async_trait]
 impl tasks::QueueStore for Flaky {
     async fn put_queue(&self, options: &tasks::QueueOptions) -> tasks::StoreResult<tasks::Queue> {
-        self.inner.queues()?.put_queue(options).await
+        self.inner.contract().queues()?.put_queue(options).await
     }
 
     async fn get_queue(&self, name: &str) -> tasks::StoreResult<Option<tasks::Queue>> {
-        self.inner.queues()?.get_queue(name).await
+        self.inner.contract().queues()?.get_queue(name).await
     }
 
     async fn list_queues(&self) -> tasks::StoreResult<Vec<tasks::Queue>> {
-        self.inner.queues()?.list_queues().await
+        self.inner.contract().queues()?.list_queues().await
     }
 
     async fn delete_queue(&self, name: &str) -> tasks::StoreResult<()> {
-        self.inner.queues()?.delete_queue(name).await
+        self.inner.contract().queues()?.delete_queue(name).await
     }
 }
 #[async_trait::async_trait]
 impl tasks::RetentionStore for Flaky {
     async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::StoreResult<u64> {
-        self.inner.retention()?.purge_runs(params).await
+        self.inner.contract().retention()?.purge_runs(params).await
     }
 
     async fn take_retention_turn(
@@ -886,6 +948,7 @@ impl tasks::RetentionStore for Flaky {
         every: Duration,
     ) -> tasks::StoreResult<Option<u64>> {
         self.inner
+            .contract()
             .retention()?
             .take_retention_turn(worker_id, every)
             .await
@@ -1370,6 +1433,7 @@ async fn thawed_worker_starts_no_step(backend: Backend, then_wait_ms: u64, watch
             let store = tasks::connect(&url)
                 .await
                 .unwrap()
+                .contract()
                 .scoped(&namespace)
                 .unwrap();
             let worker = tasks::Worker::builder(store)

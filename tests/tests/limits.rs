@@ -629,9 +629,14 @@ async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend
     );
     let scoped = store.with_namespace(&longest).unwrap();
     let unknown = Uuid::new_v4();
-    assert_eq!(scoped.get_run(unknown).await.unwrap(), None);
+    assert_eq!(scoped.contract().get_run(unknown).await.unwrap(), None);
     assert!(matches!(
-        scoped.lifecycle().unwrap().cancel_run(unknown).await,
+        scoped
+            .contract()
+            .lifecycle()
+            .unwrap()
+            .cancel_run(unknown)
+            .await,
         Err(tasks::StoreError::RunNotFound { .. })
     ));
     let client = tasks::Client::new(scoped.clone()).unwrap();
@@ -646,6 +651,7 @@ async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend
     .unwrap();
     assert_eq!(run.run().await.unwrap().namespace, longest);
     scoped
+        .contract()
         .lifecycle()
         .unwrap()
         .cancel_run(run.id())

@@ -183,27 +183,27 @@ fn names_keys_and_namespaces_are_refused_typed_or_stored_equal(backend: Backend)
                         }
                     };
                     assert!(valid_namespace);
-                    let before = count(&*target).await;
+                    let before = count(target.contract()).await;
                     let params = CreateRun {
                         idempotency_key: Some(key.clone()),
                         ..CreateRun::new(workflow.clone())
                     };
-                    match target.create_run(params).await {
+                    match target.contract().create_run(params).await {
                         Ok(run) => {
                             assert_eq!(run.workflow_name, workflow);
                             assert_eq!(run.idempotency_key.as_deref(), Some(key.as_str()));
                             assert_eq!(run.namespace, namespace);
-                            let read = target.get_run(run.id).await.unwrap();
+                            let read = target.contract().get_run(run.id).await.unwrap();
                             assert_eq!(read, Some(run.clone()));
                             let filtered = ListRuns {
                                 workflow_name: Some(workflow.clone()),
                                 ..ListRuns::default()
                             };
-                            let listed = target.list_runs(filtered).await.unwrap();
+                            let listed = target.contract().list_runs(filtered).await.unwrap();
                             assert!(listed.data.contains(&run));
                         }
                         Err(StoreError::Limit(_)) => {
-                            assert_eq!(count(&*target).await, before, "nothing stored");
+                            assert_eq!(count(target.contract()).await, before, "nothing stored");
                         }
                         Err(other) => panic!("untyped error: {other:?}"),
                     }

@@ -199,7 +199,7 @@ async fn the_backlog_is_read_from_the_store(backend: Backend) {
         );
     }
     client.pause(runs[0].id()).await.unwrap();
-    let namespace = tasks::Store::namespace(&*store.shared()).to_owned();
+    let namespace = store.shared().namespace().to_owned();
     let backlog = |text: &str, status| {
         value(
             text,
@@ -228,6 +228,7 @@ async fn the_backlog_is_read_from_the_store(backend: Backend) {
     // The store's count itself, zeros and order included.
     let counts = store
         .shared()
+        .contract()
         .count_runs(&[
             RunStatus::Canceled,
             RunStatus::Pending,

@@ -258,6 +258,7 @@ async fn separately_opened_stores_on_one_file_wake_each_other() {
     client_side
         .scoped(&unique_namespace())
         .unwrap()
+        .contract()
         .create_run(CreateRun::new("not-ours"))
         .await
         .unwrap();
@@ -306,8 +307,10 @@ async fn connect_selects_the_store_from_the_url() {
     assert!(path.exists(), "the file is created");
     assert_eq!(store.namespace(), tasks::DEFAULT_NAMESPACE);
     let run = store
+        .contract()
         .scoped("elsewhere")
         .unwrap()
+        .contract()
         .create_run(CreateRun::new("wf"))
         .await
         .unwrap();
@@ -315,19 +318,30 @@ async fn connect_selects_the_store_from_the_url() {
     let again = connect(&url)
         .await
         .expect("reconnect")
+        .contract()
         .scoped("elsewhere")
         .unwrap();
-    assert_eq!(again.get_run(run.id).await.unwrap().unwrap().id, run.id);
+    assert_eq!(
+        again.contract().get_run(run.id).await.unwrap().unwrap().id,
+        run.id
+    );
 
     let memory = connect("sqlite::memory:").await.expect("in-memory SQLite");
-    assert_eq!(memory.get_run(run.id).await.unwrap(), None);
+    assert_eq!(memory.contract().get_run(run.id).await.unwrap(), None);
 
     let postgres = connect(&tasks_tests::database_url())
         .await
         .expect("connect to the test Postgres");
     let ns = postgres.scoped(&unique_namespace()).unwrap();
-    let pg_run = ns.create_run(CreateRun::new("wf")).await.unwrap();
-    assert_eq!(ns.get_run(pg_run.id).await.unwrap().unwrap().id, pg_run.id);
+    let pg_run = ns
+        .contract()
+        .create_run(CreateRun::new("wf"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ns.contract().get_run(pg_run.id).await.unwrap().unwrap().id,
+        pg_run.id
+    );
 
     for url in ["mysql://root:secret@localhost/db", "tasks.sqlite", ""] {
         match connect(url).await {
@@ -409,6 +423,7 @@ async fn worker_and_client_in_one_process_wake_each_other() {
     let store = connect(&url)
         .await
         .unwrap()
+        .contract()
         .scoped(&unique_namespace())
         .unwrap();
     let worker = Worker::builder(store.clone())
@@ -427,7 +442,7 @@ async fn worker_and_client_in_one_process_wake_each_other() {
     .unwrap();
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, "hello sqlite");
-    let steps = store.step_history(run.id()).await.unwrap();
+    let steps = store.contract().step_history(run.id()).await.unwrap();
     assert_eq!(steps.len(), 2);
     worker.shutdown().await;
 }

@@ -96,6 +96,7 @@ impl Client {
             EventTarget::Run(run_id) => {
                 let run = self
                     .store
+                    .contract()
                     .get_run(*run_id)
                     .await?
                     .ok_or(crate::StoreError::RunNotFound { id: *run_id })?;
@@ -164,7 +165,7 @@ impl Client {
             dedup_key: options.dedup_key,
         };
         params.check(self.store.namespace())?;
-        Ok(self.store.events()?.send_event(params).await?)
+        Ok(self.store.contract().events()?.send_event(params).await?)
     }
 }
 

@@ -116,14 +116,24 @@ impl Client {
         key: &str,
     ) -> Result<Option<PublishedState>, ClientError> {
         limits::check_state_key(key)?;
-        Ok(self.store.published_state()?.get_state(run_id, key).await?)
+        Ok(self
+            .store
+            .contract()
+            .published_state()?
+            .get_state(run_id, key)
+            .await?)
     }
 
     /// The latest value of every key run `run_id` published, by key, as JSON.
     ///
     /// Errors: [`ClientError::Store`] with [`StoreError::RunNotFound`] for an unknown run.
     pub async fn list_state(&self, run_id: Uuid) -> Result<Vec<PublishedState>, ClientError> {
-        Ok(self.store.published_state()?.list_state(run_id).await?)
+        Ok(self
+            .store
+            .contract()
+            .published_state()?
+            .list_state(run_id)
+            .await?)
     }
 
     /// Waits until run `run_id` has published a version of `key` greater than
@@ -209,15 +219,17 @@ async fn wait_loop(
         other => StateWaitError::from(other),
     };
     // Subscribed before the first read: whatever is published after the read is announced.
-    let mut notifications = store.subscribe().await?;
+    let mut notifications = store.contract().subscribe().await?;
     loop {
         // The run first: when it is terminal, nothing is published after it was read, so
         // the state read next is final.
         let run = store
+            .contract()
             .get_run(run_id)
             .await?
             .ok_or(StateWaitError::NotFound { run_id })?;
         let state = store
+            .contract()
             .published_state()?
             .get_state(run_id, key)
             .await

@@ -170,9 +170,10 @@ async fn wait_loop(
     last_status: &mut Option<RunStatus>,
 ) -> Result<WorkflowRun, WaitError> {
     // Subscribed before the first read: whatever changes after the read is announced to us.
-    let mut notifications = store.subscribe().await?;
+    let mut notifications = store.contract().subscribe().await?;
     loop {
         let run = store
+            .contract()
             .get_run(run_id)
             .await?
             .ok_or(WaitError::NotFound { run_id })?;

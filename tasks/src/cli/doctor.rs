@@ -129,7 +129,7 @@ pub(super) async fn doctor(client: &Client, schema: Option<String>, out: Output<
         limit: Some(1),
         ..ListRuns::default()
     };
-    match store.list_runs(probe).await {
+    match store.contract().list_runs(probe).await {
         Ok(_) => report.check(
             Verdict::Ok,
             "connection",
@@ -179,7 +179,7 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
             return;
         }
     };
-    let mut notifications = match probe_store.subscribe().await {
+    let mut notifications = match probe_store.contract().subscribe().await {
         Ok(stream) => Some(stream),
         Err(error) => {
             report.check(
@@ -193,6 +193,7 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
     let before = Utc::now();
     let sent = Instant::now();
     let run = match probe_store
+        .contract()
         .create_run(CreateRun::new("tasks-doctor-probe"))
         .await
     {
@@ -215,7 +216,7 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
     if let Some(stream) = notifications.as_mut() {
         let available = wait_for(stream, |n| matches!(n, Notification::RunAvailable { .. })).await;
         let available_in = sent.elapsed();
-        let canceled = match probe_store.lifecycle() {
+        let canceled = match probe_store.contract().lifecycle() {
             Ok(lifecycle) => lifecycle.cancel_run(run.id).await,
             Err(unsupported) => Err(unsupported),
         };
@@ -249,7 +250,7 @@ async fn notifications_and_clock(store: &SharedStore, report: &mut Report<'_, '_
             ),
         }
     } else {
-        if let Ok(lifecycle) = probe_store.lifecycle() {
+        if let Ok(lifecycle) = probe_store.contract().lifecycle() {
             let _ = lifecycle.cancel_run(run.id).await;
         }
     }
@@ -298,7 +299,7 @@ async fn workers(store: &SharedStore, report: &mut Report<'_, '_>) {
         limit: Some(100),
         ..ListRuns::default()
     };
-    let running = match store.list_runs(running).await {
+    let running = match store.contract().list_runs(running).await {
         Ok(page) => page.data,
         Err(error) => {
             report.check(Verdict::Fail, "worker", one_line(&error));
@@ -334,7 +335,7 @@ async fn workers(store: &SharedStore, report: &mut Report<'_, '_>) {
         limit: Some(100),
         ..ListRuns::default()
     };
-    let overdue = match store.list_runs(waiting).await {
+    let overdue = match store.contract().list_runs(waiting).await {
         Ok(page) => page
             .data
             .into_iter()

@@ -86,7 +86,7 @@ pub(super) async fn fetch(
         }
         Err(error) => return Err(store_failed(&error, err)),
     };
-    match client.store().step_history(id).await {
+    match client.store().contract().step_history(id).await {
         Ok(steps) => Ok((run, steps)),
         Err(error) => Err(store_failed(&error, err)),
     }
@@ -215,7 +215,7 @@ pub(super) async fn state(
     err: Output<'_>,
 ) -> Exit {
     let store = client.store();
-    let read = match (store.published_state(), key) {
+    let read = match (store.contract().published_state(), key) {
         (Ok(states), Some(key)) => states
             .get_state(id, key)
             .await

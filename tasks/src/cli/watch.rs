@@ -24,7 +24,7 @@ pub(super) async fn watch(
 ) -> Exit {
     let interval = interval.max(Duration::from_millis(50));
     // Without notifications the refresh alone still gets there.
-    let mut notifications = client.store().subscribe().await.ok();
+    let mut notifications = client.store().contract().subscribe().await.ok();
     let mut printed: HashSet<Uuid> = HashSet::new();
     let mut last_status: Option<RunStatus> = None;
     let mut announced_running: HashSet<Uuid> = HashSet::new();

@@ -243,11 +243,11 @@ async fn run_page(
         }
         Err(error) => return store_problem(base, &error),
     };
-    let steps = match state.client.store().step_history(id).await {
+    let steps = match state.client.store().contract().step_history(id).await {
         Ok(steps) => steps,
         Err(error) => return store_problem(base, &error),
     };
-    let published = match state.client.store().published_state() {
+    let published = match state.client.store().contract().published_state() {
         Ok(states) => states.list_state(id).await,
         Err(unsupported) => Err(unsupported),
     };

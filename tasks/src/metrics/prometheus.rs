@@ -77,7 +77,7 @@ impl Prometheus {
     /// read from the store first. A store that cannot be read leaves the backlog at its last
     /// values (and logs why); the rest is rendered anyway.
     pub async fn render(&self, store: &SharedStore) -> String {
-        if let Err(error) = refresh_backlog(&**store).await {
+        if let Err(error) = refresh_backlog(store.contract()).await {
             tracing::warn!(%error, "could not count the backlog for the metrics");
         }
         self.handle.run_upkeep();

@@ -66,7 +66,7 @@ impl Deref for TestStore {
     type Target = dyn Store;
 
     fn deref(&self) -> &(dyn Store + 'static) {
-        &*self.shared
+        self.shared.contract()
     }
 }
 
