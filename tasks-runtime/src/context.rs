@@ -230,7 +230,8 @@ impl WorkflowContext {
 
     /// Resolves a call's step name in call order (`name`, then `name:1`, `name:2`, ...) and
     /// checks it against the history (see [`crate::replay`]). Past the worker's step limit,
-    /// with a name the stores cannot hold, or with code that no longer matches the history
+    /// with a name the stores cannot hold or a chosen name holding the suffix's `:`
+    /// (see [`crate::replay`]'s `check_chosen_name`), or with code that no longer matches the history
     /// ([`NonDeterminism`]), the run fails: the halt is set and the error returned.
     fn resolve_call(&self, base: &str, call: Call<'_>) -> Result<Resolved, WorkflowError> {
         let resolved = lock(&self.inner.replay).resolve(base, self.scope.as_deref(), call);
@@ -244,6 +245,13 @@ impl WorkflowContext {
             return Err(WorkflowError::from(error).non_retryable());
         }
         resolved.map_err(|error| match error {
+            ResolveError::Reserved(error) => {
+                let record = ErrorRecord::from_error(&error)
+                    .with_kind("limit")
+                    .non_retryable();
+                self.set_halt(Halt::Fail(record));
+                WorkflowError::from(error).non_retryable()
+            }
             ResolveError::Limit(StepLimitExceeded { limit }) => {
                 let record = ErrorRecord::new(format!(
                     "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"

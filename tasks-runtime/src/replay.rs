@@ -34,6 +34,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use crate::limits::{Field, LimitError};
 use crate::model::{StepAttempt, StepKind, StepStatus};
 
 /// The run resolved more step names than its worker allows (a loop calling steps forever).
@@ -132,12 +133,37 @@ impl NonDeterminism {
 }
 
 /// Why a call cannot go on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ResolveError {
     /// Too many calls.
     Limit(StepLimitExceeded),
     /// The code does not match the history.
     NonDeterminism(Box<NonDeterminism>),
+    /// A name chosen at run time holds the suffix's separator ([`check_chosen_name`]).
+    Reserved(LimitError),
+}
+
+/// What separates a call's name from its call-order suffix (`nap`, `nap:1`, `nap:2`, ...).
+pub(crate) const SUFFIX_SEPARATOR: char = ':';
+
+/// The one rule for every name a workflow or a client chooses at run time (a sleep's name,
+/// an event topic, a published state's key, a child step's name, a branch's name): it may not
+/// hold [`SUFFIX_SEPARATOR`], so that no call's name is ever another call's suffixed name
+/// (a second wait on `ping` is `event/ping:1`, which a wait on a topic `ping:1` would be
+/// too). Names written at compile time (workflow and step names) obey
+/// [`limits::is_valid_name`](crate::limits::is_valid_name), which refuses it as well.
+pub(crate) fn check_chosen_name(field: Field, name: &str) -> Result<(), LimitError> {
+    if name.contains(SUFFIX_SEPARATOR) {
+        return Err(LimitError::InvalidName {
+            field,
+            value: name.to_owned(),
+            reason: format!(
+                "`{SUFFIX_SEPARATOR}` is reserved for the call-order suffix of repeated calls \
+                 (`name{SUFFIX_SEPARATOR}1`, `name{SUFFIX_SEPARATOR}2`, ...)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A resolved call: its name, and the identity to record with its attempts (under `call`
@@ -283,7 +309,7 @@ impl Replay {
         let name = if count == 0 {
             base.to_owned()
         } else {
-            format!("{base}:{count}")
+            format!("{base}{SUFFIX_SEPARATOR}{count}")
         };
         let called = CallIdentity {
             branch: branch.map(str::to_owned),
@@ -293,6 +319,13 @@ impl Replay {
             path: call.path.map(str::to_owned),
             signature: call.signature.map(str::to_owned),
         };
+        // A chosen name with the separator could be another call's suffixed name. Only a
+        // history that recorded this very call under it (before the rule) replays it.
+        if base.contains(SUFFIX_SEPARATOR)
+            && !(self.history.contains_key(&name) && self.mismatch(&called).is_none())
+        {
+            check_chosen_name(Field::StepName, base).map_err(ResolveError::Reserved)?;
+        }
         if let Some(recorded) = self.mismatch(&called) {
             return Err(ResolveError::NonDeterminism(Box::new(NonDeterminism {
                 recorded,
@@ -740,5 +773,83 @@ mod tests {
             replay.resolve("a", None, FUNCTION),
             Err(ResolveError::Limit(StepLimitExceeded { limit: 2 }))
         );
+    }
+
+    /// Every sequence of up to four calls over names chosen at run time resolves each call
+    /// to its own name, or is refused: no sequence makes two calls share an identity.
+    #[test]
+    fn no_sequence_of_chosen_names_makes_two_calls_share_a_name() {
+        let alphabet = ["nap", "nap:1", "nap:2", "nap:1:1", "a/nap", "nap/1", "x:"];
+        let mut sequences: Vec<Vec<&str>> = vec![vec![]];
+        for _ in 0..4 {
+            sequences = sequences
+                .into_iter()
+                .flat_map(|sequence| {
+                    alphabet.iter().map(move |name| {
+                        let mut longer = sequence.clone();
+                        longer.push(name);
+                        longer
+                    })
+                })
+                .collect();
+            for sequence in &sequences {
+                let mut replay = Replay::new(Vec::new(), None, 100);
+                let mut seen = HashSet::new();
+                for base in sequence {
+                    match replay.resolve(base, None, Call::of(StepKind::Sleep)) {
+                        Ok(resolved) => assert!(
+                            seen.insert(resolved.name.clone()),
+                            "{sequence:?} resolved {} twice",
+                            resolved.name
+                        ),
+                        Err(ResolveError::Reserved(_)) => assert!(base.contains(':')),
+                        Err(other) => panic!("{sequence:?}: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_chosen_name_with_the_separator_is_refused_before_it_is_counted() {
+        let mut replay = Replay::new(Vec::new(), None, 100);
+        assert_eq!(step(&mut replay, "ping"), "ping");
+        assert_eq!(step(&mut replay, "ping"), "ping:1");
+        match replay.resolve("ping:1", None, FUNCTION) {
+            Err(ResolveError::Reserved(LimitError::InvalidName { field, value, .. })) => {
+                assert_eq!((field, value.as_str()), (Field::StepName, "ping:1"));
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Nothing was counted: the next plain call goes on where it was.
+        assert_eq!(step(&mut replay, "ping"), "ping:2");
+    }
+
+    /// A run that recorded a chosen name with `:` before the rule (the call that made it,
+    /// at its position) replays it; the same name at another position is refused.
+    #[test]
+    fn a_history_recorded_before_the_rule_keeps_replaying() {
+        let history = vec![
+            recorded("a:b", 0, "shop::a", "() -> ()"),
+            recorded("c", 1, "shop::c", "() -> ()"),
+        ];
+        let mut replay = Replay::new(history, None, 100);
+        let a = replay
+            .resolve("a:b", None, call("shop::a", "() -> ()"))
+            .unwrap();
+        assert_eq!(a.name, "a:b");
+        // Called first, where the history has another call: refused, not replayed.
+        let mut moved = Replay::new(
+            vec![
+                recorded("c", 0, "shop::c", "() -> ()"),
+                recorded("a:b", 1, "shop::a", "() -> ()"),
+            ],
+            None,
+            100,
+        );
+        assert!(matches!(
+            moved.resolve("a:b", None, call("shop::a", "() -> ()")),
+            Err(ResolveError::Reserved(_))
+        ));
     }
 }

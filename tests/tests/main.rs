@@ -12,6 +12,7 @@ mod browser;
 #[macro_use]
 mod support;
 
+mod call_names;
 mod cli;
 mod conformance_postgres;
 mod conformance_sqlite;

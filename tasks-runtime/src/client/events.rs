@@ -90,6 +90,8 @@ impl Client {
     ) -> Result<SentEvent, ClientError> {
         let target = target.into();
         limits::check_topic(topic)?;
+        // A wait on it could never be told from a repeated wait on another topic.
+        crate::replay::check_chosen_name(Field::Topic, topic)?;
         // First: the schema validator recurses through the document.
         limits::check_json(Field::EventPayload, &payload)?;
         let (workflow, version) = match &target {

@@ -116,6 +116,8 @@ impl Client {
         key: &str,
     ) -> Result<Option<PublishedState>, ClientError> {
         limits::check_state_key(key)?;
+        // No run publishes such a key (see `check_chosen_name`).
+        crate::replay::check_chosen_name(crate::limits::Field::StateKey, key)?;
         Ok(self
             .store
             .contract()
@@ -192,6 +194,8 @@ impl Client {
         timeout: Duration,
     ) -> Result<PublishedState<Value>, StateWaitError> {
         limits::check_state_key(key)?;
+        // No run publishes such a key (see `check_chosen_name`).
+        crate::replay::check_chosen_name(crate::limits::Field::StateKey, key)?;
         let mut last_version = None;
         let waiting = wait_loop(&self.store, run_id, key, after_version, &mut last_version);
         match tokio::time::timeout(timeout, waiting).await {
