@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::background::{Background, Task};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use crate::reconnect::db;
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::RunStatus;
 use tasks_core::store::{Notification, NotificationStream, namespace_stream};
 
