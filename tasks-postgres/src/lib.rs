@@ -32,7 +32,7 @@ use tasks_core::store::{
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection as _, PgConnection, PgPool, Postgres};
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
@@ -229,51 +229,9 @@ impl PgStore {
     /// with the last try's error.
     pub async fn connect_waiting(url: &str, wait: Duration) -> StoreResult<Self> {
         let options: PgConnectOptions = url.parse().map_err(db(Operation::Connect))?;
-        let started = std::time::Instant::now();
-        let mut pause = Duration::from_millis(50);
-        let mut waited = false;
-        loop {
-            match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await
-            {
-                Ok(Ok(first)) => {
-                    // Only a probe: the pool opens its own connections.
-                    let _ = first.close().await;
-                    break;
-                }
-                Ok(Err(error))
-                    if reconnect::server_unavailable(&error)
-                        && started.elapsed() + pause <= wait =>
-                {
-                    if !waited {
-                        tracing::warn!(
-                            %error,
-                            host = options.get_host(),
-                            port = options.get_port(),
-                            ?wait,
-                            "the Postgres server is not accepting connections; waiting for it"
-                        );
-                        waited = true;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                Ok(Err(error)) => return Err(tasks_core::error::db(Operation::Connect)(error)),
-                Err(_) => {
-                    return Err(StoreError::database(
-                        Operation::Connect,
-                        format!("the server did not answer within {CONNECT_TIMEOUT:?}"),
-                    ));
-                }
-            }
-        }
-        if waited {
-            tracing::info!(
-                waited = ?started.elapsed(),
-                "the Postgres server accepts connections again"
-            );
-        }
+        reconnect::wait_for_server(&options, wait).await?;
         // A connection that could not be opened broke none of the pooled ones: the core's
-        // error mapping, which does not tell the pools.
+        // error mapping, which tells no pool.
         let pool = PgStore::pool_options()
             .connect_with(options)
             .await

@@ -30,7 +30,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tasks_core::error::{BoxError, Operation, StoreError};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection as _, PgConnection};
+use tasks_core::error::{BoxError, Operation, StoreError, StoreResult};
+
+use crate::CONNECT_TIMEOUT;
 
 /// How long a safe statement is tried again after its connection broke, counted from its
 /// first try: a server restart takes a few seconds (the pool waits for the server to accept
@@ -188,6 +192,54 @@ where
                 tries += 1;
             }
             outcome => return outcome,
+        }
+    }
+}
+
+/// Opens (and closes) one connection to the server of `options`, waiting up to `wait` for a
+/// server that is not accepting connections for now ([`server_unavailable`]), with a
+/// growing pause (up to [`LONGEST_PAUSE`]) and one warning when the wait begins. Any other
+/// error, and a try that gets no answer within [`CONNECT_TIMEOUT`], fails at once.
+pub(crate) async fn wait_for_server(options: &PgConnectOptions, wait: Duration) -> StoreResult<()> {
+    // A connection that could not be opened broke none of the pooled ones: the core's
+    // error mapping, which tells no pool.
+    let failed = tasks_core::error::db(Operation::Connect);
+    let started = Instant::now();
+    let mut pause = FIRST_PAUSE;
+    let mut waited = false;
+    loop {
+        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options)).await {
+            Ok(Ok(first)) => {
+                let _ = first.close().await;
+                if waited {
+                    tracing::info!(
+                        waited = ?started.elapsed(),
+                        "the Postgres server accepts connections again"
+                    );
+                }
+                return Ok(());
+            }
+            Ok(Err(error)) if server_unavailable(&error) && started.elapsed() + pause <= wait => {
+                if !waited {
+                    tracing::warn!(
+                        %error,
+                        host = options.get_host(),
+                        port = options.get_port(),
+                        ?wait,
+                        "the Postgres server is not accepting connections; waiting for it"
+                    );
+                    waited = true;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+            Ok(Err(error)) => return Err(failed(error)),
+            Err(_) => {
+                return Err(StoreError::database(
+                    Operation::Connect,
+                    format!("the server did not answer within {CONNECT_TIMEOUT:?}"),
+                ));
+            }
         }
     }
 }
