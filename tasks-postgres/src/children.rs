@@ -13,11 +13,12 @@
 //! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
+use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use sqlx::PgConnection;
 use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::ChildStore;

@@ -11,12 +11,13 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
-use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
@@ -107,9 +108,11 @@ impl PgStore {
         row.map(|row| decode_run(&row, operation)).transpose()
     }
 
-    pub(super) async fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
+    /// One try of [`EventStore::send_event`] (of checked `params`).
+    ///
+    /// [`EventStore::send_event`]: tasks_core::EventStore::send_event
+    async fn send_event_once(&self, params: &SendEvent) -> StoreResult<SentEvent> {
         const OPERATION: Operation = Operation::SendEvent;
-        params.check(&self.namespace)?;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let run = match self.lock_run(&mut tx, &params.target, OPERATION).await? {
             Some(run) if SEND_EVENT.admits(&run, None) => run,
@@ -347,7 +350,7 @@ impl PgStore {
         decode_run(&row, OPERATION)
     }
 
-    pub(super) async fn list_events_impl(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+    async fn list_events_once(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         const OPERATION: Operation = Operation::ListEvents;
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM tasks.events
@@ -367,7 +370,16 @@ impl PgStore {
 #[async_trait]
 impl EventStore for PgStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        self.send_event_impl(params).await
+        params.check(&self.namespace)?;
+        if params.dedup_key.is_some() {
+            // A second try finds the first's event by its key, if the first committed, and
+            // answers it as a repeat.
+            retrying(Operation::SendEvent, || self.send_event_once(&params)).await
+        } else {
+            // A second try would send the event twice when the first committed before its
+            // answer was lost.
+            self.send_event_once(&params).await
+        }
     }
 
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
@@ -375,6 +387,6 @@ impl EventStore for PgStore {
     }
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        self.list_events_impl(run_id).await
+        retrying(Operation::ListEvents, || self.list_events_once(run_id)).await
     }
 }

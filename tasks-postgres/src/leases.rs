@@ -7,6 +7,7 @@ use crate::claim;
 use crate::is_expired_row;
 use crate::millis;
 use crate::prefixed;
+use crate::reconnect::{db, retrying};
 use crate::rows;
 use crate::rows::{RUN_COLUMNS, decode_claimed, decode_run};
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use serde_json::Value;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits::{self, Field};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
@@ -99,8 +100,12 @@ impl LeaseStore for PgStore {
     ) -> StoreResult<WorkflowRun> {
         limits::check_lease(worker_id, lease)?;
         let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
-        self.transition(&EXTEND_LEASE, set, run_id, Some(worker_id), |q| {
-            q.bind(millis(lease))
+        // A second try sets the lease again (from a later now): tried again on a broken
+        // connection.
+        retrying(EXTEND_LEASE.operation, || {
+            self.transition(&EXTEND_LEASE, set, run_id, Some(worker_id), |q| {
+                q.bind(millis(lease))
+            })
         })
         .await
     }
@@ -244,6 +249,24 @@ impl LeaseStore for PgStore {
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        // An upsert of the worker's row: tried again on a broken connection.
+        retrying(Operation::Heartbeat, || {
+            self.heartbeat_once(worker_id, stale_after)
+        })
+        .await
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        // Deleting a row twice leaves it deleted: tried again on a broken connection.
+        retrying(Operation::RemoveWorker, || {
+            self.remove_worker_once(worker_id)
+        })
+        .await
+    }
+}
+
+impl PgStore {
+    async fn heartbeat_once(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
         const OPERATION: Operation = Operation::Heartbeat;
         static SQL: LazyLock<String> = LazyLock::new(|| {
             format!(
@@ -270,7 +293,7 @@ impl LeaseStore for PgStore {
         Ok(())
     }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+    async fn remove_worker_once(&self, worker_id: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
             .bind(&*self.namespace)
             .bind(worker_id)

@@ -9,12 +9,13 @@ mod lifecycle;
 mod migrate;
 mod notify;
 mod queues;
+mod reconnect;
 mod recorder;
 mod retention;
 mod rows;
 mod runs;
-mod runtimes;
 mod schedules;
+mod stale;
 mod start_in;
 mod state;
 mod steps;
@@ -31,7 +32,7 @@ use tasks_core::store::{
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection as _, PgConnection, PgPool, Postgres};
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
@@ -41,11 +42,12 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 pub use sqlx;
 pub use start_in::create_run_in;
 
+use crate::reconnect::db;
 use background::Background;
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
 use rows::{RUN_COLUMNS, RunRow, decode_run};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::{StepStatus, WorkflowRun};
 use tasks_core::queue::ClaimFilter;
@@ -61,8 +63,14 @@ use tasks_core::transition::{
 /// another size.
 pub const MAX_CONNECTIONS: u32 = 16;
 
-/// How long [`PgStore::connect`] waits for the server to accept its first connection.
+/// How long [`PgStore::connect`] waits for the server to answer one try of its first
+/// connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`PgStore::connect`] waits for a server that is not accepting connections for
+/// now (stopped, starting up, shutting down: a restart); see
+/// [`PgStore::connect_waiting`] for another bound.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
 
 /// The store on Postgres.
 ///
@@ -159,6 +167,14 @@ impl PgStore {
     /// none of the connections opened before that runtime first used the pool: each is
     /// closed once and replaced, so a store kept past its runtime works on the next one
     /// without a statement failing on a dead runtime's connection.
+    ///
+    /// When a statement finds its connection broken (the server restarted, crashed or
+    /// closed it), the pool hands out none of the connections opened before that moment:
+    /// after a restart, one statement fails on a stale connection instead of one per
+    /// pooled connection, and a store method that is safe to run twice (a read, or a write
+    /// idempotent by construction) runs again on a fresh connection instead of failing
+    /// (see the guide's chapter on stores for which). The pool waits for a restarting
+    /// server within its acquire timeout (30 s by default).
     pub fn pool_options() -> PgPoolOptions {
         PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
@@ -168,16 +184,17 @@ impl PgStore {
             // 100,000 keyed runs does), compiling it with LLVM took 9 s per claim, for a
             // statement that runs in 10 ms. JIT is off on the store's connections.
             .after_connect(|conn, meta| {
-                runtimes::opened_connection(meta.age);
+                stale::opened_connection(meta.age);
                 Box::pin(async move {
                     sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
                     Ok(())
                 })
             })
             .before_acquire(|conn, meta| {
-                // Opened before this runtime used the pool: perhaps on a runtime that has
-                // shut down, which would fail its next statement. Replaced.
-                let stale = runtimes::predates_current_runtime(meta.age);
+                // Opened before this runtime used the pool (perhaps on a runtime that has
+                // shut down), or before a statement found its connection broken (a server
+                // restart ended them all): its next statement would fail. Replaced.
+                let stale = stale::is_stale(meta.age);
                 Box::pin(async move {
                     if stale {
                         return Ok(false);
@@ -194,29 +211,31 @@ impl PgStore {
     /// `postgres://` URL) and returns a store on it. Does not migrate: call
     /// [`PgStore::migrate`].
     ///
-    /// A server that refuses the connection, or does not answer within
-    /// [`CONNECT_TIMEOUT`], fails the call at once with [`StoreError::Database`] saying why
-    /// (the pool alone would keep retrying the first connection for its whole acquire
-    /// timeout, 30 s).
+    /// A server that is not accepting connections for now (nothing listens at its address,
+    /// or it answers that it is starting up or shutting down, as during a restart) is
+    /// waited for, for up to [`CONNECT_WAIT`], trying again with a growing pause (up to
+    /// 1 s); the wait is logged with a warning naming the error, once, when it begins.
+    /// [`PgStore::connect_waiting`] chooses another bound. A server that refuses the
+    /// connection for another reason (a wrong password, a database that does not exist),
+    /// or does not answer a try within [`CONNECT_TIMEOUT`], fails the call at once with
+    /// [`StoreError::Database`] saying why (the pool alone would keep retrying the first
+    /// connection for its whole acquire timeout, 30 s, and fail with a timeout).
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        PgStore::connect_waiting(url, CONNECT_WAIT).await
+    }
+
+    /// [`PgStore::connect`], waiting at most `wait` for a server that is not accepting
+    /// connections for now (`Duration::ZERO`: not at all). After the wait, the call fails
+    /// with the last try's error.
+    pub async fn connect_waiting(url: &str, wait: Duration) -> StoreResult<Self> {
         let options: PgConnectOptions = url.parse().map_err(db(Operation::Connect))?;
-        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
-            Ok(Ok(first)) => {
-                // Only a probe: the pool opens its own connections.
-                let _ = first.close().await;
-            }
-            Ok(Err(error)) => return Err(db(Operation::Connect)(error)),
-            Err(_) => {
-                return Err(StoreError::database(
-                    Operation::Connect,
-                    format!("the server did not answer within {CONNECT_TIMEOUT:?}"),
-                ));
-            }
-        }
+        reconnect::wait_for_server(&options, wait).await?;
+        // A connection that could not be opened broke none of the pooled ones: the core's
+        // error mapping, which tells no pool.
         let pool = PgStore::pool_options()
             .connect_with(options)
             .await
-            .map_err(db(Operation::Connect))?;
+            .map_err(tasks_core::error::db(Operation::Connect))?;
         Ok(PgStore::new(pool))
     }
 
@@ -269,7 +288,17 @@ impl PgStore {
         self.background.close().await;
     }
 
+    /// Reads run `run_id` (for `operation`), trying again while its connection breaks
+    /// (see [`reconnect`]).
     async fn fetch_run(
+        &self,
+        run_id: Uuid,
+        operation: Operation,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        reconnect::retrying(operation, || self.fetch_run_once(run_id, operation)).await
+    }
+
+    async fn fetch_run_once(
         &self,
         run_id: Uuid,
         operation: Operation,

@@ -3,9 +3,10 @@
 //! The policies are [`RETRY`] and [`FORK`]; this module only writes them in Postgres'
 //! dialect.
 
+use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, decode_run};
 use async_trait::async_trait;
-use tasks_core::error::{StoreError, StoreResult, db};
+use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;

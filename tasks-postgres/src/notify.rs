@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::background::{Background, Task};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use crate::reconnect::db;
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::RunStatus;
 use tasks_core::store::{Notification, NotificationStream, namespace_stream};
 
@@ -256,12 +257,20 @@ async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) 
             }
             Ok(Ok(None)) => {
                 // The connection dropped; try_recv reconnects on the next call. Anything sent
-                // meanwhile is lost, so tell everyone to look again.
+                // meanwhile is lost, so tell everyone to look again. Most often the server
+                // restarted: the pooled connections are stale too, and the listener, always
+                // reading, is the first to know.
                 tracing::warn!("notification listener lost its connection; reconnecting");
+                crate::stale::note_broken_connection(
+                    &"the notification listener's connection closed",
+                );
                 let _ = tx.send(Event::Reconnected);
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "notification listener failed; retrying in 1s");
+                if crate::reconnect::connection_broke(&error) {
+                    crate::stale::note_broken_connection(&error);
+                }
                 let _ = tx.send(Event::Reconnected);
                 drop(tx);
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -1,9 +1,10 @@
 //! Named queues on Postgres: the SQL of the queue methods of [`Store`](tasks_core::Store). The
 //! claim reads the rows written here (see the claim statement in the parent module).
 
+use crate::reconnect::{db, retrying};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
 use tasks_core::store::QueueStore;
@@ -136,15 +137,16 @@ impl PgStore {
 #[async_trait]
 impl QueueStore for PgStore {
     async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        self.put_queue_impl(options).await
+        // An upsert of the same values: tried again on a broken connection, like a read.
+        retrying(Operation::PutQueue, || self.put_queue_impl(options)).await
     }
 
     async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        self.get_queue_impl(name).await
+        retrying(Operation::GetQueue, || self.get_queue_impl(name)).await
     }
 
     async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        self.list_queues_impl().await
+        retrying(Operation::GetQueue, || self.list_queues_impl()).await
     }
 
     async fn delete_queue(&self, name: &str) -> StoreResult<()> {

@@ -28,6 +28,7 @@ use uuid::Uuid;
 use futures::future::BoxFuture;
 
 use super::background::{Background, Task};
+use super::reconnect::BatchFailed;
 use super::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, WorkflowRun};
@@ -136,9 +137,11 @@ async fn drain<T, O>(
                 }
             }
             Err(error) => {
-                let message = error.to_string();
+                // Every caller gets the failure; whether the connection broke decides
+                // whether a caller may write again (see `reconnect`).
+                let failed = BatchFailed::of(&error);
                 for reply in replies {
-                    let _ = reply.send(Err(lost(operation, &message)));
+                    let _ = reply.send(Err(StoreError::database(operation, failed.clone())));
                 }
             }
         }
@@ -266,7 +269,7 @@ async fn complete(
         )
         .fetch_all(pool)
         .await
-        .map_err(tasks_core::error::db(COMPLETE_OPERATION))?;
+        .map_err(crate::reconnect::db(COMPLETE_OPERATION))?;
     rows.into_iter()
         .map(|row| row.into_run(COMPLETE_OPERATION).map(|run| (run.id, run)))
         .collect()
@@ -365,7 +368,7 @@ async fn insert(
         .bind(sqlx::query_as::<_, StepRow>(sql))
         .fetch_all(pool)
         .await
-        .map_err(tasks_core::error::db(OPERATION))?;
+        .map_err(crate::reconnect::db(OPERATION))?;
     rows.into_iter()
         .map(|row| row.into_step(OPERATION).map(|step| (step.id, step)))
         .collect()

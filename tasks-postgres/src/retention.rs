@@ -4,9 +4,10 @@
 //! The policy (which statuses may be deleted) is [`PURGE`]; this module writes it in
 //! Postgres' dialect.
 
+use crate::reconnect::db;
 use async_trait::async_trait;
 use std::time::Duration;
-use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::error::{Operation, StoreResult};
 use tasks_core::limits::{self, Field};
 use tasks_core::retention::PurgeRuns;
 use tasks_core::store::RetentionStore;

@@ -2,11 +2,12 @@
 
 use crate::PgStore;
 use crate::insert_run;
+use crate::reconnect::{db, retrying};
 use crate::rows;
 use crate::rows::{RUN_COLUMNS, RunRow};
 use async_trait::async_trait;
 use sqlx::{Postgres, QueryBuilder};
-use tasks_core::error::{Operation, StoreResult, db};
+use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::RunStore;
 use tasks_core::store::{CreateRun, Cursor, ListRuns, Notification, Page, PageQuery};
@@ -16,15 +17,45 @@ use uuid::Uuid;
 #[async_trait]
 impl RunStore for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        const OPERATION: Operation = Operation::CreateRun;
         params.check(&self.namespace)?;
+        if params.idempotency_key.is_some() {
+            // A second try finds the first's run by its key, if the first committed.
+            retrying(Operation::CreateRun, || self.create_run_once(&params)).await
+        } else {
+            // A second try would create a second run when the first committed before its
+            // answer was lost.
+            self.create_run_once(&params).await
+        }
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        self.fetch_run(run_id, Operation::GetRun).await
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        params.check(&self.namespace)?;
+        retrying(Operation::ListRuns, || self.list_runs_once(&params)).await
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        retrying(Operation::CountRuns, || self.count_runs_once(statuses)).await
+    }
+}
+
+impl PgStore {
+    /// One try of [`RunStore::create_run`] (of checked `params`).
+    async fn create_run_once(&self, params: &CreateRun) -> StoreResult<WorkflowRun> {
+        const OPERATION: Operation = Operation::CreateRun;
         let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
         // The holder found by a refused insert can lose the key before it is read (its scope
         // lapsed and another start released it): then the insert is tried again.
         let mut tries = 0;
         loop {
             tries += 1;
-            let inserted = insert_run(&mut conn, &self.namespace, &params).await?;
+            let inserted = insert_run(&mut conn, &self.namespace, params).await?;
             let Some(row) = inserted else {
                 // Lost the idempotency race (or a plain repeat): hand back the first run.
                 let sql = format!(
@@ -61,13 +92,9 @@ impl RunStore for PgStore {
         }
     }
 
-    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
-        self.fetch_run(run_id, Operation::GetRun).await
-    }
-
-    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+    /// One try of [`RunStore::list_runs`] (of checked `params`).
+    async fn list_runs_once(&self, params: &ListRuns) -> StoreResult<Page<WorkflowRun>> {
         const OPERATION: Operation = Operation::ListRuns;
-        params.check(&self.namespace)?;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Postgres>::new(format!(
             "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
@@ -117,10 +144,8 @@ impl RunStore for PgStore {
         Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
-    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
-        if statuses.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// One try of [`RunStore::count_runs`] (of some `statuses`).
+    async fn count_runs_once(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
         let sql = format!(
             "SELECT status, count(*) FROM tasks.workflow_runs
               WHERE namespace = $1 AND {} GROUP BY status",

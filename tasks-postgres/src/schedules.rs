@@ -7,10 +7,11 @@
 //! is an `UPDATE` of that row, which under Read Committed re-checks its condition on the
 //! latest committed version of the row.
 
+use crate::reconnect::{db, retrying};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks_core::store::Notification;
@@ -334,19 +335,26 @@ impl ScheduleStore for PgStore {
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        self.get_schedule_impl(name).await
+        retrying(Operation::GetSchedule, || self.get_schedule_impl(name)).await
     }
 
     async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        self.list_schedules_impl().await
+        retrying(Operation::GetSchedule, || self.list_schedules_impl()).await
     }
 
     async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, true).await
+        // A repeat changes nothing: tried again on a broken connection, like a read.
+        retrying(Operation::PauseSchedule, || {
+            self.set_schedule_paused(name, true)
+        })
+        .await
     }
 
     async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, false).await
+        retrying(Operation::PauseSchedule, || {
+            self.set_schedule_paused(name, false)
+        })
+        .await
     }
 
     async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
@@ -354,7 +362,7 @@ impl ScheduleStore for PgStore {
     }
 
     async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        self.due_schedules_impl(limit).await
+        retrying(Operation::FireSchedule, || self.due_schedules_impl(limit)).await
     }
 
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {

@@ -6,7 +6,8 @@ use sqlx::PgConnection;
 use super::insert_run;
 use super::notify::{CHANNEL, payload};
 use super::rows::{RUN_COLUMNS, RunRow};
-use tasks_core::error::{Operation, StoreResult, db};
+use crate::reconnect::db;
+use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{CreateRun, Notification};
 

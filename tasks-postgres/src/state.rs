@@ -10,11 +10,12 @@
 //! [`StateStore::get_state`]: tasks_core::StateStore::get_state
 //! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
+use crate::reconnect::{db, retrying};
 use crate::rows::{STEP_COLUMNS, StepRow};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::state::{PublishedState, SetState, StateSet};
 use tasks_core::store::StateStore;
@@ -203,10 +204,10 @@ impl StateStore for PgStore {
     }
 
     async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        self.get_state_impl(run_id, key).await
+        retrying(Operation::GetState, || self.get_state_impl(run_id, key)).await
     }
 
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        self.list_state_impl(run_id).await
+        retrying(Operation::GetState, || self.list_state_impl(run_id)).await
     }
 }

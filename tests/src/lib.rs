@@ -15,6 +15,7 @@ use tasks::postgres::PgStore;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
+pub mod cluster;
 pub mod sqlite;
 
 /// The database the tests use when `DATABASE_URL` is not set.

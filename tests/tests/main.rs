@@ -43,6 +43,7 @@ mod migrations;
 mod notifications;
 mod postgres_background;
 mod postgres_pool;
+mod postgres_restart;
 mod registry;
 mod replay_props;
 mod sqlite;

@@ -29,8 +29,6 @@ async fn connect_opens_the_documented_pool() {
     store.pool().close().await;
 }
 
-/// A server that refuses connections fails `connect` at once, with a database error that
-/// says so, instead of after the pool's 30 s of retries.
 /// On the runtime that opened them, the pool's connections are kept: the check that hands a
 /// runtime no connection opened before it used the pool (see `a_store_outlives_the_runtime_
 /// that_first_used_it`) never replaces one of its own. Every statement after the first burst
@@ -69,13 +67,19 @@ async fn connections_of_the_runtime_in_use_are_kept() {
     pool.close().await;
 }
 
+/// A server where nothing listens may be one that is restarting: `connect` waits for it as
+/// long as it is told (`connect_waiting`), then fails with a database error that says why,
+/// instead of after the pool's 30 s of retries.
 #[tokio::test]
-async fn connect_to_a_refusing_server_fails_at_once() {
+async fn connect_to_a_refusing_server_fails_after_its_wait() {
     let started = std::time::Instant::now();
     // Port 1 on loopback: nothing listens there.
-    let error = PgStore::connect("postgres://postgres@127.0.0.1:1/test")
-        .await
-        .expect_err("nothing listens on port 1");
+    let error = PgStore::connect_waiting(
+        "postgres://postgres@127.0.0.1:1/test",
+        Duration::from_secs(1),
+    )
+    .await
+    .expect_err("nothing listens on port 1");
     let elapsed = started.elapsed();
     assert!(
         matches!(error, tasks::StoreError::Database { .. }),
@@ -86,8 +90,35 @@ async fn connect_to_a_refusing_server_fails_at_once() {
         "the error says why: {error}"
     );
     assert!(
-        elapsed < Duration::from_secs(10),
-        "failed after {elapsed:?}; the pool's own retries take 30 s"
+        elapsed >= Duration::from_millis(500) && elapsed < Duration::from_secs(10),
+        "failed after {elapsed:?}, for a wait of 1 s"
+    );
+}
+
+/// A server that refuses the connection for a reason that a wait does not change (here a
+/// database that does not exist) fails `connect` at once, saying why.
+#[tokio::test]
+async fn connect_to_a_missing_database_fails_at_once() {
+    // The test database's URL with another database name (and the same credentials).
+    let test_url = database_url();
+    let (server, database) = test_url.rsplit_once('/').expect("a URL with a database");
+    let query = database
+        .split_once('?')
+        .map(|(_, query)| format!("?{query}"))
+        .unwrap_or_default();
+    let url = format!("{server}/tasks_no_such_database{query}");
+    let started = std::time::Instant::now();
+    let error = PgStore::connect(&url)
+        .await
+        .expect_err("the database does not exist");
+    let elapsed = started.elapsed();
+    assert!(
+        error.to_string().contains("does not exist"),
+        "the error says why: {error}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "failed after {elapsed:?}: it waited for a refusal that does not pass"
     );
 }
 
