@@ -232,7 +232,7 @@ impl SharedStore {
     /// The same store (same connections, same background work) scoped to another
     /// namespace; see [`Store::scoped`].
     ///
-    /// Errors: a [`LimitError`] for a namespace past the [`limits`](crate::limits).
+    /// Errors: a [`LimitError`] for a namespace past the [`limits`].
     pub fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> {
         self.0.scoped(namespace)
     }
