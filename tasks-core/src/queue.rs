@@ -37,7 +37,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::StoreResult;
 use crate::limits::{self, Field, LimitError};
 
 /// The queue of a run whose start and workflow named none.
@@ -84,7 +83,7 @@ impl RateLimit {
     }
 }
 
-/// The configuration of a queue, written with [`QueueStore::put_queue`]
+/// The configuration of a queue, written with [`QueueStore::put_queue`](crate::QueueStore::put_queue)
 /// (or `Client::put_queue`, or declared by a worker with
 /// `WorkerBuilder::queue`).
 ///
@@ -331,32 +330,6 @@ impl ClaimFilter {
                 .as_ref()
                 .is_none_or(|workflows| workflows.iter().any(|w| w == workflow))
     }
-}
-
-/// Named queues and their limits (see the module docs). A capability: reached through
-/// [`Store::queues`](crate::Store::queues).
-#[async_trait::async_trait]
-pub trait QueueStore: Send + Sync {
-    /// Creates or replaces the configuration of a queue: its concurrency and rate limits
-    /// (a limit left out is removed). The current rate window is kept. Every claim of the
-    /// namespace reads it from then on.
-    ///
-    /// Errors: a refused name or limit ([`StoreError::Limit`]; nothing is written), else the
-    /// database's.
-    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue>;
-
-    /// The configuration of the queue with this name, or `None` when it has none (a queue
-    /// without configuration has no limits).
-    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>>;
-
-    /// Every configured queue of this namespace, by name.
-    async fn list_queues(&self) -> StoreResult<Vec<Queue>>;
-
-    /// Removes the configuration of a queue: its runs are claimed without limits from then
-    /// on. Its runs are kept.
-    ///
-    /// Errors: [`StoreError::QueueNotFound`].
-    async fn delete_queue(&self, name: &str) -> StoreResult<()>;
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ mod leases;
 mod lifecycle;
 pub(crate) mod notify;
 mod pages;
+mod queues;
 pub(crate) mod runs;
 mod steps;
 
@@ -58,13 +59,13 @@ pub use notify::namespace_stream;
 pub use notify::{Notification, NotificationStream};
 pub use pages::{Cursor, DEFAULT_PAGE_SIZE, ListRuns, ListStepAttempts, Order, Page};
 pub use pages::{PageQuery, counts_in_order};
+pub use queues::QueueStore;
 pub use runs::{ClaimedRun, CreateRun, DEFAULT_NAMESPACE, FailRun, RunStore};
 pub use steps::{CreateStepAttempt, RecordStepAttempt, StepStore, StepUpdate};
 // The capabilities live beside the records they keep; named here too, so that the whole
 // contract is one module away.
 pub use crate::children::ChildStore;
 pub use crate::events::EventStore;
-pub use crate::queue::QueueStore;
 pub use crate::retention::RetentionStore;
 pub use crate::schedule::ScheduleStore;
 pub use crate::state::StateStore;
