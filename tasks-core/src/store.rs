@@ -20,8 +20,9 @@
 //!
 //! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
-//! 2. Define it as a `const Transition` in `transition.rs`: `from`, `leased`, `done`,
-//!    `announce`, `announce_status`. Unit-test its policy there.
+//! 2. Define it as a `const Transition` in `transition/` (beside the transitions of its
+//!    kind): `from`, `leased`, `done`, `announce`, `announce_status`. Unit-test its policy
+//!    there.
 //! 3. Add the method to the trait of the contract it belongs to ([`RunStore`],
 //!    [`LeaseStore`], [`StepStore`], or a capability such as [`EventStore`]), documenting
 //!    its promise and errors. Every value it takes

@@ -1,0 +1,173 @@
+//! The transitions of the durable primitives: events sent to a run and its waits for them,
+//! published state, child runs and their joins, and the fence of a schedule's firing.
+
+#[cfg(doc)]
+use crate::store::notify::Notification;
+
+use super::runs::CANCEL;
+use super::{Announce, Transition, status_in};
+use crate::error::Operation;
+use crate::model::RunStatus;
+
+use RunStatus::{Canceled, Paused, Pending, Running, Sleeping};
+
+// ---- Events sent to a run ----
+
+/// Sends an event to a live run. The run is locked first; a terminal run refuses it and
+/// nothing is stored. What it announces is [`WAKE_ON_EVENT`]'s.
+pub const SEND_EVENT: Transition = Transition {
+    operation: Operation::SendEvent,
+    from: &[Pending, Running, Sleeping, Paused],
+    leased: false,
+    done: &[],
+    announce: Announce::Nothing,
+    announce_status: false,
+};
+
+/// The half of a send that wakes the run: a run sleeping with `wait_topic` equal to the
+/// event's topic becomes available now (`available_at` = the store's clock), and the wake-up
+/// is announced so that an idle worker claims it without polling. A run sleeping for another
+/// reason (a durable sleep, a retry backoff, a wait on another topic) is left alone. The run
+/// stays sleeping until a worker claims it, so no status change is announced.
+pub const WAKE_ON_EVENT: Transition = Transition {
+    operation: Operation::SendEvent,
+    from: &[Sleeping],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+    announce_status: false,
+};
+
+/// An event wait of a running run by its worker: consumes an event, times out, or parks the
+/// run (`status` sleeping until the timeout, `worker_id` cleared, `wait_topic` set). Every
+/// outcome that ends the wait clears `wait_topic`, so a later durable sleep is not woken by
+/// a send. Only the parking write announces (the run sleeping); the others leave the run
+/// running and announce nothing.
+pub const WAIT_EVENT: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::WaitForEvent)
+};
+
+// ---- Published state ----
+
+/// A publication of state by a running run's worker: the step attempt (kind state,
+/// completed) and the new value of (run, key), its version one more than before, in one
+/// transaction that first locks the run, fenced on the lease. A repeat of the same step
+/// (a replay) writes nothing. The run's status does not change, so it announces no status;
+/// the store announces the new version itself ([`Notification::StateChanged`]).
+pub const SET_STATE: Transition = Transition::leased(Operation::SetState);
+
+// ---- Child workflows ----
+
+/// Starts a child run from a step of a running run, by its worker: the step attempt (kind
+/// child) and the child run (pending, announced) in one transaction fenced on the parent's
+/// lease. A repeat of the same step returns the first child.
+pub const START_CHILD: Transition = Transition {
+    announce: Announce::Available,
+    ..Transition::leased(Operation::StartChild)
+};
+
+/// A wait of a running run for some of its children, by its worker: completes the steps of
+/// the children that finished, and parks the run (sleeping until [`limits::LATEST`], no
+/// worker, `awaiting_children` set to the number still live) while any is live.
+///
+/// [`limits::LATEST`]: crate::limits::LATEST
+/// A parked run is announced sleeping, like a durable sleep.
+pub const WAIT_CHILDREN: Transition = Transition {
+    announce_status: true,
+    ..Transition::leased(Operation::WaitForChildren)
+};
+
+/// The half of a child's completion, failure for good or cancel that wakes its parent, in
+/// the child's own statement or transaction: the parent's `awaiting_children` goes down by
+/// one, and when that brings it to zero while the parent is parked (sleeping), the parent
+/// becomes available now and is announced. The parent row is written (and locked) whatever
+/// its state, so that a parent parking at the same moment serializes with the child.
+pub const WAKE_PARENT: Transition = Transition {
+    operation: Operation::WaitForChildren,
+    from: &[Sleeping],
+    leased: false,
+    done: &[],
+    announce: Announce::Available,
+    // The parent stays sleeping, claimable now, as when a sleep ends.
+    announce_status: false,
+};
+
+/// The `SET` list of [`WAKE_PARENT`] on the parent row (table alias `alias`, with its dot,
+/// or empty), with `now` the SQL expression of the store's clock and `ended` the SQL
+/// expression of how many of its children just ended (`1` for a single child's
+/// transition; a claim may expire several children of one parent at once). The countdown
+/// stops at zero; the parent is woken when it reaches zero from above while parked.
+pub fn wake_parent_set(alias: &str, now: &str, ended: &str) -> String {
+    format!(
+        "awaiting_children = CASE WHEN {alias}awaiting_children > {ended}
+                                  THEN {alias}awaiting_children - {ended} ELSE 0 END,
+         available_at = CASE WHEN {alias}awaiting_children BETWEEN 1 AND {ended} AND {parked}
+                             THEN {now} ELSE {alias}available_at END",
+        parked = status_in(alias, WAKE_PARENT.from),
+    )
+}
+
+/// The statuses of a child whose end wakes its parent: the terminal ones.
+pub const FINISHED: &[RunStatus] = &[RunStatus::Completed, RunStatus::Failed, Canceled];
+
+/// The live statuses a parent's cancel takes its cascading descendants from ([`CANCEL`]'s).
+pub const CASCADE_FROM: &[RunStatus] = CANCEL.from;
+
+// Schedules.
+
+/// The fence of a schedule's firing, in SQL: the schedule is not paused and its `next_slot`
+/// is still `slot` (a placeholder bound to the slot the firer read). A firing moves
+/// `next_slot` past the slots it fires and creates their runs in the same transaction, so of
+/// the firers that read one slot, exactly one passes this fence; the others create nothing
+/// ([`ScheduleStore::fire_schedule`](crate::ScheduleStore::fire_schedule) returns `None`). Which slots fire
+/// is decided before, in Rust, by the schedule's catch-up policy (`schedule::plan`); the
+/// runs a firing creates are pending now, like any created run.
+pub fn schedule_fence(slot: &str) -> String {
+    format!("NOT paused AND next_slot = {slot}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::WorkflowRun;
+    use crate::store::notify::Notification;
+
+    fn run(status: RunStatus, worker: Option<&str>) -> WorkflowRun {
+        WorkflowRun::for_tests(status, worker.map(str::to_owned))
+    }
+
+    #[test]
+    fn the_parent_wake_renders_once() {
+        let set = wake_parent_set("p.", "now()", "1");
+        assert!(set.contains("p.awaiting_children BETWEEN 1 AND 1 AND p.status IN ('sleeping')"));
+        assert!(set.contains("THEN p.awaiting_children - 1 ELSE 0 END"));
+        assert!(set.contains("THEN now() ELSE p.available_at END"));
+        assert!(START_CHILD.admits(&run(Running, Some("w")), Some("w")));
+        assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some("w")));
+        let woken: Vec<_> = WAKE_PARENT.announcements(&run(Sleeping, None)).collect();
+        assert!(
+            matches!(woken[..], [Notification::RunAvailable { .. }]),
+            "{woken:?}"
+        );
+        let parked: Vec<_> = WAIT_CHILDREN.announcements(&run(Sleeping, None)).collect();
+        assert!(
+            matches!(
+                parked[..],
+                [Notification::StatusChanged {
+                    status: Sleeping,
+                    ..
+                }]
+            ),
+            "{parked:?}"
+        );
+        for status in FINISHED {
+            assert!(status.is_terminal());
+        }
+    }
+
+    #[test]
+    fn the_schedule_fence_renders_once() {
+        assert_eq!(schedule_fence("$3"), "NOT paused AND next_slot = $3");
+    }
+}
