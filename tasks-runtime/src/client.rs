@@ -10,8 +10,8 @@
 //! - `runs`: operations on runs by id: reading and listing them, cancel, pause, resume,
 //!   retry, fork and purge;
 //! - `events` and `state`: sending events to a run and reading what it published;
-//! - `schedules` and `queues`: cron schedules and the configuration of named queues (both
-//!   behind the `schedules` feature).
+//! - `schedules`: cron schedules (behind the `schedules` feature); `queues`: the
+//!   configuration of named queues.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -20,7 +20,6 @@ use uuid::Uuid;
 
 mod events;
 mod handle;
-#[cfg(feature = "schedules")]
 mod queues;
 mod runs;
 #[cfg(feature = "schedules")]
