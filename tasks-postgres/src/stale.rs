@@ -40,6 +40,14 @@ static FIRST_SEEN: LazyLock<Mutex<HashMap<Id, Instant>>> = LazyLock::new(Mutex::
 /// When a statement last found its connection broken.
 static LAST_BREAK: Mutex<Option<Instant>> = Mutex::new(None);
 
+/// How far apart the pool's reading of a new connection's age and ours may be. The thread
+/// can be preempted between the two: with 1 ms, a loaded two-core machine made a runtime's
+/// own new connection look older than the runtime, and the pool replaced it at every
+/// acquire. A connection of a runtime that shut down this little before the next one first
+/// opened a connection would still be handed out: runtimes of one process do not come and
+/// go that fast.
+const READING_SLACK: Duration = Duration::from_millis(50);
+
 /// Breaks noted less than this apart are one event: the warning is logged once for it.
 const ONE_EVENT: Duration = Duration::from_secs(5);
 
@@ -87,16 +95,14 @@ fn since_first_seen() -> Option<Duration> {
 
 /// Notes that the current runtime opened a connection `age` ago (the pool's own measure,
 /// which [`predates_current_runtime`] compares with later): the runtime was there by then.
-/// A millisecond earlier, so that two readings of the clock never make the connection look
-/// older than its runtime.
+/// [`READING_SLACK`] earlier, so that the two readings of the clock (the pool's `age`,
+/// then ours) never make the connection look older than its runtime.
 pub(super) fn opened_connection(age: Duration) {
     let Ok(handle) = Handle::try_current() else {
         return;
     };
     let now = Instant::now();
-    let opened = now
-        .checked_sub(age + Duration::from_millis(1))
-        .unwrap_or(now);
+    let opened = now.checked_sub(age + READING_SLACK).unwrap_or(now);
     let mut seen = FIRST_SEEN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
