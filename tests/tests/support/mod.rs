@@ -37,9 +37,9 @@ impl Backend {
             }
             Backend::Sqlite => {
                 let path = tasks_tests::sqlite::temp_database_path();
-                let store = tasks_tests::sqlite::open_sqlite(&path)
+                let store = tasks_tests::sqlite::open(&path)
                     .await
-                    .with_namespace(tasks_tests::unique_namespace())
+                    .with_namespace(tasks_tests::unique_namespace("test"))
                     .unwrap();
                 TestStore {
                     shared: SharedStore::new(store.clone()),
@@ -306,17 +306,14 @@ pub fn calls(run_id: Uuid, label: &str) -> u32 {
 macro_rules! eventually {
     ($within:expr, $check:expr) => {{
         let within: std::time::Duration = $within;
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(value) = $check {
-                break value;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
+        let every = std::time::Duration::from_millis(20);
+        let probe = async || Ok::<_, std::convert::Infallible>($check);
+        match tasks_test_support::wait::poll(within, every, probe).await {
+            Ok(value) => value,
+            Err(_) => panic!(
                 "condition not reached within {within:?}: {}",
                 stringify!($check)
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            ),
         }
     }};
 }
