@@ -1026,12 +1026,14 @@ async fn published_state_and_trace_are_shown(backend: Backend) {
     assert!(!page.contains("Published state"), "{page}");
 }
 
-both_backends!(
+every_store! {
     published_state_and_trace_are_shown,
     pages_work_in_chromium,
     run_actions_in_chromium,
     step_arguments_are_shown_escaped,
     actions_and_credentials_are_guarded,
+    ;
+    sql:
     cli_dashboard_serves_the_store,
     cli_worker_serves_metrics,
-);
+}

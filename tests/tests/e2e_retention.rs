@@ -8,8 +8,8 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::{Backend, client, worker};
-use tasks_test_support::wait::eventually;
 use tasks::{ListRuns, RunStatus, WorkflowError, step, workflow};
+use tasks_test_support::wait::eventually;
 
 #[step]
 async fn hold(ms: u64) -> Result<u64, WorkflowError> {
@@ -156,7 +156,9 @@ async fn three_workers_purge_once_per_period(backend: Backend) {
     );
 }
 
-both_backends!(
-    a_worker_with_retention_purges_old_runs_while_new_ones_run,
+every_store! {
+    ;
+    sql:
     three_workers_purge_once_per_period,
-);
+    a_worker_with_retention_purges_old_runs_while_new_ones_run,
+}
