@@ -70,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 axum::response::Html("<p>My application. <a href=\"/tasks/\">Workflows</a></p>")
             }),
         )
-        .nest("/tasks", dashboard.router());
+        .nest_service("/tasks", dashboard.router());
 
     // Loopback only: put credentials on the dashboard before binding anything else.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
