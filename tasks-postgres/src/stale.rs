@@ -32,10 +32,17 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::{Handle, Id};
 
-/// When each runtime that opened or acquired a pooled connection was first seen. One entry
-/// per runtime, a few bytes each; a process builds few runtimes (a test binary one per
-/// test).
-static FIRST_SEEN: LazyLock<Mutex<HashMap<Id, Instant>>> = LazyLock::new(Mutex::default);
+/// When each runtime that opened or acquired a pooled connection was first and last seen.
+/// One entry per runtime, a few bytes each; a process builds few runtimes (a test binary
+/// one per test).
+static SEEN: LazyLock<Mutex<HashMap<Id, Sighting>>> = LazyLock::new(Mutex::default);
+
+/// When a runtime first and last opened or acquired a pooled connection.
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    first: Instant,
+    last: Instant,
+}
 
 /// When a statement last found its connection broken.
 static LAST_BREAK: Mutex<Option<Instant>> = Mutex::new(None);
@@ -43,9 +50,10 @@ static LAST_BREAK: Mutex<Option<Instant>> = Mutex::new(None);
 /// How far apart the pool's reading of a new connection's age and ours may be. The thread
 /// can be preempted between the two: with 1 ms, a loaded two-core machine made a runtime's
 /// own new connection look older than the runtime, and the pool replaced it at every
-/// acquire. A connection of a runtime that shut down this little before the next one first
-/// opened a connection would still be handed out: runtimes of one process do not come and
-/// go that fast.
+/// acquire. The slack never reaches back past another runtime's last use of the pool
+/// before the connection was opened: a runtime that shut down just before the next one
+/// opened its first connection (a store kept from one `#[tokio::test]` runtime to the
+/// next) does not pass its connections to it.
 const READING_SLACK: Duration = Duration::from_millis(50);
 
 /// Breaks noted less than this apart are one event: the warning is logged once for it.
@@ -87,28 +95,45 @@ fn predates_last_break(age: Duration) -> bool {
 /// `None` outside a runtime.
 fn since_first_seen() -> Option<Duration> {
     let id = Handle::try_current().ok()?.id();
-    let mut seen = FIRST_SEEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    Some(seen.entry(id).or_insert_with(Instant::now).elapsed())
+    let now = Instant::now();
+    let mut seen = SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let sighting = seen.entry(id).or_insert(Sighting {
+        first: now,
+        last: now,
+    });
+    sighting.last = now;
+    Some(now.duration_since(sighting.first))
 }
 
 /// Notes that the current runtime opened a connection `age` ago (the pool's own measure,
 /// which [`predates_current_runtime`] compares with later): the runtime was there by then.
 /// [`READING_SLACK`] earlier, so that the two readings of the clock (the pool's `age`,
-/// then ours) never make the connection look older than its runtime.
+/// then ours) never make the connection look older than its runtime; but not before
+/// another runtime last used the pool before the connection was opened, whose connections
+/// are not this runtime's.
 pub(super) fn opened_connection(age: Duration) {
     let Ok(handle) = Handle::try_current() else {
         return;
     };
+    let id = handle.id();
     let now = Instant::now();
-    let opened = now.checked_sub(age + READING_SLACK).unwrap_or(now);
-    let mut seen = FIRST_SEEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    seen.entry(handle.id())
-        .and_modify(|first| *first = (*first).min(opened))
-        .or_insert(opened);
+    let created = now.checked_sub(age).unwrap_or(now);
+    let mut seen = SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let others_before = seen
+        .iter()
+        .filter(|(other, sighting)| **other != id && sighting.last < created)
+        .map(|(_, sighting)| sighting.last)
+        .max();
+    let mut opened = created.checked_sub(READING_SLACK).unwrap_or(created);
+    if let Some(last) = others_before {
+        opened = opened.max(last);
+    }
+    let sighting = seen.entry(id).or_insert(Sighting {
+        first: opened,
+        last: now,
+    });
+    sighting.first = sighting.first.min(opened);
+    sighting.last = now;
 }
 
 /// Whether a pooled connection of `age` may have been opened on another runtime than the
