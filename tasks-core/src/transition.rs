@@ -50,6 +50,7 @@ use crate::store::notify::Notification;
 use RunStatus::{Paused, Pending, Running, Sleeping};
 
 mod claim;
+mod landing;
 mod primitives;
 mod runs;
 mod steps;
@@ -58,6 +59,13 @@ pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
     admitted, is_start, key_limit, keyed_candidates, pending_order, queue_slots_held,
     rate_starts_left_sql, rate_window_set_sql, slots_held,
+};
+pub use landing::{
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
+    PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL,
+    RESUMED, RETRIED, SLEEPING, claimed_attempts, claimed_attempts_sql, claimed_started_at,
+    either_set_sql, first_execution, first_execution_sql, gives_up, gives_up_sql,
+    released_attempts,
 };
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,
@@ -98,6 +106,10 @@ pub struct Transition {
     /// Statuses in which a repeat of the transition is already done: the run is returned as
     /// it is instead of an error.
     pub done: &'static [RunStatus],
+    /// Where it may leave the run ([`Landing`]: status, cleared and stamped columns); empty
+    /// when the run's status does not change. Two for a transition that decides in its
+    /// statement ([`FAIL`]: [`FAILED_FOR_GOOD`] or [`BACKED_OFF`]).
+    pub lands: &'static [Landing],
     /// What it announces after committing.
     pub announce: Announce,
     /// Whether it also announces the status it leaves the run in
@@ -129,6 +141,7 @@ impl Transition {
             from: &[Running],
             leased: true,
             done: &[],
+            lands: &[],
             announce: Announce::Nothing,
             announce_status: false,
         }

@@ -4,6 +4,7 @@
 #[cfg(doc)]
 use crate::store::notify::Notification;
 
+use super::landing::{PARKED_ON_CHILDREN, PARKED_ON_EVENT};
 use super::runs::CANCEL;
 use super::{Announce, Transition, status_in};
 use crate::error::Operation;
@@ -20,6 +21,7 @@ pub const SEND_EVENT: Transition = Transition {
     from: &[Pending, Running, Sleeping, Paused],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Nothing,
     announce_status: false,
 };
@@ -34,6 +36,7 @@ pub const WAKE_ON_EVENT: Transition = Transition {
     from: &[Sleeping],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     announce_status: false,
 };
@@ -44,6 +47,7 @@ pub const WAKE_ON_EVENT: Transition = Transition {
 /// a send. Only the parking write announces (the run sleeping); the others leave the run
 /// running and announce nothing.
 pub const WAIT_EVENT: Transition = Transition {
+    lands: &[PARKED_ON_EVENT],
     announce_status: true,
     ..Transition::leased(Operation::WaitForEvent)
 };
@@ -74,6 +78,7 @@ pub const START_CHILD: Transition = Transition {
 /// [`limits::LATEST`]: crate::limits::LATEST
 /// A parked run is announced sleeping, like a durable sleep.
 pub const WAIT_CHILDREN: Transition = Transition {
+    lands: &[PARKED_ON_CHILDREN],
     announce_status: true,
     ..Transition::leased(Operation::WaitForChildren)
 };
@@ -88,6 +93,7 @@ pub const WAKE_PARENT: Transition = Transition {
     from: &[Sleeping],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     // The parent stays sleeping, claimable now, as when a sleep ends.
     announce_status: false,

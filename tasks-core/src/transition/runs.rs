@@ -11,6 +11,10 @@ use uuid::Uuid;
 #[cfg(doc)]
 use crate::error::StoreError;
 
+use super::landing::{
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, EXPIRED, FAILED_FOR_GOOD, PAUSED, QUARANTINED,
+    RELEASED, RESUMED, RETRIED, SLEEPING,
+};
 use super::{Announce, Transition, WAITABLE, status_in};
 use crate::error::Operation;
 use crate::model::{RunStatus, WorkflowRun};
@@ -23,18 +27,21 @@ pub const EXTEND_LEASE: Transition = Transition::leased(Operation::ExtendLease);
 
 /// Parks a running run until a given instant (a durable sleep, a long step backoff).
 pub const SLEEP: Transition = Transition {
+    lands: &[SLEEPING],
     announce_status: true,
     ..Transition::leased(Operation::SleepRun)
 };
 
 /// Completes a running run with its output.
 pub const COMPLETE: Transition = Transition {
+    lands: &[COMPLETED],
     announce: Announce::Finished,
     ..Transition::leased(Operation::CompleteRun)
 };
 
 /// Fails an attempt of a running run: pending again after [`retry_after`], or failed for good.
 pub const FAIL: Transition = Transition {
+    lands: &[FAILED_FOR_GOOD, BACKED_OFF],
     announce: Announce::Finished,
     announce_status: true,
     ..Transition::leased(Operation::FailRun)
@@ -42,6 +49,7 @@ pub const FAIL: Transition = Transition {
 
 /// Gives a claimed run back without counting its attempt.
 pub const RELEASE: Transition = Transition {
+    lands: &[RELEASED],
     announce_status: true,
     ..Transition::leased(Operation::ReleaseRun)
 };
@@ -52,6 +60,7 @@ pub const CANCEL: Transition = Transition {
     from: &[Pending, Running, Sleeping, Paused],
     leased: false,
     done: &[Canceled],
+    lands: &[CANCELED],
     announce: Announce::Finished,
     announce_status: false,
 };
@@ -62,6 +71,7 @@ pub const PAUSE: Transition = Transition {
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[Paused],
+    lands: &[PAUSED],
     announce: Announce::Nothing,
     announce_status: true,
 };
@@ -73,6 +83,7 @@ pub const RESUME: Transition = Transition {
     from: &[Paused],
     leased: false,
     done: &[Pending, Running],
+    lands: &[RESUMED],
     announce: Announce::Available,
     announce_status: true,
 };
@@ -87,6 +98,7 @@ pub const RETRY: Transition = Transition {
     from: &[RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[RETRIED],
     announce: Announce::Available,
     announce_status: true,
 };
@@ -99,6 +111,7 @@ pub const FORK: Transition = Transition {
     from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     // The new run is pending from its creation, like a started one: nobody waits on it yet.
     announce_status: false,
@@ -112,6 +125,7 @@ pub const PURGE: Transition = Transition {
     from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Nothing,
     announce_status: false,
 };
@@ -139,6 +153,7 @@ pub const CLAIM_PENDING: Transition = Transition {
     from: &[Pending],
     leased: false,
     done: &[],
+    lands: &[CLAIMED],
     announce: Announce::Nothing,
     announce_status: true,
 };
@@ -176,6 +191,7 @@ pub const CLAIM_ORPHANED: Transition = Transition {
 /// ([`quarantine_error`]), so the row reads again and the claim goes on with the others.
 /// Fenced like a worker's own write: only while the run is running under the claimer.
 pub const QUARANTINE: Transition = Transition {
+    lands: &[QUARANTINED],
     announce: Announce::Finished,
     ..Transition::leased(Operation::ClaimRuns)
 };
@@ -242,6 +258,7 @@ pub const EXPIRE: Transition = Transition {
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[],
+    lands: &[EXPIRED],
     announce: Announce::Finished,
     announce_status: false,
 };
