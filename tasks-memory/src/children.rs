@@ -15,7 +15,9 @@ use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits;
 use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::Notification;
-use tasks_core::transition::{CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, WAKE_PARENT};
+use tasks_core::transition::{
+    CANCELED, CASCADE_FROM, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN, WAKE_PARENT,
+};
 
 use crate::MemoryStore;
 use crate::runs::NewRun;
@@ -76,10 +78,7 @@ pub(crate) fn after_finish(tx: &mut Tx<'_>, run: &WorkflowRun, cascade: bool) {
             continue;
         }
         let child = &mut row.run;
-        child.status = RunStatus::Canceled;
-        child.worker_id = None;
-        child.available_at = None;
-        child.finished_at = Some(now);
+        CANCELED.apply(child, now);
         child.updated_at = now;
         tx.notes.push(Notification::RunFinished {
             namespace: tx.namespace.to_owned(),
@@ -245,11 +244,10 @@ impl MemoryStore {
                 row.awaiting_children = 0;
                 return Ok(ChildWait::Done(done));
             }
-            row.run.status = RunStatus::Sleeping;
+            PARKED_ON_CHILDREN.apply(&mut row.run, now);
             row.run.available_at = Some(limits::LATEST);
-            row.run.worker_id = None;
-            row.run.updated_at = now;
             row.awaiting_children = live;
+            row.run.updated_at = now;
             let run = row.run.clone();
             tx.notes.extend(WAIT_CHILDREN.announcements(&run));
             Ok(ChildWait::Parked(run))

@@ -7,11 +7,11 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use tasks_core::error::StoreResult;
-use tasks_core::model::RunStatus;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
-    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, EXPIRE, deadline_error,
+    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, EXPIRE, EXPIRED,
+    claimed_attempts, claimed_started_at, deadline_error, first_execution,
 };
 
 use crate::MemoryStore;
@@ -93,11 +93,8 @@ fn expire(tx: &mut Tx<'_>) {
             continue;
         };
         let run = &mut row.run;
-        run.status = RunStatus::Failed;
+        EXPIRED.apply(run, now);
         run.error = Some(deadline_error());
-        run.worker_id = None;
-        run.available_at = None;
-        run.finished_at = Some(now);
         run.updated_at = now;
         let parent = run.parent_run_id;
         tx.notes.push(Notification::RunFinished {
@@ -154,20 +151,16 @@ fn start(
     now: DateTime<Utc>,
 ) -> ClaimedRun {
     let run = &mut row.run;
-    if run.status != RunStatus::Sleeping {
-        run.attempts += 1;
-    }
-    run.status = RunStatus::Running;
+    let attempts = claimed_attempts(run.status, run.attempts);
+    CLAIMED.apply(run, now);
     run.worker_id = Some(worker_id.to_owned());
     run.available_at = Some(lease_end);
-    run.started_at = run.started_at.or(Some(now));
+    run.attempts = attempts;
+    run.started_at = claimed_started_at(run.started_at, now);
     run.updated_at = now;
-    // Nothing can have been recorded for a first claim of a run that was not forked.
-    let first_execution =
-        run.attempts == 1 && run.started_at == Some(now) && run.forked_from_run_id.is_none();
     ClaimedRun {
         run: run.clone(),
-        first_execution,
+        first_execution: first_execution(run, now),
     }
 }
 

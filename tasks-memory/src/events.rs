@@ -12,8 +12,8 @@ use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
     received_output, timed_out_output, wait_until,
 };
-use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus};
-use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus};
+use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 use crate::MemoryStore;
 use crate::tables::{Space, Tx};
@@ -156,11 +156,10 @@ impl MemoryStore {
                     let Some(row) = tx.space.runs.get_mut(&params.run_id) else {
                         return Ok(EventWait::Done(attempt));
                     };
-                    row.run.status = RunStatus::Sleeping;
+                    PARKED_ON_EVENT.apply(&mut row.run, now);
                     row.run.available_at = Some(until);
-                    row.run.worker_id = None;
-                    row.run.updated_at = now;
                     row.wait_topic = Some(params.topic.clone());
+                    row.run.updated_at = now;
                     let run = row.run.clone();
                     tx.notes.extend(WAIT_EVENT.announcements(&run));
                     return Ok(EventWait::Parked(run));

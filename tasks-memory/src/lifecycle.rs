@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
-use tasks_core::transition::{FORK, RETRY};
+use tasks_core::transition::{FORK, RETRIED, RETRY};
 
 use crate::MemoryStore;
 use crate::tables::Row;
@@ -27,15 +27,8 @@ impl MemoryStore {
     /// before and loads its history.
     pub(crate) fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.transition(&RETRY, run_id, None, |run, tx| {
-            run.status = RunStatus::Pending;
-            run.available_at = Some(tx.now);
-            run.retried_at = Some(tx.now);
-            run.attempts = 0;
-            run.worker_id = None;
-            run.output = None;
-            run.error = None;
+            RETRIED.apply(run, tx.now);
             run.started_at = run.started_at.or(Some(run.created_at));
-            run.finished_at = None;
             Ok(())
         })
     }
