@@ -29,7 +29,9 @@ use sqlx::Row as _;
 use super::PgStore;
 use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
 use tasks_core::model::StepKind;
-use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{
+    Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT,
+};
 
 /// Columns of `events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
@@ -334,10 +336,13 @@ impl PgStore {
         limits::check_time(limits::Field::EventTimeout, until)?;
         let sql = format!(
             "UPDATE tasks.workflow_runs
-                SET status = 'sleeping', available_at = $3, worker_id = NULL, wait_topic = $4,
-                    updated_at = now()
+                SET {parked}, updated_at = now()
               WHERE namespace = $1 AND id = $2
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            parked = PARKED_ON_EVENT.set_sql(
+                "now()",
+                &[(Column::AvailableAt, "$3"), (Column::WaitTopic, "$4")]
+            ),
         );
         let row = sqlx::query(&sql)
             .bind(&*self.namespace)

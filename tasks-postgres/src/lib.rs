@@ -55,7 +55,7 @@ use tasks_core::store::{
     CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
 };
 use tasks_core::transition::{
-    EXPIRE, JSON_COLUMNS, QUARANTINE, Transition, deadline_error, explain_step_miss, interrupted,
+    Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error, explain_step_miss, interrupted,
     keyed_candidates, quarantine_error,
 };
 
@@ -433,21 +433,20 @@ impl PgStore {
         tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
         // Every right-hand side reads the row as it was; `error` is replaced in any case.
         let mut moved = Vec::new();
-        let mut set = String::from(
-            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = now()",
-        );
+        let mut resets = String::new();
         for (column, empty) in JSON_COLUMNS {
             if columns.contains(column) {
                 moved.push(format!("'{column}', {column}::text"));
                 if *column != "error" {
-                    set.push_str(&format!(", {column} = {empty}"));
+                    resets.push_str(&format!(", {column} = {empty}"));
                 }
             }
         }
-        set.push_str(&format!(
-            ", error = $4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
+        let error = format!(
+            "$4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
             moved.join(", ")
-        ));
+        );
+        let set = QUARANTINED.set_sql("now()", &[(Column::Error, &error)]) + &resets;
         let error = quarantine_error(run_id, reason);
         let failed = self
             .transition(&QUARANTINE, &set, run_id, Some(worker_id), |q| {

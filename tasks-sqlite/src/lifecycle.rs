@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{self};
 use super::{SqliteStore, fetch_run};
-use tasks_core::transition::{FORK, RETRY};
+use tasks_core::transition::{Column, FORK, RETRIED, RETRY};
 
 impl SqliteStore {
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
@@ -23,11 +23,12 @@ impl SqliteStore {
     /// run's creation time): the claim then sees that the run executed before and loads its
     /// history, which a first execution skips.
     pub(super) async fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = ?4, retried_at = ?4,
-                   attempts = 0, worker_id = NULL, output = NULL, error = NULL,
-                   started_at = COALESCE(started_at, created_at), finished_at = NULL";
+        let set = RETRIED.set_sql(
+            "?4",
+            &[(Column::StartedAt, "COALESCE(started_at, created_at)")],
+        );
         let write = self.begin_write(RETRY.operation).await?;
-        self.transition_in(write, &RETRY, set, run_id, None, |q, _| Ok(q))
+        self.transition_in(write, &RETRY, &set, run_id, None, |q, _| Ok(q))
             .await
     }
 
