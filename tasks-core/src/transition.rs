@@ -49,12 +49,14 @@ use crate::store::notify::Notification;
 
 use RunStatus::{Paused, Pending, Running, Sleeping};
 
+mod admission;
 mod claim;
 mod landing;
 mod primitives;
 mod runs;
 mod steps;
 
+pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, key_slots};
 pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
     admitted, is_start, key_limit, keyed_candidates, pending_order, queue_slots_held,

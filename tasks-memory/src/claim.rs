@@ -10,12 +10,11 @@ use tasks_core::error::StoreResult;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
-    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, EXPIRE, EXPIRED,
-    claimed_attempts, claimed_started_at, deadline_error, first_execution,
+    Admission, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE,
+    EXPIRED, admit_in_order, claimed_attempts, claimed_started_at, deadline_error, first_execution,
 };
 
 use crate::MemoryStore;
-use crate::admission::{Admission, Candidate};
 use crate::children::wake_parent;
 use crate::tables::{Heartbeat, Row, Space, Tx};
 
@@ -117,20 +116,13 @@ fn admit(
     limit: u32,
     filter: &ClaimFilter,
 ) -> Vec<Uuid> {
-    let mut candidates = candidates(space, worker_id, now, filter);
-    candidates.sort_by_key(Candidate::order);
+    let candidates = candidates(space, worker_id, now, filter);
     let holders = space
         .runs
         .values()
         .map(|row| (row.run.status, row.key(), row.run.queue.as_str()));
     let mut admission = Admission::new(now, space.queues.values(), holders, &space.key_windows);
-    // The walk stops at the limit, so the admission counts exactly the runs taken.
-    let taken: Vec<Uuid> = candidates
-        .iter()
-        .filter(|candidate| admission.admit(candidate))
-        .map(|candidate| candidate.id)
-        .take(limit as usize)
-        .collect();
+    let taken = admit_in_order(candidates, &mut admission, limit);
     let (queue_windows, key_windows) = admission.into_windows();
     for (name, window) in queue_windows {
         if let Some(queue) = space.queues.get_mut(&name) {

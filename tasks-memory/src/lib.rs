@@ -13,7 +13,7 @@
 //!       │
 //!  the path of a run, one module each:
 //!    runs           create (idempotency keys), read, list, count
-//!    claim          deadlines, the claim order, keys, queues and rate windows (admission.rs)
+//!    claim          deadlines, the candidates of a claim, heartbeat rows
 //!    transitions    lease, sleep, complete, fail, release, cancel, pause, resume
 //!    steps          step attempts: created, recorded, completed, interrupted
 //!    events         a run's mailboxes: send, wait (park, consume, time out)
@@ -68,7 +68,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod admission;
 mod children;
 mod claim;
 mod events;
