@@ -51,6 +51,7 @@ macro_rules! assert_err {
     };
 }
 
+pub mod admission;
 pub mod children;
 pub mod claims;
 pub mod events;
@@ -110,7 +111,7 @@ where
 /// `$setup`, a path to an `async fn() -> impl Store` (or any [`Setup`]) that returns a store
 /// on a fresh namespace.
 ///
-/// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
+/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `claims`,
 /// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
@@ -155,6 +156,13 @@ macro_rules! conformance_suite {
             cursors_round_trip_through_strings,
             invalid_cursor_is_rejected,
             invalid_page_arguments_are_rejected,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, admission {
+            claim_admits_keys_as_the_core_walk_does,
+            claim_admits_priorities_as_the_core_walk_does,
+            claim_admits_queue_slots_as_the_core_walk_does,
+            claim_admits_rate_windows_as_the_core_walk_does,
+            claim_admits_mixed_limits_as_the_core_walk_does,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, claims {
             claim_respects_lease_and_reclaims_after_expiry,
@@ -430,6 +438,7 @@ mod tests {
             ("runs", include_str!("runs.rs")),
             ("idempotency", include_str!("idempotency.rs")),
             ("listing", include_str!("listing.rs")),
+            ("admission", include_str!("admission.rs")),
             ("claims", include_str!("claims.rs")),
             ("outcomes", include_str!("outcomes.rs")),
             ("lifecycle", include_str!("lifecycle.rs")),

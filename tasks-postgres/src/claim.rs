@@ -204,9 +204,11 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                        AND r.concurrency_key IS NULL AND r.available_at <= now()
                        AND (r.deadline_at IS NULL OR r.deadline_at > now())
                        AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
+                       -- A queue whose rate window has no start left waits for the next one
+                       -- to start runs; a run that started before is no start and goes on.
+                       AND NOT ({{start_r}} AND COALESCE(o.starts_left, 1) = 0)
                      ORDER BY {{keyed_order}}
-                     -- A queue whose rate window has no start left waits for the next one.
-                     LIMIT LEAST(COALESCE(o.concurrency - o.held, $6), COALESCE(o.starts_left, $6), $6)
+                     LIMIT LEAST(COALESCE(o.concurrency - o.held, $6), $6)
                 ) c
              ),
              -- Sleeping runs without a key of the queues with a concurrency limit, whose

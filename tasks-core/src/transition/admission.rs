@@ -7,9 +7,14 @@
 //! [`slots_held`], [`admitted`], [`key_limit`], [`queue_slots_held`], [`is_start`] and the
 //! [`RateWindow`] renderings); a store that claims in code runs it as it is, and the
 //! conformance suite holds every store's claim to it. The walk admits every run that fits,
-//! counting what it took: a store may take fewer runs than the limits allow in one claim
-//! (a SQL claim looks at a bounded number of keyed candidates, [`keyed_candidates`]), never
-//! more.
+//! counting what it took. A store may take fewer runs than the limits allow in one claim,
+//! never more; the SQL claims do in two known cases, and the next claim takes the rest:
+//!
+//! - they look at a bounded number of keyed candidates ([`keyed_candidates`]);
+//! - they rank a key's candidates together whatever their limits, so when the runs of one
+//!   key have different limits (their own, or their queues' limits per key), a candidate
+//!   refused for its smaller limit still takes a rank, and a candidate with a larger limit
+//!   ranked after it may be refused too.
 //!
 //! [`PENDING_ORDER`]: super::PENDING_ORDER
 //! [`slots_held`]: super::slots_held
