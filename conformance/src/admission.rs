@@ -137,10 +137,13 @@ async fn run_case(setup: &impl Setup, case: &str, steps: Vec<Step>) {
                 }
                 let mut queues = store.queues().unwrap().list_queues().await.unwrap();
                 for queue in &mut queues {
-                    let window = queue_windows.get(&queue.name).copied().unwrap_or(RateWindow {
-                        start: None,
-                        starts: 0,
-                    });
+                    let window = queue_windows
+                        .get(&queue.name)
+                        .copied()
+                        .unwrap_or(RateWindow {
+                            start: None,
+                            starts: 0,
+                        });
                     queue.window_start = window.start;
                     queue.window_starts = window.starts;
                 }

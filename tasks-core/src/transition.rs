@@ -71,13 +71,14 @@ pub use landing::{
 };
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,
-    WAKE_ON_EVENT, WAKE_PARENT, schedule_fence, wake_parent_set,
+    WAKE_ON_EVENT, WAKE_PARENT, parent_countdown, schedule_fence, wake_parent_set,
 };
 pub use runs::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
     EXTEND_LEASE, FAIL, FORK, JSON_COLUMNS, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
-    SLEEP, deadline_error, forgettable_workers, purgeable_family, quarantine_error, retry_after,
-    stale_workers,
+    SLEEP, deadline_error, forgettable_worker, forgettable_workers, fork_boundary,
+    purgeable_family, purgeable_with_parent, quarantine_error, retry_after, stale_workers,
+    unlink_purged_run, unlink_purged_step,
 };
 pub use steps::{
     COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, explain_step_miss, interrupted,

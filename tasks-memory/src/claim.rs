@@ -12,6 +12,7 @@ use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
     Admission, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE,
     EXPIRED, admit_in_order, claimed_attempts, claimed_started_at, deadline_error, first_execution,
+    forgettable_worker,
 };
 
 use crate::MemoryStore;
@@ -58,7 +59,8 @@ impl MemoryStore {
             let runs = &tx.space.runs;
             // Forget the namespace's dead workers whose runs were all claimed.
             tx.space.workers.retain(|worker, heartbeat| {
-                worker == worker_id || !forgettable(heartbeat, now, holds_running(runs, worker))
+                worker == worker_id
+                    || !forgettable_worker(heartbeat.stale_at, now, holds_running(runs, worker))
             });
             tx.space
                 .workers
@@ -216,27 +218,4 @@ fn holds_running(runs: &std::collections::BTreeMap<Uuid, Row>, worker: &str) -> 
         CLAIM_ORPHANED.from.contains(&row.run.status)
             && row.run.worker_id.as_deref() == Some(worker)
     })
-}
-
-/// Whether a heartbeat row may be forgotten at `now`: it is stale and its worker holds no
-/// running run any more (its runs were all claimed).
-pub(crate) fn forgettable(heartbeat: &Heartbeat, now: DateTime<Utc>, holds_running: bool) -> bool {
-    heartbeat.stale_at <= now && !holds_running
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_stale_rows_without_runs_are_forgotten() {
-        let now = Utc::now();
-        let stale = Heartbeat { stale_at: now };
-        let fresh = Heartbeat {
-            stale_at: now + chrono::TimeDelta::seconds(1),
-        };
-        assert!(forgettable(&stale, now, false));
-        assert!(!forgettable(&stale, now, true));
-        assert!(!forgettable(&fresh, now, false));
-    }
 }

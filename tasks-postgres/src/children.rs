@@ -23,9 +23,7 @@ use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::ChildStore;
 use tasks_core::store::Notification;
-use tasks_core::transition::{
-    CANCELED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in,
-};
+use tasks_core::transition::{CANCELED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in};
 use uuid::Uuid;
 
 use sqlx::{FromRow as _, Row as _};
@@ -385,7 +383,10 @@ impl PgStore {
               RETURNING {RUN_COLUMNS}",
                 parked = PARKED_ON_CHILDREN.set_sql(
                     "now()",
-                    &[(Column::AvailableAt, "$3"), (Column::AwaitingChildren, "$4")]
+                    &[
+                        (Column::AvailableAt, "$3"),
+                        (Column::AwaitingChildren, "$4")
+                    ]
                 ),
             );
             let row = sqlx::query(&sql)

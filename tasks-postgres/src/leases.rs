@@ -24,8 +24,8 @@ use tasks_core::store::LeaseStore;
 use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
-    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql,
-    forgettable_workers, gives_up_sql, retry_after,
+    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql, forgettable_workers,
+    gives_up_sql, retry_after,
 };
 use uuid::Uuid;
 

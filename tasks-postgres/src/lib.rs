@@ -55,8 +55,8 @@ use tasks_core::store::{
     CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
 };
 use tasks_core::transition::{
-    Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error, explain_step_miss, interrupted,
-    keyed_candidates, quarantine_error,
+    Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
+    explain_step_miss, interrupted, keyed_candidates, quarantine_error,
 };
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose

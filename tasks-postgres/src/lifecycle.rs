@@ -10,9 +10,7 @@ use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;
-use tasks_core::transition::{
-    CANCEL, CANCELED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED,
-};
+use tasks_core::transition::{CANCEL, CANCELED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED};
 use uuid::Uuid;
 
 use super::PgStore;

@@ -295,7 +295,10 @@ impl SqliteStore {
               RETURNING {RUN_COLUMNS}",
                 parked = PARKED_ON_CHILDREN.set_sql(
                     "?5",
-                    &[(Column::AvailableAt, "?3"), (Column::AwaitingChildren, "?4")]
+                    &[
+                        (Column::AvailableAt, "?3"),
+                        (Column::AwaitingChildren, "?4")
+                    ]
                 ),
             );
             let run = sqlx::query_as::<_, RunRow>(&sql)

@@ -24,9 +24,7 @@ use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
 use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
 use tasks_core::model::{StepKind, StepStatus};
-use tasks_core::transition::{
-    Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT,
-};
+use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 /// Columns of `tasks_events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \

@@ -242,7 +242,11 @@ impl Admission {
 /// claim order, each one `admission` admits, until `limit`. The admission counts exactly
 /// the runs taken (the walk stops at the limit); its windows are then the claim's
 /// ([`Admission::into_windows`]).
-pub fn admit_in_order(mut candidates: Vec<Candidate>, admission: &mut Admission, limit: u32) -> Vec<Uuid> {
+pub fn admit_in_order(
+    mut candidates: Vec<Candidate>,
+    admission: &mut Admission,
+    limit: u32,
+) -> Vec<Uuid> {
     candidates.sort_by_key(Candidate::order);
     candidates
         .iter()

@@ -403,8 +403,8 @@ mod tests {
     use crate::transition::{
         Announce, CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE,
         EXPIRE, EXTEND_LEASE, FAIL, FORK, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
-        SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_CHILDREN, WAIT_EVENT,
-        WAITABLE, WAKE_ON_EVENT, WAKE_PARENT,
+        SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_CHILDREN, WAIT_EVENT, WAITABLE,
+        WAKE_ON_EVENT, WAKE_PARENT,
     };
 
     fn run(status: RunStatus) -> WorkflowRun {
@@ -506,7 +506,12 @@ mod tests {
         retried.output = Some(serde_json::json!(1));
         RETRIED.apply(&mut retried, now);
         assert_eq!(
-            (retried.status, retried.attempts, retried.output, retried.retried_at),
+            (
+                retried.status,
+                retried.attempts,
+                retried.output,
+                retried.retried_at
+            ),
             (Pending, 0, None, Some(now))
         );
         // Only the two row columns that are not run fields go without a clear.
@@ -535,7 +540,11 @@ mod tests {
     #[test]
     fn a_claim_counts_an_attempt_unless_it_wakes_a_sleep() {
         assert_eq!(claimed_attempts(Pending, 0), 1);
-        assert_eq!(claimed_attempts(Running, 1), 2, "a takeover is a new attempt");
+        assert_eq!(
+            claimed_attempts(Running, 1),
+            2,
+            "a takeover is a new attempt"
+        );
         assert_eq!(claimed_attempts(Sleeping, 1), 1);
         assert_eq!(
             claimed_attempts_sql("wr."),

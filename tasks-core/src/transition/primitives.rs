@@ -133,6 +133,16 @@ pub fn schedule_fence(slot: &str) -> String {
     format!("NOT paused AND next_slot = {slot}")
 }
 
+/// [`WAKE_PARENT`] (the rule [`wake_parent_set`] renders) on a parent that waits for
+/// `awaiting` children and is in `status`, when `ended` of its children just ended: the
+/// children it still waits for (stopping at zero), and whether it wakes, which it does when
+/// the count reaches zero from above while it is parked.
+pub fn parent_countdown(awaiting: u32, status: RunStatus, ended: u32) -> (u32, bool) {
+    let parked = WAKE_PARENT.from.contains(&status);
+    let wakes = (1..=ended).contains(&awaiting) && parked;
+    (awaiting.saturating_sub(ended), wakes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +185,16 @@ mod tests {
     #[test]
     fn the_schedule_fence_renders_once() {
         assert_eq!(schedule_fence("$3"), "NOT paused AND next_slot = $3");
+    }
+
+    #[test]
+    fn a_parked_parent_wakes_with_its_last_child() {
+        assert_eq!(parent_countdown(2, Sleeping, 1), (1, false));
+        assert_eq!(parent_countdown(1, Sleeping, 1), (0, true));
+        assert_eq!(parent_countdown(2, Sleeping, 3), (0, true));
+        // Not parked (still running, say): counted down, not woken.
+        assert_eq!(parent_countdown(1, Running, 1), (0, false));
+        // Waiting for none: stays at zero, not woken again.
+        assert_eq!(parent_countdown(0, Sleeping, 1), (0, false));
     }
 }
