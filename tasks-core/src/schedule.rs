@@ -352,12 +352,13 @@ pub trait ScheduleStore: Send + Sync {
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
 }
 
-/// Whether a put of `new` over `existing` keeps its `next_slot`: while its cron expression
-/// and its timezone are unchanged, so that a restart of the workers (which puts every
-/// schedule again) neither skips nor repeats a slot. Otherwise the slot is computed again
-/// from the store's clock. Either way the other fields are replaced and `paused` is kept.
-pub fn keeps_slot(existing: &Schedule, new: &NewSchedule) -> bool {
-    existing.cron == new.cron && existing.timezone == new.timezone
+/// Whether a put of `new` over a stored schedule of cron expression `cron` and timezone
+/// `timezone` keeps its `next_slot`: while both are unchanged, so that a restart of the
+/// workers (which puts every schedule again) neither skips nor repeats a slot. Otherwise the
+/// slot is computed again from the store's clock. Either way the other fields are replaced
+/// and `paused` is kept.
+pub fn keeps_slot(cron: &str, timezone: &str, new: &NewSchedule) -> bool {
+    cron == new.cron && timezone == new.timezone
 }
 
 /// Whether a firing of `slot` passes the schedule's fence
@@ -439,12 +440,13 @@ mod tests {
             input: serde_json::json!({ "changed": true }),
             catch_up: CatchUp::Skip,
         };
-        assert!(keeps_slot(&existing, &new));
+        let keeps = |new: &NewSchedule| keeps_slot(&existing.cron, &existing.timezone, new);
+        assert!(keeps(&new));
         new.timezone = "Europe/Paris".into();
-        assert!(!keeps_slot(&existing, &new));
+        assert!(!keeps(&new));
         new.timezone = existing.timezone.clone();
         new.cron = "0 1 * * *".into();
-        assert!(!keeps_slot(&existing, &new));
+        assert!(!keeps(&new));
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl MemoryStore {
                     return Err(StoreError::ScheduleExists { name: params.name });
                 }
                 Some(existing) => Schedule {
-                    next_slot: if keeps_slot(existing, &params) {
+                    next_slot: if keeps_slot(&existing.cron, &existing.timezone, &params) {
                         existing.next_slot
                     } else {
                         first()?

@@ -27,7 +27,9 @@ use uuid::Uuid;
 use sqlx::Row as _;
 
 use super::PgStore;
-use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::events::{
+    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+};
 use tasks_core::model::StepKind;
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
@@ -233,7 +235,7 @@ impl PgStore {
                     .map_err(db(OPERATION))?
                     .try_get(0)
                     .map_err(db(OPERATION))?;
-                if until > now {
+                if wait_step(false, until, now) == WaitStep::Park {
                     let run = self.park(&mut tx, &params, until).await?;
                     tx.commit().await.map_err(db(OPERATION))?;
                     self.announce_now(&WAIT_EVENT, &run).await;

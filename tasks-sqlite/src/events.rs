@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::events::{
+    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+};
 use tasks_core::model::{StepKind, StepStatus};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
@@ -222,7 +224,7 @@ impl SqliteStore {
             Some(row) => received_output(&row.into_event(OPERATION)?),
             None => {
                 let until = wait_until(&attempt);
-                if until > write.now {
+                if wait_step(false, until, write.now) == WaitStep::Park {
                     let run = self.park(&mut write, &params, until).await?;
                     write.commit().await?;
                     for notification in WAIT_EVENT.announcements(&run) {

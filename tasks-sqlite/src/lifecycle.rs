@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{self};
 use super::{SqliteStore, fetch_run};
-use tasks_core::transition::{Column, FORK, RETRIED, RETRY};
+use tasks_core::transition::{Column, FORK, RETRIED, RETRY, fork_boundary};
 
 impl SqliteStore {
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
@@ -60,7 +60,8 @@ impl SqliteStore {
         .fetch_all(write.conn())
         .await
         .map_err(db(operation))?;
-        let Some(boundary) = attempts.iter().position(|(_, name)| name == from_step) else {
+        let names = attempts.iter().map(|(_, name)| name.as_str());
+        let Some(boundary) = fork_boundary(names, from_step) else {
             return Err(StoreError::UnknownStep {
                 run_id,
                 step_name: from_step.to_owned(),
