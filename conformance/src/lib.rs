@@ -67,6 +67,7 @@ pub mod queues;
 pub mod record;
 pub mod retention;
 pub mod retry;
+pub mod rules;
 pub mod runs;
 pub mod schedules;
 pub mod state;
@@ -111,7 +112,7 @@ where
 /// `$setup`, a path to an `async fn() -> impl Store` (or any [`Setup`]) that returns a store
 /// on a fresh namespace.
 ///
-/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `claims`,
+/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `claims`,
 /// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
@@ -163,6 +164,16 @@ macro_rules! conformance_suite {
             claim_admits_queue_slots_as_the_core_walk_does,
             claim_admits_rate_windows_as_the_core_walk_does,
             claim_admits_mixed_limits_as_the_core_walk_does,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, rules {
+            transitions_land_where_the_core_says,
+            fail_gives_up_as_the_core_rule_decides,
+            attempts_count_as_the_core_rule_says,
+            event_waits_follow_the_core_rule,
+            state_versions_follow_the_core_rule,
+            schedule_put_keeps_the_slot_as_the_core_rule_says,
+            fork_copies_what_the_core_boundary_says,
+            purge_unlinks_as_the_core_rule_says,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, claims {
             claim_respects_lease_and_reclaims_after_expiry,
@@ -439,6 +450,7 @@ mod tests {
             ("idempotency", include_str!("idempotency.rs")),
             ("listing", include_str!("listing.rs")),
             ("admission", include_str!("admission.rs")),
+            ("rules", include_str!("rules.rs")),
             ("claims", include_str!("claims.rs")),
             ("outcomes", include_str!("outcomes.rs")),
             ("lifecycle", include_str!("lifecycle.rs")),

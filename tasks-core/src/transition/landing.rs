@@ -247,6 +247,41 @@ impl Landing {
         }
     }
 
+    /// How `run` differs from this landing, for a check that a store applied it: its status,
+    /// a cleared column that holds a value, or a stamped column that holds none (`None`:
+    /// no difference). The columns of [`Landing::sets`] are the store's values and are not
+    /// checked.
+    pub fn differs(&self, run: &WorkflowRun) -> Option<String> {
+        if run.status != self.status {
+            return Some(format!(
+                "the run is {:?}, not {:?}",
+                run.status, self.status
+            ));
+        }
+        let is_set = |column: Column| match column {
+            Column::WorkerId => Some(run.worker_id.is_some()),
+            Column::AvailableAt => Some(run.available_at.is_some()),
+            Column::Output => Some(run.output.is_some()),
+            Column::Error => Some(run.error.is_some()),
+            Column::Attempts => Some(run.attempts != 0),
+            Column::StartedAt => Some(run.started_at.is_some()),
+            Column::FinishedAt => Some(run.finished_at.is_some()),
+            Column::RetriedAt => Some(run.retried_at.is_some()),
+            Column::WaitTopic | Column::AwaitingChildren => None,
+        };
+        let cleared = self
+            .clears
+            .iter()
+            .find(|column| is_set(**column) == Some(true))
+            .map(|column| format!("{} is not cleared", column.name()));
+        let stamped = self
+            .stamps
+            .iter()
+            .find(|column| is_set(**column) == Some(false))
+            .map(|column| format!("{} is not set", column.name()));
+        cleared.or(stamped)
+    }
+
     /// The `SET` list, in SQL: `status = '..'`, each cleared column, each stamped column
     /// set to `now` (the dialect's clock expression), then each column of
     /// [`Landing::sets`] set to its value from `values` (a placeholder or an expression of
@@ -501,6 +536,19 @@ mod tests {
         assert_eq!(canceled.worker_id, None);
         assert_eq!(canceled.available_at, None);
         assert_eq!(canceled.finished_at, Some(now));
+        assert_eq!(CANCELED.differs(&canceled), None);
+        assert!(PAUSED.differs(&canceled).is_some());
+        let mut unfinished = canceled.clone();
+        unfinished.finished_at = None;
+        assert_eq!(
+            CANCELED.differs(&unfinished).as_deref(),
+            Some("finished_at is not set")
+        );
+        unfinished.worker_id = Some("w".into());
+        assert_eq!(
+            CANCELED.differs(&unfinished).as_deref(),
+            Some("worker_id is not cleared")
+        );
         let mut retried = run(Failed);
         retried.attempts = 3;
         retried.output = Some(serde_json::json!(1));
