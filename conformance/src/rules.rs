@@ -311,6 +311,9 @@ pub async fn state_versions_follow_the_core_rule(setup: impl Setup) {
     }
 }
 
+/// A change a put makes to a schedule.
+type Change = fn(&mut NewSchedule);
+
 /// A put over a schedule keeps its slot exactly when `keeps_slot` says: an unchanged cron
 /// expression and timezone, whatever else changed.
 pub async fn schedule_put_keeps_the_slot_as_the_core_rule_says(setup: impl Setup) {
@@ -327,7 +330,7 @@ pub async fn schedule_put_keeps_the_slot_as_the_core_rule_says(setup: impl Setup
         input: json!({}),
         catch_up: CatchUp::default(),
     };
-    let changes: [(&str, fn(&mut NewSchedule)); 5] = [
+    let changes: [(&str, Change); 5] = [
         ("nothing", |_| {}),
         ("the input", |new| new.input = json!({ "changed": true })),
         ("the workflow", |new| new.workflow_name = "other".into()),
