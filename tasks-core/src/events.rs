@@ -352,7 +352,7 @@ pub trait EventStore: Send + Sync {
 }
 
 /// What an event wait does once it holds its running attempt: the protocol of
-/// [`EventStore::wait_for_event`](crate::EventStore::wait_for_event), decided by
+/// [`EventStore::wait_for_event`], decided by
 /// [`wait_step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitStep {
