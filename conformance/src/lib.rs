@@ -63,6 +63,7 @@ pub mod limits;
 pub mod listing;
 pub mod liveness;
 pub mod outcomes;
+pub mod primitive_rules;
 pub mod queues;
 pub mod record;
 pub mod retention;
@@ -112,7 +113,7 @@ where
 /// `$setup`, a path to an `async fn() -> impl Store` (or any [`Setup`]) that returns a store
 /// on a fresh namespace.
 ///
-/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `claims`,
+/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
 /// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
@@ -169,11 +170,15 @@ macro_rules! conformance_suite {
             transitions_land_where_the_core_says,
             fail_gives_up_as_the_core_rule_decides,
             attempts_count_as_the_core_rule_says,
+            fork_copies_what_the_core_boundary_says,
+            purge_unlinks_as_the_core_rule_says,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, primitive_rules {
             event_waits_follow_the_core_rule,
             state_versions_follow_the_core_rule,
             schedule_put_keeps_the_slot_as_the_core_rule_says,
-            fork_copies_what_the_core_boundary_says,
-            purge_unlinks_as_the_core_rule_says,
+            parent_countdown_follows_the_core_rule,
+            idempotency_keys_lapse_as_the_core_rule_says,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, claims {
             claim_respects_lease_and_reclaims_after_expiry,
@@ -451,6 +456,7 @@ mod tests {
             ("listing", include_str!("listing.rs")),
             ("admission", include_str!("admission.rs")),
             ("rules", include_str!("rules.rs")),
+            ("primitive_rules", include_str!("primitive_rules.rs")),
             ("claims", include_str!("claims.rs")),
             ("outcomes", include_str!("outcomes.rs")),
             ("lifecycle", include_str!("lifecycle.rs")),

@@ -1,25 +1,21 @@
 //! The rules of `tasks_core::transition` and of the records, held against the store: each
 //! case's expected outcome is computed by the core's pure rule (a transition's landing, the
-//! attempt counting, the deadline give-up, the event wait, state versions, the schedule
-//! put, the fork boundary, the purge's links), so a store that keeps a rule in SQL is held
+//! attempt counting, the deadline give-up, the fork boundary, the purge's links; the
+//! primitives' rules are in `primitive_rules`), so a store that keeps a rule in SQL is held
 //! to the same definition as one that runs it in code.
 
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use serde_json::json;
-use tasks_core::events::{WaitStep, decode_output, wait_step};
-use tasks_core::schedule::keeps_slot;
-use tasks_core::state::next_version;
 use tasks_core::transition::{
     BACKED_OFF, CANCELED, CLAIMED, COMPLETED, EXPIRED, FAILED_FOR_GOOD, Landing, PAUSED, RELEASED,
     RESUMED, RETRIED, SLEEPING, claimed_attempts, first_execution, fork_boundary, gives_up,
     released_attempts, retry_after,
 };
 use tasks_core::{
-    CatchUp, CreateRun, EventTarget, EventWait, FailRun, LeaseStore, NewSchedule, PurgeRuns,
-    RecordStepAttempt, RetryPolicy, RunStatus, RunStore, SendEvent, SetState, StepKind, StepStatus,
-    StepStore, Store, StoreError, WaitForEvent, WorkflowRun,
+    CreateRun, FailRun, LeaseStore, PurgeRuns, RecordStepAttempt, RetryPolicy, RunStatus, RunStore,
+    StepKind, StepStatus, StepStore, Store, StoreError, WorkflowRun,
 };
 use uuid::Uuid;
 
@@ -213,159 +209,6 @@ pub async fn attempts_count_as_the_core_rule_says(setup: impl Setup) {
     sleep_past(before.available_at.unwrap()).await;
     let retried = claim(&before).await;
     assert_eq!(retried.run.attempts, 2);
-}
-
-/// An event wait consumes, parks or times out as `wait_step` decides, from whether an event
-/// was sent before it and its timeout.
-pub async fn event_waits_follow_the_core_rule(setup: impl Setup) {
-    let store = setup.store().await;
-    let events = store.events().unwrap();
-    // (an event sent before the wait, the wait's timeout)
-    let cases = [
-        (true, Some(Duration::ZERO)),
-        (true, Some(Duration::from_secs(60))),
-        (false, Some(Duration::from_secs(60))),
-        (false, Some(Duration::ZERO)),
-        (false, None),
-    ];
-    for (sent, timeout) in cases {
-        let run = create_claimed(&store).await;
-        if sent {
-            events
-                .send_event(SendEvent {
-                    target: EventTarget::Run(run.id),
-                    topic: "t".into(),
-                    payload: json!(1),
-                    dedup_key: None,
-                })
-                .await
-                .unwrap();
-        }
-        let now = Utc::now();
-        // No timeout waits until the latest instant a store holds.
-        let until = timeout.map_or(tasks_core::limits::LATEST, |timeout| {
-            now + TimeDelta::from_std(timeout).unwrap()
-        });
-        let expected = wait_step(sent, until, now);
-        let outcome = events
-            .wait_for_event(WaitForEvent {
-                call: None,
-                run_id: run.id,
-                worker_id: owner(&run).to_owned(),
-                step_name: "event/t".into(),
-                topic: "t".into(),
-                timeout,
-            })
-            .await
-            .unwrap();
-        let what = format!("sent {sent}, timeout {timeout:?}");
-        match (expected, outcome) {
-            (WaitStep::Park, EventWait::Parked(run)) => {
-                assert_eq!(run.status, RunStatus::Sleeping, "{what}");
-            }
-            (WaitStep::Consume, EventWait::Done(attempt)) => {
-                let output = attempt.output.unwrap_or_default();
-                assert!(
-                    decode_output(&output).unwrap().is_some(),
-                    "{what}: {output}"
-                );
-            }
-            (WaitStep::TimeOut, EventWait::Done(attempt)) => {
-                let output = attempt.output.unwrap_or_default();
-                assert!(
-                    decode_output(&output).unwrap().is_none(),
-                    "{what}: {output}"
-                );
-            }
-            (expected, outcome) => panic!("{what}: expected {expected:?}, got {outcome:?}"),
-        }
-    }
-}
-
-/// Each publication of a key gives it the version `next_version` says, from 1, key by key.
-pub async fn state_versions_follow_the_core_rule(setup: impl Setup) {
-    let store = setup.store().await;
-    let state = store.published_state().unwrap();
-    let run = create_claimed(&store).await;
-    let mut last = [None, None];
-    for (step, key) in [(0, 0), (1, 0), (2, 1), (3, 0), (4, 1)] {
-        let set = state
-            .set_state(SetState {
-                run_id: run.id,
-                worker_id: owner(&run).to_owned(),
-                step_name: format!("state/{step}"),
-                key: format!("key-{key}"),
-                value: json!(step),
-                call: None,
-            })
-            .await
-            .unwrap();
-        assert!(set.published);
-        let stored = state
-            .get_state(run.id, &format!("key-{key}"))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(stored.version, next_version(last[key]), "step {step}");
-        last[key] = Some(stored.version);
-    }
-}
-
-/// A change a put makes to a schedule.
-type Change = fn(&mut NewSchedule);
-
-/// A put over a schedule keeps its slot exactly when `keeps_slot` says: an unchanged cron
-/// expression and timezone, whatever else changed.
-pub async fn schedule_put_keeps_the_slot_as_the_core_rule_says(setup: impl Setup) {
-    let store = setup.store().await;
-    let schedules = store.schedules().unwrap();
-    let first = |now: chrono::DateTime<Utc>| Some(micros(now + TimeDelta::hours(1)));
-    let again = |now: chrono::DateTime<Utc>| Some(micros(now + TimeDelta::hours(2)));
-    let base = NewSchedule {
-        name: "nightly".into(),
-        workflow_name: unique_name(),
-        version: None,
-        cron: "0 0 * * * *".into(),
-        timezone: "UTC".into(),
-        input: json!({}),
-        catch_up: CatchUp::default(),
-    };
-    let changes: [(&str, Change); 5] = [
-        ("nothing", |_| {}),
-        ("the input", |new| new.input = json!({ "changed": true })),
-        ("the workflow", |new| new.workflow_name = "other".into()),
-        ("the cron expression", |new| {
-            new.cron = "0 30 * * * *".into()
-        }),
-        ("the timezone", |new| new.timezone = "Europe/Paris".into()),
-    ];
-    for (index, (what, change)) in changes.into_iter().enumerate() {
-        let name = format!("schedule-{index}");
-        let created = schedules
-            .create_schedule(
-                NewSchedule {
-                    name: name.clone(),
-                    ..base.clone()
-                },
-                &first,
-            )
-            .await
-            .unwrap();
-        let mut new = NewSchedule {
-            name,
-            ..base.clone()
-        };
-        change(&mut new);
-        let kept = keeps_slot(&created.cron, &created.timezone, &new);
-        let put = schedules.put_schedule(new, &again).await.unwrap();
-        assert_eq!(
-            put.next_slot == created.next_slot,
-            kept,
-            "a put that changed {what}: {:?} then {:?}",
-            created.next_slot,
-            put.next_slot
-        );
-    }
 }
 
 /// A fork copies the attempts `fork_boundary` counts (those before the first attempt of its
