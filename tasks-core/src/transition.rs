@@ -56,7 +56,8 @@
 //! - `claim`: which runs a claim takes, in SQL: [`PENDING_ORDER`], the slots of keys and
 //!   queues, [`RateWindow`].
 //! - `admission`: the same in plain Rust: the claim order and the admission walk
-//!   ([`Candidate`], [`Admission`], [`admit_in_order`]), which the in-memory store runs and
+//!   ([`claimable`], [`Candidate`], [`Admission`], [`admit_in_order`]), which the in-memory
+//!   store runs and
 //!   the conformance suite holds the SQL claims to.
 //! - `primitives`: events, published state, child runs (the parent's countdown
 //!   [`parent_countdown`]) and schedules.
@@ -85,7 +86,7 @@ mod primitives;
 mod runs;
 mod steps;
 
-pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, key_slots};
+pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, claimable, key_slots};
 pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
     admitted, is_start, key_limit, keyed_candidates, pending_order, queue_slots_held,
@@ -95,8 +96,8 @@ pub use landing::{
     BACKED_OFF, CANCELED, CLAIMED, COMPLETED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
     PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL,
     RESUMED, RETRIED, SLEEPING, claimed_attempts, claimed_attempts_sql, claimed_started_at,
-    either_set_sql, first_execution, first_execution_sql, gives_up, gives_up_sql,
-    released_attempts,
+    claimed_started_at_sql, either_set_sql, first_execution, first_execution_sql, gives_up,
+    gives_up_sql, released_attempts,
 };
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,

@@ -10,8 +10,8 @@ use tasks_core::error::StoreResult;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
-    Admission, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE,
-    EXPIRED, admit_in_order, claimed_attempts, claimed_started_at, deadline_error, first_execution,
+    Admission, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE, EXPIRED, admit_in_order,
+    claimable, claimed_attempts, claimed_started_at, deadline_error, first_execution,
     forgettable_worker,
 };
 
@@ -158,10 +158,8 @@ fn start(
     }
 }
 
-/// The runs a claim by `worker_id` at `now` may take, in no order: runs whose
-/// `available_at` passed (pending, sleeping, or running under an expired lease), and
-/// running runs of *another* worker whose heartbeat row is stale; of the queues and
-/// workflows `filter` admits.
+/// The runs a claim by `worker_id` at `now` may take ([`claimable`]), in no order, of the
+/// queues and workflows `filter` admits.
 fn candidates(
     space: &Space,
     worker_id: &str,
@@ -178,38 +176,17 @@ fn candidates(
         .runs
         .values()
         .filter(|row| {
-            let run = &row.run;
-            let due = CLAIM_PENDING.from.contains(&run.status)
-                || CLAIM_DUE.from.contains(&run.status)
-                || CLAIM_EXPIRED.from.contains(&run.status);
-            let available = due && run.available_at.is_some_and(|at| at <= now);
-            let orphaned = CLAIM_ORPHANED.from.contains(&run.status)
-                && run
-                    .worker_id
-                    .as_deref()
-                    .is_some_and(|worker| worker != worker_id && stale(worker));
-            (available || orphaned)
-                && run.deadline_at.is_none_or(|deadline| deadline > now)
-                && filter.admits(&run.queue, &run.workflow_name)
+            claimable(&row.run, worker_id, stale, now)
+                && filter.admits(&row.run.queue, &row.run.workflow_name)
         })
-        .map(candidate)
+        .map(|row| {
+            let key = row
+                .concurrency
+                .as_ref()
+                .map(|concurrency| (concurrency.key().to_owned(), concurrency.limit()));
+            Candidate::of(&row.run, row.priority, key)
+        })
         .collect()
-}
-
-fn candidate(row: &Row) -> Candidate {
-    Candidate {
-        id: row.run.id,
-        status: row.run.status,
-        priority: row.priority,
-        available_at: row.run.available_at,
-        created_at: row.run.created_at,
-        key: row
-            .concurrency
-            .as_ref()
-            .map(|concurrency| (concurrency.key().to_owned(), concurrency.limit())),
-        queue: row.run.queue.clone(),
-        started: row.run.started_at.is_some(),
-    }
 }
 
 /// Whether `worker` holds a running run (`transition::forgettable_workers`).

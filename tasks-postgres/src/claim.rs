@@ -25,9 +25,9 @@ use super::{children, prefixed};
 use tasks_core::model::RunStatus;
 use tasks_core::transition::{
     CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Column, PENDING_ORDER,
-    TAKES_QUEUE_SLOT, TAKES_SLOT, admitted, claimed_attempts_sql, first_execution_sql, is_start,
-    key_limit, pending_order, queue_slots_held, rate_starts_left_sql, rate_window_set_sql,
-    slots_held, stale_workers, status_in,
+    TAKES_QUEUE_SLOT, TAKES_SLOT, admitted, claimed_attempts_sql, claimed_started_at_sql,
+    first_execution_sql, is_start, key_limit, pending_order, queue_slots_held,
+    rate_starts_left_sql, rate_window_set_sql, slots_held, stale_workers, status_in,
 };
 #[cfg(doc)]
 use tasks_core::transition::{EXPIRE, keyed_candidates};
@@ -711,7 +711,7 @@ fn claimed_tail() -> String {
                 (Column::WorkerId, "$2"),
                 (Column::AvailableAt, "now() + $3 * INTERVAL '1 millisecond'"),
                 (Column::Attempts, &claimed_attempts_sql("wr.")),
-                (Column::StartedAt, "COALESCE(wr.started_at, now())"),
+                (Column::StartedAt, &claimed_started_at_sql("wr.", "now()")),
             ],
         ),
         first_execution = first_execution_sql("wr.", "now()"),

@@ -25,7 +25,7 @@ use tasks_core::store::{Cursor, PageQuery};
 use tasks_core::transition::{
     BACKED_OFF, CANCELED, CLAIMED, COMPLETED, Column, EXPIRED, FAILED_FOR_GOOD, PAUSED,
     QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL, RESUMED, SLEEPING, claimed_attempts_sql,
-    either_set_sql, first_execution_sql, gives_up_sql,
+    claimed_started_at_sql, either_set_sql, first_execution_sql, gives_up_sql,
 };
 use tasks_core::transition::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
@@ -447,7 +447,7 @@ impl SqliteStore {
                     (Column::WorkerId, "?3"),
                     (Column::AvailableAt, "?4"),
                     (Column::Attempts, &claimed_attempts_sql("")),
-                    (Column::StartedAt, "COALESCE(started_at, ?2)"),
+                    (Column::StartedAt, &claimed_started_at_sql("", "?2")),
                 ],
             ),
             first_execution = first_execution_sql("", "?2"),

@@ -31,8 +31,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::claim::{HOLDS_QUEUE_SLOT, HOLDS_SLOT, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT};
-use super::runs::{CLAIM_EXPIRED, CLAIM_PENDING};
-use crate::model::RunStatus;
+use super::runs::{CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING};
+use crate::model::{RunStatus, WorkflowRun};
 use crate::queue::{Queue, RateLimit};
 
 /// A run a claim may take, as the admission sees it.
@@ -56,10 +56,50 @@ pub struct Candidate {
     pub started: bool,
 }
 
+/// Whether a claim by `claimer` at `now` may take `run` (its queue and workflow aside, which
+/// the claim's filter decides): a run whose `available_at` passed in a status a claim takes
+/// ([`CLAIM_PENDING`], [`CLAIM_DUE`], [`CLAIM_EXPIRED`]), or a running run of *another*
+/// worker whose heartbeat row is stale ([`CLAIM_ORPHANED`], `stale`), in either case before
+/// its deadline (a run past it is expired, [`EXPIRE`]).
+///
+/// [`EXPIRE`]: super::EXPIRE
+pub fn claimable(
+    run: &WorkflowRun,
+    claimer: &str,
+    stale: impl Fn(&str) -> bool,
+    now: DateTime<Utc>,
+) -> bool {
+    let due = CLAIM_PENDING.from.contains(&run.status)
+        || CLAIM_DUE.from.contains(&run.status)
+        || CLAIM_EXPIRED.from.contains(&run.status);
+    let available = due && run.available_at.is_some_and(|at| at <= now);
+    let orphaned = CLAIM_ORPHANED.from.contains(&run.status)
+        && run
+            .worker_id
+            .as_deref()
+            .is_some_and(|worker| worker != claimer && stale(worker));
+    (available || orphaned) && run.deadline_at.is_none_or(|deadline| deadline > now)
+}
+
 /// Where a candidate comes in the claim order, smallest first.
 pub type ClaimOrder = (u8, Reverse<i32>, Option<DateTime<Utc>>, DateTime<Utc>, Uuid);
 
 impl Candidate {
+    /// `run` as a candidate, with its priority and its concurrency key (the key and the
+    /// run's own limit), which a store keeps beside the run.
+    pub fn of(run: &WorkflowRun, priority: i32, key: Option<(String, u32)>) -> Self {
+        Candidate {
+            id: run.id,
+            status: run.status,
+            priority,
+            available_at: run.available_at,
+            created_at: run.created_at,
+            key,
+            queue: run.queue.clone(),
+            started: run.started_at.is_some(),
+        }
+    }
+
     /// Runs of dead workers first (their lease expired, or their heartbeat went stale: a
     /// backlog never delays recovery), then pending runs by priority, then runs whose
     /// sleep is over; each group by `available_at`, then `created_at` (then id).
@@ -394,5 +434,42 @@ mod tests {
         // Two of the queue's three slots were counted, so one more fits.
         assert!(admission.admit(&candidate(RunStatus::Pending, None, "q")));
         assert!(!admission.admit(&candidate(RunStatus::Pending, None, "q")));
+    }
+
+    #[test]
+    fn a_claim_takes_due_runs_and_the_runs_of_stale_workers_before_their_deadline() {
+        let now = Utc::now();
+        let earlier = now - chrono::TimeDelta::seconds(1);
+        let later = now + chrono::TimeDelta::seconds(1);
+        let fresh = |_: &str| false;
+        let run = |status: RunStatus, worker: Option<&str>, at| {
+            let mut run = WorkflowRun::for_tests(status, worker.map(str::to_owned));
+            run.available_at = Some(at);
+            run
+        };
+        for status in [RunStatus::Pending, RunStatus::Sleeping, RunStatus::Running] {
+            assert!(claimable(
+                &run(status, Some("w"), earlier),
+                "me",
+                fresh,
+                now
+            ));
+            assert!(!claimable(&run(status, Some("w"), later), "me", fresh, now));
+        }
+        assert!(!claimable(
+            &run(RunStatus::Paused, None, earlier),
+            "me",
+            fresh,
+            now
+        ));
+        // A stale worker's run is taken before its lease ends, never by that worker.
+        let held = run(RunStatus::Running, Some("dead"), later);
+        assert!(claimable(&held, "me", |worker| worker == "dead", now));
+        assert!(!claimable(&held, "dead", |worker| worker == "dead", now));
+        let mut late = run(RunStatus::Pending, None, earlier);
+        late.deadline_at = Some(now);
+        assert!(!claimable(&late, "me", fresh, now));
+        let candidate = Candidate::of(&late, 3, Some(("k".into(), 2)));
+        assert_eq!((candidate.priority, candidate.started), (3, false));
     }
 }

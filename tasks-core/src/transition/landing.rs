@@ -389,6 +389,12 @@ pub fn claimed_started_at(
     started_at.or(Some(now))
 }
 
+/// [`claimed_started_at`] in SQL, for the run aliased `alias` (with its dot, or empty),
+/// with `now` the claim's clock expression.
+pub fn claimed_started_at_sql(alias: &str, now: &str) -> String {
+    format!("COALESCE({alias}started_at, {now})")
+}
+
 /// Whether the execution a claim just began is the run's first: nothing can have been
 /// recorded for it. True when the claim left the counter at one, set `started_at` now
 /// (no claim or operator's retry set it before) and the run was not forked (a fork starts
@@ -605,6 +611,10 @@ mod tests {
         let earlier = now - chrono::TimeDelta::seconds(1);
         assert_eq!(claimed_started_at(None, now), Some(now));
         assert_eq!(claimed_started_at(Some(earlier), now), Some(earlier));
+        assert_eq!(
+            claimed_started_at_sql("wr.", "now()"),
+            "COALESCE(wr.started_at, now())"
+        );
         let mut first = run(Running);
         first.attempts = 1;
         first.started_at = Some(now);
