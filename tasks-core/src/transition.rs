@@ -93,7 +93,7 @@ pub use claim::{
     rate_starts_left_sql, rate_window_set_sql, slots_held,
 };
 pub use landing::{
-    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
     PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL,
     RESUMED, RETRIED, SLEEPING, claimed_attempts, claimed_attempts_sql, claimed_started_at,
     claimed_started_at_sql, either_set_sql, first_execution, first_execution_sql, gives_up,

@@ -4,8 +4,8 @@
 use uuid::Uuid;
 
 use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
-use tasks_core::transition::{FORK, RETRIED, RETRY, fork_boundary};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::transition::{CREATED, FORK, RETRIED, RETRY, fork_boundary};
 
 use crate::MemoryStore;
 use crate::tables::Row;
@@ -45,7 +45,7 @@ impl MemoryStore {
             let now = tx.now;
             let forked = WorkflowRun {
                 id: Uuid::now_v7(),
-                status: RunStatus::Pending,
+                status: CREATED,
                 idempotency_key: None,
                 output: None,
                 error: None,

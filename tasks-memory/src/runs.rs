@@ -9,6 +9,7 @@ use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
     CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, counts_in_order,
 };
+use tasks_core::transition::CREATED;
 
 use crate::MemoryStore;
 use crate::tables::{Row, Tx, absent_if_null, storable, stored};
@@ -41,7 +42,7 @@ impl NewRun {
             id,
             workflow_name: params.workflow_name.clone(),
             version: params.version.clone(),
-            status: RunStatus::Pending,
+            status: CREATED,
             idempotency_key: params.idempotency_key.clone(),
             config,
             context: absent_if_null(params.context.clone()),

@@ -23,7 +23,9 @@ use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::ChildStore;
 use tasks_core::store::Notification;
-use tasks_core::transition::{CANCELED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in};
+use tasks_core::transition::{
+    CANCELED, CREATED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in,
+};
 use uuid::Uuid;
 
 use sqlx::{FromRow as _, Row as _};
@@ -274,10 +276,11 @@ impl PgStore {
                   priority, concurrency_key, concurrency_limit,
                   parent_step_attempt_namespace, parent_step_attempt_id, parent_run_id,
                   cancel_with_parent, traceparent, tracestate, queue)
-             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, 0,
+             VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, 0,
                      COALESCE($8, now() + $10 * INTERVAL '1 millisecond', now()), $9, now(),
                      now(), $11, $12, $13, $1, $14, $15, $16, $17, $18, $19)
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let child = sqlx::query_as::<_, RunRow>(&insert_run)
             .bind(&*self.namespace)

@@ -55,7 +55,7 @@ use tasks_core::store::{
     CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
 };
 use tasks_core::transition::{
-    Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
+    CREATED, Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
     explain_step_miss, interrupted, keyed_candidates, quarantine_error,
 };
 
@@ -653,12 +653,13 @@ async fn insert_run(
               input, attempts, available_at, deadline_at, created_at, updated_at,
               priority, concurrency_key, concurrency_limit,
               idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
-         VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+         VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, $8, 0,
                  COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
                  $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18, $19)
          ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
          DO NOTHING
-         RETURNING {RUN_COLUMNS}"
+         RETURNING {RUN_COLUMNS}",
+        created = CREATED.as_str(),
     );
     sqlx::query_as::<_, RunRow>(&sql)
         .bind(namespace)

@@ -10,7 +10,9 @@ use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;
-use tasks_core::transition::{CANCEL, CANCELED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED};
+use tasks_core::transition::{
+    CANCEL, CANCELED, CREATED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED,
+};
 use uuid::Uuid;
 
 use super::PgStore;
@@ -56,7 +58,7 @@ impl PgStore {
                      (namespace, id, workflow_name, version, status, config, context, input,
                       attempts, available_at, forked_from_run_id, forked_from_step,
                       created_at, updated_at, traceparent, tracestate, queue)
-                 SELECT $1, $3, src.workflow_name, src.version, 'pending', src.config,
+                 SELECT $1, $3, src.workflow_name, src.version, '{created}', src.config,
                         src.context, src.input, 0, now(), src.id, $4, now(), now(),
                         src.traceparent, src.tracestate, src.queue
                    FROM src, boundary
@@ -76,6 +78,7 @@ impl PgStore {
              )
              SELECT {RUN_COLUMNS} FROM forked",
             fence = FORK.fence("", "NULL"),
+            created = CREATED.as_str(),
         );
         let row = sqlx::query(&sql)
             .bind(&*self.namespace)

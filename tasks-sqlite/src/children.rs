@@ -26,8 +26,8 @@ use super::{SqliteStore, Write, fetch_run};
 use tasks_core::children::{ChildOutcome, missing_child};
 use tasks_core::model::{StepKind, StepStatus};
 use tasks_core::transition::{
-    CANCELED, CASCADE_FROM, Column, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN,
-    status_in, wake_parent_set,
+    CANCELED, CASCADE_FROM, CREATED, Column, FINISHED, PARKED_ON_CHILDREN, START_CHILD,
+    WAIT_CHILDREN, status_in, wake_parent_set,
 };
 
 impl SqliteStore {
@@ -193,9 +193,10 @@ impl SqliteStore {
                   priority, concurrency_key, concurrency_limit,
                   parent_step_attempt_namespace, parent_step_attempt_id, parent_run_id,
                   cancel_with_parent, traceparent, tracestate, queue)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, 0, COALESCE(?8, ?10), ?9, ?10, ?10,
+             VALUES (?1, ?2, ?3, ?4, '{created}', ?5, ?6, ?7, 0, COALESCE(?8, ?10), ?9, ?10, ?10,
                      ?11, ?12, ?13, ?1, ?14, ?15, ?16, ?17, ?18, ?19)
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let child = sqlx::query_as::<_, RunRow>(&insert_run)
             .bind(&*self.namespace)

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{self};
 use super::{SqliteStore, fetch_run};
-use tasks_core::transition::{Column, FORK, RETRIED, RETRY, fork_boundary};
+use tasks_core::transition::{CREATED, Column, FORK, RETRIED, RETRY, fork_boundary};
 
 impl SqliteStore {
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
@@ -73,10 +73,11 @@ impl SqliteStore {
                  (namespace, id, workflow_name, version, status, config, context, input,
                   attempts, available_at, forked_from_run_id, forked_from_step,
                   created_at, updated_at, traceparent, tracestate, queue)
-             SELECT namespace, ?3, workflow_name, version, 'pending', config, context, input,
+             SELECT namespace, ?3, workflow_name, version, '{created}', config, context, input,
                     0, ?5, id, ?4, ?5, ?5, traceparent, tracestate, queue
                FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let row = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)

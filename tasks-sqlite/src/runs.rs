@@ -23,7 +23,7 @@ use super::rows::{self, ClaimRow};
 use super::{SqliteStore, Write, fetch_run};
 use tasks_core::store::{Cursor, PageQuery};
 use tasks_core::transition::{
-    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, Column, EXPIRED, FAILED_FOR_GOOD, PAUSED,
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, PAUSED,
     QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL, RESUMED, SLEEPING, claimed_attempts_sql,
     claimed_started_at_sql, either_set_sql, first_execution_sql, gives_up_sql,
 };
@@ -188,12 +188,13 @@ impl SqliteStore {
                   input, attempts, available_at, deadline_at, created_at, updated_at,
                   priority, concurrency_key, concurrency_limit,
                   idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
+             VALUES (?1, ?2, ?3, ?4, '{created}', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
                      ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
-             RETURNING {RUN_COLUMNS}"
+             RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let available_at = match (available_at, params.delay) {
             (None, Some(delay)) => Some(write.now_plus(delay)?),

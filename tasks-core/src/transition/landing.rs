@@ -116,6 +116,10 @@ pub struct Landing {
     pub sets: &'static [Column],
 }
 
+/// The status a created run starts in (a start, a child, a schedule's firing, a fork):
+/// pending, claimable from its `available_at`, with no attempt counted.
+pub const CREATED: RunStatus = Pending;
+
 /// A durable sleep, or a long backoff inside an attempt ([`SLEEP`](super::SLEEP)): sleeping
 /// until the store's `available_at`, without a worker.
 pub const SLEEPING: Landing = Landing {
