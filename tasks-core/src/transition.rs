@@ -50,9 +50,10 @@
 //!   the fork's boundary [`fork_boundary`], what a purge keeps ([`purgeable_family`],
 //!   [`purgeable_with_parent`]) and unlinks ([`unlink_purged_run`], [`unlink_purged_step`]),
 //!   and the heartbeat rows a heartbeat forgets ([`forgettable_worker`]).
-//! - `landing`: where each transition leaves a run ([`Landing`], [`Column`]), how claims and
-//!   releases count attempts ([`claimed_attempts`], [`released_attempts`],
-//!   [`first_execution`]) and the deadline's give-up ([`gives_up`]), with their SQL.
+//! - `landing`: where each transition leaves a run ([`Landing`], [`Column`]).
+//! - `attempts`: how claims and releases count attempts ([`claimed_attempts`],
+//!   [`released_attempts`], [`first_execution`]) and the deadline's give-up ([`gives_up`]),
+//!   with their SQL.
 //! - `claim`: which runs a claim takes, in SQL: [`PENDING_ORDER`], the slots of keys and
 //!   queues, [`RateWindow`].
 //! - `admission`: the same in plain Rust: the claim order and the admission walk
@@ -80,6 +81,7 @@ use crate::store::notify::Notification;
 use RunStatus::{Paused, Pending, Running, Sleeping};
 
 mod admission;
+mod attempts;
 mod claim;
 mod landing;
 mod primitives;
@@ -87,6 +89,11 @@ mod runs;
 mod steps;
 
 pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, claimable, key_slots};
+pub use attempts::{
+    RELEASED_ATTEMPTS_SQL, claimed_attempts, claimed_attempts_sql, claimed_started_at,
+    claimed_started_at_sql, first_execution, first_execution_sql, gives_up, gives_up_sql,
+    released_attempts,
+};
 pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
     admitted, is_start, key_limit, keyed_candidates, pending_order, queue_slots_held,
@@ -94,10 +101,8 @@ pub use claim::{
 };
 pub use landing::{
     BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
-    PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL,
-    RESUMED, RETRIED, SLEEPING, claimed_attempts, claimed_attempts_sql, claimed_started_at,
-    claimed_started_at_sql, either_set_sql, first_execution, first_execution_sql, gives_up,
-    gives_up_sql, released_attempts,
+    PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RESUMED, RETRIED, SLEEPING,
+    either_set_sql,
 };
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,
