@@ -51,6 +51,7 @@ macro_rules! assert_err {
     };
 }
 
+pub mod admission;
 pub mod children;
 pub mod claims;
 pub mod events;
@@ -62,10 +63,12 @@ pub mod limits;
 pub mod listing;
 pub mod liveness;
 pub mod outcomes;
+pub mod primitive_rules;
 pub mod queues;
 pub mod record;
 pub mod retention;
 pub mod retry;
+pub mod rules;
 pub mod runs;
 pub mod schedules;
 pub mod state;
@@ -110,7 +113,7 @@ where
 /// `$setup`, a path to an `async fn() -> impl Store` (or any [`Setup`]) that returns a store
 /// on a fresh namespace.
 ///
-/// Tests are grouped in modules named after the case files (`runs`, `listing`, `claims`,
+/// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
 /// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
@@ -155,6 +158,27 @@ macro_rules! conformance_suite {
             cursors_round_trip_through_strings,
             invalid_cursor_is_rejected,
             invalid_page_arguments_are_rejected,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, admission {
+            claim_admits_keys_as_the_core_walk_does,
+            claim_admits_priorities_as_the_core_walk_does,
+            claim_admits_queue_slots_as_the_core_walk_does,
+            claim_admits_rate_windows_as_the_core_walk_does,
+            claim_admits_mixed_limits_as_the_core_walk_does,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, rules {
+            transitions_land_where_the_core_says,
+            fail_gives_up_as_the_core_rule_decides,
+            attempts_count_as_the_core_rule_says,
+            fork_copies_what_the_core_boundary_says,
+            purge_unlinks_as_the_core_rule_says,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, primitive_rules {
+            event_waits_follow_the_core_rule,
+            state_versions_follow_the_core_rule,
+            schedule_put_keeps_the_slot_as_the_core_rule_says,
+            parent_countdown_follows_the_core_rule,
+            idempotency_keys_lapse_as_the_core_rule_says,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, claims {
             claim_respects_lease_and_reclaims_after_expiry,
@@ -430,6 +454,9 @@ mod tests {
             ("runs", include_str!("runs.rs")),
             ("idempotency", include_str!("idempotency.rs")),
             ("listing", include_str!("listing.rs")),
+            ("admission", include_str!("admission.rs")),
+            ("rules", include_str!("rules.rs")),
+            ("primitive_rules", include_str!("primitive_rules.rs")),
             ("claims", include_str!("claims.rs")),
             ("outcomes", include_str!("outcomes.rs")),
             ("lifecycle", include_str!("lifecycle.rs")),

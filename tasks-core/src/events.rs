@@ -351,6 +351,33 @@ pub trait EventStore: Send + Sync {
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>>;
 }
 
+/// What an event wait does once it holds its running attempt: the protocol of
+/// [`EventStore::wait_for_event`], decided by
+/// [`wait_step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStep {
+    /// Consume the oldest unconsumed event of the topic and complete the attempt with it.
+    Consume,
+    /// Park the run until the wait's timeout, waiting on the topic.
+    Park,
+    /// Complete the attempt as timed out.
+    TimeOut,
+}
+
+/// The next step of an event wait at `now` whose timeout is `until` ([`wait_until`]),
+/// given whether an unconsumed event of its topic is there: an event is consumed even
+/// when the timeout passed (it was sent before the wait looked), otherwise the run parks
+/// until the timeout, and times out once it is reached.
+pub fn wait_step(event_waiting: bool, until: DateTime<Utc>, now: DateTime<Utc>) -> WaitStep {
+    if event_waiting {
+        WaitStep::Consume
+    } else if until > now {
+        WaitStep::Park
+    } else {
+        WaitStep::TimeOut
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +420,15 @@ mod tests {
             timeout: Some(limits::MAX_DURATION + Duration::from_secs(1)),
         };
         assert_eq!(wait.check().unwrap_err().field(), Field::EventTimeout);
+    }
+
+    #[test]
+    fn a_wait_consumes_parks_or_times_out() {
+        let now = Utc::now();
+        let later = now + chrono::TimeDelta::seconds(1);
+        assert_eq!(wait_step(true, now, now), WaitStep::Consume);
+        assert_eq!(wait_step(true, later, now), WaitStep::Consume);
+        assert_eq!(wait_step(false, later, now), WaitStep::Park);
+        assert_eq!(wait_step(false, now, now), WaitStep::TimeOut);
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::limits::{self, Field, LimitError};
 use crate::model::RunStatus;
+use chrono::{DateTime, Utc};
 
 /// How long a run holds its idempotency key: while it holds it, a start with the same
 /// workflow name and key returns that run instead of creating one.
@@ -109,6 +110,32 @@ pub fn release_sql(runs: &str, p1: &str, p2: &str, p3: &str, now: &str) -> Strin
     )
 }
 
+/// How long a stored run holds its idempotency key: its [`IdempotencyScope`] with the
+/// instant a time to live ends (by the store's clock, from the run's creation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHold {
+    /// For ever (also a run without a key, and a scope a store does not know: the safe
+    /// side).
+    ForEver,
+    /// While the run is live.
+    WhileActive,
+    /// Until this instant.
+    Until(DateTime<Utc>),
+}
+
+impl KeyHold {
+    /// Whether a run in `status` no longer holds its key at `now`: the rule [`lapsed`]
+    /// renders in SQL. A start with a lapsed key releases it ([`release_sql`]) and creates a
+    /// new run.
+    pub fn lapsed(&self, status: RunStatus, now: DateTime<Utc>) -> bool {
+        match *self {
+            KeyHold::ForEver => false,
+            KeyHold::WhileActive => FINISHED.contains(&status),
+            KeyHold::Until(expires_at) => expires_at <= now,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +166,22 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("idempotency_expires_at <= now()"), "{sql}");
+    }
+
+    #[test]
+    fn keys_lapse_by_their_scope() {
+        let now = Utc::now();
+        for status in RunStatus::ALL {
+            assert!(!KeyHold::ForEver.lapsed(status, now));
+            assert_eq!(
+                KeyHold::WhileActive.lapsed(status, now),
+                status.is_terminal()
+            );
+        }
+        assert!(KeyHold::Until(now).lapsed(RunStatus::Pending, now));
+        assert!(
+            !KeyHold::Until(now + chrono::TimeDelta::milliseconds(1))
+                .lapsed(RunStatus::Completed, now)
+        );
     }
 }

@@ -16,14 +16,17 @@
 //!  contract     store (the `Store` trait, its parameters and pages, notifications)
 //!               error (StoreError, Operation)   migration (embedded schema migrations)
 //!       │
-//!  policy       transition (each transition's fence, target and announcement; the claim
-//!               order, rate windows, slots; what a missed fence means)
+//!  policy       transition (each transition's fence, landing and announcement; attempt
+//!               counting, the deadline give-up; the claim order and admission walk, rate
+//!               windows, slots; what a missed fence means); the primitives' rules beside
+//!               their records (event wait, state versions, schedule put, key lapse)
 //! ```
 //!
-//! A store (`tasks-postgres`, `tasks-sqlite`) renders the policy in its SQL dialect and
-//! decodes rows into the records; the engine (`tasks-runtime`) drives the contract: a
-//! client creates runs, a worker claims them, replays their steps and records what they
-//! did. The conformance suite (`tasks-conformance`) specifies the contract by example, and
+//! Every rule is pure Rust with unit tests here. A store (`tasks-postgres`, `tasks-sqlite`)
+//! renders the policy in its SQL dialect and decodes rows into the records; the in-memory
+//! store (`tasks-memory`) runs the same rules in code. The engine (`tasks-runtime`) drives
+//! the contract: a client creates runs, a worker claims them, replays their steps and
+//! records what they did. The conformance suite (`tasks-conformance`) specifies the contract by example, and
 //! a store proves itself by running it.
 //!
 //! # The path of a run, through the contract

@@ -174,6 +174,17 @@ pub trait RetentionStore: Send + Sync {
     ) -> StoreResult<Option<u64>>;
 }
 
+/// The turn a namespace's retention lease gives at `now`, given the lease as stored (`None`:
+/// the namespace has none yet) as its next turn's instant and its turn counter: the next
+/// counter when the turn is due (1 for a namespace without a lease), else `None`.
+pub fn next_turn(lease: Option<(DateTime<Utc>, u64)>, now: DateTime<Utc>) -> Option<u64> {
+    match lease {
+        None => Some(1),
+        Some((next_at, turns)) if next_at <= now => Some(turns.saturating_add(1)),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +223,17 @@ mod tests {
         assert_eq!(
             all.selected_statuses(),
             [RunStatus::Completed, RunStatus::Failed, RunStatus::Canceled]
+        );
+    }
+
+    #[test]
+    fn a_turn_is_taken_once_per_period() {
+        let now = Utc::now();
+        assert_eq!(next_turn(None, now), Some(1));
+        assert_eq!(next_turn(Some((now, 3)), now), Some(4));
+        assert_eq!(
+            next_turn(Some((now, 3)), now - chrono::TimeDelta::seconds(1)),
+            None
         );
     }
 }

@@ -352,6 +352,22 @@ pub trait ScheduleStore: Send + Sync {
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>>;
 }
 
+/// Whether a put of `new` over a stored schedule of cron expression `cron` and timezone
+/// `timezone` keeps its `next_slot`: while both are unchanged, so that a restart of the
+/// workers (which puts every schedule again) neither skips nor repeats a slot. Otherwise the
+/// slot is computed again from the store's clock. Either way the other fields are replaced
+/// and `paused` is kept.
+pub fn keeps_slot(cron: &str, timezone: &str, new: &NewSchedule) -> bool {
+    cron == new.cron && timezone == new.timezone
+}
+
+/// Whether a firing of `slot` passes the schedule's fence
+/// ([`transition::schedule_fence`](crate::transition::schedule_fence) in SQL): it is not
+/// paused and its `next_slot` is still `slot`.
+pub fn fires(schedule: &Schedule, slot: DateTime<Utc>) -> bool {
+    !schedule.paused && schedule.next_slot == Some(slot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +408,55 @@ mod tests {
             slot_key("nightly", slot),
             "schedule/nightly/2026-03-29T01:30:00.000000Z"
         );
+    }
+
+    fn nightly() -> Schedule {
+        let now = Utc::now();
+        Schedule {
+            namespace: "n".into(),
+            name: "nightly".into(),
+            workflow_name: "report".into(),
+            version: None,
+            cron: "0 0 * * *".into(),
+            timezone: "UTC".into(),
+            input: serde_json::json!({}),
+            catch_up: CatchUp::Latest,
+            paused: false,
+            next_slot: Some(now),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn a_put_keeps_the_slot_of_the_same_cadence() {
+        let existing = nightly();
+        let mut new = NewSchedule {
+            name: existing.name.clone(),
+            workflow_name: "other".into(),
+            version: Some("2".into()),
+            cron: existing.cron.clone(),
+            timezone: existing.timezone.clone(),
+            input: serde_json::json!({ "changed": true }),
+            catch_up: CatchUp::Skip,
+        };
+        let keeps = |new: &NewSchedule| keeps_slot(&existing.cron, &existing.timezone, new);
+        assert!(keeps(&new));
+        new.timezone = "Europe/Paris".into();
+        assert!(!keeps(&new));
+        new.timezone = existing.timezone.clone();
+        new.cron = "0 1 * * *".into();
+        assert!(!keeps(&new));
+    }
+
+    #[test]
+    fn only_the_slot_read_fires_and_never_while_paused() {
+        let mut schedule = nightly();
+        let slot = schedule.next_slot.unwrap();
+        assert!(fires(&schedule, slot));
+        assert!(!fires(&schedule, slot + chrono::TimeDelta::seconds(1)));
+        schedule.paused = true;
+        assert!(!fires(&schedule, slot));
     }
 }
 

@@ -156,6 +156,12 @@ pub trait StateStore: Send + Sync {
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>>;
 }
 
+/// The version a publication gives a key whose last version is `last` (`None`: never
+/// published): one more, from 1.
+pub fn next_version(last: Option<u64>) -> u64 {
+    last.map_or(1, |last| last.saturating_add(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +203,12 @@ mod tests {
         assert_eq!(typed.value, Progress { done: 3 });
         assert_eq!(typed.version, 2);
         assert!(state.decode::<String>().is_err());
+    }
+
+    #[test]
+    fn versions_grow_by_one_from_one() {
+        assert_eq!(next_version(None), 1);
+        assert_eq!(next_version(Some(1)), 2);
+        assert_eq!(next_version(Some(u64::MAX)), u64::MAX);
     }
 }

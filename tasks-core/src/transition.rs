@@ -2,15 +2,20 @@
 //!
 //! Every durable change of a run is a [`Transition`]: a constant that says which statuses it
 //! may start from, whether the caller must hold the run's lease, which statuses mean "already
-//! done" (an idempotent repeat), and what it announces once committed: a wake-up for
-//! workers or a finish ([`Announce`]), and the status it leaves the run in for waiters
-//! ([`Transition::announce_status`], [`WAITABLE`]). A store renders each
-//! transition as one fenced statement in its own SQL dialect, with the fence built by
-//! [`Transition::fence`], and hands a miss to [`Transition::settle`], which is the only place
-//! that decides between [`StoreError::RunNotFound`], [`StoreError::LeaseLost`],
-//! [`StoreError::WrongState`] and "already done". Step attempts whose run was paused or
-//! canceled while they ran are classified by [`interrupted`] and [`explain_step_miss`], and
-//! the retry decision of a failed run is [`retry_after`]: the stores only execute them.
+//! done" (an idempotent repeat), where it leaves the run ([`Landing`]: the target status,
+//! the columns it clears and those it stamps with the store's clock), and what it announces
+//! once committed: a wake-up for workers or a finish ([`Announce`]), and the status it
+//! leaves the run in for waiters ([`Transition::announce_status`], [`WAITABLE`]). A store
+//! renders each transition as one fenced statement in its own SQL dialect, with the fence
+//! built by [`Transition::fence`] and the `SET` list by [`Landing::set_sql`], and hands a miss
+//! to [`Transition::settle`], which is the only place that decides between
+//! [`StoreError::RunNotFound`], [`StoreError::LeaseLost`], [`StoreError::WrongState`] and
+//! "already done"; a store that writes in code applies the same landing
+//! ([`Landing::apply`]). Step attempts whose run was paused or canceled while they ran are
+//! classified by [`interrupted`] and [`explain_step_miss`]; the retry decision of a failed
+//! run is [`retry_after`] and [`gives_up`], the attempt counting [`claimed_attempts`] and
+//! [`released_attempts`], the claim's admission [`Admission`]: the stores only execute
+//! them.
 //!
 //! Statuses are the crate's own constants ([`RunStatus::as_str`]): they are rendered into the
 //! statement text once, which keeps the partial claim indexes usable. Every value a caller
@@ -21,13 +26,19 @@
 //! 1. Add its [`Operation`] (a description for errors and a verb for
 //!    [`StoreError::WrongState`]).
 //! 2. Define a `const` [`Transition`] in the submodule of its kind (see below): `from`,
-//!    `leased`, `done`, `announce`, `announce_status`; name it in this module's re-exports.
+//!    `leased`, `done`, `lands`, `announce`, `announce_status`; define its [`Landing`] in
+//!    `landing` when none fits; name both in this module's re-exports. A unit test holds
+//!    the announcements to the landings (a finish iff it may end the run, a status iff it
+//!    may leave one a caller waits for).
 //! 3. Add the method to the [`Store`](crate::Store) contract, documented with its errors.
-//! 4. In each store, write the statement's `SET` list in its dialect and run it through the
+//! 4. In each SQL store, render the statement's `SET` list with [`Landing::set_sql`] (the
+//!    values of [`Landing::sets`] are the store's placeholders) and run it through the
 //!    store's generic transition helper (`PgStore::transition` / `SqliteStore::transition`),
 //!    which applies [`Transition::fence`], [`Transition::settle`] and
-//!    [`Transition::announcements`].
-//! 5. Add conformance cases to `tasks-conformance`; both stores run them.
+//!    [`Transition::announcements`]; in `tasks-memory`, apply it with [`Landing::apply`]
+//!    in `MemoryStore::transition`.
+//! 5. Add conformance cases to `tasks-conformance` (the `rules` cases check every landing
+//!    with [`Landing::differs`]); the three stores run them.
 //!
 //! # Where the rules live
 //!
@@ -35,11 +46,31 @@
 //! announcements; every rule below is named here too, so `transition::NAME` is the one path.
 //!
 //! - `runs`: the transitions of a run's life, from its claim to its end (and an operator's
-//!   cancel, pause, resume, retry, fork and purge), with the retry decision [`retry_after`].
-//! - `claim`: which runs a claim takes: [`PENDING_ORDER`], the slots of keys and queues,
-//!   [`RateWindow`].
-//! - `primitives`: events, published state, child runs and schedules.
+//!   cancel, pause, resume, retry, fork and purge), with the retry decision [`retry_after`],
+//!   the fork's boundary [`fork_boundary`], what a purge keeps ([`purgeable_family`],
+//!   [`purgeable_with_parent`]) and unlinks ([`unlink_purged_run`], [`unlink_purged_step`]),
+//!   and the heartbeat rows a heartbeat forgets ([`forgettable_worker`]).
+//! - `landing`: where each transition leaves a run ([`Landing`], [`Column`]).
+//! - `attempts`: how claims and releases count attempts ([`claimed_attempts`],
+//!   [`released_attempts`], [`first_execution`]) and the deadline's give-up ([`gives_up`]),
+//!   with their SQL.
+//! - `claim`: which runs a claim takes, in SQL: [`PENDING_ORDER`], the slots of keys and
+//!   queues, [`RateWindow`].
+//! - `admission`: the same in plain Rust: the claim order and the admission walk
+//!   ([`claimable`], [`Candidate`], [`Admission`], [`admit_in_order`]), which the in-memory
+//!   store runs and
+//!   the conformance suite holds the SQL claims to.
+//! - `primitives`: events, published state, child runs (the parent's countdown
+//!   [`parent_countdown`]) and schedules.
 //! - `steps`: step attempts, [`interrupted`] and [`explain_step_miss`].
+//!
+//! The rules of the records themselves live beside them: the event wait
+//! ([`events::wait_step`](crate::events::wait_step)), state versions
+//! ([`state::next_version`](crate::state::next_version)), the schedule put and fence
+//! ([`schedule::keeps_slot`](crate::schedule::keeps_slot),
+//! [`schedule::fires`](crate::schedule::fires)), an idempotency key's lapse
+//! ([`idempotency::KeyHold`](crate::idempotency::KeyHold)) and the retention turn
+//! ([`retention::next_turn`](crate::retention::next_turn)).
 
 use uuid::Uuid;
 
@@ -49,25 +80,40 @@ use crate::store::notify::Notification;
 
 use RunStatus::{Paused, Pending, Running, Sleeping};
 
+mod admission;
+mod attempts;
 mod claim;
+mod landing;
 mod primitives;
 mod runs;
 mod steps;
 
+pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, claimable, key_slots};
+pub use attempts::{
+    RELEASED_ATTEMPTS_SQL, claimed_attempts, claimed_attempts_sql, claimed_started_at,
+    claimed_started_at_sql, first_execution, first_execution_sql, gives_up, gives_up_sql,
+    released_attempts,
+};
 pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
     admitted, is_start, key_limit, keyed_candidates, pending_order, queue_slots_held,
     rate_starts_left_sql, rate_window_set_sql, slots_held,
 };
+pub use landing::{
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
+    PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RESUMED, RETRIED, SLEEPING,
+    either_set_sql,
+};
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,
-    WAKE_ON_EVENT, WAKE_PARENT, schedule_fence, wake_parent_set,
+    WAKE_ON_EVENT, WAKE_PARENT, parent_countdown, schedule_fence, wake_parent_set,
 };
 pub use runs::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
     EXTEND_LEASE, FAIL, FORK, JSON_COLUMNS, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
-    SLEEP, deadline_error, forgettable_workers, purgeable_family, quarantine_error, retry_after,
-    stale_workers,
+    SLEEP, deadline_error, forgettable_worker, forgettable_workers, fork_boundary,
+    purgeable_family, purgeable_with_parent, quarantine_error, retry_after, stale_workers,
+    unlink_purged_run, unlink_purged_step,
 };
 pub use steps::{
     COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, explain_step_miss, interrupted,
@@ -98,6 +144,10 @@ pub struct Transition {
     /// Statuses in which a repeat of the transition is already done: the run is returned as
     /// it is instead of an error.
     pub done: &'static [RunStatus],
+    /// Where it may leave the run ([`Landing`]: status, cleared and stamped columns); empty
+    /// when the run's status does not change. Two for a transition that decides in its
+    /// statement ([`FAIL`]: [`FAILED_FOR_GOOD`] or [`BACKED_OFF`]).
+    pub lands: &'static [Landing],
     /// What it announces after committing.
     pub announce: Announce,
     /// Whether it also announces the status it leaves the run in
@@ -129,6 +179,7 @@ impl Transition {
             from: &[Running],
             leased: true,
             done: &[],
+            lands: &[],
             announce: Announce::Nothing,
             announce_status: false,
         }

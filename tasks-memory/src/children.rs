@@ -1,7 +1,7 @@
 //! Child workflows: starting a child from a step, a parent's wait for its children, and
 //! what every finishing transition does to a run's family (wake its parked parent, cascade
 //! a cancel to its descendants). The policy is `transition`'s [`START_CHILD`],
-//! [`WAIT_CHILDREN`] and [`WAKE_PARENT`]; the lock serializes a child finishing with its
+//! [`WAIT_CHILDREN`] and [`WAKE_PARENT`](tasks_core::transition::WAKE_PARENT); the lock serializes a child finishing with its
 //! parent parking, so the last child always finds its parent parked, or the parent finds
 //! it finished.
 
@@ -13,23 +13,16 @@ use tasks_core::children::{
 };
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits;
-use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::Notification;
-use tasks_core::transition::{CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, WAKE_PARENT};
+use tasks_core::transition::{
+    CANCELED, CASCADE_FROM, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN,
+    parent_countdown,
+};
 
 use crate::MemoryStore;
 use crate::runs::NewRun;
 use crate::tables::{Space, Tx};
-
-/// A parent's countdown when `ended` of its children just ended ([`WAKE_PARENT`], the rule
-/// `transition::wake_parent_set` renders): the children it still waits for (stopping at
-/// zero), and whether it wakes, which it does when the count reaches zero from above while
-/// it is parked.
-pub(crate) fn countdown(awaiting: u32, status: RunStatus, ended: u32) -> (u32, bool) {
-    let parked = WAKE_PARENT.from.contains(&status);
-    let wakes = (1..=ended).contains(&awaiting) && parked;
-    (awaiting.saturating_sub(ended), wakes)
-}
 
 /// Counts down run `parent` by one child that just ended, waking it (available now) when
 /// that was the last child it waits for. Returns the wake-up to announce.
@@ -40,7 +33,7 @@ pub(crate) fn wake_parent(
     namespace: &str,
 ) -> Notification {
     if let Some(row) = space.runs.get_mut(&parent) {
-        let (awaiting, wakes) = countdown(row.awaiting_children, row.run.status, 1);
+        let (awaiting, wakes) = parent_countdown(row.awaiting_children, row.run.status, 1);
         row.awaiting_children = awaiting;
         if wakes {
             row.run.available_at = Some(now);
@@ -76,10 +69,7 @@ pub(crate) fn after_finish(tx: &mut Tx<'_>, run: &WorkflowRun, cascade: bool) {
             continue;
         }
         let child = &mut row.run;
-        child.status = RunStatus::Canceled;
-        child.worker_id = None;
-        child.available_at = None;
-        child.finished_at = Some(now);
+        CANCELED.apply(child, now);
         child.updated_at = now;
         tx.notes.push(Notification::RunFinished {
             namespace: tx.namespace.to_owned(),
@@ -245,30 +235,13 @@ impl MemoryStore {
                 row.awaiting_children = 0;
                 return Ok(ChildWait::Done(done));
             }
-            row.run.status = RunStatus::Sleeping;
+            PARKED_ON_CHILDREN.apply(&mut row.run, now);
             row.run.available_at = Some(limits::LATEST);
-            row.run.worker_id = None;
-            row.run.updated_at = now;
             row.awaiting_children = live;
+            row.run.updated_at = now;
             let run = row.run.clone();
             tx.notes.extend(WAIT_CHILDREN.announcements(&run));
             Ok(ChildWait::Parked(run))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_parked_parent_wakes_with_its_last_child() {
-        assert_eq!(countdown(2, RunStatus::Sleeping, 1), (1, false));
-        assert_eq!(countdown(1, RunStatus::Sleeping, 1), (0, true));
-        assert_eq!(countdown(2, RunStatus::Sleeping, 3), (0, true));
-        // Not parked (still running, say): counted down, not woken.
-        assert_eq!(countdown(1, RunStatus::Running, 1), (0, false));
-        // Waiting for none: stays at zero, not woken again.
-        assert_eq!(countdown(0, RunStatus::Sleeping, 1), (0, false));
     }
 }

@@ -7,15 +7,15 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use tasks_core::error::StoreResult;
-use tasks_core::model::RunStatus;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
-    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, EXPIRE, deadline_error,
+    Admission, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE, EXPIRED, admit_in_order,
+    claimable, claimed_attempts, claimed_started_at, deadline_error, first_execution,
+    forgettable_worker,
 };
 
 use crate::MemoryStore;
-use crate::admission::{Admission, Candidate};
 use crate::children::wake_parent;
 use crate::tables::{Heartbeat, Row, Space, Tx};
 
@@ -59,7 +59,8 @@ impl MemoryStore {
             let runs = &tx.space.runs;
             // Forget the namespace's dead workers whose runs were all claimed.
             tx.space.workers.retain(|worker, heartbeat| {
-                worker == worker_id || !forgettable(heartbeat, now, holds_running(runs, worker))
+                worker == worker_id
+                    || !forgettable_worker(heartbeat.stale_at, now, holds_running(runs, worker))
             });
             tx.space
                 .workers
@@ -93,11 +94,8 @@ fn expire(tx: &mut Tx<'_>) {
             continue;
         };
         let run = &mut row.run;
-        run.status = RunStatus::Failed;
+        EXPIRED.apply(run, now);
         run.error = Some(deadline_error());
-        run.worker_id = None;
-        run.available_at = None;
-        run.finished_at = Some(now);
         run.updated_at = now;
         let parent = run.parent_run_id;
         tx.notes.push(Notification::RunFinished {
@@ -120,20 +118,13 @@ fn admit(
     limit: u32,
     filter: &ClaimFilter,
 ) -> Vec<Uuid> {
-    let mut candidates = candidates(space, worker_id, now, filter);
-    candidates.sort_by_key(Candidate::order);
+    let candidates = candidates(space, worker_id, now, filter);
     let holders = space
         .runs
         .values()
         .map(|row| (row.run.status, row.key(), row.run.queue.as_str()));
     let mut admission = Admission::new(now, space.queues.values(), holders, &space.key_windows);
-    // The walk stops at the limit, so the admission counts exactly the runs taken.
-    let taken: Vec<Uuid> = candidates
-        .iter()
-        .filter(|candidate| admission.admit(candidate))
-        .map(|candidate| candidate.id)
-        .take(limit as usize)
-        .collect();
+    let taken = admit_in_order(candidates, &mut admission, limit);
     let (queue_windows, key_windows) = admission.into_windows();
     for (name, window) in queue_windows {
         if let Some(queue) = space.queues.get_mut(&name) {
@@ -154,27 +145,21 @@ fn start(
     now: DateTime<Utc>,
 ) -> ClaimedRun {
     let run = &mut row.run;
-    if run.status != RunStatus::Sleeping {
-        run.attempts += 1;
-    }
-    run.status = RunStatus::Running;
+    let attempts = claimed_attempts(run.status, run.attempts);
+    CLAIMED.apply(run, now);
     run.worker_id = Some(worker_id.to_owned());
     run.available_at = Some(lease_end);
-    run.started_at = run.started_at.or(Some(now));
+    run.attempts = attempts;
+    run.started_at = claimed_started_at(run.started_at, now);
     run.updated_at = now;
-    // Nothing can have been recorded for a first claim of a run that was not forked.
-    let first_execution =
-        run.attempts == 1 && run.started_at == Some(now) && run.forked_from_run_id.is_none();
     ClaimedRun {
         run: run.clone(),
-        first_execution,
+        first_execution: first_execution(run, now),
     }
 }
 
-/// The runs a claim by `worker_id` at `now` may take, in no order: runs whose
-/// `available_at` passed (pending, sleeping, or running under an expired lease), and
-/// running runs of *another* worker whose heartbeat row is stale; of the queues and
-/// workflows `filter` admits.
+/// The runs a claim by `worker_id` at `now` may take ([`claimable`]), in no order, of the
+/// queues and workflows `filter` admits.
 fn candidates(
     space: &Space,
     worker_id: &str,
@@ -191,38 +176,17 @@ fn candidates(
         .runs
         .values()
         .filter(|row| {
-            let run = &row.run;
-            let due = CLAIM_PENDING.from.contains(&run.status)
-                || CLAIM_DUE.from.contains(&run.status)
-                || CLAIM_EXPIRED.from.contains(&run.status);
-            let available = due && run.available_at.is_some_and(|at| at <= now);
-            let orphaned = CLAIM_ORPHANED.from.contains(&run.status)
-                && run
-                    .worker_id
-                    .as_deref()
-                    .is_some_and(|worker| worker != worker_id && stale(worker));
-            (available || orphaned)
-                && run.deadline_at.is_none_or(|deadline| deadline > now)
-                && filter.admits(&run.queue, &run.workflow_name)
+            claimable(&row.run, worker_id, stale, now)
+                && filter.admits(&row.run.queue, &row.run.workflow_name)
         })
-        .map(candidate)
+        .map(|row| {
+            let key = row
+                .concurrency
+                .as_ref()
+                .map(|concurrency| (concurrency.key().to_owned(), concurrency.limit()));
+            Candidate::of(&row.run, row.priority, key)
+        })
         .collect()
-}
-
-fn candidate(row: &Row) -> Candidate {
-    Candidate {
-        id: row.run.id,
-        status: row.run.status,
-        priority: row.priority,
-        available_at: row.run.available_at,
-        created_at: row.run.created_at,
-        key: row
-            .concurrency
-            .as_ref()
-            .map(|concurrency| (concurrency.key().to_owned(), concurrency.limit())),
-        queue: row.run.queue.clone(),
-        started: row.run.started_at.is_some(),
-    }
 }
 
 /// Whether `worker` holds a running run (`transition::forgettable_workers`).
@@ -231,27 +195,4 @@ fn holds_running(runs: &std::collections::BTreeMap<Uuid, Row>, worker: &str) -> 
         CLAIM_ORPHANED.from.contains(&row.run.status)
             && row.run.worker_id.as_deref() == Some(worker)
     })
-}
-
-/// Whether a heartbeat row may be forgotten at `now`: it is stale and its worker holds no
-/// running run any more (its runs were all claimed).
-pub(crate) fn forgettable(heartbeat: &Heartbeat, now: DateTime<Utc>, holds_running: bool) -> bool {
-    heartbeat.stale_at <= now && !holds_running
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_stale_rows_without_runs_are_forgotten() {
-        let now = Utc::now();
-        let stale = Heartbeat { stale_at: now };
-        let fresh = Heartbeat {
-            stale_at: now + chrono::TimeDelta::seconds(1),
-        };
-        assert!(forgettable(&stale, now, false));
-        assert!(!forgettable(&stale, now, true));
-        assert!(!forgettable(&fresh, now, false));
-    }
 }

@@ -4,43 +4,18 @@
 //! `transition`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`]; the lock
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, not_found,
-    received_output, timed_out_output, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
+    received_output, timed_out_output, wait_step, wait_until,
 };
-use tasks_core::model::{RunStatus, StepAttempt, StepKind, StepStatus};
-use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus};
+use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 use crate::MemoryStore;
 use crate::tables::{Space, Tx};
-
-/// What a wait does once it holds its running attempt, given whether an event was there to
-/// consume and when the wait times out: the event wait protocol of
-/// [`EventStore::wait_for_event`](tasks_core::EventStore::wait_for_event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitStep {
-    /// Consume the event and complete the attempt with it.
-    Consume,
-    /// Park the run until the timeout, waiting on the topic.
-    Park,
-    /// Complete the attempt as timed out.
-    TimeOut,
-}
-
-/// The next step of a wait at `now` whose timeout is `until`.
-pub(crate) fn wait_step(event_waiting: bool, until: DateTime<Utc>, now: DateTime<Utc>) -> WaitStep {
-    if event_waiting {
-        WaitStep::Consume
-    } else if until > now {
-        WaitStep::Park
-    } else {
-        WaitStep::TimeOut
-    }
-}
 
 /// The oldest unconsumed event of a run's topic.
 fn oldest_unconsumed(space: &Space, run_id: Uuid, topic: &str) -> Option<Uuid> {
@@ -156,11 +131,10 @@ impl MemoryStore {
                     let Some(row) = tx.space.runs.get_mut(&params.run_id) else {
                         return Ok(EventWait::Done(attempt));
                     };
-                    row.run.status = RunStatus::Sleeping;
+                    PARKED_ON_EVENT.apply(&mut row.run, now);
                     row.run.available_at = Some(until);
-                    row.run.worker_id = None;
-                    row.run.updated_at = now;
                     row.wait_topic = Some(params.topic.clone());
+                    row.run.updated_at = now;
                     let run = row.run.clone();
                     tx.notes.extend(WAIT_EVENT.announcements(&run));
                     return Ok(EventWait::Parked(run));
@@ -218,18 +192,4 @@ fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
     };
     tx.space.steps.insert(step.id, step.clone());
     step
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_wait_consumes_parks_or_times_out() {
-        let now = Utc::now();
-        let later = now + chrono::TimeDelta::seconds(1);
-        assert_eq!(wait_step(true, now, now), WaitStep::Consume);
-        assert_eq!(wait_step(false, later, now), WaitStep::Park);
-        assert_eq!(wait_step(false, now, now), WaitStep::TimeOut);
-    }
 }

@@ -13,7 +13,7 @@
 //!       │
 //!  the path of a run, one module each:
 //!    runs           create (idempotency keys), read, list, count
-//!    claim          deadlines, the claim order, keys, queues and rate windows (admission.rs)
+//!    claim          deadlines, the candidates of a claim, heartbeat rows
 //!    transitions    lease, sleep, complete, fail, release, cancel, pause, resume
 //!    steps          step attempts: created, recorded, completed, interrupted
 //!    events         a run's mailboxes: send, wait (park, consume, time out)
@@ -27,10 +27,13 @@
 //!
 //! The policy is `tasks_core`'s: every transition is a
 //! [`Transition`](tasks_core::transition::Transition) whose fence is checked with `admits`
-//! under the lock and whose miss is explained by `settle`/`miss`; retries, interrupted steps
-//! and idempotent repeats use the same functions as the SQL stores. The rules that the SQL
-//! stores keep as SQL text (the claim order and its admission, a parent's countdown, a
-//! fork's boundary, what a purge clears, ...) are written here in plain Rust.
+//! under the lock and whose miss is explained by `settle`/`miss`, and whose change is its
+//! `Landing` applied; retries, interrupted steps and idempotent repeats use the same
+//! functions as the SQL stores. The rules that the SQL stores keep as SQL text (the claim
+//! order and its admission walk, attempt counting, the deadline give-up, a parent's
+//! countdown, a fork's boundary, what a purge keeps and clears, an idempotency key's
+//! lapse, ...) are the core's pure functions too, and this store calls them: it holds rows
+//! and locks, not rules.
 //!
 //! # Behaviour
 //!
@@ -68,7 +71,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod admission;
 mod children;
 mod claim;
 mod events;

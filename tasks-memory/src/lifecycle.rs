@@ -4,21 +4,11 @@
 use uuid::Uuid;
 
 use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
-use tasks_core::transition::{FORK, RETRY};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::transition::{CREATED, FORK, RETRIED, RETRY, fork_boundary};
 
 use crate::MemoryStore;
 use crate::tables::Row;
-
-/// How many of a run's attempts (oldest first, by resolved step name) a fork from
-/// `from_step` copies: those before the first attempt of `from_step`; `None` when the run
-/// has no such attempt.
-pub(crate) fn fork_boundary<'a>(
-    attempts: impl IntoIterator<Item = &'a str>,
-    from_step: &str,
-) -> Option<usize> {
-    attempts.into_iter().position(|name| name == from_step)
-}
 
 impl MemoryStore {
     /// [`RETRY`]: pending now, with its output, error, worker and attempt counter cleared
@@ -27,15 +17,8 @@ impl MemoryStore {
     /// before and loads its history.
     pub(crate) fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.transition(&RETRY, run_id, None, |run, tx| {
-            run.status = RunStatus::Pending;
-            run.available_at = Some(tx.now);
-            run.retried_at = Some(tx.now);
-            run.attempts = 0;
-            run.worker_id = None;
-            run.output = None;
-            run.error = None;
+            RETRIED.apply(run, tx.now);
             run.started_at = run.started_at.or(Some(run.created_at));
-            run.finished_at = None;
             Ok(())
         })
     }
@@ -62,7 +45,7 @@ impl MemoryStore {
             let now = tx.now;
             let forked = WorkflowRun {
                 id: Uuid::now_v7(),
-                status: RunStatus::Pending,
+                status: CREATED,
                 idempotency_key: None,
                 output: None,
                 error: None,
@@ -95,19 +78,5 @@ impl MemoryStore {
             tx.notes.extend(FORK.announcements(&forked));
             Ok(forked)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fork_copies_what_came_before_the_first_attempt_of_its_step() {
-        let names = ["a", "b", "c:1", "b", "c"];
-        assert_eq!(fork_boundary(names, "b"), Some(1));
-        assert_eq!(fork_boundary(names, "a"), Some(0));
-        assert_eq!(fork_boundary(names, "c"), Some(4));
-        assert_eq!(fork_boundary(names, "d"), None);
     }
 }

@@ -1,5 +1,5 @@
 //! Queue configurations: their limits, and the rate window a put keeps. The claim reads
-//! them (see `admission`).
+//! them (see `tasks_core::transition::Admission`).
 
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::queue::{Queue, QueueOptions, RateLimit};

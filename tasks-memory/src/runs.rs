@@ -4,14 +4,15 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use tasks_core::error::StoreResult;
-use tasks_core::idempotency::IdempotencyScope;
+use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
     CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, counts_in_order,
 };
+use tasks_core::transition::CREATED;
 
 use crate::MemoryStore;
-use crate::tables::{KeyScope, Row, Tx, absent_if_null, storable, stored};
+use crate::tables::{Row, Tx, absent_if_null, storable, stored};
 
 /// A run checked and computed, ready to insert: nothing about it can fail any more.
 pub(crate) struct NewRun {
@@ -30,18 +31,18 @@ impl NewRun {
         };
         let deadline_at = params.deadline_at.map(storable).transpose()?;
         let key_scope = match (&params.idempotency_key, params.idempotency_scope) {
-            (None, _) | (Some(_), IdempotencyScope::ForEver) => KeyScope::ForEver,
-            (Some(_), IdempotencyScope::WhileActive) => KeyScope::WhileActive,
-            (Some(_), IdempotencyScope::Ttl(ttl)) => KeyScope::Until(tx.plus(ttl)?),
+            (None, _) | (Some(_), IdempotencyScope::ForEver) => KeyHold::ForEver,
+            (Some(_), IdempotencyScope::WhileActive) => KeyHold::WhileActive,
+            (Some(_), IdempotencyScope::Ttl(ttl)) => KeyHold::Until(tx.plus(ttl)?),
             // A scope this store does not know holds its key for ever, the safe side.
-            (Some(_), _) => KeyScope::ForEver,
+            (Some(_), _) => KeyHold::ForEver,
         };
         let run = WorkflowRun {
             namespace: tx.namespace.to_owned(),
             id,
             workflow_name: params.workflow_name.clone(),
             version: params.version.clone(),
-            status: RunStatus::Pending,
+            status: CREATED,
             idempotency_key: params.idempotency_key.clone(),
             config,
             context: absent_if_null(params.context.clone()),
@@ -92,7 +93,7 @@ impl NewRun {
                 row.run.workflow_name == run.workflow_name
                     && row.run.idempotency_key.as_ref() == Some(key)
             }) {
-                if !lapsed(holder.key_scope, holder.run.status, now) {
+                if !holder.key_scope.lapsed(holder.run.status, now) {
                     return Inserted::Held(holder.run.clone());
                 }
                 holder.released_key = holder.run.idempotency_key.take();
@@ -110,16 +111,6 @@ pub(crate) enum Inserted {
     Created(WorkflowRun),
     /// The key is held by this run; nothing was created.
     Held(WorkflowRun),
-}
-
-/// Whether a run in `status` whose key is held for `scope` no longer holds it at `now`: the
-/// rule of `tasks_core::idempotency::lapsed`.
-pub(crate) fn lapsed(scope: KeyScope, status: RunStatus, now: DateTime<Utc>) -> bool {
-    match scope {
-        KeyScope::ForEver => false,
-        KeyScope::WhileActive => status.is_terminal(),
-        KeyScope::Until(expires_at) => expires_at <= now,
-    }
 }
 
 impl MemoryStore {
@@ -216,27 +207,4 @@ pub(crate) fn scan<T>(
         items.reverse();
     }
     items.truncate(page.limit as usize + 1);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_lapse_by_their_scope() {
-        let now = Utc::now();
-        for status in RunStatus::ALL {
-            assert!(!lapsed(KeyScope::ForEver, status, now));
-            assert_eq!(
-                lapsed(KeyScope::WhileActive, status, now),
-                status.is_terminal()
-            );
-        }
-        assert!(lapsed(KeyScope::Until(now), RunStatus::Pending, now));
-        assert!(!lapsed(
-            KeyScope::Until(now + chrono::TimeDelta::milliseconds(1)),
-            RunStatus::Completed,
-            now
-        ));
-    }
 }

@@ -5,25 +5,14 @@
 
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
-use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
+use tasks_core::schedule::{
+    DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, fires, keeps_slot,
+};
 use tasks_core::store::Notification;
 
 use crate::MemoryStore;
 use crate::runs::{Inserted, NewRun};
 use crate::tables::{storable, stored};
-
-/// Whether a put of `new` keeps the `next_slot` of `existing`: while its cron expression
-/// and its timezone are unchanged, so that a restart of the workers neither skips nor
-/// repeats a slot.
-pub(crate) fn keeps_slot(existing: &Schedule, new: &NewSchedule) -> bool {
-    existing.cron == new.cron && existing.timezone == new.timezone
-}
-
-/// Whether a fire of `slot` passes the schedule's fence: it is not paused and its
-/// `next_slot` is still `slot`.
-pub(crate) fn fires(schedule: &Schedule, slot: chrono::DateTime<chrono::Utc>) -> bool {
-    !schedule.paused && schedule.next_slot == Some(slot)
-}
 
 impl MemoryStore {
     pub(crate) fn put_schedule_impl(
@@ -41,7 +30,7 @@ impl MemoryStore {
                     return Err(StoreError::ScheduleExists { name: params.name });
                 }
                 Some(existing) => Schedule {
-                    next_slot: if keeps_slot(existing, &params) {
+                    next_slot: if keeps_slot(&existing.cron, &existing.timezone, &params) {
                         existing.next_slot
                     } else {
                         first()?
@@ -170,59 +159,5 @@ impl MemoryStore {
             }
             Ok(Some(runs))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::Utc;
-    use serde_json::json;
-    use tasks_core::schedule::CatchUp;
-
-    use super::*;
-
-    fn schedule() -> Schedule {
-        let now = stored(Utc::now());
-        Schedule {
-            namespace: "n".into(),
-            name: "nightly".into(),
-            workflow_name: "report".into(),
-            version: None,
-            cron: "0 0 * * *".into(),
-            timezone: "UTC".into(),
-            input: json!({}),
-            catch_up: CatchUp::Latest,
-            paused: false,
-            next_slot: Some(now),
-            created_at: now,
-            updated_at: now,
-        }
-    }
-
-    #[test]
-    fn a_put_keeps_the_slot_of_the_same_cadence() {
-        let existing = schedule();
-        let mut new = NewSchedule {
-            name: existing.name.clone(),
-            workflow_name: "other".into(),
-            version: Some("2".into()),
-            cron: existing.cron.clone(),
-            timezone: existing.timezone.clone(),
-            input: json!({ "changed": true }),
-            catch_up: CatchUp::Skip,
-        };
-        assert!(keeps_slot(&existing, &new));
-        new.timezone = "Europe/Paris".into();
-        assert!(!keeps_slot(&existing, &new));
-    }
-
-    #[test]
-    fn only_the_slot_read_fires_and_never_while_paused() {
-        let mut schedule = schedule();
-        let slot = schedule.next_slot.unwrap();
-        assert!(fires(&schedule, slot));
-        assert!(!fires(&schedule, slot + chrono::TimeDelta::seconds(1)));
-        schedule.paused = true;
-        assert!(!fires(&schedule, slot));
     }
 }

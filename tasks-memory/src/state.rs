@@ -6,16 +6,13 @@ use uuid::Uuid;
 
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepKind, StepStatus};
-use tasks_core::state::{PublishedState, SetState, StateSet, published_output, state_changed};
+use tasks_core::state::{
+    PublishedState, SetState, StateSet, next_version, published_output, state_changed,
+};
 use tasks_core::transition::SET_STATE;
 
 use crate::MemoryStore;
 use crate::tables::Space;
-
-/// The version a publication gives a key whose last version is `last`: one more, from 1.
-pub(crate) fn next_version(last: Option<u64>) -> u64 {
-    last.map_or(1, |last| last.saturating_add(1))
-}
 
 /// `Ok` when the run exists in the namespace, else [`StoreError::RunNotFound`].
 fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
@@ -118,17 +115,5 @@ impl MemoryStore {
             }
             Ok(found)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions_grow_by_one_from_one() {
-        assert_eq!(next_version(None), 1);
-        assert_eq!(next_version(Some(1)), 2);
-        assert_eq!(next_version(Some(u64::MAX)), u64::MAX);
     }
 }

@@ -18,6 +18,7 @@ use uuid::Uuid;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::events::RunEvent;
 use tasks_core::flow::Concurrency;
+use tasks_core::idempotency::KeyHold;
 use tasks_core::model::{StepAttempt, StepKind, WorkflowRun};
 use tasks_core::queue::Queue;
 use tasks_core::schedule::Schedule;
@@ -57,17 +58,6 @@ impl Shared {
     }
 }
 
-/// How long a run holds its idempotency key (see `tasks_core::idempotency`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyScope {
-    /// For ever.
-    ForEver,
-    /// While the run is live.
-    WhileActive,
-    /// Until this instant.
-    Until(DateTime<Utc>),
-}
-
 /// A run as stored.
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
@@ -78,7 +68,7 @@ pub(crate) struct Row {
     /// The run's concurrency key and limit.
     pub(crate) concurrency: Option<Concurrency>,
     /// How long the run holds `run.idempotency_key`.
-    pub(crate) key_scope: KeyScope,
+    pub(crate) key_scope: KeyHold,
     /// The key a later start took from it once its scope lapsed, for the record.
     pub(crate) released_key: Option<String>,
     /// The topic the run is parked waiting on, until the wait ends.
@@ -94,7 +84,7 @@ impl Row {
             run,
             priority: 0,
             concurrency: None,
-            key_scope: KeyScope::ForEver,
+            key_scope: KeyHold::ForEver,
             released_key: None,
             wait_topic: None,
             awaiting_children: 0,

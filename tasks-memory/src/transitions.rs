@@ -12,10 +12,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use tasks_core::error::{Operation, StoreResult};
-use tasks_core::model::{RunStatus, WorkflowRun};
+use tasks_core::model::WorkflowRun;
 use tasks_core::store::FailRun;
 use tasks_core::transition::{
-    CANCEL, COMPLETE, EXTEND_LEASE, FAIL, PAUSE, RELEASE, RESUME, SLEEP, Transition, retry_after,
+    BACKED_OFF, CANCEL, CANCELED, COMPLETE, COMPLETED, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD, PAUSE,
+    PAUSED, RELEASE, RELEASED, RESUME, RESUMED, SLEEP, SLEEPING, Transition, gives_up,
+    released_attempts, retry_after,
 };
 
 use crate::MemoryStore;
@@ -53,10 +55,9 @@ impl MemoryStore {
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
         let until = storable(until)?;
-        self.transition(&SLEEP, run_id, Some(worker_id), |run, _| {
-            run.status = RunStatus::Sleeping;
+        self.transition(&SLEEP, run_id, Some(worker_id), |run, tx| {
+            SLEEPING.apply(run, tx.now);
             run.available_at = Some(until);
-            run.worker_id = None;
             Ok(())
         })
     }
@@ -78,33 +79,20 @@ impl MemoryStore {
                 Some(run) if FAIL.admits(&run, worker) => run,
                 current => return Err(FAIL.miss(params.run_id, worker, current.as_ref())),
             };
-            // Decided under the lock, on the attempt just read; a retry that would start
-            // at or after the deadline is no retry.
-            let retry_at = match retry_after(&run, params.force) {
-                None => None,
-                Some(wait) => {
-                    let at = tx.plus(wait)?;
-                    run.deadline_at
-                        .is_none_or(|deadline| at < deadline)
-                        .then_some(at)
-                }
-            };
+            // Decided under the lock, on the attempt just read.
+            let retry_at = retry_after(&run, params.force)
+                .map(|wait| tx.plus(wait))
+                .transpose()?;
+            let retry_at = retry_at.filter(|_| !gives_up(retry_at, run.deadline_at));
             transition_in(tx, &FAIL, params.run_id, worker, |run, tx| {
                 match retry_at {
                     Some(at) => {
-                        run.status = RunStatus::Pending;
+                        BACKED_OFF.apply(run, tx.now);
                         run.available_at = Some(at);
-                        run.finished_at = None;
                     }
-                    None => {
-                        run.status = RunStatus::Failed;
-                        run.available_at = None;
-                        run.finished_at = Some(tx.now);
-                    }
+                    None => FAILED_FOR_GOOD.apply(run, tx.now),
                 }
                 run.error = Some(params.error);
-                run.worker_id = None;
-                run.started_at = None;
                 Ok(())
             })
         })
@@ -118,38 +106,32 @@ impl MemoryStore {
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
         self.transition(&RELEASE, run_id, Some(worker_id), |run, tx| {
-            run.available_at = Some(tx.plus(delay)?);
-            run.status = RunStatus::Pending;
-            run.attempts = (run.attempts - 1).max(0);
-            run.worker_id = None;
+            let available_at = tx.plus(delay)?;
+            RELEASED.apply(run, tx.now);
+            run.available_at = Some(available_at);
             run.error = Some(reason);
+            run.attempts = released_attempts(run.attempts);
             Ok(())
         })
     }
 
     pub(crate) fn cancel_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.transition(&CANCEL, run_id, None, |run, tx| {
-            run.status = RunStatus::Canceled;
-            run.worker_id = None;
-            run.available_at = None;
-            run.finished_at = Some(tx.now);
+            CANCELED.apply(run, tx.now);
             Ok(())
         })
     }
 
     pub(crate) fn pause_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.transition(&PAUSE, run_id, None, |run, _| {
-            run.status = RunStatus::Paused;
-            run.worker_id = None;
-            run.available_at = None;
+        self.transition(&PAUSE, run_id, None, |run, tx| {
+            PAUSED.apply(run, tx.now);
             Ok(())
         })
     }
 
     pub(crate) fn resume_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.transition(&RESUME, run_id, None, |run, tx| {
-            run.status = RunStatus::Pending;
-            run.available_at = Some(tx.now);
+            RESUMED.apply(run, tx.now);
             Ok(())
         })
     }
@@ -163,11 +145,8 @@ pub(crate) fn complete_in(
     output: Value,
 ) -> StoreResult<WorkflowRun> {
     transition_in(tx, &COMPLETE, run_id, Some(worker_id), |run, tx| {
-        run.status = RunStatus::Completed;
+        COMPLETED.apply(run, tx.now);
         run.output = Some(output);
-        run.error = None;
-        run.available_at = None;
-        run.finished_at = Some(tx.now);
         Ok(())
     })
 }

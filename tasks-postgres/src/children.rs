@@ -23,7 +23,9 @@ use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::ChildStore;
 use tasks_core::store::Notification;
-use tasks_core::transition::{EXPIRE, status_in};
+use tasks_core::transition::{
+    CANCELED, CREATED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in,
+};
 use uuid::Uuid;
 
 use sqlx::{FromRow as _, Row as _};
@@ -95,8 +97,7 @@ pub(super) fn expire_ctes() -> String {
               FOR UPDATE SKIP LOCKED
          ), expired AS (
              UPDATE tasks.workflow_runs
-                SET status = 'failed', error = $5, worker_id = NULL, available_at = NULL,
-                    finished_at = now(), updated_at = now()
+                SET {expired}, updated_at = now()
               WHERE ctid = ANY(ARRAY(
                         SELECT e.ctid FROM expiring e
                          WHERE e.parent_run_id IS NULL
@@ -114,6 +115,7 @@ pub(super) fn expire_ctes() -> String {
           RETURNING p.id
          )",
         expire = status_in("", EXPIRE.from),
+        expired = EXPIRED.set_sql("now()", &[(Column::Error, "$5")]),
         set = wake_parent_set("p.", "now()", "e.ended"),
     )
 }
@@ -132,12 +134,12 @@ pub(super) fn cascade_ctes() -> String {
               WHERE c.cancel_with_parent
          ), cascaded AS (
              UPDATE tasks.workflow_runs r
-                SET status = 'canceled', worker_id = NULL, available_at = NULL,
-                    finished_at = now(), updated_at = now()
+                SET {canceled}, updated_at = now()
                FROM tree t
               WHERE r.namespace = t.namespace AND r.id = t.id AND {live}
           RETURNING r.id)",
         live = status_in("r.", CASCADE_FROM),
+        canceled = CANCELED.set_sql("now()", &[]),
     )
 }
 
@@ -274,10 +276,11 @@ impl PgStore {
                   priority, concurrency_key, concurrency_limit,
                   parent_step_attempt_namespace, parent_step_attempt_id, parent_run_id,
                   cancel_with_parent, traceparent, tracestate, queue)
-             VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, 0,
+             VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, 0,
                      COALESCE($8, now() + $10 * INTERVAL '1 millisecond', now()), $9, now(),
                      now(), $11, $12, $13, $1, $14, $15, $16, $17, $18, $19)
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let child = sqlx::query_as::<_, RunRow>(&insert_run)
             .bind(&*self.namespace)
@@ -378,10 +381,16 @@ impl PgStore {
         if live > 0 {
             let sql = format!(
                 "UPDATE tasks.workflow_runs
-                    SET status = 'sleeping', available_at = $3, worker_id = NULL,
-                        awaiting_children = $4, updated_at = now()
+                    SET {parked}, updated_at = now()
                   WHERE namespace = $1 AND id = $2
-              RETURNING {RUN_COLUMNS}"
+              RETURNING {RUN_COLUMNS}",
+                parked = PARKED_ON_CHILDREN.set_sql(
+                    "now()",
+                    &[
+                        (Column::AvailableAt, "$3"),
+                        (Column::AwaitingChildren, "$4")
+                    ]
+                ),
             );
             let row = sqlx::query(&sql)
                 .bind(&*self.namespace)

@@ -24,8 +24,9 @@ use super::rows::RUN_COLUMNS;
 use super::{children, prefixed};
 use tasks_core::model::RunStatus;
 use tasks_core::transition::{
-    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, PENDING_ORDER, TAKES_QUEUE_SLOT,
-    TAKES_SLOT, admitted, is_start, key_limit, pending_order, queue_slots_held,
+    CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Column, PENDING_ORDER,
+    TAKES_QUEUE_SLOT, TAKES_SLOT, admitted, claimed_attempts_sql, claimed_started_at_sql,
+    first_execution_sql, is_start, key_limit, pending_order, queue_slots_held,
     rate_starts_left_sql, rate_window_set_sql, slots_held, stale_workers, status_in,
 };
 #[cfg(doc)]
@@ -203,9 +204,11 @@ fn render_claim_runs_sql(by_queue: bool) -> String {
                        AND r.concurrency_key IS NULL AND r.available_at <= now()
                        AND (r.deadline_at IS NULL OR r.deadline_at > now())
                        AND ($8::text[] IS NULL OR r.workflow_name = ANY($8))
+                       -- A queue whose rate window has no start left waits for the next one
+                       -- to start runs; a run that started before is no start and goes on.
+                       AND NOT ({{start_r}} AND COALESCE(o.starts_left, 1) = 0)
                      ORDER BY {{keyed_order}}
-                     -- A queue whose rate window has no start left waits for the next one.
-                     LIMIT LEAST(COALESCE(o.concurrency - o.held, $6), COALESCE(o.starts_left, $6), $6)
+                     LIMIT LEAST(COALESCE(o.concurrency - o.held, $6), $6)
                 ) c
              ),
              -- Sleeping runs without a key of the queues with a concurrency limit, whose
@@ -679,14 +682,11 @@ fn recovered(gate: &str) -> String {
 
 /// The claim's last part, the same in both statements: the update that claims the chosen
 /// runs, and the rows returned. Its placeholders are replaced with the statement's.
-fn claimed_tail() -> &'static str {
-    "claimed AS (
+fn claimed_tail() -> String {
+    format!(
+        "claimed AS (
              UPDATE tasks.workflow_runs wr
-                SET status = 'running', worker_id = $2,
-                    -- Waking from a durable sleep continues the same attempt.
-                    attempts = wr.attempts + CASE WHEN wr.status = 'sleeping' THEN 0 ELSE 1 END,
-                    available_at = now() + $3 * INTERVAL '1 millisecond',
-                    started_at = COALESCE(wr.started_at, now()), updated_at = now()
+                SET {claimed}, updated_at = now()
               -- The locked rows by their physical address (stable: we hold their locks), so
               -- the update visits exactly them whatever the planner believes about the
               -- namespace. A join on the key could scan every run of a namespace whose
@@ -698,9 +698,22 @@ fn claimed_tail() -> &'static str {
                 -- A parent woken by an expired child is written by `woken` in this
                 -- statement: it waits for the next claim.
                 AND wr.id <> ALL(ARRAY(SELECT id FROM woken))
-          RETURNING {returning}, (wr.attempts = 1 AND wr.started_at = now() AND wr.forked_from_run_id IS NULL) AS first_execution
+          RETURNING {{returning}}, {first_execution} AS first_execution
              )
              SELECT claimed.*, false AS expired FROM claimed
              UNION ALL
-             SELECT expired.*, false, true FROM expired"
+             SELECT expired.*, false, true FROM expired",
+        // A claim counts an attempt unless it wakes a sleep; the first claim sets
+        // `started_at`.
+        claimed = CLAIMED.set_sql(
+            "now()",
+            &[
+                (Column::WorkerId, "$2"),
+                (Column::AvailableAt, "now() + $3 * INTERVAL '1 millisecond'"),
+                (Column::Attempts, &claimed_attempts_sql("wr.")),
+                (Column::StartedAt, &claimed_started_at_sql("wr.", "now()")),
+            ],
+        ),
+        first_execution = first_execution_sql("wr.", "now()"),
+    )
 }

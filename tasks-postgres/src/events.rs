@@ -27,9 +27,11 @@ use uuid::Uuid;
 use sqlx::Row as _;
 
 use super::PgStore;
-use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::events::{
+    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+};
 use tasks_core::model::StepKind;
-use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 /// Columns of `events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
@@ -233,7 +235,7 @@ impl PgStore {
                     .map_err(db(OPERATION))?
                     .try_get(0)
                     .map_err(db(OPERATION))?;
-                if until > now {
+                if wait_step(false, until, now) == WaitStep::Park {
                     let run = self.park(&mut tx, &params, until).await?;
                     tx.commit().await.map_err(db(OPERATION))?;
                     self.announce_now(&WAIT_EVENT, &run).await;
@@ -334,10 +336,13 @@ impl PgStore {
         limits::check_time(limits::Field::EventTimeout, until)?;
         let sql = format!(
             "UPDATE tasks.workflow_runs
-                SET status = 'sleeping', available_at = $3, worker_id = NULL, wait_topic = $4,
-                    updated_at = now()
+                SET {parked}, updated_at = now()
               WHERE namespace = $1 AND id = $2
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            parked = PARKED_ON_EVENT.set_sql(
+                "now()",
+                &[(Column::AvailableAt, "$3"), (Column::WaitTopic, "$4")]
+            ),
         );
         let row = sqlx::query(&sql)
             .bind(&*self.namespace)

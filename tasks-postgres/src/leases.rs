@@ -23,7 +23,9 @@ use tasks_core::queue::ClaimFilter;
 use tasks_core::store::LeaseStore;
 use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
 use tasks_core::transition::{
-    CLAIM_PENDING, COMPLETE, EXTEND_LEASE, FAIL, RELEASE, SLEEP, forgettable_workers, retry_after,
+    BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
+    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql, forgettable_workers,
+    gives_up_sql, retry_after,
 };
 use uuid::Uuid;
 
@@ -118,8 +120,8 @@ impl LeaseStore for PgStore {
     ) -> StoreResult<WorkflowRun> {
         limits::check_worker_id(worker_id)?;
         limits::check_time(Field::Sleep, until)?;
-        let set = "status = 'sleeping', available_at = $4, worker_id = NULL";
-        self.transition(&SLEEP, set, run_id, Some(worker_id), |q| q.bind(until))
+        let set = SLEEPING.set_sql("now()", &[(Column::AvailableAt, "$4")]);
+        self.transition(&SLEEP, &set, run_id, Some(worker_id), |q| q.bind(until))
             .await
     }
 
@@ -141,9 +143,8 @@ impl LeaseStore for PgStore {
         }
         // The batch refuses a run that changed while it ran (a heartbeat extending the
         // lease, say); this statement re-checks the fence on the run's newest version.
-        let set = "status = 'completed', output = $4, error = NULL, available_at = NULL, \
-                   finished_at = now()";
-        self.transition(&COMPLETE, set, run_id, Some(worker_id), |q| q.bind(output))
+        let set = COMPLETED.set_sql("now()", &[(Column::Output, "$4")]);
+        self.transition(&COMPLETE, &set, run_id, Some(worker_id), |q| q.bind(output))
             .await
     }
 
@@ -181,16 +182,19 @@ impl LeaseStore for PgStore {
         };
         // The decision was made on the attempt just read: the write applies only to it.
         let retry = retry_after(&run, params.force).map(millis);
-        let set = "status = CASE WHEN d.give_up THEN 'failed' ELSE 'pending' END,
-                   available_at = CASE WHEN d.give_up THEN NULL
-                                       ELSE now() + $5 * INTERVAL '1 millisecond' END,
-                   finished_at = CASE WHEN d.give_up THEN now() ELSE NULL END,
-                   error = $4, worker_id = NULL, started_at = NULL";
+        let retry_at = "(now() + $5::bigint * INTERVAL '1 millisecond')";
+        let set = either_set_sql(
+            "d.give_up",
+            (&FAILED_FOR_GOOD, &[(Column::Error, "$4")]),
+            (
+                &BACKED_OFF,
+                &[(Column::Error, "$4"), (Column::AvailableAt, retry_at)],
+            ),
+            "now()",
+        );
         let sql = format!(
             "WITH {parent_lock}, d AS (
-                SELECT ($5::bigint IS NULL
-                        OR (deadline_at IS NOT NULL
-                            AND now() + $5 * INTERVAL '1 millisecond' >= deadline_at)) AS give_up
+                SELECT {give_up} AS give_up
                   FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2
              ), done AS (
              UPDATE tasks.workflow_runs wr SET {set}, updated_at = now()
@@ -202,6 +206,7 @@ impl LeaseStore for PgStore {
              SELECT * FROM done",
             parent_lock = children::PARENT_LOCK,
             parent_first = children::PARENT_FIRST,
+            give_up = gives_up_sql(retry_at, "deadline_at"),
             fence = FAIL.fence("wr.", "$3"),
             returning = prefixed("wr", RUN_COLUMNS),
             woken = children::wake_parent_cte(),
@@ -240,9 +245,15 @@ impl LeaseStore for PgStore {
         limits::check_worker_id(worker_id)?;
         limits::check_duration(Field::Delay, delay)?;
         limits::check_json(Field::Error, &reason)?;
-        let set = "status = 'pending', attempts = GREATEST(attempts - 1, 0), worker_id = NULL,
-                   available_at = now() + $4 * INTERVAL '1 millisecond', error = $5";
-        self.transition(&RELEASE, set, run_id, Some(worker_id), |q| {
+        let set = RELEASED.set_sql(
+            "now()",
+            &[
+                (Column::AvailableAt, "now() + $4 * INTERVAL '1 millisecond'"),
+                (Column::Error, "$5"),
+                (Column::Attempts, RELEASED_ATTEMPTS_SQL),
+            ],
+        );
+        self.transition(&RELEASE, &set, run_id, Some(worker_id), |q| {
             q.bind(millis(delay)).bind(reason)
         })
         .await

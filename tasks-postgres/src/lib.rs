@@ -55,8 +55,8 @@ use tasks_core::store::{
     CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
 };
 use tasks_core::transition::{
-    EXPIRE, JSON_COLUMNS, QUARANTINE, Transition, deadline_error, explain_step_miss, interrupted,
-    keyed_candidates, quarantine_error,
+    CREATED, Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
+    explain_step_miss, interrupted, keyed_candidates, quarantine_error,
 };
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
@@ -433,21 +433,20 @@ impl PgStore {
         tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
         // Every right-hand side reads the row as it was; `error` is replaced in any case.
         let mut moved = Vec::new();
-        let mut set = String::from(
-            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = now()",
-        );
+        let mut resets = String::new();
         for (column, empty) in JSON_COLUMNS {
             if columns.contains(column) {
                 moved.push(format!("'{column}', {column}::text"));
                 if *column != "error" {
-                    set.push_str(&format!(", {column} = {empty}"));
+                    resets.push_str(&format!(", {column} = {empty}"));
                 }
             }
         }
-        set.push_str(&format!(
-            ", error = $4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
+        let error = format!(
+            "$4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
             moved.join(", ")
-        ));
+        );
+        let set = QUARANTINED.set_sql("now()", &[(Column::Error, &error)]) + &resets;
         let error = quarantine_error(run_id, reason);
         let failed = self
             .transition(&QUARANTINE, &set, run_id, Some(worker_id), |q| {
@@ -654,12 +653,13 @@ async fn insert_run(
               input, attempts, available_at, deadline_at, created_at, updated_at,
               priority, concurrency_key, concurrency_limit,
               idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
-         VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, 0,
+         VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, $8, 0,
                  COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
                  $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18, $19)
          ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
          DO NOTHING
-         RETURNING {RUN_COLUMNS}"
+         RETURNING {RUN_COLUMNS}",
+        created = CREATED.as_str(),
     );
     sqlx::query_as::<_, RunRow>(&sql)
         .bind(namespace)

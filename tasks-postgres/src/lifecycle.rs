@@ -10,7 +10,9 @@ use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;
-use tasks_core::transition::{CANCEL, PAUSE, RESUME};
+use tasks_core::transition::{
+    CANCEL, CANCELED, CREATED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED,
+};
 use uuid::Uuid;
 
 use super::PgStore;
@@ -23,10 +25,11 @@ impl PgStore {
     /// run's creation time): the claim then sees that the run executed before and loads its
     /// history, which a first execution skips.
     pub(super) async fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = now(), retried_at = now(),
-                   attempts = 0, worker_id = NULL, output = NULL, error = NULL,
-                   started_at = COALESCE(started_at, created_at), finished_at = NULL";
-        self.transition(&RETRY, set, run_id, None, |q| q).await
+        let set = RETRIED.set_sql(
+            "now()",
+            &[(Column::StartedAt, "COALESCE(started_at, created_at)")],
+        );
+        self.transition(&RETRY, &set, run_id, None, |q| q).await
     }
 
     /// [`LifecycleStore::fork_run`] in one statement: the source run is
@@ -55,7 +58,7 @@ impl PgStore {
                      (namespace, id, workflow_name, version, status, config, context, input,
                       attempts, available_at, forked_from_run_id, forked_from_step,
                       created_at, updated_at, traceparent, tracestate, queue)
-                 SELECT $1, $3, src.workflow_name, src.version, 'pending', src.config,
+                 SELECT $1, $3, src.workflow_name, src.version, '{created}', src.config,
                         src.context, src.input, 0, now(), src.id, $4, now(), now(),
                         src.traceparent, src.tracestate, src.queue
                    FROM src, boundary
@@ -75,6 +78,7 @@ impl PgStore {
              )
              SELECT {RUN_COLUMNS} FROM forked",
             fence = FORK.fence("", "NULL"),
+            created = CREATED.as_str(),
         );
         let row = sqlx::query(&sql)
             .bind(&*self.namespace)
@@ -103,18 +107,18 @@ impl PgStore {
 #[async_trait]
 impl LifecycleStore for PgStore {
     async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = now()";
-        self.transition(&CANCEL, set, run_id, None, |q| q).await
+        let set = CANCELED.set_sql("now()", &[]);
+        self.transition(&CANCEL, &set, run_id, None, |q| q).await
     }
 
     async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
-        self.transition(&PAUSE, set, run_id, None, |q| q).await
+        let set = PAUSED.set_sql("now()", &[]);
+        self.transition(&PAUSE, &set, run_id, None, |q| q).await
     }
 
     async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = now()";
-        self.transition(&RESUME, set, run_id, None, |q| q).await
+        let set = RESUMED.set_sql("now()", &[]);
+        self.transition(&RESUME, &set, run_id, None, |q| q).await
     }
 
     async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {

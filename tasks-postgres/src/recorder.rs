@@ -33,7 +33,7 @@ use super::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::RecordStepAttempt;
-use tasks_core::transition::{COMPLETE, RECORD_STEP};
+use tasks_core::transition::{COMPLETE, COMPLETED, Column, RECORD_STEP};
 
 /// Most records in one statement.
 const BATCH: usize = 256;
@@ -454,8 +454,7 @@ pub(crate) fn complete_runs_sql() -> &'static str {
                   WHERE {fence} AND w.parent_run_id IS NULL
              ), done AS (
                  UPDATE tasks.workflow_runs wr
-                    SET status = 'completed', output = t.output::jsonb, error = NULL,
-                        available_at = NULL, finished_at = now(), updated_at = now()
+                    SET {completed}, updated_at = now()
                    FROM targets t
                   WHERE wr.ctid = ANY(ARRAY(SELECT tid FROM targets)) AND wr.ctid = t.tid
               RETURNING {returning}
@@ -469,6 +468,7 @@ pub(crate) fn complete_runs_sql() -> &'static str {
              SELECT {RUN_COLUMNS} FROM done",
             rows = step_rows(5),
             fence = COMPLETE.fence("w.", "c.worker_id"),
+            completed = COMPLETED.set_sql("now()", &[(Column::Output, "t.output::jsonb")]),
             returning = super::prefixed("wr", RUN_COLUMNS),
         )
     });

@@ -20,7 +20,7 @@ use tasks_core::store::ScheduleStore;
 use sqlx::Row as _;
 
 use super::{PgStore, insert_run};
-use tasks_core::schedule::{CatchUp, check_name};
+use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `schedules`, in the order of [`ScheduleRow`].
@@ -139,7 +139,7 @@ impl PgStore {
                 let timezone: String = existing.try_get("timezone").map_err(db(OPERATION))?;
                 let kept: Option<DateTime<Utc>> =
                     existing.try_get("next_slot").map_err(db(OPERATION))?;
-                let next_slot = if cron == params.cron && timezone == params.timezone {
+                let next_slot = if keeps_slot(&cron, &timezone, &params) {
                     kept
                 } else {
                     first_slot(now)

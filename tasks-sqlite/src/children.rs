@@ -26,7 +26,8 @@ use super::{SqliteStore, Write, fetch_run};
 use tasks_core::children::{ChildOutcome, missing_child};
 use tasks_core::model::{StepKind, StepStatus};
 use tasks_core::transition::{
-    CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
+    CANCELED, CASCADE_FROM, CREATED, Column, FINISHED, PARKED_ON_CHILDREN, START_CHILD,
+    WAIT_CHILDREN, status_in, wake_parent_set,
 };
 
 impl SqliteStore {
@@ -52,8 +53,7 @@ impl SqliteStore {
         if cascade {
             let sql = format!(
                 "UPDATE tasks_workflow_runs
-                    SET status = 'canceled', worker_id = NULL, available_at = NULL,
-                        finished_at = ?3, updated_at = ?3
+                    SET {canceled}, updated_at = ?3
                   WHERE namespace = ?1 AND {live} AND id IN (
                         WITH RECURSIVE tree (id) AS (
                             SELECT c.id FROM tasks_workflow_runs c
@@ -66,6 +66,7 @@ impl SqliteStore {
                         SELECT id FROM tree)
               RETURNING id",
                 live = status_in("", CASCADE_FROM),
+                canceled = CANCELED.set_sql("?3", &[]),
             );
             let ids: Vec<String> = sqlx::query_scalar(&sql)
                 .bind(&*self.namespace)
@@ -192,9 +193,10 @@ impl SqliteStore {
                   priority, concurrency_key, concurrency_limit,
                   parent_step_attempt_namespace, parent_step_attempt_id, parent_run_id,
                   cancel_with_parent, traceparent, tracestate, queue)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, 0, COALESCE(?8, ?10), ?9, ?10, ?10,
+             VALUES (?1, ?2, ?3, ?4, '{created}', ?5, ?6, ?7, 0, COALESCE(?8, ?10), ?9, ?10, ?10,
                      ?11, ?12, ?13, ?1, ?14, ?15, ?16, ?17, ?18, ?19)
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let child = sqlx::query_as::<_, RunRow>(&insert_run)
             .bind(&*self.namespace)
@@ -289,10 +291,16 @@ impl SqliteStore {
         if live > 0 {
             let sql = format!(
                 "UPDATE tasks_workflow_runs
-                    SET status = 'sleeping', available_at = ?3, worker_id = NULL,
-                        awaiting_children = ?4, updated_at = ?5
+                    SET {parked}, updated_at = ?5
                   WHERE namespace = ?1 AND id = ?2
-              RETURNING {RUN_COLUMNS}"
+              RETURNING {RUN_COLUMNS}",
+                parked = PARKED_ON_CHILDREN.set_sql(
+                    "?5",
+                    &[
+                        (Column::AvailableAt, "?3"),
+                        (Column::AwaitingChildren, "?4")
+                    ]
+                ),
             );
             let run = sqlx::query_as::<_, RunRow>(&sql)
                 .bind(&*self.namespace)

@@ -22,9 +22,11 @@ use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
 use super::{SqliteStore, Write, fetch_run};
-use tasks_core::events::{EventTarget, not_found, received_output, timed_out_output, wait_until};
+use tasks_core::events::{
+    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+};
 use tasks_core::model::{StepKind, StepStatus};
-use tasks_core::transition::{SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 
 /// Columns of `tasks_events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
@@ -222,7 +224,7 @@ impl SqliteStore {
             Some(row) => received_output(&row.into_event(OPERATION)?),
             None => {
                 let until = wait_until(&attempt);
-                if until > write.now {
+                if wait_step(false, until, write.now) == WaitStep::Park {
                     let run = self.park(&mut write, &params, until).await?;
                     write.commit().await?;
                     for notification in WAIT_EVENT.announcements(&run) {
@@ -325,10 +327,13 @@ impl SqliteStore {
         const OPERATION: Operation = Operation::WaitForEvent;
         let sql = format!(
             "UPDATE tasks_workflow_runs
-                SET status = 'sleeping', available_at = ?3, worker_id = NULL, wait_topic = ?4,
-                    updated_at = ?5
+                SET {parked}, updated_at = ?5
               WHERE namespace = ?1 AND id = ?2
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            parked = PARKED_ON_EVENT.set_sql(
+                "?5",
+                &[(Column::AvailableAt, "?3"), (Column::WaitTopic, "?4")]
+            ),
         );
         let now = write.now();
         sqlx::query_as::<_, RunRow>(&sql)

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{self};
 use super::{SqliteStore, fetch_run};
-use tasks_core::transition::{FORK, RETRY};
+use tasks_core::transition::{CREATED, Column, FORK, RETRIED, RETRY, fork_boundary};
 
 impl SqliteStore {
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
@@ -23,11 +23,12 @@ impl SqliteStore {
     /// run's creation time): the claim then sees that the run executed before and loads its
     /// history, which a first execution skips.
     pub(super) async fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = ?4, retried_at = ?4,
-                   attempts = 0, worker_id = NULL, output = NULL, error = NULL,
-                   started_at = COALESCE(started_at, created_at), finished_at = NULL";
+        let set = RETRIED.set_sql(
+            "?4",
+            &[(Column::StartedAt, "COALESCE(started_at, created_at)")],
+        );
         let write = self.begin_write(RETRY.operation).await?;
-        self.transition_in(write, &RETRY, set, run_id, None, |q, _| Ok(q))
+        self.transition_in(write, &RETRY, &set, run_id, None, |q, _| Ok(q))
             .await
     }
 
@@ -59,7 +60,8 @@ impl SqliteStore {
         .fetch_all(write.conn())
         .await
         .map_err(db(operation))?;
-        let Some(boundary) = attempts.iter().position(|(_, name)| name == from_step) else {
+        let names = attempts.iter().map(|(_, name)| name.as_str());
+        let Some(boundary) = fork_boundary(names, from_step) else {
             return Err(StoreError::UnknownStep {
                 run_id,
                 step_name: from_step.to_owned(),
@@ -71,10 +73,11 @@ impl SqliteStore {
                  (namespace, id, workflow_name, version, status, config, context, input,
                   attempts, available_at, forked_from_run_id, forked_from_step,
                   created_at, updated_at, traceparent, tracestate, queue)
-             SELECT namespace, ?3, workflow_name, version, 'pending', config, context, input,
+             SELECT namespace, ?3, workflow_name, version, '{created}', config, context, input,
                     0, ?5, id, ?4, ?5, ?5, traceparent, tracestate, queue
                FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2
-          RETURNING {RUN_COLUMNS}"
+          RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let row = sqlx::query_as::<_, RunRow>(&sql)
             .bind(&*self.namespace)

@@ -23,6 +23,11 @@ use super::rows::{self, ClaimRow};
 use super::{SqliteStore, Write, fetch_run};
 use tasks_core::store::{Cursor, PageQuery};
 use tasks_core::transition::{
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, PAUSED,
+    QUARANTINED, RELEASED, RELEASED_ATTEMPTS_SQL, RESUMED, SLEEPING, claimed_attempts_sql,
+    claimed_started_at_sql, either_set_sql, first_execution_sql, gives_up_sql,
+};
+use tasks_core::transition::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
     EXTEND_LEASE, FAIL, JSON_COLUMNS, PAUSE, PENDING_ORDER, QUARANTINE, RELEASE, RESUME, SLEEP,
     TAKES_QUEUE_SLOT, TAKES_SLOT, Transition, admitted, deadline_error, forgettable_workers,
@@ -183,12 +188,13 @@ impl SqliteStore {
                   input, attempts, available_at, deadline_at, created_at, updated_at,
                   priority, concurrency_key, concurrency_limit,
                   idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
+             VALUES (?1, ?2, ?3, ?4, '{created}', ?5, ?6, ?7, ?8, 0, COALESCE(?9, ?11), ?10, ?11, ?11,
                      ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
              ON CONFLICT (namespace, workflow_name, idempotency_key)
                  WHERE idempotency_key IS NOT NULL
              DO NOTHING
-             RETURNING {RUN_COLUMNS}"
+             RETURNING {RUN_COLUMNS}",
+            created = CREATED.as_str(),
         );
         let available_at = match (available_at, params.delay) {
             (None, Some(delay)) => Some(write.now_plus(delay)?),
@@ -295,12 +301,12 @@ impl SqliteStore {
         // other: their parents are woken in this transaction, their finish announced.
         let expire = format!(
             "UPDATE tasks_workflow_runs
-                SET status = 'failed', error = ?3, worker_id = NULL, available_at = NULL,
-                    finished_at = ?2, updated_at = ?2
-              WHERE namespace = ?1 AND {}
+                SET {expired}, updated_at = ?2
+              WHERE namespace = ?1 AND {from}
                 AND deadline_at IS NOT NULL AND deadline_at <= ?2
           RETURNING id, parent_run_id",
-            status_in("", EXPIRE.from)
+            expired = EXPIRED.set_sql("?2", &[(Column::Error, "?3")]),
+            from = status_in("", EXPIRE.from)
         );
         let expired: Vec<(String, Option<String>)> = sqlx::query_as(&expire)
             .bind(&*self.namespace)
@@ -365,10 +371,7 @@ impl SqliteStore {
                   FROM json_each(?7)
              )
              UPDATE tasks_workflow_runs
-                SET status = 'running', worker_id = ?3,
-                    -- Waking from a durable sleep continues the same attempt.
-                    attempts = attempts + CASE WHEN status = 'sleeping' THEN 0 ELSE 1 END,
-                    available_at = ?4, started_at = COALESCE(started_at, ?2), updated_at = ?2
+                SET {claimed}, updated_at = ?2
               WHERE namespace = ?1 AND id IN (
                 SELECT id FROM (
                   SELECT q.*, row_number() OVER (
@@ -436,7 +439,19 @@ impl SqliteStore {
                  WHERE NOT qtakes OR {queue_admitted}
                  ORDER BY grp, {order}
                  LIMIT ?5)
-          RETURNING {RUN_COLUMNS}, (attempts = 1 AND started_at = ?2 AND forked_from_run_id IS NULL) AS first_execution",
+          RETURNING {RUN_COLUMNS}, {first_execution} AS first_execution",
+            // A claim counts an attempt unless it wakes a sleep; the first claim sets
+            // `started_at`.
+            claimed = CLAIMED.set_sql(
+                "?2",
+                &[
+                    (Column::WorkerId, "?3"),
+                    (Column::AvailableAt, "?4"),
+                    (Column::Attempts, &claimed_attempts_sql("")),
+                    (Column::StartedAt, &claimed_started_at_sql("", "?2")),
+                ],
+            ),
+            first_execution = first_execution_sql("", "?2"),
             claimable = status_in("r.", &claimable),
             grp = claim_group,
             pending = status_in("r.", CLAIM_PENDING.from),
@@ -556,10 +571,7 @@ impl SqliteStore {
             .map(|(column, text)| ((*column).to_owned(), Value::String(text.clone())))
             .collect();
         error["quarantined"] = Value::Object(moved);
-        let mut set = String::from(
-            "status = 'failed', worker_id = NULL, available_at = NULL, finished_at = ?4, \
-             updated_at = ?4, error = ?5",
-        );
+        let mut set = QUARANTINED.set_sql("?4", &[(Column::Error, "?5")]) + ", updated_at = ?4";
         for (column, empty) in JSON_COLUMNS {
             if *column != "error" && columns.iter().any(|(bad, _)| bad == column) {
                 set.push_str(&format!(", {column} = {empty}"));
@@ -660,8 +672,8 @@ impl SqliteStore {
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
         let until = rows::ts(until)?;
-        let set = "status = 'sleeping', available_at = ?5, worker_id = NULL";
-        self.transition(&SLEEP, set, run_id, Some(worker_id), |q, _| {
+        let set = SLEEPING.set_sql("?4", &[(Column::AvailableAt, "?5")]);
+        self.transition(&SLEEP, &set, run_id, Some(worker_id), |q, _| {
             Ok(q.bind(until))
         })
         .await
@@ -685,10 +697,9 @@ impl SqliteStore {
         worker_id: &str,
         output: &Value,
     ) -> StoreResult<WorkflowRun> {
-        let set = "status = 'completed', output = ?5, error = NULL, available_at = NULL, \
-                   finished_at = ?4";
+        let set = COMPLETED.set_sql("?4", &[(Column::Output, "?5")]);
         let output = rows::json(output);
-        self.transition_in(write, &COMPLETE, set, run_id, Some(worker_id), |q, _| {
+        self.transition_in(write, &COMPLETE, &set, run_id, Some(worker_id), |q, _| {
             Ok(q.bind(output))
         })
         .await
@@ -702,23 +713,22 @@ impl SqliteStore {
             Some(run) if FAIL.admits(&run, Some(worker_id)) => run,
             current => return Err(FAIL.miss(run_id, Some(worker_id), current.as_ref())),
         };
-        // Decided under the write lock, on the attempt just read.
-        let retry_at = match retry_after(&run, params.force) {
-            None => None,
-            Some(wait) => {
-                let at = write.now_plus(wait)?;
-                let before_deadline = match run.deadline_at {
-                    Some(deadline) => at < rows::ts_bound(deadline),
-                    None => true,
-                };
-                before_deadline.then_some(at)
-            }
-        };
-        let set = "status = CASE WHEN ?5 IS NULL THEN 'failed' ELSE 'pending' END,
-                   available_at = ?5, finished_at = CASE WHEN ?5 IS NULL THEN ?4 END,
-                   error = ?6, worker_id = NULL, started_at = NULL";
+        // Decided under the write lock, on the attempt just read; the statement gives up
+        // when the retry would start at or after the deadline.
+        let retry_at = retry_after(&run, params.force)
+            .map(|wait| write.now_plus(wait))
+            .transpose()?;
+        let set = either_set_sql(
+            &gives_up_sql("?5", "deadline_at"),
+            (&FAILED_FOR_GOOD, &[(Column::Error, "?6")]),
+            (
+                &BACKED_OFF,
+                &[(Column::Error, "?6"), (Column::AvailableAt, "?5")],
+            ),
+            "?4",
+        );
         let error = rows::json(&params.error);
-        self.transition_in(write, &FAIL, set, run_id, Some(worker_id), |q, _| {
+        self.transition_in(write, &FAIL, &set, run_id, Some(worker_id), |q, _| {
             Ok(q.bind(retry_at).bind(error))
         })
         .await
@@ -731,30 +741,36 @@ impl SqliteStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', attempts = MAX(attempts - 1, 0), worker_id = NULL,
-                   available_at = ?5, error = ?6";
+        let set = RELEASED.set_sql(
+            "?4",
+            &[
+                (Column::AvailableAt, "?5"),
+                (Column::Error, "?6"),
+                (Column::Attempts, RELEASED_ATTEMPTS_SQL),
+            ],
+        );
         let reason = rows::json(&reason);
-        self.transition(&RELEASE, set, run_id, Some(worker_id), |q, w| {
+        self.transition(&RELEASE, &set, run_id, Some(worker_id), |q, w| {
             Ok(q.bind(w.now_plus(delay)?).bind(reason))
         })
         .await
     }
 
     pub(super) async fn cancel_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'canceled', worker_id = NULL, available_at = NULL, finished_at = ?4";
-        self.transition(&CANCEL, set, run_id, None, |q, _| Ok(q))
+        let set = CANCELED.set_sql("?4", &[]);
+        self.transition(&CANCEL, &set, run_id, None, |q, _| Ok(q))
             .await
     }
 
     pub(super) async fn pause_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'paused', worker_id = NULL, available_at = NULL";
-        self.transition(&PAUSE, set, run_id, None, |q, _| Ok(q))
+        let set = PAUSED.set_sql("?4", &[]);
+        self.transition(&PAUSE, &set, run_id, None, |q, _| Ok(q))
             .await
     }
 
     pub(super) async fn resume_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = "status = 'pending', available_at = ?4";
-        self.transition(&RESUME, set, run_id, None, |q, _| Ok(q))
+        let set = RESUMED.set_sql("?4", &[]);
+        self.transition(&RESUME, &set, run_id, None, |q, _| Ok(q))
             .await
     }
 }

@@ -13,7 +13,7 @@ use tasks_core::store::ScheduleStore;
 
 use super::SqliteStore;
 use super::rows::{self, parse_json, parse_ts};
-use tasks_core::schedule::{CatchUp, check_name};
+use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `tasks_schedules`, in the order of [`ScheduleRow`].
@@ -99,7 +99,7 @@ impl SqliteStore {
                 return Err(StoreError::ScheduleExists { name: params.name });
             }
             Some((cron, timezone, kept)) => {
-                let next_slot = if cron == params.cron && timezone == params.timezone {
+                let next_slot = if keeps_slot(&cron, &timezone, &params) {
                     kept
                 } else {
                     first()?

@@ -4,6 +4,7 @@
 #[cfg(doc)]
 use crate::store::notify::Notification;
 
+use super::landing::{PARKED_ON_CHILDREN, PARKED_ON_EVENT};
 use super::runs::CANCEL;
 use super::{Announce, Transition, status_in};
 use crate::error::Operation;
@@ -20,6 +21,7 @@ pub const SEND_EVENT: Transition = Transition {
     from: &[Pending, Running, Sleeping, Paused],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Nothing,
     announce_status: false,
 };
@@ -34,6 +36,7 @@ pub const WAKE_ON_EVENT: Transition = Transition {
     from: &[Sleeping],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     announce_status: false,
 };
@@ -44,6 +47,7 @@ pub const WAKE_ON_EVENT: Transition = Transition {
 /// a send. Only the parking write announces (the run sleeping); the others leave the run
 /// running and announce nothing.
 pub const WAIT_EVENT: Transition = Transition {
+    lands: &[PARKED_ON_EVENT],
     announce_status: true,
     ..Transition::leased(Operation::WaitForEvent)
 };
@@ -74,6 +78,7 @@ pub const START_CHILD: Transition = Transition {
 /// [`limits::LATEST`]: crate::limits::LATEST
 /// A parked run is announced sleeping, like a durable sleep.
 pub const WAIT_CHILDREN: Transition = Transition {
+    lands: &[PARKED_ON_CHILDREN],
     announce_status: true,
     ..Transition::leased(Operation::WaitForChildren)
 };
@@ -88,6 +93,7 @@ pub const WAKE_PARENT: Transition = Transition {
     from: &[Sleeping],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     // The parent stays sleeping, claimable now, as when a sleep ends.
     announce_status: false,
@@ -125,6 +131,16 @@ pub const CASCADE_FROM: &[RunStatus] = CANCEL.from;
 /// runs a firing creates are pending now, like any created run.
 pub fn schedule_fence(slot: &str) -> String {
     format!("NOT paused AND next_slot = {slot}")
+}
+
+/// [`WAKE_PARENT`] (the rule [`wake_parent_set`] renders) on a parent that waits for
+/// `awaiting` children and is in `status`, when `ended` of its children just ended: the
+/// children it still waits for (stopping at zero), and whether it wakes, which it does when
+/// the count reaches zero from above while it is parked.
+pub fn parent_countdown(awaiting: u32, status: RunStatus, ended: u32) -> (u32, bool) {
+    let parked = WAKE_PARENT.from.contains(&status);
+    let wakes = (1..=ended).contains(&awaiting) && parked;
+    (awaiting.saturating_sub(ended), wakes)
 }
 
 #[cfg(test)]
@@ -169,5 +185,16 @@ mod tests {
     #[test]
     fn the_schedule_fence_renders_once() {
         assert_eq!(schedule_fence("$3"), "NOT paused AND next_slot = $3");
+    }
+
+    #[test]
+    fn a_parked_parent_wakes_with_its_last_child() {
+        assert_eq!(parent_countdown(2, Sleeping, 1), (1, false));
+        assert_eq!(parent_countdown(1, Sleeping, 1), (0, true));
+        assert_eq!(parent_countdown(2, Sleeping, 3), (0, true));
+        // Not parked (still running, say): counted down, not woken.
+        assert_eq!(parent_countdown(1, Running, 1), (0, false));
+        // Waiting for none: stays at zero, not woken again.
+        assert_eq!(parent_countdown(0, Sleeping, 1), (0, false));
     }
 }

@@ -11,9 +11,13 @@ use uuid::Uuid;
 #[cfg(doc)]
 use crate::error::StoreError;
 
+use super::landing::{
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, EXPIRED, FAILED_FOR_GOOD, PAUSED, QUARANTINED,
+    RELEASED, RESUMED, RETRIED, SLEEPING,
+};
 use super::{Announce, Transition, WAITABLE, status_in};
 use crate::error::Operation;
-use crate::model::{RunStatus, WorkflowRun};
+use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::retry::RetryPolicy;
 
 use RunStatus::{Canceled, Paused, Pending, Running, Sleeping};
@@ -23,18 +27,21 @@ pub const EXTEND_LEASE: Transition = Transition::leased(Operation::ExtendLease);
 
 /// Parks a running run until a given instant (a durable sleep, a long step backoff).
 pub const SLEEP: Transition = Transition {
+    lands: &[SLEEPING],
     announce_status: true,
     ..Transition::leased(Operation::SleepRun)
 };
 
 /// Completes a running run with its output.
 pub const COMPLETE: Transition = Transition {
+    lands: &[COMPLETED],
     announce: Announce::Finished,
     ..Transition::leased(Operation::CompleteRun)
 };
 
 /// Fails an attempt of a running run: pending again after [`retry_after`], or failed for good.
 pub const FAIL: Transition = Transition {
+    lands: &[FAILED_FOR_GOOD, BACKED_OFF],
     announce: Announce::Finished,
     announce_status: true,
     ..Transition::leased(Operation::FailRun)
@@ -42,6 +49,7 @@ pub const FAIL: Transition = Transition {
 
 /// Gives a claimed run back without counting its attempt.
 pub const RELEASE: Transition = Transition {
+    lands: &[RELEASED],
     announce_status: true,
     ..Transition::leased(Operation::ReleaseRun)
 };
@@ -52,6 +60,7 @@ pub const CANCEL: Transition = Transition {
     from: &[Pending, Running, Sleeping, Paused],
     leased: false,
     done: &[Canceled],
+    lands: &[CANCELED],
     announce: Announce::Finished,
     announce_status: false,
 };
@@ -62,6 +71,7 @@ pub const PAUSE: Transition = Transition {
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[Paused],
+    lands: &[PAUSED],
     announce: Announce::Nothing,
     announce_status: true,
 };
@@ -73,6 +83,7 @@ pub const RESUME: Transition = Transition {
     from: &[Paused],
     leased: false,
     done: &[Pending, Running],
+    lands: &[RESUMED],
     announce: Announce::Available,
     announce_status: true,
 };
@@ -87,6 +98,7 @@ pub const RETRY: Transition = Transition {
     from: &[RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[RETRIED],
     announce: Announce::Available,
     announce_status: true,
 };
@@ -99,6 +111,7 @@ pub const FORK: Transition = Transition {
     from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Available,
     // The new run is pending from its creation, like a started one: nobody waits on it yet.
     announce_status: false,
@@ -112,6 +125,7 @@ pub const PURGE: Transition = Transition {
     from: &[RunStatus::Completed, RunStatus::Failed, Canceled],
     leased: false,
     done: &[],
+    lands: &[],
     announce: Announce::Nothing,
     announce_status: false,
 };
@@ -139,6 +153,7 @@ pub const CLAIM_PENDING: Transition = Transition {
     from: &[Pending],
     leased: false,
     done: &[],
+    lands: &[CLAIMED],
     announce: Announce::Nothing,
     announce_status: true,
 };
@@ -176,6 +191,7 @@ pub const CLAIM_ORPHANED: Transition = Transition {
 /// ([`quarantine_error`]), so the row reads again and the claim goes on with the others.
 /// Fenced like a worker's own write: only while the run is running under the claimer.
 pub const QUARANTINE: Transition = Transition {
+    lands: &[QUARANTINED],
     announce: Announce::Finished,
     ..Transition::leased(Operation::ClaimRuns)
 };
@@ -242,6 +258,7 @@ pub const EXPIRE: Transition = Transition {
     from: &[Pending, Running, Sleeping],
     leased: false,
     done: &[],
+    lands: &[EXPIRED],
     announce: Announce::Finished,
     announce_status: false,
 };
@@ -265,6 +282,59 @@ pub fn deadline_error() -> Value {
         "kind": "deadline",
         "retryable": false,
     })
+}
+
+/// How many of a run's step attempts (oldest first, by step name) a fork from `from_step`
+/// copies: those before the first attempt of `from_step`; `None` when the run has no such
+/// attempt ([`StoreError::UnknownStep`]).
+pub fn fork_boundary<'a>(
+    attempts: impl IntoIterator<Item = &'a str>,
+    from_step: &str,
+) -> Option<usize> {
+    attempts.into_iter().position(|name| name == from_step)
+}
+
+/// [`purgeable_family`] for a store that checks it in code: whether a finished run whose
+/// parent is in `parent` (`None`: it has none, or its parent is gone) may be purged.
+pub fn purgeable_with_parent(parent: Option<RunStatus>) -> bool {
+    parent.is_none_or(|status| !WAITABLE.contains(&status))
+}
+
+/// What a purge clears in a run it keeps: the links to the runs and step attempts it
+/// deletes (`purged_run`, `purged_step`). A fork keeps `forked_from_step` but forgets
+/// `forked_from_run_id`; a child started by a step of a purged run forgets that step.
+pub fn unlink_purged_run(
+    run: &mut WorkflowRun,
+    purged_run: impl Fn(Uuid) -> bool,
+    purged_step: impl Fn(Uuid) -> bool,
+) {
+    if run.forked_from_run_id.is_some_and(&purged_run) {
+        run.forked_from_run_id = None;
+    }
+    if run.parent_step_attempt_id.is_some_and(purged_step) {
+        run.parent_step_attempt_namespace = None;
+        run.parent_step_attempt_id = None;
+    }
+}
+
+/// What a purge clears in a step attempt it keeps: the child run it started, when the
+/// purge deletes that child.
+pub fn unlink_purged_step(step: &mut StepAttempt, purged_run: impl Fn(Uuid) -> bool) {
+    if step.child_workflow_run_id.is_some_and(purged_run) {
+        step.child_workflow_run_namespace = None;
+        step.child_workflow_run_id = None;
+    }
+}
+
+/// [`forgettable_workers`] for a store that checks it in code: whether a heartbeat row
+/// stale at `stale_at` may be forgotten at `now`, given whether its worker still holds a
+/// running run.
+pub fn forgettable_worker(
+    stale_at: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+    holds_running: bool,
+) -> bool {
+    stale_at <= now && !holds_running
 }
 
 #[cfg(test)]
@@ -357,5 +427,52 @@ mod tests {
         // No policy stored: the default for runs.
         failing.config = serde_json::json!({});
         assert_eq!(retry_after(&failing, false), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_fork_copies_what_came_before_the_first_attempt_of_its_step() {
+        let names = ["a", "b", "c:1", "b", "c"];
+        assert_eq!(fork_boundary(names, "b"), Some(1));
+        assert_eq!(fork_boundary(names, "a"), Some(0));
+        assert_eq!(fork_boundary(names, "c"), Some(4));
+        assert_eq!(fork_boundary(names, "d"), None);
+    }
+
+    #[test]
+    fn a_purge_keeps_children_of_live_parents_and_forgets_links_to_what_it_deletes() {
+        assert!(purgeable_with_parent(None));
+        for status in RunStatus::ALL {
+            assert_eq!(purgeable_with_parent(Some(status)), status.is_terminal());
+        }
+        let (gone, kept) = (Uuid::now_v7(), Uuid::now_v7());
+        let mut fork = run(RunStatus::Completed, None);
+        fork.forked_from_run_id = Some(gone);
+        fork.forked_from_step = Some("b".into());
+        fork.parent_step_attempt_id = Some(kept);
+        fork.parent_step_attempt_namespace = Some("n".into());
+        unlink_purged_run(&mut fork, |id| id == gone, |id| id == gone);
+        assert_eq!(fork.forked_from_run_id, None);
+        assert_eq!(fork.forked_from_step.as_deref(), Some("b"));
+        assert_eq!(fork.parent_step_attempt_id, Some(kept));
+        unlink_purged_run(&mut fork, |_| false, |id| id == kept);
+        assert_eq!(
+            (
+                fork.parent_step_attempt_id,
+                fork.parent_step_attempt_namespace
+            ),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn only_stale_rows_without_runs_are_forgotten() {
+        let now = chrono::Utc::now();
+        assert!(forgettable_worker(now, now, false));
+        assert!(!forgettable_worker(now, now, true));
+        assert!(!forgettable_worker(
+            now + chrono::TimeDelta::seconds(1),
+            now,
+            false
+        ));
     }
 }

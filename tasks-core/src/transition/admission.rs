@@ -1,12 +1,28 @@
-//! Which runs a claim takes, as plain Rust: the claim order, and the admission of each
-//! candidate into the free slots of its concurrency key and of its queue and into the
-//! starts left in their rate windows.
+//! Which runs a claim takes, as plain Rust: the claim order ([`Candidate::order`]) and the
+//! admission of each candidate into the free slots of its concurrency key and of its
+//! queue and into the starts left in their rate windows ([`Admission`]); [`admit_in_order`] walks
+//! the candidates in claim order.
 //!
-//! This is the rule the SQL stores write as one claim statement (`transition`'s
-//! `PENDING_ORDER`, `slots_held`, `admitted`, `key_limit`, `queue_slots_held`, `is_start`
-//! and the `RateWindow` renderings). Here a claim walks the candidates in claim order and
-//! admits each one that fits, counting what it took: a store may take fewer runs than the
-//! limits allow, never more, and this walk takes every run that fits.
+//! This is the rule the SQL stores write as one claim statement ([`PENDING_ORDER`],
+//! [`slots_held`], [`admitted`], [`key_limit`], [`queue_slots_held`], [`is_start`] and the
+//! [`RateWindow`] renderings); a store that claims in code runs it as it is, and the
+//! conformance suite holds every store's claim to it. The walk admits every run that fits,
+//! counting what it took. A store may take fewer runs than the limits allow in one claim,
+//! never more; the SQL claims do in two known cases, and the next claim takes the rest:
+//!
+//! - they look at a bounded number of keyed candidates ([`keyed_candidates`]);
+//! - they rank a key's candidates together whatever their limits, so when the runs of one
+//!   key have different limits (their own, or their queues' limits per key), a candidate
+//!   refused for its smaller limit still takes a rank, and a candidate with a larger limit
+//!   ranked after it may be refused too.
+//!
+//! [`PENDING_ORDER`]: super::PENDING_ORDER
+//! [`slots_held`]: super::slots_held
+//! [`admitted`]: super::admitted
+//! [`key_limit`]: super::key_limit
+//! [`queue_slots_held`]: super::queue_slots_held
+//! [`is_start`]: super::is_start
+//! [`keyed_candidates`]: super::keyed_candidates
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -14,36 +30,80 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use tasks_core::model::RunStatus;
-use tasks_core::queue::{Queue, RateLimit};
-use tasks_core::transition::{
-    CLAIM_EXPIRED, CLAIM_PENDING, HOLDS_QUEUE_SLOT, HOLDS_SLOT, RateWindow, TAKES_QUEUE_SLOT,
-    TAKES_SLOT,
-};
+use super::claim::{HOLDS_QUEUE_SLOT, HOLDS_SLOT, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT};
+use super::runs::{CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING};
+use crate::model::{RunStatus, WorkflowRun};
+use crate::queue::{Queue, RateLimit};
 
 /// A run a claim may take, as the admission sees it.
 #[derive(Debug, Clone)]
-pub(crate) struct Candidate {
-    pub(crate) id: Uuid,
-    pub(crate) status: RunStatus,
-    pub(crate) priority: i32,
-    pub(crate) available_at: Option<DateTime<Utc>>,
-    pub(crate) created_at: DateTime<Utc>,
+pub struct Candidate {
+    /// The run.
+    pub id: Uuid,
+    /// Its status (pending, sleeping, or running for a takeover).
+    pub status: RunStatus,
+    /// Its priority (counted among pending runs only).
+    pub priority: i32,
+    /// When it became claimable.
+    pub available_at: Option<DateTime<Utc>>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
     /// Its concurrency key and the run's own limit.
-    pub(crate) key: Option<(String, u32)>,
-    pub(crate) queue: String,
+    pub key: Option<(String, u32)>,
+    /// Its queue.
+    pub queue: String,
     /// A claim set its `started_at` before: claiming it again is no start.
-    pub(crate) started: bool,
+    pub started: bool,
+}
+
+/// Whether a claim by `claimer` at `now` may take `run` (its queue and workflow aside, which
+/// the claim's filter decides): a run whose `available_at` passed in a status a claim takes
+/// ([`CLAIM_PENDING`], [`CLAIM_DUE`], [`CLAIM_EXPIRED`]), or a running run of *another*
+/// worker whose heartbeat row is stale ([`CLAIM_ORPHANED`], `stale`), in either case before
+/// its deadline (a run past it is expired, [`EXPIRE`]).
+///
+/// [`EXPIRE`]: super::EXPIRE
+pub fn claimable(
+    run: &WorkflowRun,
+    claimer: &str,
+    stale: impl Fn(&str) -> bool,
+    now: DateTime<Utc>,
+) -> bool {
+    let due = CLAIM_PENDING.from.contains(&run.status)
+        || CLAIM_DUE.from.contains(&run.status)
+        || CLAIM_EXPIRED.from.contains(&run.status);
+    let available = due && run.available_at.is_some_and(|at| at <= now);
+    let orphaned = CLAIM_ORPHANED.from.contains(&run.status)
+        && run
+            .worker_id
+            .as_deref()
+            .is_some_and(|worker| worker != claimer && stale(worker));
+    (available || orphaned) && run.deadline_at.is_none_or(|deadline| deadline > now)
 }
 
 /// Where a candidate comes in the claim order, smallest first.
-pub(crate) type ClaimOrder = (u8, Reverse<i32>, Option<DateTime<Utc>>, DateTime<Utc>, Uuid);
+pub type ClaimOrder = (u8, Reverse<i32>, Option<DateTime<Utc>>, DateTime<Utc>, Uuid);
 
 impl Candidate {
+    /// `run` as a candidate, with its priority and its concurrency key (the key and the
+    /// run's own limit), which a store keeps beside the run.
+    pub fn of(run: &WorkflowRun, priority: i32, key: Option<(String, u32)>) -> Self {
+        Candidate {
+            id: run.id,
+            status: run.status,
+            priority,
+            available_at: run.available_at,
+            created_at: run.created_at,
+            key,
+            queue: run.queue.clone(),
+            started: run.started_at.is_some(),
+        }
+    }
+
     /// Runs of dead workers first (their lease expired, or their heartbeat went stale: a
     /// backlog never delays recovery), then pending runs by priority, then runs whose
     /// sleep is over; each group by `available_at`, then `created_at` (then id).
-    pub(crate) fn order(&self) -> ClaimOrder {
+    pub fn order(&self) -> ClaimOrder {
         let group = if CLAIM_EXPIRED.from.contains(&self.status) {
             0
         } else if CLAIM_PENDING.from.contains(&self.status) {
@@ -62,14 +122,14 @@ impl Candidate {
     }
 
     /// Its claim is a start, which rate limits count: a pending run never claimed before.
-    pub(crate) fn starting(&self) -> bool {
+    pub fn starting(&self) -> bool {
         CLAIM_PENDING.from.contains(&self.status) && !self.started
     }
 }
 
 /// The limit a keyed run's key slots are counted against: the smaller of its own limit and
-/// its queue's limit per key (`transition::key_limit`).
-pub(crate) fn key_limit(own: u32, queue: Option<u32>) -> u32 {
+/// its queue's limit per key ([`key_limit`](super::key_limit) in SQL).
+pub fn key_slots(own: u32, queue: Option<u32>) -> u32 {
     queue.map_or(own, |queue| queue.min(own))
 }
 
@@ -87,7 +147,7 @@ struct Budget {
 
 /// The free slots and starts a claim admits candidates into, counting what it took.
 #[derive(Debug)]
-pub(crate) struct Admission {
+pub struct Admission {
     now: DateTime<Utc>,
     queues: HashMap<String, Budget>,
     /// The running runs of each key in the namespace, and those this claim took.
@@ -99,7 +159,7 @@ pub(crate) struct Admission {
 impl Admission {
     /// The admission of a claim at `now`, given the namespace's configured queues, the
     /// runs that hold slots now (their status, key and queue) and the keys' rate windows.
-    pub(crate) fn new<'a>(
+    pub fn new<'a>(
         now: DateTime<Utc>,
         queues: impl IntoIterator<Item = &'a Queue>,
         runs: impl IntoIterator<Item = (RunStatus, Option<&'a str>, &'a str)>,
@@ -143,14 +203,14 @@ impl Admission {
 
     /// Admits `candidate` when it fits (a free slot of its key and of its queue, a start
     /// left in its queue's window and in its key's) and counts what it takes.
-    pub(crate) fn admit(&mut self, candidate: &Candidate) -> bool {
+    pub fn admit(&mut self, candidate: &Candidate) -> bool {
         let now = self.now;
         let budget = self.queues.get(&candidate.queue);
         let takes_key = TAKES_SLOT.contains(&candidate.status);
         let takes_queue = TAKES_QUEUE_SLOT.contains(&candidate.status);
         let starting = candidate.starting();
         if let (Some((key, own)), true) = (&candidate.key, takes_key) {
-            let limit = key_limit(*own, budget.and_then(|budget| budget.key_concurrency));
+            let limit = key_slots(*own, budget.and_then(|budget| budget.key_concurrency));
             if self.key_held.get(key).copied().unwrap_or(0) >= limit {
                 return false;
             }
@@ -204,7 +264,7 @@ impl Admission {
     }
 
     /// The rate windows after the claim: of each configured queue, and of each key.
-    pub(crate) fn into_windows(
+    pub fn into_windows(
         self,
     ) -> (
         impl Iterator<Item = (String, RateWindow)>,
@@ -216,6 +276,24 @@ impl Admission {
             .map(|(name, budget)| (name, budget.window));
         (queues, self.key_windows)
     }
+}
+
+/// The runs a claim of at most `limit` runs takes from `candidates` (in any order): in
+/// claim order, each one `admission` admits, until `limit`. The admission counts exactly
+/// the runs taken (the walk stops at the limit); its windows are then the claim's
+/// ([`Admission::into_windows`]).
+pub fn admit_in_order(
+    mut candidates: Vec<Candidate>,
+    admission: &mut Admission,
+    limit: u32,
+) -> Vec<Uuid> {
+    candidates.sort_by_key(Candidate::order);
+    candidates
+        .iter()
+        .filter(|candidate| admission.admit(candidate))
+        .map(|candidate| candidate.id)
+        .take(limit as usize)
+        .collect()
 }
 
 #[cfg(test)]
@@ -304,9 +382,9 @@ mod tests {
         ];
         let taken: Vec<bool> = runs.iter().map(|c| admission.admit(c)).collect();
         assert_eq!(taken, [true, false, true, false, true]);
-        assert_eq!(key_limit(5, Some(1)), 1);
-        assert_eq!(key_limit(1, Some(5)), 1);
-        assert_eq!(key_limit(3, None), 3);
+        assert_eq!(key_slots(5, Some(1)), 1);
+        assert_eq!(key_slots(1, Some(5)), 1);
+        assert_eq!(key_slots(3, None), 3);
     }
 
     #[test]
@@ -337,5 +415,61 @@ mod tests {
         assert_eq!(queues["q"].starts, 2);
         assert_eq!(queues["q"].start, Some(now));
         assert_eq!(keys["a"].starts, 1);
+    }
+
+    #[test]
+    fn the_walk_takes_in_claim_order_and_counts_only_what_it_took() {
+        let mut limited = queue("q");
+        limited.concurrency = Some(3);
+        let mut admission = Admission::new(Utc::now(), [&limited], [], &HashMap::new());
+        let mut urgent = candidate(RunStatus::Pending, None, "q");
+        urgent.priority = 9;
+        let runs = vec![
+            candidate(RunStatus::Sleeping, None, "q"),
+            candidate(RunStatus::Pending, None, "q"),
+            urgent.clone(),
+        ];
+        let second = runs[1].id;
+        assert_eq!(admit_in_order(runs, &mut admission, 2), [urgent.id, second]);
+        // Two of the queue's three slots were counted, so one more fits.
+        assert!(admission.admit(&candidate(RunStatus::Pending, None, "q")));
+        assert!(!admission.admit(&candidate(RunStatus::Pending, None, "q")));
+    }
+
+    #[test]
+    fn a_claim_takes_due_runs_and_the_runs_of_stale_workers_before_their_deadline() {
+        let now = Utc::now();
+        let earlier = now - chrono::TimeDelta::seconds(1);
+        let later = now + chrono::TimeDelta::seconds(1);
+        let fresh = |_: &str| false;
+        let run = |status: RunStatus, worker: Option<&str>, at| {
+            let mut run = WorkflowRun::for_tests(status, worker.map(str::to_owned));
+            run.available_at = Some(at);
+            run
+        };
+        for status in [RunStatus::Pending, RunStatus::Sleeping, RunStatus::Running] {
+            assert!(claimable(
+                &run(status, Some("w"), earlier),
+                "me",
+                fresh,
+                now
+            ));
+            assert!(!claimable(&run(status, Some("w"), later), "me", fresh, now));
+        }
+        assert!(!claimable(
+            &run(RunStatus::Paused, None, earlier),
+            "me",
+            fresh,
+            now
+        ));
+        // A stale worker's run is taken before its lease ends, never by that worker.
+        let held = run(RunStatus::Running, Some("dead"), later);
+        assert!(claimable(&held, "me", |worker| worker == "dead", now));
+        assert!(!claimable(&held, "dead", |worker| worker == "dead", now));
+        let mut late = run(RunStatus::Pending, None, earlier);
+        late.deadline_at = Some(now);
+        assert!(!claimable(&late, "me", fresh, now));
+        let candidate = Candidate::of(&late, 3, Some(("k".into(), 2)));
+        assert_eq!((candidate.priority, candidate.started), (3, false));
     }
 }
