@@ -176,7 +176,8 @@ async fn drain(
             let client = client.clone();
             async move {
                 client
-                    .start_with::<bench_steps>(Steps { steps }, keys.options(n))
+                    .start::<bench_steps>(Steps { steps })
+                    .options(keys.options(n))
                     .await
                     .map(drop)
             }

@@ -3,8 +3,8 @@
 //! A [`Client`] holds a store and the registry of linked workflows. Its methods follow a
 //! run's path from the caller's side:
 //!
-//! - `start`: starting runs, typed or by name with JSON input, with [`StartOptions`], and
-//!   inside the caller's Postgres transaction;
+//! - `start`: starting runs with a [`StartBuilder`], typed or by name with JSON input, with
+//!   [`StartOptions`], and inside the caller's Postgres transaction;
 //! - `handle`: a started run's [`RunHandle`], awaiting its result ([`RunError`]);
 //! - `wait`: waiting for a run's status without polling;
 //! - `runs`: operations on runs by id: reading and listing them, cancel, pause, resume,
@@ -28,9 +28,9 @@ mod start;
 mod state;
 mod wait;
 
-pub use events::SendOptions;
+pub use events::SendEventBuilder;
 pub use handle::{RunError, RunHandle};
-pub use start::StartOptions;
+pub use start::{StartBuilder, StartOptions};
 pub use state::StateWaitError;
 pub use wait::{WAIT_SAFETY_REREAD, WaitError};
 
@@ -52,17 +52,6 @@ pub enum ClientError {
         name: String,
         /// The version asked for, if any.
         version: Option<String>,
-    },
-    /// [`Client::start_in`] on a client whose store does not keep its runs in Postgres
-    /// ([`Store::is_postgres`](crate::Store::is_postgres) is `false`): a run created in the
-    /// caller's Postgres transaction would be invisible to that store. Nothing was written.
-    #[error(
-        "a transactional start needs a client on a Postgres store; the store of namespace \
-         {namespace:?} is not one"
-    )]
-    NotPostgres {
-        /// The namespace of the client's store.
-        namespace: String,
     },
     /// The input does not match the workflow's input schema, or does not decode into its
     /// input type (a number out of the type's range), or a typed input holds a NaN or
@@ -148,11 +137,12 @@ impl From<StoreError> for ClientError {
 ///
 /// ```no_run
 /// # async fn demo(store: tasks_runtime::postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
-/// use tasks_runtime::{Client, StartOptions};
+/// use tasks_runtime::Client;
 ///
 /// let client = Client::new(store)?;
 /// let handle = client
-///     .start_json("checkout", serde_json::json!({ "order_id": 7 }), StartOptions::new())
+///     .start_by_name("checkout", serde_json::json!({ "order_id": 7 }))
+///     .idempotency_key("order-7")
 ///     .await?;
 /// let output = handle.result().await?;
 /// # Ok(()) }

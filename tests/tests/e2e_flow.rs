@@ -126,7 +126,8 @@ async fn key_limit_holds_under_four_workers(backend: Backend) {
         let key = if n % 2 == 0 { "even" } else { "odd" };
         let options = StartOptions::new().concurrency_key(key, 2);
         let handle = client
-            .start_with::<flow_job>(job(probe, key, &n.to_string(), 30), options)
+            .start::<flow_job>(job(probe, key, &n.to_string(), 30))
+            .options(options)
             .await
             .unwrap();
         ids.push(handle.id());
@@ -167,7 +168,8 @@ async fn hot_key_does_not_starve_another(backend: Backend) {
     for n in 0..60 {
         let options = StartOptions::new().concurrency_key("hot", 1);
         let handle = client
-            .start_with::<flow_job>(job(probe, "hot", &format!("hot-{n}"), 20), options)
+            .start::<flow_job>(job(probe, "hot", &format!("hot-{n}"), 20))
+            .options(options)
             .await
             .unwrap();
         hot.push(handle.id());
@@ -176,7 +178,8 @@ async fn hot_key_does_not_starve_another(backend: Backend) {
     for n in 0..4 {
         let options = StartOptions::new().concurrency_key("cold", 1);
         let handle = client
-            .start_with::<flow_job>(job(probe, "cold", &format!("cold-{n}"), 20), options)
+            .start::<flow_job>(job(probe, "cold", &format!("cold-{n}"), 20))
+            .options(options)
             .await
             .unwrap();
         cold.push(handle.id());
@@ -213,7 +216,8 @@ async fn priorities_order_the_starts(backend: Backend) {
         let options = StartOptions::new().priority(priority);
         let key = format!("{label}-key");
         let handle = client
-            .start_with::<flow_job>(job(probe, &key, label, 0), options)
+            .start::<flow_job>(job(probe, &key, label, 0))
+            .options(options)
             .await
             .unwrap();
         ids.push(handle.id());

@@ -516,10 +516,6 @@ impl tasks::Store for Flaky {
         self.inner.namespace()
     }
 
-    fn is_postgres(&self) -> bool {
-        self.inner.contract().is_postgres()
-    }
-
     fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
         Ok(tasks::SharedStore::new(Flaky {
             inner: self.inner.scoped(namespace)?,

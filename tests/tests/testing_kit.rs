@@ -206,7 +206,8 @@ async fn a_retry_backoff_and_a_delayed_start_follow_the_clock() {
     let retried = retry_later::start(env.client(), ()).await.unwrap();
     let delayed = env
         .client()
-        .start_with::<hour_sleep>((), StartOptions::new().delay(2 * HOUR))
+        .start::<hour_sleep>(())
+        .delay(2 * HOUR)
         .await
         .unwrap();
     retried
