@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
-use tasks::LeaseStore;
+use tasks::store::LeaseStore;
 
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;

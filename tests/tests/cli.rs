@@ -850,7 +850,10 @@ async fn schedules_are_checked_created_listed_paused_resumed_and_deleted(backend
     );
     let stored = client.get_schedule("nightly").await.unwrap().unwrap();
     assert_eq!(stored.timezone, "Europe/Paris");
-    assert_eq!(stored.catch_up, tasks::schedule::CatchUp::All { max: 3 });
+    assert_eq!(
+        stored.catch_up,
+        tasks::store::schedule::CatchUp::All { max: 3 }
+    );
     assert_eq!(stored.input, json!({ "name": "Ada", "times": 2 }));
     let again = cli(&store, &create(&["-i", r#"{"name": "Ada", "times": 2}"#])).await;
     assert_eq!(again.exit, Exit::Failure, "{}", again.err);

@@ -17,7 +17,7 @@ use support::{Backend, TestStore, bump, client, worker};
 use tasks::cli::clap::Parser as _;
 use tasks::cli::{Cli, Command};
 use tasks::dashboard::Dashboard;
-use tasks::schedule::{CatchUp, NewSchedule};
+use tasks::store::schedule::{CatchUp, NewSchedule};
 use tasks::{Client, Event, ListRuns, RunStatus, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
@@ -983,7 +983,7 @@ async fn published_state_and_trace_are_shown(backend: Backend) {
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let trace = tasks::trace::TraceContext::new(traceparent, None).unwrap();
+    let trace = tasks::store::trace::TraceContext::new(traceparent, None).unwrap();
     let done = client
         .start::<dash_progress>(())
         .trace_context(trace)

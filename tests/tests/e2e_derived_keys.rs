@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, TestStore, client, worker};
 use tasks::limits::Field;
-use tasks::schedule::{CatchUp, NewSchedule};
+use tasks::store::schedule::{CatchUp, NewSchedule};
 use tasks::{
     ClientError, DeriveKeyError, LimitError, ListRuns, RunStatus, SharedStore, WorkflowContext,
     WorkflowError,

@@ -11,9 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::CreateRun;
 use tasks::{
-    ClientError, CreateRun, Event, EventTarget, RunStatus, StepKind, StepStatus, StoreError,
-    WorkflowContext, WorkflowError, step, workflow,
+    ClientError, Event, EventTarget, RunStatus, StepKind, StepStatus, StoreError, WorkflowContext,
+    WorkflowError, step, workflow,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

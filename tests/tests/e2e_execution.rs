@@ -10,9 +10,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::CreateRun;
 use tasks::{
-    CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus,
-    WorkflowContext, WorkflowError, step, workflow,
+    RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus, WorkflowContext,
+    WorkflowError, step, workflow,
 };
 use uuid::Uuid;
 

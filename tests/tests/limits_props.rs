@@ -15,9 +15,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use support::{Backend, TestStore, client};
+use tasks::store::{CreateRun, Store};
 use tasks::{
-    ClientError, CreateRun, Cursor, ListRuns, Store, StoreError, WorkflowContext, WorkflowError,
-    limits, workflow,
+    ClientError, Cursor, ListRuns, StoreError, WorkflowContext, WorkflowError, limits, workflow,
 };
 use uuid::Uuid;
 

@@ -4,7 +4,7 @@
 //! "Testing your workflows" example, verbatim.
 
 use std::time::{Duration, Instant};
-use tasks::RunStore;
+use tasks::store::RunStore;
 
 use serde_json::Value;
 use tasks::prelude::*;

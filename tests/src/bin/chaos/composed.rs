@@ -8,9 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tasks::postgres::PgStore;
-use tasks::{
-    Client, ClientError, CreateRun, Event, EventStore, RunStore, StateStore, StepStatus, StepStore,
-};
+use tasks::store::{CreateRun, EventStore, RunStore, StateStore, StepStore};
+use tasks::{Client, ClientError, Event, StepStatus};
 use uuid::Uuid;
 
 use crate::checks::Observed;
