@@ -6,12 +6,29 @@
 //! - `start`: starting runs with a [`StartBuilder`], typed or by name with JSON input, with
 //!   [`StartOptions`], and inside the caller's Postgres transaction;
 //! - `handle`: a started run's [`RunHandle`], awaiting its result ([`RunError`]);
-//! - `wait`: waiting for a run's status without polling;
+//! - `wait`: waiting for a run's status without polling, and [`WaitError`], the error of
+//!   every wait (a status, a condition on the run, published state);
 //! - `runs`: operations on runs by id: reading and listing them, cancel, pause, resume,
 //!   retry, fork and purge;
 //! - `events` and `state`: sending events to a run and reading what it published;
 //! - `schedules`: cron schedules (behind the `schedules` feature); `queues`: the
 //!   configuration of named queues.
+//!
+//! # Errors
+//!
+//! Each method returns one of four errors, by what it does:
+//!
+//! - [`ClientError`]: starts, sends, reading published state, creating schedules. Refused
+//!   before the store saw it (nothing stored: [`InvalidInput`], [`LimitError`],
+//!   [`ConcurrencyKeyError`](crate::flow::ConcurrencyKeyError), an unknown workflow, an
+//!   undeclared or invalid event), or the store refused or failed ([`StoreError`]).
+//! - [`RunError`]: awaiting a run's result ([`RunHandle::result`]) and reading it through
+//!   its handle: the run failed (with its recorded error), was canceled, or its output does
+//!   not decode; or it does not exist, did not finish in time, or the store failed.
+//! - [`WaitError`]: every wait on a run that is not its result (a status, a condition on
+//!   the run, a published state value): the run does not exist, finished first, or the
+//!   timeout passed, with what was awaited and how far the run had got ([`Awaited`]).
+//! - [`StoreError`]: operations on runs by id, queues, reading and pausing schedules.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -31,8 +48,7 @@ mod wait;
 pub use events::SendEventBuilder;
 pub use handle::{RunError, RunHandle};
 pub use start::{StartBuilder, StartOptions};
-pub use state::StateWaitError;
-pub use wait::{WAIT_SAFETY_REREAD, WaitError};
+pub use wait::{Awaited, WAIT_SAFETY_REREAD, WaitError};
 
 use crate::error::StoreError;
 #[cfg(doc)]

@@ -28,6 +28,7 @@
 //! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
 //!   events, state, children, flow control, schedules, retention.
 //! - [`versioning`]: changing a workflow's code under runs in flight.
+//! - [`errors`]: which call returns which error, and how the errors nest.
 //! - [`limits`]: the values every store refuses, and the error it gives.
 //! - [`testing`]: unit tests of workflows without a database server.
 //! - [`cli`]: the operator command line compiled into your binary.
@@ -44,6 +45,9 @@ pub mod semantics {}
 
 #[doc = include_str!("guide/versioning.md")]
 pub mod versioning {}
+
+#[doc = include_str!("guide/errors.md")]
+pub mod errors {}
 
 #[doc = include_str!("guide/limits.md")]
 pub mod limits {}

@@ -52,8 +52,12 @@
 //!   URL, and [`store`] is the contract every store implements).
 //! - Step calls resolve their names in call order (`name`, `name:1`, ...). Outside a running
 //!   workflow a step is a plain function call.
+//! - Every start is a [`StartBuilder`] (`client.start::<W>(input)`,
+//!   `client.start_by_name(name, json)`), every send a [`SendEventBuilder`]; each call of the
+//!   client returns one of [`ClientError`], [`RunError`], [`WaitError`] and [`StoreError`]
+//!   (the [`guide::errors`] chapter says which, and how the smaller errors nest in them).
 //! - The [`guide`] is the manual: the path of a run through the crates, and one chapter
-//!   for each part (semantics, versioning, limits, testing, the command line, the
+//!   for each part (semantics, versioning, errors, limits, testing, the command line, the
 //!   dashboard, metrics and traces, features, stores).
 #![warn(missing_docs)]
 
@@ -98,9 +102,9 @@ pub use tasks_runtime::{
 #[cfg(feature = "schedules")]
 pub use tasks_runtime::ScheduleError;
 pub use tasks_runtime::{
-    CallIdentity, ChildError, ClientError, ClockError, ConcurrencyKeyError, ConnectError,
+    Awaited, CallIdentity, ChildError, ClientError, ClockError, ConcurrencyKeyError, ConnectError,
     DeriveKeyError, InvalidInput, LimitError, MigrateError, NonDeterminism, RegistryError,
-    RunError, StateWaitError, StoreError, TraceContextError, Violation, WaitError, WorkerError,
+    RunError, StoreError, TraceContextError, Violation, WaitError, WorkerError,
 };
 
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported

@@ -211,7 +211,7 @@ async fn a_retry_backoff_and_a_delayed_start_follow_the_clock() {
         .await
         .unwrap();
     retried
-        .wait_until(PROMPT, |run| {
+        .wait_for_run(PROMPT, |run| {
             run.status == RunStatus::Pending && run.attempts == 1
         })
         .await
