@@ -14,7 +14,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tasks::dashboard::{Dashboard, axum};
-use tasks::{Client, StartOptions, Worker, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{Client, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Report {
@@ -55,9 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         requested_by: "example".into(),
         sections: 3,
     };
-    client
-        .start_with::<report>(input, StartOptions::new())
-        .await?;
+    client.start::<report>(input).await?;
 
     let mut dashboard = Dashboard::new(client);
     if let Ok(token) = std::env::var("DASHBOARD_TOKEN") {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{Client, StartOptions, Worker, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{Client, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Export {
@@ -84,12 +84,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Started last, claimed first among acme's queued exports (when acme has a free slot).
     // The key is still derived; `concurrency_key(..)` here would replace it.
-    let urgent = StartOptions::new().priority(10);
     let input = Export {
         customer: "acme".into(),
         number: 99,
     };
-    runs.push(("acme", client.start_with::<export>(input, urgent).await?));
+    runs.push(("acme", client.start::<export>(input).priority(10).await?));
 
     let started = Instant::now();
     let workers = [

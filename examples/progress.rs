@@ -7,8 +7,8 @@
 //!
 //! The workflow copies a few "files", one step each, and publishes `{"done", "total"}`
 //! under the key `progress` after each (`ctx.set_state`). The client follows the key with
-//! `client.wait_state(run_id, "progress", last_version, timeout)`, which returns the next
-//! newer value, and stops when the run finishes (`StateWaitError::Finished`). With no
+//! `client.wait_for_state(run_id, "progress", last_version, timeout)`, which returns the next
+//! newer value, and stops when the run finishes (`WaitError::Finished`). With no
 //! `DATABASE_URL` everything goes to the SQLite file `tasks.sqlite`. Publications are
 //! memoized like steps: if the worker dies and the run replays, values already published are
 //! not published again.
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::{Client, StateWaitError, Worker, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{Client, WaitError, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 /// What the workflow publishes under `progress`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -70,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut seen = 0;
     loop {
         match client
-            .wait_state::<Progress>(run.id(), "progress", seen, Duration::from_secs(30))
+            .wait_for_state::<Progress>(run.id(), "progress", seen, Duration::from_secs(30))
             .await
         {
             Ok(state) => {
@@ -86,7 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 seen = state.version;
             }
             // The run finished: it publishes nothing more.
-            Err(StateWaitError::Finished { .. }) => break,
+            Err(WaitError::Finished { .. }) => break,
             Err(error) => return Err(error.into()),
         }
     }

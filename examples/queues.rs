@@ -18,9 +18,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tasks::{
-    Client, QueueOptions, StartOptions, Worker, WorkflowContext, WorkflowError, step, workflow,
-};
+use tasks::{Client, QueueOptions, Worker, WorkflowContext, WorkflowError, step, workflow};
 
 /// When the example started, for the printout.
 static STARTED: Mutex<Option<Instant>> = Mutex::new(None);
@@ -106,19 +104,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut reports = Vec::new();
     for number in 1..=7 {
-        let options = StartOptions::new().queue("reports");
-        reports.push(client.start_with::<render_report>(number, options).await?);
+        reports.push(
+            client
+                .start::<render_report>(number)
+                .queue("reports")
+                .await?,
+        );
     }
 
     let mut syncs = Vec::new();
     for number in 1..=3 {
         for customer in ["acme", "globex"] {
-            let options = StartOptions::new()
-                .queue("syncs")
-                .concurrency_key(customer, 5);
             syncs.push(
                 client
-                    .start_with::<sync_account>((customer.to_owned(), number), options)
+                    .start::<sync_account>((customer.to_owned(), number))
+                    .queue("syncs")
+                    .concurrency_key(customer, 5)
                     .await?,
             );
         }

@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tasks::{
-    Client, IdempotencyScope, RetryAfter, StartOptions, Worker, WorkflowContext, WorkflowError,
-    step, workflow,
+    Client, IdempotencyScope, RetryAfter, Worker, WorkflowContext, WorkflowError, step, workflow,
 };
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
@@ -64,17 +63,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?
         .spawn();
     let client = Client::new(store)?;
-    let singleton = || {
-        StartOptions::new()
-            .idempotency_key("account-7")
-            .idempotency_scope(IdempotencyScope::WhileActive)
-    };
-
     let run = client
-        .start_with::<sync_account>("account-7".into(), singleton())
+        .start::<sync_account>("account-7".into())
+        .idempotency_key("account-7")
+        .idempotency_scope(IdempotencyScope::WhileActive)
         .await?;
     let again = client
-        .start_with::<sync_account>("account-7".into(), singleton())
+        .start::<sync_account>("account-7".into())
+        .idempotency_key("account-7")
+        .idempotency_scope(IdempotencyScope::WhileActive)
         .await?;
     assert_eq!(again.id(), run.id(), "a live run holds its key");
     println!("result: {}", run.result().await?);
@@ -92,7 +89,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(run.run().await?.attempts, 1);
 
     let next = client
-        .start_with::<sync_account>("account-7".into(), singleton())
+        .start::<sync_account>("account-7".into())
+        .idempotency_key("account-7")
+        .idempotency_scope(IdempotencyScope::WhileActive)
         .await?;
     assert_ne!(
         next.id(),

@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tasks::retention::PurgeRuns;
-use tasks::{Client, ListRuns, RunStatus, Worker, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{
+    Client, ListRuns, PurgeRuns, RunStatus, Worker, WorkflowContext, WorkflowError, step, workflow,
+};
 
 #[step]
 async fn issue(number: u32) -> Result<String, std::io::Error> {

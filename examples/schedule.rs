@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tasks::schedule::{CatchUp, NewSchedule};
-use tasks::{Client, ListRuns, Worker, WorkflowContext, WorkflowError, workflow};
+use tasks::{
+    CatchUp, Client, ListRuns, NewSchedule, Worker, WorkflowContext, WorkflowError, workflow,
+};
 
 /// Declared: every two seconds, read in Paris time. A slot missed while no worker ran is
 /// skipped (`catch_up = "skip"`); the default, `"latest"`, would run the latest one.

@@ -57,6 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The run started inside this span joins its trace.
     let run = order::start(&client, 7)
+        .into_future()
         .instrument(tracing::info_span!("POST /orders"))
         .await?;
     println!("result: {}", run.result().await?);

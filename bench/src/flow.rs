@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
-use tasks::LeaseStore;
+use tasks::store::LeaseStore;
 
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -176,7 +176,8 @@ async fn drain(
             let client = client.clone();
             async move {
                 client
-                    .start_with::<bench_steps>(Steps { steps }, keys.options(n))
+                    .start::<bench_steps>(Steps { steps })
+                    .options(keys.options(n))
                     .await
                     .map(drop)
             }

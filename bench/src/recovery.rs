@@ -5,13 +5,13 @@
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use tasks::RunStore;
+use tasks::store::RunStore;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 use tasks::postgres::PgStore;
-use tasks::{CreateRun, Store};
+use tasks::store::{CreateRun, Store};
 
 use crate::Result;
 use crate::db;

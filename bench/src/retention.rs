@@ -9,7 +9,8 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use sqlx::postgres::PgPool;
 use tasks::postgres::PgStore;
-use tasks::{CancellationToken, Client, PurgeRuns, Store, Worker};
+use tasks::store::Store;
+use tasks::{CancellationToken, Client, PurgeRuns, Worker};
 
 use crate::Result;
 use crate::db;
@@ -76,7 +77,7 @@ pub async fn measure(
     concurrency: usize,
     old_runs: usize,
 ) -> Result<RetentionResult> {
-    let batch_size = tasks::retention::DEFAULT_PURGE_BATCH;
+    let batch_size = tasks::store::retention::DEFAULT_PURGE_BATCH;
     let (mut alone, mut beside, mut purge_rates) = (Vec::new(), Vec::new(), Vec::new());
     let mut outlasted = true;
     for round in 1..=rounds {

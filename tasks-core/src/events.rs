@@ -42,7 +42,7 @@ use crate::model::{StepAttempt, WorkflowRun};
 /// `client.send_event::<Approval>(run_id, &approval)` and
 /// `ctx.wait_for_event::<Approval>()` then agree on the topic and the type. A workflow
 /// declares the events it accepts (`#[workflow(events(Approval))]`) so that a JSON send
-/// (`Client::send_event_json`, the command line) is checked against the payload's JSON
+/// (`Client::send_event_by_topic` of the engine, the command line) is checked against the payload's JSON
 /// Schema.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an event type: it does not implement `tasks::Event`",

@@ -1,6 +1,6 @@
 //! Published state of a run: values a running workflow publishes under a key
 //! (`ctx.set_state("progress", &value)`) and clients read or wait on
-//! (`client.get_state`, `client.wait_state`), and the parameters and outcomes of the store
+//! (`client.get_state`, `client.wait_for_state`), and the parameters and outcomes of the store
 //! operations [`StateStore::set_state`],
 //! [`StateStore::get_state`] and
 //! [`StateStore::list_state`].

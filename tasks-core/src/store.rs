@@ -109,14 +109,6 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
     /// The namespace this store reads and writes.
     fn namespace(&self) -> &str;
 
-    /// Whether this store keeps its runs in Postgres (in the `tasks` schema), so that
-    /// `Client::start_in` may create runs in a caller's
-    /// transaction on its database. `false` by default; a store that wraps a Postgres store
-    /// forwards its answer.
-    fn is_postgres(&self) -> bool {
-        false
-    }
-
     /// The same store (same connections, same background work) scoped to another namespace.
     ///
     /// Errors: a [`LimitError`] for a namespace past the [`limits`] (check it with

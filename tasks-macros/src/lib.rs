@@ -26,7 +26,7 @@ use crate::kind::MacroKind;
 /// workflow, registered with the runtime at link time.
 ///
 /// Options: `name = "..."` (default: the function name), `version = "..."`,
-/// `queue = "..."` (the queue of its runs, a name like the workflow's; see `tasks::queue`), and
+/// `queue = "..."` (the queue of its runs, a name like the workflow's; see `tasks::QueueOptions`), and
 /// `retry(max_attempts = 5, initial_interval = "1s", backoff = 2.0, max_interval = "5m")`
 /// with every key optional; durations are strings such as `"250ms"` or `"1m30s"`, or `const`
 /// `Duration` expressions; `concurrency(key = customer_of, limit = 2)`, where `key` is callable

@@ -38,7 +38,7 @@ use uuid::Uuid;
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 /// The `sqlx` this store is built on: name its types (`sqlx::Transaction`,
 /// `sqlx::PgConnection`) through this re-export, so that a transaction given to
-/// `Client::start_in` is of the same version.
+/// the engine's transactional start (`StartBuilder::in_transaction`) is of the same version.
 pub use sqlx;
 pub use start_in::create_run_in;
 
@@ -702,10 +702,6 @@ fn millis(duration: Duration) -> i64 {
 impl Store for PgStore {
     fn namespace(&self) -> &str {
         &self.namespace
-    }
-
-    fn is_postgres(&self) -> bool {
-        true
     }
 
     fn scoped(&self, namespace: &str) -> Result<SharedStore, tasks_core::LimitError> {

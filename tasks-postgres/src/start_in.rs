@@ -1,5 +1,5 @@
 //! Transactional start: a run created inside the caller's own transaction
-//! (`Client::start_in` of the engine is built on it).
+//! (the engine's `StartBuilder::in_transaction` is built on it).
 
 use sqlx::PgConnection;
 

@@ -3,15 +3,32 @@
 //! A [`Client`] holds a store and the registry of linked workflows. Its methods follow a
 //! run's path from the caller's side:
 //!
-//! - `start`: starting runs, typed or by name with JSON input, with [`StartOptions`], and
-//!   inside the caller's Postgres transaction;
+//! - `start`: starting runs with a [`StartBuilder`], typed or by name with JSON input, with
+//!   [`StartOptions`], and inside the caller's Postgres transaction;
 //! - `handle`: a started run's [`RunHandle`], awaiting its result ([`RunError`]);
-//! - `wait`: waiting for a run's status without polling;
+//! - `wait`: waiting for a run's status without polling, and [`WaitError`], the error of
+//!   every wait (a status, a condition on the run, published state);
 //! - `runs`: operations on runs by id: reading and listing them, cancel, pause, resume,
 //!   retry, fork and purge;
 //! - `events` and `state`: sending events to a run and reading what it published;
 //! - `schedules`: cron schedules (behind the `schedules` feature); `queues`: the
 //!   configuration of named queues.
+//!
+//! # Errors
+//!
+//! Each method returns one of four errors, by what it does:
+//!
+//! - [`ClientError`]: starts, sends, reading published state, creating schedules. Refused
+//!   before the store saw it (nothing stored: [`InvalidInput`], [`LimitError`],
+//!   [`ConcurrencyKeyError`](crate::flow::ConcurrencyKeyError), an unknown workflow, an
+//!   undeclared or invalid event), or the store refused or failed ([`StoreError`]).
+//! - [`RunError`]: awaiting a run's result ([`RunHandle::result`]) and reading it through
+//!   its handle: the run failed (with its recorded error), was canceled, or its output does
+//!   not decode; or it does not exist, did not finish in time, or the store failed.
+//! - [`WaitError`]: every wait on a run that is not its result (a status, a condition on
+//!   the run, a published state value): the run does not exist, finished first, or the
+//!   timeout passed, with what was awaited and how far the run had got ([`Awaited`]).
+//! - [`StoreError`]: operations on runs by id, queues, reading and pausing schedules.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -28,11 +45,10 @@ mod start;
 mod state;
 mod wait;
 
-pub use events::SendOptions;
+pub use events::SendEventBuilder;
 pub use handle::{RunError, RunHandle};
-pub use start::StartOptions;
-pub use state::StateWaitError;
-pub use wait::{WAIT_SAFETY_REREAD, WaitError};
+pub use start::{StartBuilder, StartOptions};
+pub use wait::{Awaited, WAIT_SAFETY_REREAD, WaitError};
 
 use crate::error::StoreError;
 #[cfg(doc)]
@@ -52,17 +68,6 @@ pub enum ClientError {
         name: String,
         /// The version asked for, if any.
         version: Option<String>,
-    },
-    /// [`Client::start_in`] on a client whose store does not keep its runs in Postgres
-    /// ([`Store::is_postgres`](crate::Store::is_postgres) is `false`): a run created in the
-    /// caller's Postgres transaction would be invisible to that store. Nothing was written.
-    #[error(
-        "a transactional start needs a client on a Postgres store; the store of namespace \
-         {namespace:?} is not one"
-    )]
-    NotPostgres {
-        /// The namespace of the client's store.
-        namespace: String,
     },
     /// The input does not match the workflow's input schema, or does not decode into its
     /// input type (a number out of the type's range), or a typed input holds a NaN or
@@ -148,11 +153,12 @@ impl From<StoreError> for ClientError {
 ///
 /// ```no_run
 /// # async fn demo(store: tasks_runtime::postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
-/// use tasks_runtime::{Client, StartOptions};
+/// use tasks_runtime::Client;
 ///
 /// let client = Client::new(store)?;
 /// let handle = client
-///     .start_json("checkout", serde_json::json!({ "order_id": 7 }), StartOptions::new())
+///     .start_by_name("checkout", serde_json::json!({ "order_id": 7 }))
+///     .idempotency_key("order-7")
 ///     .await?;
 /// let output = handle.result().await?;
 /// # Ok(()) }

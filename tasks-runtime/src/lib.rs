@@ -37,8 +37,8 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use client::{
-    Client, ClientError, RunError, RunHandle, SendOptions, StartOptions, StateWaitError,
-    WAIT_SAFETY_REREAD, WaitError,
+    Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, StartBuilder,
+    StartOptions, WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;

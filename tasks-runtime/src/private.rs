@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use crate::client::{Client, ClientError, RunHandle};
+pub use crate::client::{Client, StartBuilder};
 pub use crate::context::{WorkflowContext, run_step};
 pub use crate::definition::{
     EntryFuture, SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition,

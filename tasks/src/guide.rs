@@ -9,11 +9,11 @@
 //! |---|---|---|---|
 //! | macro | `#[workflow]` and `#[step]` turn async functions into a registered definition and memoized calls | `tasks-macros` | [`workflow`](crate::workflow), [`step`](crate::step) |
 //! | registry | every `#[workflow]` linked into the binary is collected at start-up, by name and version | `tasks-runtime` | [`Registry`](crate::Registry) |
-//! | client.start | the input is checked against its schema and the run is stored, pending | `tasks-runtime` | [`Client`](crate::Client), [`StartOptions`](crate::StartOptions) |
+//! | client.start | the input is checked against its schema and the run is stored, pending | `tasks-runtime` | [`Client`](crate::Client), [`StartBuilder`](crate::StartBuilder) |
 //! | store | every write is one fenced statement, decided by the contract's rules and rendered by a store | `tasks-core`, `tasks-postgres`, `tasks-sqlite` | [`store`](crate::store), [`postgres`](crate::postgres), [`sqlite`](crate::sqlite) |
-//! | worker claim | a worker claims runs in batches (dead workers' runs first), holds and heartbeats a lease | `tasks-runtime` | [`Worker`](crate::Worker), [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs) |
+//! | worker claim | a worker claims runs in batches (dead workers' runs first), holds and heartbeats a lease | `tasks-runtime` | [`Worker`](crate::Worker), [`LeaseStore::claim_runs`](crate::store::LeaseStore::claim_runs) |
 //! | replay | the workflow runs from the top; completed steps return their stored output | `tasks-runtime` | [`WorkflowContext`](crate::WorkflowContext) |
-//! | store | each finished step is recorded once, and the run completes, fails, sleeps or waits | `tasks-core`, a store | [`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt) |
+//! | store | each finished step is recorded once, and the run completes, fails, sleeps or waits | `tasks-core`, a store | [`StepStore::record_step_attempt`](crate::store::StepStore::record_step_attempt) |
 //!
 //! The crates: `tasks` (this facade), `tasks-macros` (the attributes), `tasks-runtime` (the
 //! engine: registry, client, worker, executor, replay, context), `tasks-core` (the records,
@@ -28,6 +28,7 @@
 //! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
 //!   events, state, children, flow control, schedules, retention.
 //! - [`versioning`]: changing a workflow's code under runs in flight.
+//! - [`errors`]: which call returns which error, and how the errors nest.
 //! - [`limits`]: the values every store refuses, and the error it gives.
 //! - [`testing`]: unit tests of workflows without a database server.
 //! - [`cli`]: the operator command line compiled into your binary.
@@ -44,6 +45,9 @@ pub mod semantics {}
 
 #[doc = include_str!("guide/versioning.md")]
 pub mod versioning {}
+
+#[doc = include_str!("guide/errors.md")]
+pub mod errors {}
 
 #[doc = include_str!("guide/limits.md")]
 pub mod limits {}

@@ -107,7 +107,7 @@ async fn a_client_refuses_a_topic_or_key_with_the_suffix_separator(backend: Back
     let client = client(&store);
     let run = repeat::start(&client, Repeat::State).await.unwrap();
     let sent = client
-        .send_event_json(run.id(), "ping:1", serde_json::json!(1), Default::default())
+        .send_event_by_topic(run.id(), "ping:1", serde_json::json!(1))
         .await;
     assert!(
         matches!(

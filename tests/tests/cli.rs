@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use support::{Backend, TestStore, bump, client, worker};
 use tasks::cli::clap::Parser as _;
 use tasks::cli::{Cli, Exit};
-use tasks::{ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{ListRuns, RunStatus, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -232,13 +232,7 @@ async fn runs_list_prints_a_table_or_json_with_cursors(backend: Backend) {
     let mut ids = Vec::new();
     for name in ["a", "b", "c"] {
         let input = json!({"name": name, "times": 1});
-        ids.push(
-            client
-                .start_json("cli-greet", input, StartOptions::new())
-                .await
-                .unwrap()
-                .id(),
-        );
+        ids.push(client.start_by_name("cli-greet", input).await.unwrap().id());
     }
     client.cancel(ids[0]).await.unwrap();
 
@@ -426,10 +420,7 @@ async fn cancel_pause_and_resume_change_the_status(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let input = json!({"name": "x", "times": 1});
-    let run = client
-        .start_json("cli-greet", input, StartOptions::new())
-        .await
-        .unwrap();
+    let run = client.start_by_name("cli-greet", input).await.unwrap();
     let id = run.id().to_string();
     let status = || async { store.get_run(run.id()).await.unwrap().unwrap().status };
 
@@ -473,7 +464,7 @@ async fn purge_deletes_old_finished_runs(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let input = json!({"name": "x", "times": 1});
-    let start = || client.start_json("cli-greet", input.clone(), StartOptions::new());
+    let start = || client.start_by_name("cli-greet", input.clone());
     let (canceled, paused) = (start().await.unwrap(), start().await.unwrap());
     client.cancel(canceled.id()).await.unwrap();
     client.pause(paused.id()).await.unwrap();
@@ -688,11 +679,8 @@ async fn events_send_validates_the_payload_and_wakes_the_run(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let run = client
-        .start_json(
-            "cli-approve",
-            json!(null),
-            StartOptions::new().idempotency_key("exp-1"),
-        )
+        .start_by_name("cli-approve", json!(null))
+        .idempotency_key("exp-1")
         .await
         .unwrap();
     let id = run.id().to_string();
@@ -862,7 +850,10 @@ async fn schedules_are_checked_created_listed_paused_resumed_and_deleted(backend
     );
     let stored = client.get_schedule("nightly").await.unwrap().unwrap();
     assert_eq!(stored.timezone, "Europe/Paris");
-    assert_eq!(stored.catch_up, tasks::schedule::CatchUp::All { max: 3 });
+    assert_eq!(
+        stored.catch_up,
+        tasks::store::schedule::CatchUp::All { max: 3 }
+    );
     assert_eq!(stored.input, json!({ "name": "Ada", "times": 2 }));
     let again = cli(&store, &create(&["-i", r#"{"name": "Ada", "times": 2}"#])).await;
     assert_eq!(again.exit, Exit::Failure, "{}", again.err);

@@ -17,11 +17,8 @@ use support::{Backend, TestStore, bump, client, worker};
 use tasks::cli::clap::Parser as _;
 use tasks::cli::{Cli, Command};
 use tasks::dashboard::Dashboard;
-use tasks::schedule::{CatchUp, NewSchedule};
-use tasks::{
-    Client, Event, ListRuns, RunStatus, StartOptions, WorkflowContext, WorkflowError, step,
-    workflow,
-};
+use tasks::store::schedule::{CatchUp, NewSchedule};
+use tasks::{Client, Event, ListRuns, RunStatus, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -144,10 +141,8 @@ fn order(item: &str, note: &str) -> Order {
 /// Starts a run that waits an hour before any worker may claim it.
 async fn pending_run(client: &Client, item: &str, note: &str) -> Uuid {
     client
-        .start_with::<dash_ship>(
-            order(item, note),
-            StartOptions::new().delay(Duration::from_secs(3600)),
-        )
+        .start::<dash_ship>(order(item, note))
+        .delay(Duration::from_secs(3600))
         .await
         .unwrap()
         .id()
@@ -179,7 +174,7 @@ async fn pages_work_in_chromium(backend: Backend) {
     // A run that a worker takes through every kind of step.
     let worker = worker(&store).build().unwrap().spawn();
     let done = client
-        .start_with::<dash_ship>(order("teapot", "fragile"), StartOptions::new())
+        .start::<dash_ship>(order("teapot", "fragile"))
         .await
         .unwrap();
     let output = done.result_within(Duration::from_secs(30)).await.unwrap();
@@ -911,10 +906,7 @@ async fn cli_worker_serves_metrics(backend: Backend) {
             .and_then(|(addr, _)| addr.parse().ok())
     });
     // The worker executes a run, and the scrape counts it.
-    let run = client
-        .start_with::<dash_ship>(order("lamp", ""), StartOptions::new())
-        .await
-        .unwrap();
+    let run = client.start::<dash_ship>(order("lamp", "")).await.unwrap();
     let output = run.result_within(Duration::from_secs(30)).await.unwrap();
     assert_eq!(output, "shipped parcel-42");
     let (status, head, _) = http(addr, "GET /metrics HTTP/1.1\r\n", "").await;
@@ -964,7 +956,7 @@ async fn step_arguments_are_shown_escaped(backend: Backend) {
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
     let done = client
-        .start_with::<dash_ship>(order("teapot", HOSTILE), StartOptions::new())
+        .start::<dash_ship>(order("teapot", HOSTILE))
         .await
         .unwrap();
     done.result_within(Duration::from_secs(30)).await.unwrap();
@@ -996,9 +988,10 @@ async fn published_state_and_trace_are_shown(backend: Backend) {
     let client = client(&store);
     let worker = worker(&store).build().unwrap().spawn();
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let trace = tasks::trace::TraceContext::new(traceparent, None).unwrap();
+    let trace = tasks::store::trace::TraceContext::new(traceparent, None).unwrap();
     let done = client
-        .start_with::<dash_progress>((), StartOptions::new().trace_context(trace))
+        .start::<dash_progress>(())
+        .trace_context(trace)
         .await
         .unwrap();
     done.result_within(Duration::from_secs(30)).await.unwrap();

@@ -8,9 +8,10 @@ use crate::support;
 use std::time::Duration;
 
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::ParentCancel;
 use tasks::{
-    ChildError, ChildOptions, ListRuns, ParentCancel, RunStatus, StepKind, StepStatus,
-    WorkflowContext, WorkflowError, step, workflow,
+    ChildError, ChildOptions, ListRuns, RunStatus, StepKind, StepStatus, WorkflowContext,
+    WorkflowError, step, workflow,
 };
 
 /// Squares its input; 1013 fails for good.

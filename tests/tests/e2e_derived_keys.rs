@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, TestStore, client, worker};
 use tasks::limits::Field;
-use tasks::schedule::{CatchUp, NewSchedule};
+use tasks::store::schedule::{CatchUp, NewSchedule};
 use tasks::{
-    ClientError, DeriveKeyError, LimitError, ListRuns, RunStatus, SharedStore, StartOptions,
-    WorkflowContext, WorkflowError,
+    ClientError, DeriveKeyError, LimitError, ListRuns, RunStatus, SharedStore, WorkflowContext,
+    WorkflowError,
 };
 use tasks::{step, workflow};
 use uuid::Uuid;
@@ -189,10 +189,9 @@ async fn every_start_gets_the_derived_key(backend: Backend) {
         Some(("initech".into(), 1))
     );
     let by_json = client
-        .start_json(
+        .start_by_name(
             "e2e-derived-export",
             json!({ "probe": "", "customer": "globex", "millis": 0 }),
-            StartOptions::new(),
         )
         .await
         .unwrap();
@@ -201,10 +200,8 @@ async fn every_start_gets_the_derived_key(backend: Backend) {
         Some(("globex".into(), 1))
     );
     let overridden = client
-        .start_with::<export>(
-            export_of(None, "acme", 0),
-            StartOptions::new().concurrency_key("bulk-exports", 3),
-        )
+        .start::<export>(export_of(None, "acme", 0))
+        .concurrency_key("bulk-exports", 3)
         .await
         .unwrap();
     assert_eq!(
@@ -212,11 +209,11 @@ async fn every_start_gets_the_derived_key(backend: Backend) {
         Some(("bulk-exports".into(), 3))
     );
     let json_overridden = client
-        .start_json(
+        .start_by_name(
             "e2e-derived-export",
             json!({ "probe": "", "customer": "acme", "millis": 0 }),
-            StartOptions::new().concurrency_key("bulk-exports", 3),
         )
+        .concurrency_key("bulk-exports", 3)
         .await
         .unwrap();
     assert_eq!(
@@ -224,10 +221,8 @@ async fn every_start_gets_the_derived_key(backend: Backend) {
         Some(("bulk-exports".into(), 3))
     );
     let without = client
-        .start_with::<export>(
-            export_of(None, "acme", 0),
-            StartOptions::new().without_concurrency_key(),
-        )
+        .start::<export>(export_of(None, "acme", 0))
+        .without_concurrency_key()
         .await
         .unwrap();
     assert_eq!(store.concurrency_of(without.id()).await, None);
@@ -255,10 +250,9 @@ async fn derived_limit_is_enforced(backend: Backend) {
     }
     for _ in 0..2 {
         let handle = client
-            .start_json(
+            .start_by_name(
                 "e2e-derived-export",
                 serde_json::to_value(export_of(Some(probe), "globex", 150)).unwrap(),
-                StartOptions::new(),
             )
             .await
             .unwrap();
@@ -308,11 +302,7 @@ async fn invalid_derived_keys_are_typed_errors(backend: Backend) {
         panic: false,
     };
     match client
-        .start_json(
-            "e2e-derived-raw",
-            serde_json::to_value(&too_long).unwrap(),
-            StartOptions::new(),
-        )
+        .start_by_name("e2e-derived-raw", serde_json::to_value(&too_long).unwrap())
         .await
     {
         Err(ClientError::Limit(LimitError::TooLong { field, .. })) => {
@@ -328,11 +318,7 @@ async fn invalid_derived_keys_are_typed_errors(backend: Backend) {
     for attempt in [
         client.start::<raw>(panicking.clone()).await.map(|h| h.id()),
         client
-            .start_json(
-                "e2e-derived-raw",
-                serde_json::to_value(&panicking).unwrap(),
-                StartOptions::new(),
-            )
+            .start_by_name("e2e-derived-raw", serde_json::to_value(&panicking).unwrap())
             .await
             .map(|h| h.id()),
     ] {
@@ -353,7 +339,8 @@ async fn invalid_derived_keys_are_typed_errors(backend: Backend) {
     assert!(runs_of(&store, "e2e-derived-raw").await.is_empty());
     // An explicit key replaces the derivation, so the panicking one is never called.
     let given = client
-        .start_with::<raw>(panicking, StartOptions::new().concurrency_key("given", 1))
+        .start::<raw>(panicking)
+        .concurrency_key("given", 1)
         .await
         .unwrap();
     assert_eq!(

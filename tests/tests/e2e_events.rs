@@ -11,9 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::CreateRun;
 use tasks::{
-    ClientError, CreateRun, Event, EventTarget, RunStatus, SendOptions, StartOptions, StepKind,
-    StepStatus, StoreError, WorkflowContext, WorkflowError, step, workflow,
+    ClientError, Event, EventTarget, RunStatus, StepKind, StepStatus, StoreError, WorkflowContext,
+    WorkflowError, step, workflow,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -181,13 +182,14 @@ async fn a_duplicate_send_is_delivered_once(backend: Backend) {
     let note = Note {
         text: "hello".into(),
     };
-    let options = SendOptions::new().dedup_key("webhook-1");
     let first = client
-        .send_event_with(run.id(), &note, options.clone())
+        .send_event(run.id(), &note)
+        .dedup_key("webhook-1")
         .await
         .unwrap();
     let second = client
-        .send_event_with(run.id(), &note, options)
+        .send_event(run.id(), &note)
+        .dedup_key("webhook-1")
         .await
         .unwrap();
     assert!(!first.duplicate);
@@ -212,15 +214,13 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
     let store = backend.store().await;
     let client = client(&store);
     let run = notes::start(&client, ()).await.unwrap();
-    let options = SendOptions::new;
 
     // Every violation, by path.
     let refused = client
-        .send_event_json(
+        .send_event_by_topic(
             run.id(),
             "e2e-approval",
             json!({ "approved": "yes", "by": 7 }),
-            options(),
         )
         .await
         .unwrap_err();
@@ -234,7 +234,7 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
     }
     // A topic the workflow does not declare.
     let undeclared = client
-        .send_event_json(run.id(), "payment", json!({}), options())
+        .send_event_by_topic(run.id(), "payment", json!({}))
         .await
         .unwrap_err();
     assert!(
@@ -242,18 +242,11 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
             if topic == "payment" && declared == &vec!["e2e-approval", "e2e-note"]),
         "{undeclared:?}"
     );
-    // Malformed JSON text.
-    assert!(matches!(
-        client
-            .send_event_json_str(run.id(), "e2e-note", "{not json", options())
-            .await,
-        Err(ClientError::Json(_))
-    ));
     // An unknown run.
     let unknown = tasks::uuid::Uuid::now_v7();
     assert!(matches!(
         client
-            .send_event_json(unknown, "e2e-note", json!({ "text": "x" }), options())
+            .send_event_by_topic(unknown, "e2e-note", json!({ "text": "x" }))
             .await,
         Err(ClientError::Store(StoreError::RunNotFound { .. }))
     ));
@@ -269,15 +262,12 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
 
     // A valid one, then one addressed by workflow and idempotency key.
     client
-        .send_event_json(run.id(), "e2e-note", json!({ "text": "one" }), options())
+        .send_event_by_topic(run.id(), "e2e-note", json!({ "text": "one" }))
         .await
         .unwrap();
     let keyed_run = client
-        .start_json(
-            "e2e-notes",
-            json!(null),
-            StartOptions::new().idempotency_key("order-9"),
-        )
+        .start_by_name("e2e-notes", json!(null))
+        .idempotency_key("order-9")
         .await
         .unwrap();
     let target = EventTarget::Key {
@@ -285,18 +275,13 @@ async fn json_sends_are_validated_against_the_declared_payload(backend: Backend)
         idempotency_key: "order-9".into(),
     };
     let sent = client
-        .send_event_json(
-            target.clone(),
-            "e2e-note",
-            json!({ "text": "two" }),
-            options(),
-        )
+        .send_event_by_topic(target.clone(), "e2e-note", json!({ "text": "two" }))
         .await
         .unwrap();
     assert_eq!(sent.event.workflow_run_id, keyed_run.id());
     assert!(matches!(
         client
-            .send_event_json(target, "e2e-note", json!({ "text": 2 }), options())
+            .send_event_by_topic(target, "e2e-note", json!({ "text": 2 }))
             .await,
         Err(ClientError::InvalidEvent { .. })
     ));

@@ -10,9 +10,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::CreateRun;
 use tasks::{
-    CreateRun, RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus,
-    WorkflowContext, WorkflowError, step, workflow,
+    RetryPolicy, RunError, RunStatus, StartOptions, StepKind, StepStatus, WorkflowContext,
+    WorkflowError, step, workflow,
 };
 use uuid::Uuid;
 
@@ -388,7 +389,8 @@ async fn a_run_past_its_deadline_fails(backend: Backend) {
     let worker = worker(&store).build().unwrap().spawn();
     let deadline = chrono::Utc::now() + chrono::Duration::milliseconds(700);
     let run = client(&store)
-        .start_with::<three_phases>(5_000, StartOptions::new().deadline(deadline))
+        .start::<three_phases>(5_000)
+        .deadline(deadline)
         .await
         .unwrap();
     match run.result_within(Duration::from_secs(20)).await {
@@ -581,10 +583,15 @@ async fn the_idempotency_key_returns_the_same_run(backend: Backend) {
     let client = client(&store);
     let options = StartOptions::new().idempotency_key("order-17");
     let first = client
-        .start_with::<three_phases>(1, options.clone())
+        .start::<three_phases>(1)
+        .options(options.clone())
         .await
         .unwrap();
-    let second = client.start_with::<three_phases>(2, options).await.unwrap();
+    let second = client
+        .start::<three_phases>(2)
+        .options(options)
+        .await
+        .unwrap();
     assert_eq!(first.id(), second.id());
     let page = client.list_runs(Default::default()).await.unwrap();
     assert_eq!(page.data.len(), 1);
@@ -600,7 +607,8 @@ async fn a_delayed_start_waits_before_running(backend: Backend) {
     let worker = worker(&store).build().unwrap().spawn();
     let started = Instant::now();
     let run = client(&store)
-        .start_with::<three_phases>(1, StartOptions::new().delay(Duration::from_millis(1500)))
+        .start::<three_phases>(1)
+        .delay(Duration::from_millis(1500))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;

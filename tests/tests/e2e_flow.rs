@@ -126,7 +126,8 @@ async fn key_limit_holds_under_four_workers(backend: Backend) {
         let key = if n % 2 == 0 { "even" } else { "odd" };
         let options = StartOptions::new().concurrency_key(key, 2);
         let handle = client
-            .start_with::<flow_job>(job(probe, key, &n.to_string(), 30), options)
+            .start::<flow_job>(job(probe, key, &n.to_string(), 30))
+            .options(options)
             .await
             .unwrap();
         ids.push(handle.id());
@@ -167,7 +168,8 @@ async fn hot_key_does_not_starve_another(backend: Backend) {
     for n in 0..60 {
         let options = StartOptions::new().concurrency_key("hot", 1);
         let handle = client
-            .start_with::<flow_job>(job(probe, "hot", &format!("hot-{n}"), 20), options)
+            .start::<flow_job>(job(probe, "hot", &format!("hot-{n}"), 20))
+            .options(options)
             .await
             .unwrap();
         hot.push(handle.id());
@@ -176,7 +178,8 @@ async fn hot_key_does_not_starve_another(backend: Backend) {
     for n in 0..4 {
         let options = StartOptions::new().concurrency_key("cold", 1);
         let handle = client
-            .start_with::<flow_job>(job(probe, "cold", &format!("cold-{n}"), 20), options)
+            .start::<flow_job>(job(probe, "cold", &format!("cold-{n}"), 20))
+            .options(options)
             .await
             .unwrap();
         cold.push(handle.id());
@@ -213,7 +216,8 @@ async fn priorities_order_the_starts(backend: Backend) {
         let options = StartOptions::new().priority(priority);
         let key = format!("{label}-key");
         let handle = client
-            .start_with::<flow_job>(job(probe, &key, label, 0), options)
+            .start::<flow_job>(job(probe, &key, label, 0))
+            .options(options)
             .await
             .unwrap();
         ids.push(handle.id());
@@ -245,7 +249,7 @@ every_store!(
 async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
     let store = tasks_tests::pg_store().await;
     let pool = store.pool();
-    let namespace = tasks::Store::namespace(&store).to_owned();
+    let namespace = tasks::store::Store::namespace(&store).to_owned();
     sqlx::query(
         "INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
          SELECT $1, 'key-' || k FROM generate_series(0, 999) k",
@@ -310,9 +314,10 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
     // And the claim takes what the limits allow: one run of each key it reaches (two of
     // three slots are held), keyless runs by priority among them.
     let started = Instant::now();
-    let claimed = tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
-        .await
-        .unwrap();
+    let claimed =
+        tasks::store::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
+            .await
+            .unwrap();
     println!("claim of 32 on the backlog: {:?}", started.elapsed());
     assert_eq!(claimed.len(), 32);
     let mut keys = std::collections::HashSet::new();
@@ -439,7 +444,7 @@ fn executed_seq_scans(plan: &str) -> Vec<&str> {
 async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
     let store = tasks_tests::pg_store().await;
     let pool = store.pool();
-    let namespace = tasks::Store::namespace(&store).to_owned();
+    let namespace = tasks::store::Store::namespace(&store).to_owned();
     sqlx::query(
         "INSERT INTO tasks.workflow_runs
              (namespace, id, workflow_name, status, attempts, available_at, created_at,
@@ -495,9 +500,10 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
             .unwrap_or_else(|| panic!("no row count in {scan:?}"));
         assert!(read <= 100.0, "the scan read {read} rows:\n{plan}");
     }
-    let claimed = tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 10)
-        .await
-        .unwrap();
+    let claimed =
+        tasks::store::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 10)
+            .await
+            .unwrap();
     assert_eq!(claimed.len(), 10);
     sqlx::query("DELETE FROM tasks.workflow_runs WHERE namespace = $1")
         .bind(&namespace)
@@ -515,7 +521,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
 async fn claim_plan_with_queues_has_no_sequential_scan() {
     let store = tasks_tests::pg_store().await;
     let pool = store.pool();
-    let namespace = tasks::Store::namespace(&store).to_owned();
+    let namespace = tasks::store::Store::namespace(&store).to_owned();
     sqlx::query(
         "INSERT INTO tasks.workflow_runs
              (namespace, id, workflow_name, status, attempts, available_at, created_at,
@@ -543,10 +549,10 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     .execute(pool)
     .await
     .unwrap();
-    tasks::QueueStore::put_queue(&store, &tasks::QueueOptions::new("q-1").concurrency(3))
+    tasks::store::QueueStore::put_queue(&store, &tasks::QueueOptions::new("q-1").concurrency(3))
         .await
         .unwrap();
-    tasks::QueueStore::put_queue(
+    tasks::store::QueueStore::put_queue(
         &store,
         &tasks::QueueOptions::new("q-2").rate_limit(5, Duration::from_secs(3600)),
     )
@@ -554,7 +560,7 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     .unwrap();
     // Every run with a key is in q-0: one start per key and hour, and one run of each key
     // at once (below the runs' own limit of 2).
-    tasks::QueueStore::put_queue(
+    tasks::store::QueueStore::put_queue(
         &store,
         &tasks::QueueOptions::new("q-0")
             .rate_limit_per_key(1, Duration::from_secs(3600))
@@ -603,10 +609,14 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
     let mut taken: HashMap<String, usize> = HashMap::new();
     for _ in 0..4 {
         let started = Instant::now();
-        let claimed =
-            tasks::LeaseStore::claim_runs(&store, "plan-worker", Duration::from_secs(60), 32)
-                .await
-                .unwrap();
+        let claimed = tasks::store::LeaseStore::claim_runs(
+            &store,
+            "plan-worker",
+            Duration::from_secs(60),
+            32,
+        )
+        .await
+        .unwrap();
         println!("claim of 32 on the queued backlog: {:?}", started.elapsed());
         assert_eq!(claimed.len(), 32);
         for claimed in claimed {
@@ -629,11 +639,11 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
         most_per_key.unwrap_or(0) <= 1,
         "{most_per_key:?} starts of one key"
     );
-    let filter = tasks::ClaimFilter {
+    let filter = tasks::store::ClaimFilter {
         queues: served,
         workflows: None,
     };
-    let claimed = tasks::LeaseStore::claim_runs_filtered(
+    let claimed = tasks::store::LeaseStore::claim_runs_filtered(
         &store,
         "plan-worker",
         Duration::from_secs(60),

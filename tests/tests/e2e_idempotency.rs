@@ -27,7 +27,8 @@ async fn a_key_held_for_ever_returns_the_first_run_after_it_finished(backend: Ba
     let worker = worker(&store).build().unwrap().spawn();
     let client = client(&store);
     let first = client
-        .start_with::<nap>((1, 0), StartOptions::new().idempotency_key("for-ever"))
+        .start::<nap>((1, 0))
+        .idempotency_key("for-ever")
         .await
         .unwrap();
     assert_eq!(
@@ -35,7 +36,8 @@ async fn a_key_held_for_ever_returns_the_first_run_after_it_finished(backend: Ba
         1
     );
     let again = client
-        .start_with::<nap>((2, 0), keyed("for-ever", IdempotencyScope::WhileActive))
+        .start::<nap>((2, 0))
+        .options(keyed("for-ever", IdempotencyScope::WhileActive))
         .await
         .unwrap();
     assert_eq!(
@@ -56,7 +58,8 @@ async fn a_key_held_while_active_is_free_once_the_run_finished(backend: Backend)
     let client = client(&store);
     let scope = IdempotencyScope::WhileActive;
     let first = client
-        .start_with::<nap>((1, 1500), keyed("singleton", scope))
+        .start::<nap>((1, 1500))
+        .options(keyed("singleton", scope))
         .await
         .unwrap();
     first
@@ -64,7 +67,8 @@ async fn a_key_held_while_active_is_free_once_the_run_finished(backend: Backend)
         .await
         .unwrap();
     let repeat = client
-        .start_with::<nap>((2, 0), keyed("singleton", scope))
+        .start::<nap>((2, 0))
+        .options(keyed("singleton", scope))
         .await
         .unwrap();
     assert_eq!(repeat.id(), first.id(), "a live run holds its key");
@@ -74,7 +78,8 @@ async fn a_key_held_while_active_is_free_once_the_run_finished(backend: Backend)
     );
 
     let second = client
-        .start_with::<nap>((3, 0), keyed("singleton", scope))
+        .start::<nap>((3, 0))
+        .options(keyed("singleton", scope))
         .await
         .unwrap();
     assert_ne!(
@@ -98,7 +103,8 @@ async fn a_key_with_a_time_to_live_is_free_after_it(backend: Backend) {
     let client = client(&store);
     let scope = IdempotencyScope::Ttl(Duration::from_millis(1000));
     let first = client
-        .start_with::<nap>((1, 0), keyed("hourly", scope))
+        .start::<nap>((1, 0))
+        .options(keyed("hourly", scope))
         .await
         .unwrap();
     assert_eq!(
@@ -106,7 +112,8 @@ async fn a_key_with_a_time_to_live_is_free_after_it(backend: Backend) {
         1
     );
     let repeat = client
-        .start_with::<nap>((2, 0), keyed("hourly", scope))
+        .start::<nap>((2, 0))
+        .options(keyed("hourly", scope))
         .await
         .unwrap();
     assert_eq!(
@@ -117,7 +124,8 @@ async fn a_key_with_a_time_to_live_is_free_after_it(backend: Backend) {
 
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let second = client
-        .start_with::<nap>((3, 0), keyed("hourly", scope))
+        .start::<nap>((3, 0))
+        .options(keyed("hourly", scope))
         .await
         .unwrap();
     assert_ne!(second.id(), first.id(), "the time to live has passed");
@@ -132,7 +140,8 @@ async fn a_zero_time_to_live_is_refused(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let refused = client
-        .start_with::<nap>((1, 0), keyed("zero", IdempotencyScope::Ttl(Duration::ZERO)))
+        .start::<nap>((1, 0))
+        .options(keyed("zero", IdempotencyScope::Ttl(Duration::ZERO)))
         .await;
     let Err(error) = refused else {
         panic!("a zero time to live is refused");

@@ -12,9 +12,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use support::{Backend, TestStore, client, worker};
-use tasks::{
-    ListRuns, QueueOptions, RunStatus, SharedStore, StartOptions, WorkflowContext, WorkflowError,
-};
+use tasks::{ListRuns, QueueOptions, RunStatus, SharedStore, WorkflowContext, WorkflowError};
 use tasks::{step, workflow};
 use uuid::Uuid;
 
@@ -138,7 +136,8 @@ async fn workers_serve_only_their_queues(backend: Backend) {
         let client = client.clone();
         async move {
             client
-                .start_with::<queue_job>(job(probe, queue, 5), StartOptions::new().queue(queue))
+                .start::<queue_job>(job(probe, queue, 5))
+                .queue(queue)
                 .await
                 .unwrap()
                 .id()
@@ -151,11 +150,7 @@ async fn workers_serve_only_their_queues(backend: Backend) {
         b.push(start("e2e-b").await);
     }
     let declared = client.start::<mailer>(7).await.unwrap().id();
-    let overridden = client
-        .start_with::<mailer>(8, StartOptions::new().queue("e2e-a"))
-        .await
-        .unwrap()
-        .id();
+    let overridden = client.start::<mailer>(8).queue("e2e-a").await.unwrap().id();
     assert_eq!(
         store.get_run(declared).await.unwrap().unwrap().queue,
         "e2e-mail"
@@ -214,10 +209,8 @@ async fn queue_limit_holds_under_four_workers(backend: Backend) {
     let mut ids = Vec::new();
     for _ in 0..24 {
         let handle = client
-            .start_with::<queue_job>(
-                job(probe, "e2e-limited", 30),
-                StartOptions::new().queue("e2e-limited"),
-            )
+            .start::<queue_job>(job(probe, "e2e-limited", 30))
+            .queue("e2e-limited")
             .await
             .unwrap();
         ids.push(handle.id());
@@ -277,13 +270,12 @@ async fn per_key_limit_holds_under_four_workers(backend: Backend) {
     for _ in 0..8 {
         for key in KEYS {
             let handle = client
-                .start_with::<queue_job>(
-                    Job {
-                        key: Some(key.into()),
-                        ..job(probe, QUEUE, 30)
-                    },
-                    StartOptions::new().queue(QUEUE).concurrency_key(key, 10),
-                )
+                .start::<queue_job>(Job {
+                    key: Some(key.into()),
+                    ..job(probe, QUEUE, 30)
+                })
+                .queue(QUEUE)
+                .concurrency_key(key, 10)
                 .await
                 .unwrap();
             ids.push(handle.id());
@@ -291,7 +283,8 @@ async fn per_key_limit_holds_under_four_workers(backend: Backend) {
     }
     for _ in 0..4 {
         let handle = client
-            .start_with::<queue_job>(job(probe, QUEUE, 30), StartOptions::new().queue(QUEUE))
+            .start::<queue_job>(job(probe, QUEUE, 30))
+            .queue(QUEUE)
             .await
             .unwrap();
         ids.push(handle.id());
@@ -355,10 +348,8 @@ async fn rate_limit_spreads_starts_over_windows(backend: Backend) {
     let mut ids = Vec::new();
     for _ in 0..9 {
         let handle = client
-            .start_with::<queue_job>(
-                job(probe, "e2e-rated", 0),
-                StartOptions::new().queue("e2e-rated"),
-            )
+            .start::<queue_job>(job(probe, "e2e-rated", 0))
+            .queue("e2e-rated")
             .await
             .unwrap();
         ids.push(handle.id());

@@ -10,9 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::{PgPool, Row};
 use support::{Backend, bump, calls, client, worker};
-use tasks::{
-    CreateRun, ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError, step, workflow,
-};
+use tasks::store::CreateRun;
+use tasks::{ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError, step, workflow};
 
 struct KillOnDrop(Child);
 
@@ -483,7 +482,7 @@ struct Flaky {
 }
 
 impl Flaky {
-    fn refuse(&self) -> tasks::StoreResult<()> {
+    fn refuse(&self) -> tasks::store::StoreResult<()> {
         if self.refuse_steps {
             return Err(tasks::StoreError::Limit(tasks::LimitError::TooLarge {
                 field: tasks::limits::Field::StepOutput,
@@ -494,7 +493,7 @@ impl Flaky {
         Ok(())
     }
 
-    fn fail(&self, operation: tasks::Operation) -> tasks::StoreResult<()> {
+    fn fail(&self, operation: tasks::store::Operation) -> tasks::store::StoreResult<()> {
         let left = self.failures.fetch_update(
             std::sync::atomic::Ordering::SeqCst,
             std::sync::atomic::Ordering::SeqCst,
@@ -511,13 +510,9 @@ impl Flaky {
 }
 
 #[async_trait::async_trait]
-impl tasks::Store for Flaky {
+impl tasks::store::Store for Flaky {
     fn namespace(&self) -> &str {
         self.inner.namespace()
-    }
-
-    fn is_postgres(&self) -> bool {
-        self.inner.contract().is_postgres()
     }
 
     fn scoped(&self, namespace: &str) -> Result<tasks::SharedStore, tasks::LimitError> {
@@ -529,64 +524,67 @@ impl tasks::Store for Flaky {
         }))
     }
 
-    async fn subscribe(&self) -> tasks::StoreResult<tasks::NotificationStream> {
+    async fn subscribe(&self) -> tasks::store::StoreResult<tasks::store::NotificationStream> {
         self.inner.contract().subscribe().await
     }
-    fn lifecycle(&self) -> tasks::StoreResult<&dyn tasks::LifecycleStore> {
+    fn lifecycle(&self) -> tasks::store::StoreResult<&dyn tasks::store::LifecycleStore> {
         Ok(self)
     }
-    fn events(&self) -> tasks::StoreResult<&dyn tasks::EventStore> {
+    fn events(&self) -> tasks::store::StoreResult<&dyn tasks::store::EventStore> {
         Ok(self)
     }
-    fn children(&self) -> tasks::StoreResult<&dyn tasks::ChildStore> {
+    fn children(&self) -> tasks::store::StoreResult<&dyn tasks::store::ChildStore> {
         Ok(self)
     }
-    fn published_state(&self) -> tasks::StoreResult<&dyn tasks::StateStore> {
+    fn published_state(&self) -> tasks::store::StoreResult<&dyn tasks::store::StateStore> {
         Ok(self)
     }
-    fn schedules(&self) -> tasks::StoreResult<&dyn tasks::ScheduleStore> {
+    fn schedules(&self) -> tasks::store::StoreResult<&dyn tasks::store::ScheduleStore> {
         Ok(self)
     }
-    fn queues(&self) -> tasks::StoreResult<&dyn tasks::QueueStore> {
+    fn queues(&self) -> tasks::store::StoreResult<&dyn tasks::store::QueueStore> {
         Ok(self)
     }
-    fn retention(&self) -> tasks::StoreResult<&dyn tasks::RetentionStore> {
+    fn retention(&self) -> tasks::store::StoreResult<&dyn tasks::store::RetentionStore> {
         Ok(self)
     }
 }
 #[async_trait::async_trait]
-impl tasks::RunStore for Flaky {
-    async fn create_run(&self, params: CreateRun) -> tasks::StoreResult<tasks::WorkflowRun> {
+impl tasks::store::RunStore for Flaky {
+    async fn create_run(&self, params: CreateRun) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner.contract().create_run(params).await
     }
 
-    async fn get_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Option<tasks::WorkflowRun>> {
+    async fn get_run(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::store::StoreResult<Option<tasks::WorkflowRun>> {
         self.inner.contract().get_run(run_id).await
     }
 
     async fn list_runs(
         &self,
         params: ListRuns,
-    ) -> tasks::StoreResult<tasks::Page<tasks::WorkflowRun>> {
+    ) -> tasks::store::StoreResult<tasks::Page<tasks::WorkflowRun>> {
         self.inner.contract().list_runs(params).await
     }
 
     async fn count_runs(
         &self,
         statuses: &[tasks::RunStatus],
-    ) -> tasks::StoreResult<Vec<(tasks::RunStatus, u64)>> {
+    ) -> tasks::store::StoreResult<Vec<(tasks::RunStatus, u64)>> {
         self.inner.contract().count_runs(statuses).await
     }
 }
 #[async_trait::async_trait]
-impl tasks::LeaseStore for Flaky {
+impl tasks::store::LeaseStore for Flaky {
     async fn claim_runs_filtered(
         &self,
         worker_id: &str,
         lease: Duration,
         limit: u32,
-        filter: &tasks::ClaimFilter,
-    ) -> tasks::StoreResult<Vec<tasks::ClaimedRun>> {
+        filter: &tasks::store::ClaimFilter,
+    ) -> tasks::store::StoreResult<Vec<tasks::store::ClaimedRun>> {
         self.inner
             .contract()
             .claim_runs_filtered(worker_id, lease, limit, filter)
@@ -598,7 +596,7 @@ impl tasks::LeaseStore for Flaky {
         run_id: uuid::Uuid,
         worker_id: &str,
         lease: Duration,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         if let Some(slow) = self.slow_extend {
             tokio::time::sleep(slow).await;
         }
@@ -613,8 +611,8 @@ impl tasks::LeaseStore for Flaky {
         run_id: uuid::Uuid,
         worker_id: &str,
         until: chrono::DateTime<chrono::Utc>,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.fail(tasks::Operation::SleepRun)?;
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::store::Operation::SleepRun)?;
         self.inner
             .contract()
             .sleep_run(run_id, worker_id, until)
@@ -626,8 +624,8 @@ impl tasks::LeaseStore for Flaky {
         run_id: uuid::Uuid,
         worker_id: &str,
         output: serde_json::Value,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.fail(tasks::Operation::CompleteRun)?;
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::store::Operation::CompleteRun)?;
         self.inner
             .contract()
             .complete_run(run_id, worker_id, output)
@@ -639,9 +637,9 @@ impl tasks::LeaseStore for Flaky {
         run_id: uuid::Uuid,
         worker_id: &str,
         output: serde_json::Value,
-        steps: Vec<tasks::RecordStepAttempt>,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.fail(tasks::Operation::CompleteRun)?;
+        steps: Vec<tasks::store::RecordStepAttempt>,
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::store::Operation::CompleteRun)?;
         if !steps.is_empty() {
             self.refuse()?;
         }
@@ -651,8 +649,11 @@ impl tasks::LeaseStore for Flaky {
             .await
     }
 
-    async fn fail_run(&self, params: tasks::FailRun) -> tasks::StoreResult<tasks::WorkflowRun> {
-        self.fail(tasks::Operation::FailRun)?;
+    async fn fail_run(
+        &self,
+        params: tasks::store::FailRun,
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
+        self.fail(tasks::store::Operation::FailRun)?;
         self.inner.contract().fail_run(params).await
     }
 
@@ -662,38 +663,42 @@ impl tasks::LeaseStore for Flaky {
         worker_id: &str,
         delay: Duration,
         reason: serde_json::Value,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner
             .contract()
             .release_run(run_id, worker_id, delay, reason)
             .await
     }
 
-    async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> tasks::StoreResult<()> {
+    async fn heartbeat(
+        &self,
+        worker_id: &str,
+        stale_after: Duration,
+    ) -> tasks::store::StoreResult<()> {
         self.inner
             .contract()
             .heartbeat(worker_id, stale_after)
             .await
     }
 
-    async fn remove_worker(&self, worker_id: &str) -> tasks::StoreResult<()> {
+    async fn remove_worker(&self, worker_id: &str) -> tasks::store::StoreResult<()> {
         self.inner.contract().remove_worker(worker_id).await
     }
 }
 #[async_trait::async_trait]
-impl tasks::StepStore for Flaky {
+impl tasks::store::StepStore for Flaky {
     async fn create_step_attempt(
         &self,
-        params: tasks::CreateStepAttempt,
-    ) -> tasks::StoreResult<tasks::StepAttempt> {
-        self.fail(tasks::Operation::CreateStepAttempt)?;
+        params: tasks::store::CreateStepAttempt,
+    ) -> tasks::store::StoreResult<tasks::StepAttempt> {
+        self.fail(tasks::store::Operation::CreateStepAttempt)?;
         self.inner.contract().create_step_attempt(params).await
     }
 
     async fn get_step_attempt(
         &self,
         step_attempt_id: uuid::Uuid,
-    ) -> tasks::StoreResult<Option<tasks::StepAttempt>> {
+    ) -> tasks::store::StoreResult<Option<tasks::StepAttempt>> {
         self.inner
             .contract()
             .get_step_attempt(step_attempt_id)
@@ -703,14 +708,14 @@ impl tasks::StepStore for Flaky {
     async fn list_step_attempts(
         &self,
         params: tasks::ListStepAttempts,
-    ) -> tasks::StoreResult<tasks::Page<tasks::StepAttempt>> {
+    ) -> tasks::store::StoreResult<tasks::Page<tasks::StepAttempt>> {
         self.inner.contract().list_step_attempts(params).await
     }
 
     async fn step_history(
         &self,
         run_id: uuid::Uuid,
-    ) -> tasks::StoreResult<Vec<tasks::StepAttempt>> {
+    ) -> tasks::store::StoreResult<Vec<tasks::StepAttempt>> {
         self.inner.contract().step_history(run_id).await
     }
 
@@ -720,8 +725,8 @@ impl tasks::StepStore for Flaky {
         step_attempt_id: uuid::Uuid,
         worker_id: &str,
         output: serde_json::Value,
-    ) -> tasks::StoreResult<tasks::StepUpdate> {
-        self.fail(tasks::Operation::CompleteStepAttempt)?;
+    ) -> tasks::store::StoreResult<tasks::store::StepUpdate> {
+        self.fail(tasks::store::Operation::CompleteStepAttempt)?;
         self.inner
             .contract()
             .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
@@ -730,29 +735,35 @@ impl tasks::StepStore for Flaky {
 
     async fn record_step_attempt(
         &self,
-        params: tasks::RecordStepAttempt,
-    ) -> tasks::StoreResult<tasks::StepUpdate> {
-        self.fail(tasks::Operation::RecordStepAttempt)?;
+        params: tasks::store::RecordStepAttempt,
+    ) -> tasks::store::StoreResult<tasks::store::StepUpdate> {
+        self.fail(tasks::store::Operation::RecordStepAttempt)?;
         self.refuse()?;
         self.inner.contract().record_step_attempt(params).await
     }
 }
 #[async_trait::async_trait]
-impl tasks::LifecycleStore for Flaky {
-    async fn cancel_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+impl tasks::store::LifecycleStore for Flaky {
+    async fn cancel_run(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner.contract().lifecycle()?.cancel_run(run_id).await
     }
 
-    async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+    async fn pause_run(&self, run_id: uuid::Uuid) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner.contract().lifecycle()?.pause_run(run_id).await
     }
 
-    async fn resume_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+    async fn resume_run(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner.contract().lifecycle()?.resume_run(run_id).await
     }
 
     // Retry and fork.
-    async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::StoreResult<tasks::WorkflowRun> {
+    async fn retry_run(&self, run_id: uuid::Uuid) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner.contract().lifecycle()?.retry_run(run_id).await
     }
 
@@ -760,7 +771,7 @@ impl tasks::LifecycleStore for Flaky {
         &self,
         run_id: uuid::Uuid,
         from_step: &str,
-    ) -> tasks::StoreResult<tasks::WorkflowRun> {
+    ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner
             .contract()
             .lifecycle()?
@@ -769,37 +780,43 @@ impl tasks::LifecycleStore for Flaky {
     }
 }
 #[async_trait::async_trait]
-impl tasks::EventStore for Flaky {
+impl tasks::store::EventStore for Flaky {
     // Events sent to a run.
-    async fn send_event(&self, params: tasks::SendEvent) -> tasks::StoreResult<tasks::SentEvent> {
+    async fn send_event(
+        &self,
+        params: tasks::store::SendEvent,
+    ) -> tasks::store::StoreResult<tasks::SentEvent> {
         self.inner.contract().events()?.send_event(params).await
     }
 
     async fn wait_for_event(
         &self,
-        params: tasks::WaitForEvent,
-    ) -> tasks::StoreResult<tasks::EventWait> {
+        params: tasks::store::WaitForEvent,
+    ) -> tasks::store::StoreResult<tasks::store::EventWait> {
         self.inner.contract().events()?.wait_for_event(params).await
     }
 
-    async fn list_events(&self, run_id: uuid::Uuid) -> tasks::StoreResult<Vec<tasks::RunEvent>> {
+    async fn list_events(
+        &self,
+        run_id: uuid::Uuid,
+    ) -> tasks::store::StoreResult<Vec<tasks::RunEvent>> {
         self.inner.contract().events()?.list_events(run_id).await
     }
 }
 #[async_trait::async_trait]
-impl tasks::ChildStore for Flaky {
+impl tasks::store::ChildStore for Flaky {
     // Child workflows.
     async fn start_child(
         &self,
-        params: tasks::StartChild,
-    ) -> tasks::StoreResult<tasks::StartedChild> {
+        params: tasks::store::StartChild,
+    ) -> tasks::store::StoreResult<tasks::store::StartedChild> {
         self.inner.contract().children()?.start_child(params).await
     }
 
     async fn wait_for_children(
         &self,
-        params: tasks::WaitForChildren,
-    ) -> tasks::StoreResult<tasks::ChildWait> {
+        params: tasks::store::WaitForChildren,
+    ) -> tasks::store::StoreResult<tasks::store::ChildWait> {
         self.inner
             .contract()
             .children()?
@@ -808,9 +825,12 @@ impl tasks::ChildStore for Flaky {
     }
 }
 #[async_trait::async_trait]
-impl tasks::StateStore for Flaky {
+impl tasks::store::StateStore for Flaky {
     // Published state.
-    async fn set_state(&self, params: tasks::SetState) -> tasks::StoreResult<tasks::StateSet> {
+    async fn set_state(
+        &self,
+        params: tasks::store::SetState,
+    ) -> tasks::store::StoreResult<tasks::store::StateSet> {
         self.inner
             .contract()
             .published_state()?
@@ -822,7 +842,7 @@ impl tasks::StateStore for Flaky {
         &self,
         run_id: uuid::Uuid,
         key: &str,
-    ) -> tasks::StoreResult<Option<tasks::PublishedState>> {
+    ) -> tasks::store::StoreResult<Option<tasks::PublishedState>> {
         self.inner
             .contract()
             .published_state()?
@@ -833,7 +853,7 @@ impl tasks::StateStore for Flaky {
     async fn list_state(
         &self,
         run_id: uuid::Uuid,
-    ) -> tasks::StoreResult<Vec<tasks::PublishedState>> {
+    ) -> tasks::store::StoreResult<Vec<tasks::PublishedState>> {
         self.inner
             .contract()
             .published_state()?
@@ -842,12 +862,12 @@ impl tasks::StateStore for Flaky {
     }
 }
 #[async_trait::async_trait]
-impl tasks::ScheduleStore for Flaky {
+impl tasks::store::ScheduleStore for Flaky {
     async fn create_schedule(
         &self,
         params: tasks::NewSchedule,
-        first_slot: tasks::schedule::NextSlot<'_>,
-    ) -> tasks::StoreResult<tasks::Schedule> {
+        first_slot: tasks::store::schedule::NextSlot<'_>,
+    ) -> tasks::store::StoreResult<tasks::Schedule> {
         self.inner
             .contract()
             .schedules()?
@@ -858,8 +878,8 @@ impl tasks::ScheduleStore for Flaky {
     async fn put_schedule(
         &self,
         params: tasks::NewSchedule,
-        first_slot: tasks::schedule::NextSlot<'_>,
-    ) -> tasks::StoreResult<tasks::Schedule> {
+        first_slot: tasks::store::schedule::NextSlot<'_>,
+    ) -> tasks::store::StoreResult<tasks::Schedule> {
         self.inner
             .contract()
             .schedules()?
@@ -867,15 +887,15 @@ impl tasks::ScheduleStore for Flaky {
             .await
     }
 
-    async fn get_schedule(&self, name: &str) -> tasks::StoreResult<Option<tasks::Schedule>> {
+    async fn get_schedule(&self, name: &str) -> tasks::store::StoreResult<Option<tasks::Schedule>> {
         self.inner.contract().schedules()?.get_schedule(name).await
     }
 
-    async fn list_schedules(&self) -> tasks::StoreResult<Vec<tasks::Schedule>> {
+    async fn list_schedules(&self) -> tasks::store::StoreResult<Vec<tasks::Schedule>> {
         self.inner.contract().schedules()?.list_schedules().await
     }
 
-    async fn pause_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
+    async fn pause_schedule(&self, name: &str) -> tasks::store::StoreResult<tasks::Schedule> {
         self.inner
             .contract()
             .schedules()?
@@ -883,7 +903,7 @@ impl tasks::ScheduleStore for Flaky {
             .await
     }
 
-    async fn resume_schedule(&self, name: &str) -> tasks::StoreResult<tasks::Schedule> {
+    async fn resume_schedule(&self, name: &str) -> tasks::store::StoreResult<tasks::Schedule> {
         self.inner
             .contract()
             .schedules()?
@@ -891,7 +911,7 @@ impl tasks::ScheduleStore for Flaky {
             .await
     }
 
-    async fn delete_schedule(&self, name: &str) -> tasks::StoreResult<()> {
+    async fn delete_schedule(&self, name: &str) -> tasks::store::StoreResult<()> {
         self.inner
             .contract()
             .schedules()?
@@ -899,7 +919,10 @@ impl tasks::ScheduleStore for Flaky {
             .await
     }
 
-    async fn due_schedules(&self, limit: u32) -> tasks::StoreResult<tasks::schedule::DueSchedules> {
+    async fn due_schedules(
+        &self,
+        limit: u32,
+    ) -> tasks::store::StoreResult<tasks::store::schedule::DueSchedules> {
         self.inner
             .contract()
             .schedules()?
@@ -909,8 +932,8 @@ impl tasks::ScheduleStore for Flaky {
 
     async fn fire_schedule(
         &self,
-        params: tasks::schedule::FireSchedule,
-    ) -> tasks::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
+        params: tasks::store::schedule::FireSchedule,
+    ) -> tasks::store::StoreResult<Option<Vec<tasks::WorkflowRun>>> {
         self.inner
             .contract()
             .schedules()?
@@ -919,26 +942,29 @@ impl tasks::ScheduleStore for Flaky {
     }
 }
 #[async_trait::async_trait]
-impl tasks::QueueStore for Flaky {
-    async fn put_queue(&self, options: &tasks::QueueOptions) -> tasks::StoreResult<tasks::Queue> {
+impl tasks::store::QueueStore for Flaky {
+    async fn put_queue(
+        &self,
+        options: &tasks::QueueOptions,
+    ) -> tasks::store::StoreResult<tasks::Queue> {
         self.inner.contract().queues()?.put_queue(options).await
     }
 
-    async fn get_queue(&self, name: &str) -> tasks::StoreResult<Option<tasks::Queue>> {
+    async fn get_queue(&self, name: &str) -> tasks::store::StoreResult<Option<tasks::Queue>> {
         self.inner.contract().queues()?.get_queue(name).await
     }
 
-    async fn list_queues(&self) -> tasks::StoreResult<Vec<tasks::Queue>> {
+    async fn list_queues(&self) -> tasks::store::StoreResult<Vec<tasks::Queue>> {
         self.inner.contract().queues()?.list_queues().await
     }
 
-    async fn delete_queue(&self, name: &str) -> tasks::StoreResult<()> {
+    async fn delete_queue(&self, name: &str) -> tasks::store::StoreResult<()> {
         self.inner.contract().queues()?.delete_queue(name).await
     }
 }
 #[async_trait::async_trait]
-impl tasks::RetentionStore for Flaky {
-    async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::StoreResult<u64> {
+impl tasks::store::RetentionStore for Flaky {
+    async fn purge_runs(&self, params: &tasks::PurgeRuns) -> tasks::store::StoreResult<u64> {
         self.inner.contract().retention()?.purge_runs(params).await
     }
 
@@ -946,7 +972,7 @@ impl tasks::RetentionStore for Flaky {
         &self,
         worker_id: &str,
         every: Duration,
-    ) -> tasks::StoreResult<Option<u64>> {
+    ) -> tasks::store::StoreResult<Option<u64>> {
         self.inner
             .contract()
             .retention()?

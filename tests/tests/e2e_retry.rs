@@ -8,9 +8,9 @@ use crate::support;
 use std::time::Duration;
 
 use support::{Backend, bump, calls, client, worker};
+use tasks::store::Operation;
 use tasks::{
-    Operation, RunError, RunStatus, StepStatus, StoreError, WorkflowContext, WorkflowError, step,
-    workflow,
+    RunError, RunStatus, StepStatus, StoreError, WorkflowContext, WorkflowError, step, workflow,
 };
 use uuid::Uuid;
 

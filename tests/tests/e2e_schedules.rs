@@ -14,10 +14,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use support::{Backend, client, worker};
-use tasks::schedule::{Cadence, CatchUp, NewSchedule, ScheduleError, scheduled_at};
+use tasks::store::Store;
+use tasks::store::schedule::{Cadence, CatchUp, NewSchedule, ScheduleError, scheduled_at};
 use tasks::{
-    ClientError, ListRuns, RunStatus, Store, StoreError, WorkflowContext, WorkflowError,
-    WorkflowRun, workflow,
+    ClientError, ListRuns, RunStatus, StoreError, WorkflowContext, WorkflowError, WorkflowRun,
+    workflow,
 };
 
 /// Returns the slot it was started for, as the run sees it.

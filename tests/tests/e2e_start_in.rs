@@ -1,16 +1,16 @@
-//! End to end: transactional start, Postgres only. `Client::start_in` creates a
+//! End to end: transactional start, Postgres only. `StartBuilder::in_transaction` creates a
 //! run inside the caller's transaction: on commit the run exists and a worker that sleeps
 //! between polls for a minute runs it at once (woken by the NOTIFY delivered at commit); on
 //! rollback there is no run, and a row the caller wrote in the same transaction shares its
 //! fate. Refused starts leave the transaction usable, and idempotency keys work inside it.
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
-use support::{Backend, client};
-use tasks::postgres::sqlx;
-use tasks::{ClientError, ListRuns, RunError, StartOptions, Worker, WorkflowError, workflow};
+use tasks::postgres::{PgStore, sqlx};
+use tasks::{
+    Client, ClientError, ListRuns, RunError, SharedStore, StartOptions, Worker, WorkflowError,
+    workflow,
+};
 use uuid::Uuid;
 
 /// Doubles its input.
@@ -46,15 +46,19 @@ async fn order_exists(pool: &sqlx::PgPool, id: Uuid) -> bool {
 
 /// A store on the test database, its pool, and a worker that polls once a minute: it only
 /// picks a new run up promptly when a notification wakes it.
-async fn setup() -> (support::TestStore, sqlx::PgPool) {
-    let store = Backend::Postgres.store().await;
+async fn setup() -> (PgStore, sqlx::PgPool) {
+    let store = tasks_tests::pg_store().await;
     let pool = tasks_tests::pg_store().await.pool().clone();
     orders_table(&pool).await;
     (store, pool)
 }
 
-fn sleepy_worker(store: &support::TestStore) -> Worker {
-    Worker::builder(store.shared())
+fn client(store: &PgStore) -> Client {
+    Client::new(store.clone()).unwrap()
+}
+
+fn sleepy_worker(store: &PgStore) -> Worker {
+    Worker::builder(SharedStore::new(store.clone()))
         .concurrency(4)
         .lease(Duration::from_secs(5))
         .poll_interval(Duration::from_secs(60), Duration::from_secs(60))
@@ -87,7 +91,11 @@ async fn a_committed_start_runs_woken_at_commit() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let handle = client.start_in::<double>(&mut tx, 21).await.unwrap();
+    let handle = client
+        .start::<double>(21)
+        .in_transaction(&store, &mut tx)
+        .await
+        .unwrap();
     // Before the commit, nobody else sees the run: the worker cannot run it.
     assert_eq!(runs(&client).await, 0);
     assert!(client.get_run(handle.id()).await.unwrap().is_none());
@@ -122,7 +130,9 @@ async fn a_rolled_back_start_leaves_no_run_and_no_row() {
         .await
         .unwrap();
     let handle = client
-        .start_in_with::<double>(&mut tx, 1, StartOptions::new().idempotency_key("once"))
+        .start::<double>(1)
+        .idempotency_key("once")
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap();
     tx.rollback().await.unwrap();
@@ -136,7 +146,8 @@ async fn a_rolled_back_start_leaves_no_run_and_no_row() {
     ));
     // The key was never taken: a later start with it creates a run.
     let again = client
-        .start_with::<double>(2, StartOptions::new().idempotency_key("once"))
+        .start::<double>(2)
+        .idempotency_key("once")
         .await
         .unwrap();
     assert_ne!(again.id(), handle.id());
@@ -158,18 +169,16 @@ async fn refused_starts_leave_the_transaction_usable() {
     // Past the idempotency key limit: refused before the transaction is touched.
     let too_long = StartOptions::new().idempotency_key("k".repeat(100_000));
     let refused = client
-        .start_in_with::<double>(&mut tx, 1, too_long)
+        .start::<double>(1)
+        .options(too_long)
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap_err();
     assert!(matches!(refused, ClientError::Limit(_)), "{refused:?}");
     // Input that does not match the workflow's schema.
     let refused = client
-        .start_json_in(
-            &mut tx,
-            "e2e-start-in-double",
-            serde_json::json!("nope"),
-            StartOptions::new(),
-        )
+        .start_by_name("e2e-start-in-double", serde_json::json!("nope"))
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap_err();
     assert!(
@@ -177,26 +186,12 @@ async fn refused_starts_leave_the_transaction_usable() {
         "{refused:?}"
     );
     let refused = client
-        .start_json_in(
-            &mut tx,
-            "e2e-start-in-missing",
-            serde_json::json!(1),
-            StartOptions::new(),
-        )
+        .start_by_name("e2e-start-in-missing", serde_json::json!(1))
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap_err();
     assert!(
         matches!(refused, ClientError::UnknownWorkflow { .. }),
-        "{refused:?}"
-    );
-    // A client on SQLite cannot start in a Postgres transaction.
-    let sqlite = Backend::Sqlite.store().await;
-    let refused = support::client(&sqlite)
-        .start_in::<double>(&mut tx, 1)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(refused, ClientError::NotPostgres { .. }),
         "{refused:?}"
     );
 
@@ -207,12 +202,8 @@ async fn refused_starts_leave_the_transaction_usable() {
         .await
         .unwrap();
     let handle = client
-        .start_json_in(
-            &mut tx,
-            "e2e-start-in-double",
-            serde_json::json!(5),
-            StartOptions::new(),
-        )
+        .start_by_name("e2e-start-in-double", serde_json::json!(5))
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -233,11 +224,15 @@ async fn idempotency_keys_work_inside_the_transaction() {
     // Twice in one transaction: one run.
     let mut tx = pool.begin().await.unwrap();
     let first = client
-        .start_in_with::<double>(&mut tx, 7, key.clone())
+        .start::<double>(7)
+        .options(key.clone())
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap();
     let second = client
-        .start_in_with::<double>(&mut tx, 8, key.clone())
+        .start::<double>(8)
+        .options(key.clone())
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap();
     assert_eq!(first.id(), second.id());
@@ -247,13 +242,15 @@ async fn idempotency_keys_work_inside_the_transaction() {
     // In a later transaction, the committed run is returned and nothing is created.
     let mut tx = pool.begin().await.unwrap();
     let third = client
-        .start_in_with::<double>(&mut tx, 9, key.clone())
+        .start::<double>(9)
+        .options(key.clone())
+        .in_transaction(&store, &mut tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(third.id(), first.id());
     // And a plain start agrees.
-    let plain = client.start_with::<double>(10, key).await.unwrap();
+    let plain = client.start::<double>(10).options(key).await.unwrap();
     assert_eq!(plain.id(), first.id());
     assert_eq!(runs(&client).await, 1);
     assert_eq!(first.run().await.unwrap().input, Some(serde_json::json!(7)));

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use support::{Backend, client, worker};
 use tasks::{
-    ClientError, Event, RunStatus, StateWaitError, StepKind, StoreError, WorkflowContext,
+    Awaited, ClientError, Event, RunStatus, StepKind, StoreError, WaitError, WorkflowContext,
     WorkflowError, limits, workflow,
 };
 
@@ -59,7 +59,7 @@ async fn published_state_observed_by_a_waiting_client(backend: Backend) {
     let worker = worker(&store).build().unwrap().spawn();
 
     let first = client
-        .wait_state::<Progress>(run.id(), "progress", 0, Duration::from_secs(20))
+        .wait_for_state::<Progress>(run.id(), "progress", 0, Duration::from_secs(20))
         .await
         .unwrap();
     assert_eq!(first.value, Progress { done: 1, total: 3 });
@@ -79,7 +79,7 @@ async fn published_state_observed_by_a_waiting_client(backend: Backend) {
             let run_id = run.id();
             async move {
                 client
-                    .wait_state::<Progress>(run_id, "progress", seen, Duration::from_secs(20))
+                    .wait_for_state::<Progress>(run_id, "progress", seen, Duration::from_secs(20))
                     .await
             }
         });
@@ -139,13 +139,13 @@ async fn published_state_observed_by_a_waiting_client(backend: Backend) {
     // A finished run publishes nothing more: a wait for a newer version ends at once.
     let started = std::time::Instant::now();
     let finished = client
-        .wait_state::<Progress>(run.id(), "progress", 3, Duration::from_secs(20))
+        .wait_for_state::<Progress>(run.id(), "progress", 3, Duration::from_secs(20))
         .await
         .unwrap_err();
     assert!(
         matches!(
             &finished,
-            StateWaitError::Finished { run: finished_run, version: Some(3), .. }
+            WaitError::Finished { run: finished_run, awaited: Awaited::State { version: Some(3), .. } }
                 if finished_run.status == RunStatus::Completed
         ),
         "{finished:?}"
@@ -173,9 +173,9 @@ async fn reads_of_unknown_runs_and_keys(backend: Backend) {
     ));
     assert!(matches!(
         client
-            .wait_state::<Progress>(unknown, "progress", 0, Duration::from_secs(5))
+            .wait_for_state::<Progress>(unknown, "progress", 0, Duration::from_secs(5))
             .await,
-        Err(StateWaitError::NotFound { run_id }) if run_id == unknown
+        Err(WaitError::NotFound { run_id }) if run_id == unknown
     ));
     let long_key = "k".repeat(limits::MAX_TOPIC_BYTES + 1);
     assert!(matches!(
@@ -185,15 +185,18 @@ async fn reads_of_unknown_runs_and_keys(backend: Backend) {
     // Nobody runs the run: the wait times out, knowing of no version.
     assert!(matches!(
         client
-            .wait_state::<Progress>(run.id(), "progress", 0, Duration::from_millis(300))
+            .wait_for_state::<Progress>(run.id(), "progress", 0, Duration::from_millis(300))
             .await,
-        Err(StateWaitError::Timeout { version: None, .. })
+        Err(WaitError::Timeout {
+            awaited: Awaited::State { version: None, .. },
+            ..
+        })
     ));
 
     // A value that does not decode into the type asked for is a typed error.
     let worker = worker(&store).build().unwrap().spawn();
     client
-        .wait_state_json(run.id(), "progress", 0, Duration::from_secs(20))
+        .wait_for_state_json(run.id(), "progress", 0, Duration::from_secs(20))
         .await
         .unwrap();
     assert!(matches!(

@@ -1,5 +1,5 @@
 //! End to end: waiting for a run's status without polling (`RunHandle::wait_for_status`,
-//! `wait_until`, and the same on `Client`), against each store (Postgres and SQLite): until
+//! `wait_for_run`, and the same on `Client`), against each store (Postgres and SQLite): until
 //! sleeping on a durable sleep and on an event wait, until paused by another task, and the
 //! typed errors (timeout, a terminal status that can never match, an unknown run).
 //!
@@ -15,7 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use support::{Backend, client, worker};
 use tasks::{
-    Event, RunStatus, WAIT_SAFETY_REREAD, WaitError, WorkflowContext, WorkflowError, step, workflow,
+    Awaited, Event, RunStatus, WAIT_SAFETY_REREAD, WaitError, WorkflowContext, WorkflowError, step,
+    workflow,
 };
 
 /// Shorter than the safety re-read: a wait that succeeds within it was woken by a
@@ -103,7 +104,7 @@ async fn waits_until_an_event_wait_parks_the_run(backend: Backend) {
         let id = run.id();
         tokio::spawn(async move {
             client
-                .wait_until(id, WITHIN, |run| run.status == RunStatus::Sleeping)
+                .wait_for_run(id, WITHIN, |run| run.status == RunStatus::Sleeping)
                 .await
         })
     };
@@ -159,7 +160,7 @@ async fn a_wait_times_out_with_the_last_status(backend: Backend) {
         Err(WaitError::Timeout {
             run_id,
             waited,
-            status,
+            awaited: Awaited::Run { status },
         }) => {
             assert_eq!(run_id, run.id());
             assert_eq!(waited, Duration::from_millis(300));
@@ -182,7 +183,7 @@ async fn a_run_that_finishes_otherwise_fails_the_wait(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     run.cancel().await.unwrap();
     match waiter.await.unwrap() {
-        Err(WaitError::Finished { run: finished }) => {
+        Err(WaitError::Finished { run: finished, .. }) => {
             assert_eq!(finished.id, run.id());
             assert_eq!(finished.status, RunStatus::Canceled);
         }

@@ -18,9 +18,7 @@ use std::time::Duration;
 use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use support::{Backend, bump, calls, client, worker};
-use tasks::{
-    RunStatus, StartOptions, TraceContext, WorkflowContext, WorkflowError, step, workflow,
-};
+use tasks::{RunStatus, TraceContext, WorkflowContext, WorkflowError, step, workflow};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -115,6 +113,7 @@ async fn the_parent_link_survives_a_replay_on_another_worker(backend: Backend) {
     let client = client(&store);
     let (caller, trace_id, caller_id) = caller_span("replay");
     let handle = traced::start(&client, ())
+        .into_future()
         .instrument(caller.clone())
         .await
         .unwrap();
@@ -229,6 +228,7 @@ async fn a_child_run_joins_its_parents_trace(backend: Backend) {
     let client = client(&store);
     let (caller, trace_id, caller_id) = caller_span("child");
     let handle = traced_parent::start(&client, ())
+        .into_future()
         .instrument(caller.clone())
         .await
         .unwrap();
@@ -290,7 +290,9 @@ async fn an_explicit_trace_context_wins_over_the_current_span(backend: Backend) 
     .unwrap();
     let (caller, _, _) = caller_span("explicit");
     let handle = client
-        .start_with::<traced_child>(1, StartOptions::new().trace_context(explicit.clone()))
+        .start::<traced_child>(1)
+        .trace_context(explicit.clone())
+        .into_future()
         .instrument(caller)
         .await
         .unwrap();

@@ -125,7 +125,12 @@ async fn hostile_json_inputs_are_refused_and_nothing_is_stored(backend: Backend)
     let client = client(&store);
     let start = |input: Value, options: StartOptions| {
         let client = client.clone();
-        async move { client.start_json("limits-echo", input, options).await }
+        async move {
+            client
+                .start_by_name("limits-echo", input)
+                .options(options)
+                .await
+        }
     };
     let refused = [
         (json!({ "a": "x\u{0}y" }), Field::Input),
@@ -171,7 +176,7 @@ async fn hostile_options_are_refused_and_nothing_is_stored(backend: Backend) {
     let client = client(&store);
     let start = |options: StartOptions| {
         let client = client.clone();
-        async move { client.start_with::<echo>(json!(1), options).await }
+        async move { client.start::<echo>(json!(1)).options(options).await }
     };
     let key = "k".repeat(1 << 20);
     match start(StartOptions::new().idempotency_key(key)).await {
@@ -197,9 +202,7 @@ async fn hostile_options_are_refused_and_nothing_is_stored(backend: Backend) {
         start(StartOptions::new().start_at(DateTime::<Utc>::MIN_UTC)).await,
         Field::AvailableAt,
     );
-    let unknown = client
-        .start_json("limits-\0echo", json!(1), StartOptions::new())
-        .await;
+    let unknown = client.start_by_name("limits-\0echo", json!(1)).await;
     assert!(matches!(unknown, Err(ClientError::UnknownWorkflow { .. })));
     let filter = ListRuns {
         workflow_name: Some("limits-\0echo".into()),
@@ -223,11 +226,7 @@ async fn inputs_that_would_not_decode_are_refused(backend: Backend) {
         json!({ "value": 1.0, "count": 1.8e19 }),
         json!({ "value": 1.0, "count": -1 }),
     ] {
-        assert_invalid_input(
-            client
-                .start_json("limits-measure", input, StartOptions::new())
-                .await,
-        );
+        assert_invalid_input(client.start_by_name("limits-measure", input).await);
     }
     assert_eq!(count_runs(&client).await, 0, "nothing was stored");
     let fine = measure::start(
@@ -321,10 +320,7 @@ async fn outputs_that_would_not_round_trip_fail_the_attempt_for_good(backend: Ba
         ("limits-outputs", json!({ "what": "workflow-deep" })),
         ("limits-nan-output", json!(null)),
     ] {
-        let run = client
-            .start_json(name, input, StartOptions::new())
-            .await
-            .unwrap();
+        let run = client.start_by_name(name, input).await.unwrap();
         match run.result_within(Duration::from_secs(20)).await {
             Err(RunError::Failed { error, .. }) => {
                 assert_eq!(error.kind.as_deref(), Some("output"), "{name}: {error}");

@@ -15,9 +15,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use support::{Backend, TestStore, client};
+use tasks::store::{CreateRun, Store};
 use tasks::{
-    ClientError, CreateRun, Cursor, ListRuns, StartOptions, Store, StoreError, WorkflowContext,
-    WorkflowError, limits, workflow,
+    ClientError, Cursor, ListRuns, StoreError, WorkflowContext, WorkflowError, limits, workflow,
 };
 use uuid::Uuid;
 
@@ -130,10 +130,7 @@ fn json_inputs_are_refused_typed_or_stored_equal(backend: Backend) {
                         ("props-echo", any_input)
                     };
                     let before = count(&*store).await;
-                    match client
-                        .start_json(name, input.clone(), StartOptions::new())
-                        .await
-                    {
+                    match client.start_by_name(name, input.clone()).await {
                         Ok(run) => {
                             let stored = run.run().await.unwrap();
                             // Both stores read a JSON `null` input back as no input.

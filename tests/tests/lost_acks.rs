@@ -25,8 +25,8 @@ use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use support::{Backend, bump, calls, client};
 use tasks::postgres::PgStore;
 use tasks::{
-    Event, RunStatus, SendOptions, SharedStore, StepStatus, Worker, WorkflowContext, WorkflowError,
-    step, workflow,
+    Event, RunStatus, SharedStore, StepStatus, Worker, WorkflowContext, WorkflowError, step,
+    workflow,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -356,9 +356,9 @@ async fn every_step_is_recorded_once_when_acknowledgements_are_lost() {
         let run = composed::start(&client, n).await.unwrap();
         // The first event before the wait, sent twice under one dedup key.
         for _ in 0..2 {
-            let options = SendOptions::new().dedup_key(format!("early-{n}"));
             client
-                .send_event_with(run.id(), &Ping { n: 100 }, options)
+                .send_event(run.id(), &Ping { n: 100 })
+                .dedup_key(format!("early-{n}"))
                 .await
                 .unwrap();
         }
@@ -372,9 +372,9 @@ async fn every_step_is_recorded_once_when_acknowledgements_are_lost() {
         );
         assert_eq!(published.value, n + 1);
         for _ in 0..2 {
-            let options = SendOptions::new().dedup_key(format!("late-{n}"));
             client
-                .send_event_with(run.id(), &Ping { n: 1000 }, options)
+                .send_event(run.id(), &Ping { n: 1000 })
+                .dedup_key(format!("late-{n}"))
                 .await
                 .unwrap();
         }

@@ -118,11 +118,8 @@ async fn runs_steps_and_cancels_are_counted(backend: Backend) {
         other => panic!("expected a failed run, got {other:?}"),
     }
     let later = client
-        .start_json(
-            "metrics-ok",
-            serde_json::Value::Null,
-            StartOptions::new().delay(Duration::from_secs(3600)),
-        )
+        .start_by_name("metrics-ok", serde_json::Value::Null)
+        .delay(Duration::from_secs(3600))
         .await
         .unwrap();
     client.cancel(later.id()).await.unwrap();
@@ -193,7 +190,8 @@ async fn the_backlog_is_read_from_the_store(backend: Backend) {
     for _ in 0..3 {
         runs.push(
             client
-                .start_json("metrics-ok", serde_json::Value::Null, later.clone())
+                .start_by_name("metrics-ok", serde_json::Value::Null)
+                .options(later.clone())
                 .await
                 .unwrap(),
         );

@@ -2,12 +2,12 @@
 //! are idempotent, safe to run concurrently, and touch nothing outside the `tasks` schema.
 
 use std::panic::AssertUnwindSafe;
-use tasks::RunStore;
+use tasks::store::RunStore;
 
 use futures::FutureExt;
 use sqlx::{Executor, PgPool, Row};
-use tasks::CreateRun;
 use tasks::postgres::{MIGRATIONS, PgStore, migrate};
+use tasks::store::CreateRun;
 use tasks_tests::{connect_options, connect_pool};
 use uuid::Uuid;
 

@@ -1,10 +1,10 @@
 //! The LISTEN/NOTIFY hub survives losing its connection.
 
 use std::time::Duration;
-use tasks::RunStore;
+use tasks::store::RunStore;
 
 use futures::StreamExt;
-use tasks::{CreateRun, Notification, Store};
+use tasks::store::{CreateRun, Notification, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_listener_connection_reconnects() {

@@ -2,12 +2,13 @@
 //! and started again when the runtime they ran on is gone.
 
 use std::time::Duration;
-use tasks::{LeaseStore, RunStore, StepStore};
+use tasks::store::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt;
 use serde_json::json;
 use tasks::postgres::PgStore;
-use tasks::{CreateRun, ListRuns, Notification, RecordStepAttempt, StepKind, StepStatus, Store};
+use tasks::store::{CreateRun, Notification, RecordStepAttempt, Store};
+use tasks::{ListRuns, StepKind, StepStatus};
 
 /// A store on a fresh namespace with its own pool.
 async fn store() -> PgStore {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tasks::postgres::PgStore;
-use tasks::{CreateRun, ListRuns, RunStatus, RunStore};
+use tasks::store::{CreateRun, RunStore};
+use tasks::{ListRuns, RunStatus};
 use tasks_tests::cluster::Cluster;
 
 /// A cluster of the test's own, or `None` (with the reason printed) where none can be made.
@@ -190,7 +191,9 @@ async fn one_broken_connection_replaces_every_stale_one() {
 async fn the_listener_tells_the_pool_of_a_restart() {
     let Some(cluster) = cluster() else { return };
     let store = store_on(&cluster).await;
-    let _notifications = tasks::Store::subscribe(&store).await.expect("subscribe");
+    let _notifications = tasks::store::Store::subscribe(&store)
+        .await
+        .expect("subscribe");
     warm(&store, 1).await;
     cluster.restart();
     // The listener wakes at least once a second.

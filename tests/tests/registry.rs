@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::{Backend, client, worker};
 use tasks::{
-    ClientError, ListRuns, Registry, RegistryError, SourceLocation, StartOptions, Workflow,
-    WorkflowContext, WorkflowDefinition, WorkflowError, workflow,
+    ClientError, ListRuns, Registry, RegistryError, SourceLocation, Workflow, WorkflowContext,
+    WorkflowDefinition, WorkflowError, workflow,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -261,11 +261,7 @@ async fn invalid_input_is_rejected_before_anything_is_stored(backend: Backend) {
     let client = client(&store);
 
     match client
-        .start_json(
-            "reg-ship",
-            json!({ "quantity": "many" }),
-            StartOptions::new(),
-        )
+        .start_by_name("reg-ship", json!({ "quantity": "many" }))
         .await
     {
         Err(ClientError::InvalidInput(error)) => {
@@ -277,28 +273,15 @@ async fn invalid_input_is_rejected_before_anything_is_stored(backend: Backend) {
         }
         other => panic!("expected invalid input, got {other:?}"),
     }
-    match client
-        .start_json_str("reg-ship", "{\"quantity\": 3,", StartOptions::new())
-        .await
-    {
-        Err(ClientError::Json(_)) => {}
-        other => panic!("expected malformed JSON, got {other:?}"),
-    }
-    match client
-        .start_json("no-such-workflow", json!({}), StartOptions::new())
-        .await
-    {
+    match client.start_by_name("no-such-workflow", json!({})).await {
         Err(ClientError::UnknownWorkflow { name, version }) => {
             assert_eq!((name.as_str(), version), ("no-such-workflow", None));
         }
         other => panic!("expected an unknown workflow, got {other:?}"),
     }
     match client
-        .start_json(
-            "reg-ship",
-            valid_shipment(),
-            StartOptions::new().version("9"),
-        )
+        .start_by_name("reg-ship", valid_shipment())
+        .version("9")
         .await
     {
         Err(ClientError::UnknownWorkflow { version, .. }) => {
@@ -320,15 +303,12 @@ async fn each_run_executes_with_the_version_it_was_started_with(backend: Backend
     let worker = worker(&store).build().unwrap().spawn();
 
     let latest = client
-        .start_json("reg-ship", valid_shipment(), StartOptions::new())
+        .start_by_name("reg-ship", valid_shipment())
         .await
         .unwrap();
     let pinned = client
-        .start_json(
-            "reg-ship",
-            valid_shipment(),
-            StartOptions::new().version("1"),
-        )
+        .start_by_name("reg-ship", valid_shipment())
+        .version("1")
         .await
         .unwrap();
     let typed = ship_v1::start(&client, serde_json::from_value(valid_shipment()).unwrap())
@@ -383,7 +363,7 @@ async fn a_workflow_without_input_takes_null_or_an_empty_object(backend: Backend
     let client = client(&store);
     for input in [json!(null), json!({})] {
         let run = client
-            .start_json("reg_unversioned", input.clone(), StartOptions::new())
+            .start_by_name("reg_unversioned", input.clone())
             .await
             .unwrap_or_else(|error| panic!("{input}: {error}"));
         run.result_within(Duration::from_secs(20)).await.unwrap();
@@ -391,7 +371,7 @@ async fn a_workflow_without_input_takes_null_or_an_empty_object(backend: Backend
     // Anything else is still refused, with nothing stored.
     assert!(matches!(
         client
-            .start_json("reg_unversioned", json!({ "a": 1 }), StartOptions::new())
+            .start_by_name("reg_unversioned", json!({ "a": 1 }))
             .await,
         Err(ClientError::InvalidInput(_))
     ));

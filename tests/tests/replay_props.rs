@@ -24,9 +24,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use support::{Backend, TestStore, bump, calls, client, worker};
-use tasks::{
-    ClientError, ListRuns, RunStatus, Store, WorkflowContext, WorkflowError, step, workflow,
-};
+use tasks::store::Store;
+use tasks::{ClientError, ListRuns, RunStatus, WorkflowContext, WorkflowError, step, workflow};
 use uuid::Uuid;
 
 const CASES: u32 = 16;

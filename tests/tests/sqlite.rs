@@ -7,16 +7,17 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-use tasks::{LeaseStore, RunStore, StepStore};
+use tasks::store::{LeaseStore, RunStore, StepStore};
 
 use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
+use tasks::store::{CreateRun, Notification, Store};
 use tasks::{
-    Client, ConnectError, CreateRun, ListRuns, Notification, RetryPolicy, RunStatus, Store, Worker,
-    WorkflowContext, WorkflowError, WorkflowRun, connect, step, workflow,
+    Client, ConnectError, ListRuns, RetryPolicy, RunStatus, Worker, WorkflowContext, WorkflowError,
+    WorkflowRun, connect, step, workflow,
 };
 use tasks_tests::sqlite::{open as open_sqlite, temp_database_path};
 use tasks_tests::unique_namespace;
@@ -200,7 +201,7 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
                 if claimed.is_empty() {
                     break;
                 }
-                for tasks::ClaimedRun { run, .. } in claimed {
+                for tasks::store::ClaimedRun { run, .. } in claimed {
                     assert_eq!(run.worker_id.as_deref(), Some(worker.as_str()));
                     store
                         .complete_run(run.id, &worker, json!(i))

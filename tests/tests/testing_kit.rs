@@ -4,7 +4,7 @@
 //! "Testing your workflows" example, verbatim.
 
 use std::time::{Duration, Instant};
-use tasks::RunStore;
+use tasks::store::RunStore;
 
 use serde_json::Value;
 use tasks::prelude::*;
@@ -206,11 +206,12 @@ async fn a_retry_backoff_and_a_delayed_start_follow_the_clock() {
     let retried = retry_later::start(env.client(), ()).await.unwrap();
     let delayed = env
         .client()
-        .start_with::<hour_sleep>((), StartOptions::new().delay(2 * HOUR))
+        .start::<hour_sleep>(())
+        .delay(2 * HOUR)
         .await
         .unwrap();
     retried
-        .wait_until(PROMPT, |run| {
+        .wait_for_run(PROMPT, |run| {
             run.status == RunStatus::Pending && run.attempts == 1
         })
         .await

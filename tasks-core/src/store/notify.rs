@@ -46,7 +46,7 @@ pub enum Notification {
     },
     /// A run published a new value of one of its keys
     /// ([`StateStore::set_state`]). Workers do not wake on it. See
-    /// `Client::wait_state`.
+    /// `Client::wait_for_state`.
     StateChanged {
         /// The namespace it is in.
         namespace: String,

@@ -8,7 +8,7 @@ impl Client {
     /// Creates a schedule that starts `schedule.workflow_name` (at `schedule.version`, or the
     /// latest registered version when none is given, which is then stored) on its cron
     /// expression in its timezone, with its input. The input is checked like
-    /// [`Client::start_json`] checks a start's; its first slot is the first after now by
+    /// [`Client::start_by_name`] checks a start's; its first slot is the first after now by
     /// the store's clock.
     ///
     /// Errors: [`ClientError::InvalidSchedule`] for a cron expression or timezone that does

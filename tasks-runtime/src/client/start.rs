@@ -1,6 +1,11 @@
-//! Starting runs: typed or by name with JSON input, with [`StartOptions`], and inside the
-//! caller's own Postgres transaction; the checks every start makes before the store sees it.
+//! Starting runs: one [`StartBuilder`], typed ([`Client::start`]) or by name with JSON input
+//! ([`Client::start_by_name`]), with its options ([`StartOptions`]), sent by `.await` or
+//! inside the caller's own Postgres transaction; the checks every start makes before the
+//! store sees it.
 
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +19,6 @@ use crate::flow::Concurrency;
 #[cfg(doc)]
 use crate::limits::LimitError;
 use crate::limits::{self, Field};
-use crate::model::WorkflowRun;
 use crate::registry::{InvalidInput, Violation};
 use crate::store::CreateRun;
 use crate::trace::TraceContext;
@@ -90,7 +94,8 @@ impl StartOptions {
         self
     }
 
-    /// For untyped starts: the version to run (default: the latest registered).
+    /// For a start by name: the version to run (default: the latest registered). A typed
+    /// start runs its own type's version and ignores it.
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
         self
@@ -147,43 +152,211 @@ impl StartOptions {
     }
 }
 
+/// What a start runs: a workflow type with its input, or a workflow name with JSON input.
+enum Target {
+    /// A typed start: the input was encoded (or refused) when the start was made.
+    Typed {
+        definition: &'static WorkflowDefinition,
+        input: Result<Value, ClientError>,
+    },
+    /// A start by name: the input is checked against the named workflow when it is sent.
+    ByName { name: String, input: Value },
+}
+
+/// A run about to be started: made by [`Client::start`] (typed) or
+/// [`Client::start_by_name`] (by name, with JSON input), given options by its methods, and
+/// sent by `.await` (or, with the `postgres` feature, inside the caller's transaction by
+/// [`StartBuilder::in_transaction`]).
+///
+/// ```no_run
+/// # async fn demo(client: tasks_runtime::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+///
+/// let handle = client
+///     .start_by_name("checkout", serde_json::json!({ "order_id": 7 }))
+///     .idempotency_key("order-7")
+///     .delay(Duration::from_secs(60))
+///     .await?;
+/// # let _ = handle; Ok(()) }
+/// ```
+///
+/// Every check (the workflow is registered, the input matches its schema and type, the
+/// options are within the [`limits`]) runs when the start is sent, before the store sees
+/// it; on any refusal nothing is stored. The errors are [`ClientError`]s:
+/// [`UnknownWorkflow`](ClientError::UnknownWorkflow),
+/// [`InvalidInput`](ClientError::InvalidInput), [`Limit`](ClientError::Limit),
+/// [`Json`](ClientError::Json), [`ConcurrencyKey`](ClientError::ConcurrencyKey) and
+/// [`Store`](ClientError::Store).
+#[must_use = "a start does nothing until it is awaited"]
+pub struct StartBuilder<'c, T> {
+    client: &'c Client,
+    target: Target,
+    options: StartOptions,
+    output: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for StartBuilder<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let workflow = match &self.target {
+            Target::Typed { definition, .. } => definition.name,
+            Target::ByName { name, .. } => name.as_str(),
+        };
+        f.debug_struct("StartBuilder")
+            .field("workflow", &workflow)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'c, T> StartBuilder<'c, T> {
+    /// Replaces every option given so far with `options`: for a caller that builds its
+    /// options apart from the start (from command-line flags, say).
+    pub fn options(mut self, options: StartOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// See [`StartOptions::idempotency_key`].
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.options = self.options.idempotency_key(key);
+        self
+    }
+
+    /// See [`StartOptions::idempotency_scope`].
+    pub fn idempotency_scope(mut self, scope: crate::idempotency::IdempotencyScope) -> Self {
+        self.options = self.options.idempotency_scope(scope);
+        self
+    }
+
+    /// See [`StartOptions::start_at`].
+    pub fn start_at(mut self, at: DateTime<Utc>) -> Self {
+        self.options = self.options.start_at(at);
+        self
+    }
+
+    /// See [`StartOptions::delay`].
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.options = self.options.delay(delay);
+        self
+    }
+
+    /// See [`StartOptions::deadline`].
+    pub fn deadline(mut self, at: DateTime<Utc>) -> Self {
+        self.options = self.options.deadline(at);
+        self
+    }
+
+    /// See [`StartOptions::version`].
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.options = self.options.version(version);
+        self
+    }
+
+    /// See [`StartOptions::context`].
+    pub fn context(mut self, context: Value) -> Self {
+        self.options = self.options.context(context);
+        self
+    }
+
+    /// See [`StartOptions::priority`].
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.options = self.options.priority(priority);
+        self
+    }
+
+    /// See [`StartOptions::concurrency_key`].
+    pub fn concurrency_key(mut self, key: impl Into<String>, limit: u32) -> Self {
+        self.options = self.options.concurrency_key(key, limit);
+        self
+    }
+
+    /// See [`StartOptions::without_concurrency_key`].
+    pub fn without_concurrency_key(mut self) -> Self {
+        self.options = self.options.without_concurrency_key();
+        self
+    }
+
+    /// See [`StartOptions::queue`].
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.options = self.options.queue(queue);
+        self
+    }
+
+    /// See [`StartOptions::trace_context`].
+    pub fn trace_context(mut self, trace: TraceContext) -> Self {
+        self.options = self.options.trace_context(trace);
+        self
+    }
+
+    /// The workflow to run and its checked input, then the checked parameters of the run.
+    fn checked(self) -> Result<(&'c Client, &'static WorkflowDefinition, CreateRun), ClientError> {
+        let client = self.client;
+        let (definition, input) = match self.target {
+            Target::Typed { definition, input } => (definition, input?),
+            Target::ByName { name, input } => client.checked_json(&name, input, &self.options)?,
+        };
+        let params = client.create_params(definition, input, self.options)?;
+        Ok((client, definition, params))
+    }
+
+    async fn send(self) -> Result<RunHandle<T>, ClientError> {
+        let (client, definition, params) = self.checked()?;
+        let run = client.store.contract().create_run(params).await?;
+        crate::metrics::run_started(definition.name);
+        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
+        Ok(client.handle(run.id))
+    }
+}
+
+impl<'c, T: 'c> IntoFuture for StartBuilder<'c, T> {
+    type Output = Result<RunHandle<T>, ClientError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
 impl Client {
-    /// Starts a run of `W`; the compiler checks the input type.
-    pub async fn start<W: Workflow>(
-        &self,
-        input: W::Input,
-    ) -> Result<RunHandle<W::Output>, ClientError> {
-        self.start_with::<W>(input, StartOptions::new()).await
-    }
-
-    /// Starts a run of `W` with options.
-    pub async fn start_with<W: Workflow>(
-        &self,
-        input: W::Input,
-        options: StartOptions,
-    ) -> Result<RunHandle<W::Output>, ClientError> {
+    /// A start of a run of `W`; the compiler checks the input type. Give it options with
+    /// the [`StartBuilder`]'s methods and send it with `.await`:
+    /// `client.start::<checkout>(order).idempotency_key("order-7").await?`.
+    ///
+    /// A typed input holding a NaN or infinite float anywhere is refused
+    /// ([`ClientError::InvalidInput`]): JSON has neither, so it would not read back as itself.
+    pub fn start<W: Workflow>(&self, input: W::Input) -> StartBuilder<'_, W::Output> {
         let definition = W::definition();
-        check_finite_input(definition, &input)?;
-        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
-        check_type(definition, &input)?;
-        let run = self.create(definition, input, options).await?;
-        Ok(self.handle(run.id))
+        let input = check_finite_input(definition, &input)
+            .map_err(ClientError::from)
+            .and_then(|()| serde_json::to_value(&input).map_err(ClientError::Json))
+            .and_then(|input| {
+                check_type(definition, &input)?;
+                Ok(input)
+            });
+        StartBuilder {
+            client: self,
+            target: Target::Typed { definition, input },
+            options: StartOptions::new(),
+            output: PhantomData,
+        }
     }
 
-    /// Starts a run by workflow name with JSON input, as another service or the command
-    /// line would. The input is checked against the [`limits`], then
-    /// validated against the workflow's JSON Schema, then decoded into the workflow's input
-    /// type; on any violation nothing is stored and every violation is reported with its
-    /// path. A workflow without input takes `null`, or `{}`.
-    pub async fn start_json(
-        &self,
-        name: &str,
-        input: Value,
-        options: StartOptions,
-    ) -> Result<RunHandle<Value>, ClientError> {
-        let (definition, input) = self.checked_json(name, input, &options)?;
-        let run = self.create(definition, input, options).await?;
-        Ok(self.handle(run.id))
+    /// A start of a run by workflow name with JSON input, as another service or the command
+    /// line would make it; the version is the latest registered unless
+    /// [`StartBuilder::version`] names one. When it is sent, the input is checked against
+    /// the [`limits`], then validated against the workflow's JSON Schema, then decoded into
+    /// the workflow's input type; on any violation nothing is stored and every violation is
+    /// reported with its path. A workflow without input takes `null`, or `{}`.
+    pub fn start_by_name(&self, name: &str, input: Value) -> StartBuilder<'_, Value> {
+        StartBuilder {
+            client: self,
+            target: Target::ByName {
+                name: name.to_owned(),
+                input,
+            },
+            options: StartOptions::new(),
+            output: PhantomData,
+        }
     }
 
     /// The workflow `name` names (at `options`' version, or the latest) and `input` checked
@@ -209,31 +382,6 @@ impl Client {
             .validate_input(definition.name, definition.version, &input)?;
         check_type(definition, &input)?;
         Ok((definition, input))
-    }
-
-    /// Like [`Client::start_json`], from JSON text. Malformed JSON is
-    /// [`ClientError::Json`].
-    pub async fn start_json_str(
-        &self,
-        name: &str,
-        input: &str,
-        options: StartOptions,
-    ) -> Result<RunHandle<Value>, ClientError> {
-        let input: Value = serde_json::from_str(input).map_err(ClientError::Json)?;
-        self.start_json(name, input, options).await
-    }
-
-    async fn create(
-        &self,
-        definition: &'static WorkflowDefinition,
-        input: Value,
-        options: StartOptions,
-    ) -> Result<WorkflowRun, ClientError> {
-        let params = self.create_params(definition, input, options)?;
-        let run = self.store.contract().create_run(params).await?;
-        crate::metrics::run_started(definition.name);
-        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
-        Ok(run)
     }
 
     /// The checked parameters of a new run.
@@ -272,113 +420,72 @@ impl Client {
     }
 }
 
-/// Transactional start (Postgres only).
+/// Transactional start, on a Postgres store.
 ///
-/// A run started with [`Client::start_in`] is created inside the caller's own transaction on
-/// the store's Postgres database: it exists if and only if that transaction commits, and
-/// its wake-up (a `NOTIFY`, which Postgres delivers at commit and drops on rollback)
-/// reaches the workers when it commits, not before. So "write my row and start the
-/// workflow that processes it" is atomic: no run for a row that was rolled back, no row
+/// A run started with [`StartBuilder::in_transaction`] is created inside the caller's own
+/// transaction on a Postgres store's database: it exists if and only if that transaction
+/// commits, and its wake-up (a `NOTIFY`, which Postgres delivers at commit and drops on
+/// rollback) reaches the workers when it commits, not before. So "write my row and start
+/// the workflow that processes it" is atomic: no run for a row that was rolled back, no row
 /// without its run.
 ///
-/// The transaction must be on the database of the client's store (the one its workers
-/// use), with the `tasks` schema migrated; the run goes into the client's namespace. Only
-/// the namespace is taken from the store: the statements run on the caller's connection.
-/// The SQLite store has no equivalent (its single writer would have to be the caller's),
-/// so a client on any store that is not Postgres gets [`ClientError::NotPostgres`].
+/// It takes the [`PgStore`](crate::postgres::PgStore) itself, so it exists only for a
+/// Postgres store: the SQLite store has no equivalent (its single writer would have to be
+/// the caller's), and neither has the in-memory store.
 ///
 /// ```no_run
-/// # async fn demo(client: tasks_runtime::Client, pool: tasks_runtime::postgres::sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-/// use tasks_runtime::StartOptions;
-///
-/// let mut tx = pool.begin().await?;
+/// # async fn demo(client: tasks_runtime::Client, store: tasks_runtime::postgres::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tx = store.pool().begin().await?;
 /// tasks_runtime::postgres::sqlx::query("INSERT INTO orders (id) VALUES ($1)")
 ///     .bind(7_i64)
 ///     .execute(&mut *tx)
 ///     .await?;
 /// let handle = client
-///     .start_json_in(&mut *tx, "checkout", serde_json::json!({ "order_id": 7 }), StartOptions::new())
+///     .start_by_name("checkout", serde_json::json!({ "order_id": 7 }))
+///     .in_transaction(&store, &mut tx)
 ///     .await?;
 /// tx.commit().await?; // now the run exists, and a worker is woken
 /// # let _ = handle; Ok(()) }
 /// ```
 #[cfg(feature = "postgres")]
-impl Client {
-    /// Starts a run of `W` inside the caller's transaction `conn` (pass `&mut *tx` of a
-    /// `sqlx::Transaction<'_, Postgres>`): the run exists if and only if that transaction
-    /// commits, and workers are woken when it does. Postgres only; the transaction must be
-    /// on the database of the client's store. Like [`Client::start_in_with`] with
-    /// [`StartOptions::new`], which lists the errors.
-    pub async fn start_in<W: Workflow>(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        input: W::Input,
-    ) -> Result<RunHandle<W::Output>, ClientError> {
-        self.start_in_with::<W>(conn, input, StartOptions::new())
-            .await
-    }
-
-    /// Starts a run of `W` with options inside the caller's transaction `conn`.
+impl<T> StartBuilder<'_, T> {
+    /// Starts the run inside the caller's transaction `conn` (pass `&mut tx` of a
+    /// `sqlx::Transaction<'_, Postgres>`, or `&mut *tx`) on `store`'s database, in `store`'s
+    /// namespace: the run exists if and only if that transaction commits, and workers are
+    /// woken when it does. The transaction must be on the database of `store` (the one its
+    /// workers use), with the `tasks` schema migrated; only the namespace is taken from the
+    /// store, the statements run on `conn`. The client contributes its registry and checks;
+    /// the returned handle reads the run through `store`.
     ///
-    /// The input and options are checked exactly as [`Client::start_with`] checks them
-    /// (limits, the input type), and the client's store must be a Postgres store, all
-    /// before the transaction is touched: on [`ClientError::InvalidInput`],
-    /// [`ClientError::Limit`], [`ClientError::Json`] or [`ClientError::NotPostgres`] nothing
-    /// was sent to the database and the transaction is still usable. A database error
-    /// ([`ClientError::Store`]) happened inside the transaction, which Postgres then aborts:
-    /// roll it back. An idempotency key behaves as with [`Client::start_with`]: when a run
-    /// with the key exists (committed, or created earlier in this transaction), the handle
-    /// is of that run and nothing is created; when another transaction holds a run with the
-    /// key uncommitted, this call waits for it to commit or roll back.
+    /// The input and options are checked exactly as for `.await`, before the transaction
+    /// is touched: on [`ClientError::UnknownWorkflow`], [`ClientError::InvalidInput`],
+    /// [`ClientError::Limit`], [`ClientError::Json`] or [`ClientError::ConcurrencyKey`]
+    /// nothing was sent to the database and the transaction is still usable. A database
+    /// error ([`ClientError::Store`]) happened inside the transaction, which Postgres then
+    /// aborts: roll it back. An idempotency key behaves as with `.await`: when a run with
+    /// the key exists (committed, or created earlier in this transaction), the handle is of
+    /// that run and nothing is created; when another transaction holds a run with the key
+    /// uncommitted, this call waits for it to commit or roll back.
     ///
     /// The returned handle names a run that no one else sees until the transaction commits
     /// (waiting on its result before then waits until then; after a rollback the run never
     /// exists: [`RunError::NotFound`]).
-    pub async fn start_in_with<W: Workflow>(
-        &self,
+    pub async fn in_transaction(
+        self,
+        store: &crate::postgres::PgStore,
         conn: &mut sqlx::PgConnection,
-        input: W::Input,
-        options: StartOptions,
-    ) -> Result<RunHandle<W::Output>, ClientError> {
-        let definition = W::definition();
-        check_finite_input(definition, &input)?;
-        let input = serde_json::to_value(&input).map_err(ClientError::Json)?;
-        check_type(definition, &input)?;
-        let run = self.create_in(conn, definition, input, options).await?;
-        Ok(self.handle(run.id))
-    }
-
-    /// Like [`Client::start_json`] (the same checks, by workflow name with JSON input),
-    /// inside the caller's transaction `conn`, as [`Client::start_in_with`] describes.
-    pub async fn start_json_in(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        name: &str,
-        input: Value,
-        options: StartOptions,
-    ) -> Result<RunHandle<Value>, ClientError> {
-        let (definition, input) = self.checked_json(name, input, &options)?;
-        let run = self.create_in(conn, definition, input, options).await?;
-        Ok(self.handle(run.id))
-    }
-
-    async fn create_in(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        definition: &'static WorkflowDefinition,
-        input: Value,
-        options: StartOptions,
-    ) -> Result<WorkflowRun, ClientError> {
-        let params = self.create_params(definition, input, options)?;
-        if !self.store.contract().is_postgres() {
-            return Err(ClientError::NotPostgres {
-                namespace: self.store.namespace().to_owned(),
-            });
-        }
-        let run = crate::postgres::create_run_in(conn, self.store.namespace(), &params).await?;
+    ) -> Result<RunHandle<T>, ClientError> {
+        let (_, definition, params) = self.checked()?;
+        let namespace = crate::store::Store::namespace(store);
+        params.check(namespace)?;
+        let run = crate::postgres::create_run_in(conn, namespace, &params).await?;
         crate::metrics::run_started(definition.name);
         tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started in the caller's transaction");
-        Ok(run)
+        Ok(RunHandle {
+            run_id: run.id,
+            store: crate::store::SharedStore::new(store.clone()),
+            output: PhantomData,
+        })
     }
 }
 

@@ -1,5 +1,5 @@
 //! Reading and waiting on the state a run publishes ([`WorkflowContext::set_state`]):
-//! [`Client::get_state`], [`Client::list_state`] and [`Client::wait_state`].
+//! [`Client::get_state`], [`Client::list_state`] and [`Client::wait_for_state`].
 //!
 //! A wait subscribes to the store's notifications *before* it reads, like a wait for a
 //! status (`client/wait.rs`), and reads again only on news of the run: a new version of the
@@ -15,72 +15,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Client, ClientError, WAIT_SAFETY_REREAD};
+use super::{Awaited, Client, ClientError, WAIT_SAFETY_REREAD, WaitError};
 use crate::error::{Operation, StoreError};
-use crate::limits::{self, LimitError};
-use crate::model::WorkflowRun;
+use crate::limits;
 use crate::state::PublishedState;
 use crate::store::{Notification, NotificationStream, SharedStore};
-
-/// Why [`Client::wait_state`] ended without a newer value.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StateWaitError {
-    /// The run does not exist (in the store's namespace).
-    #[error("workflow run {run_id} does not exist")]
-    NotFound {
-        /// The run.
-        run_id: Uuid,
-    },
-    /// The run finished (completed, failed or canceled) without publishing a newer value:
-    /// a finished run publishes nothing more.
-    #[error("workflow run {} is {} and published no version of state {key:?} after {after}", run.id, run.status)]
-    Finished {
-        /// The run, terminal, as read.
-        run: Box<WorkflowRun>,
-        /// The key.
-        key: String,
-        /// The version waited past.
-        after: u64,
-        /// The key's last version, if the run published it at all.
-        version: Option<u64>,
-    },
-    /// No newer value within the timeout.
-    #[error(
-        "workflow run {run_id} published no version of state {key:?} after {after} within {waited:?}"
-    )]
-    Timeout {
-        /// The run.
-        run_id: Uuid,
-        /// The key.
-        key: String,
-        /// The version waited past.
-        after: u64,
-        /// How long it waited.
-        waited: Duration,
-        /// The key's version when it was last read, if it had one.
-        version: Option<u64>,
-    },
-    /// The newer value does not decode into the type asked for.
-    #[error(
-        "the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}"
-    )]
-    Invalid {
-        /// The run.
-        run_id: Uuid,
-        /// The key.
-        key: String,
-        /// Why it does not decode.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The key exceeds the [`limits`].
-    #[error(transparent)]
-    Limit(#[from] LimitError),
-    /// The store failed while waiting (or could not subscribe to its notifications).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 impl Client {
     /// The latest value run `run_id` published under `key`
@@ -144,13 +83,13 @@ impl Client {
     /// then the version returned, to follow a key as it changes:
     ///
     /// ```no_run
-    /// # async fn demo(client: tasks_runtime::Client, run_id: uuid::Uuid) -> Result<(), tasks_runtime::StateWaitError> {
+    /// # async fn demo(client: tasks_runtime::Client, run_id: uuid::Uuid) -> Result<(), tasks_runtime::WaitError> {
     /// use std::time::Duration;
     ///
     /// let mut seen = 0;
     /// loop {
     ///     let progress = client
-    ///         .wait_state::<u32>(run_id, "progress", seen, Duration::from_secs(60))
+    ///         .wait_for_state::<u32>(run_id, "progress", seen, Duration::from_secs(60))
     ///         .await?;
     ///     println!("{}% done", progress.value);
     ///     seen = progress.version;
@@ -164,35 +103,35 @@ impl Client {
     /// so a publication by a worker in another process wakes the wait; on SQLite only
     /// publications of this process do, and others are seen at the safety re-read.
     ///
-    /// Errors: [`StateWaitError::NotFound`]; [`StateWaitError::Finished`] once the run is
-    /// terminal without a newer value; [`StateWaitError::Timeout`];
-    /// [`StateWaitError::Invalid`] when the value does not decode into `T`;
-    /// [`StateWaitError::Limit`]; [`StateWaitError::Store`].
-    pub async fn wait_state<T: DeserializeOwned>(
+    /// Errors: [`WaitError::NotFound`]; [`WaitError::Finished`] once the run is
+    /// terminal without a newer value; [`WaitError::Timeout`];
+    /// [`WaitError::InvalidState`] when the value does not decode into `T`;
+    /// [`WaitError::Limit`]; [`WaitError::Store`].
+    pub async fn wait_for_state<T: DeserializeOwned>(
         &self,
         run_id: Uuid,
         key: &str,
         after_version: u64,
         timeout: Duration,
-    ) -> Result<PublishedState<T>, StateWaitError> {
+    ) -> Result<PublishedState<T>, WaitError> {
         let state = self
-            .wait_state_json(run_id, key, after_version, timeout)
+            .wait_for_state_json(run_id, key, after_version, timeout)
             .await?;
-        state.decode().map_err(|source| StateWaitError::Invalid {
+        state.decode().map_err(|source| WaitError::InvalidState {
             run_id,
             key: key.to_owned(),
             source,
         })
     }
 
-    /// Like [`Client::wait_state`], with the value as JSON.
-    pub async fn wait_state_json(
+    /// Like [`Client::wait_for_state`], with the value as JSON.
+    pub async fn wait_for_state_json(
         &self,
         run_id: Uuid,
         key: &str,
         after_version: u64,
         timeout: Duration,
-    ) -> Result<PublishedState<Value>, StateWaitError> {
+    ) -> Result<PublishedState<Value>, WaitError> {
         limits::check_state_key(key)?;
         // No run publishes such a key (see `check_chosen_name`).
         crate::replay::check_chosen_name(crate::limits::Field::StateKey, key)?;
@@ -200,12 +139,14 @@ impl Client {
         let waiting = wait_loop(&self.store, run_id, key, after_version, &mut last_version);
         match tokio::time::timeout(timeout, waiting).await {
             Ok(outcome) => outcome,
-            Err(_elapsed) => Err(StateWaitError::Timeout {
+            Err(_elapsed) => Err(WaitError::Timeout {
                 run_id,
-                key: key.to_owned(),
-                after: after_version,
                 waited: timeout,
-                version: last_version,
+                awaited: Awaited::State {
+                    key: key.to_owned(),
+                    after: after_version,
+                    version: last_version,
+                },
             }),
         }
     }
@@ -217,10 +158,10 @@ async fn wait_loop(
     key: &str,
     after: u64,
     last_version: &mut Option<u64>,
-) -> Result<PublishedState, StateWaitError> {
+) -> Result<PublishedState, WaitError> {
     let not_found = |error| match error {
-        StoreError::RunNotFound { .. } => StateWaitError::NotFound { run_id },
-        other => StateWaitError::from(other),
+        StoreError::RunNotFound { .. } => WaitError::NotFound { run_id },
+        other => WaitError::from(other),
     };
     // Subscribed before the first read: whatever is published after the read is announced.
     let mut notifications = store.contract().subscribe().await?;
@@ -231,7 +172,7 @@ async fn wait_loop(
             .contract()
             .get_run(run_id)
             .await?
-            .ok_or(StateWaitError::NotFound { run_id })?;
+            .ok_or(WaitError::NotFound { run_id })?;
         let state = store
             .contract()
             .published_state()?
@@ -242,11 +183,13 @@ async fn wait_loop(
         match state {
             Some(state) if state.version > after => return Ok(state),
             _ if run.status.is_terminal() => {
-                return Err(StateWaitError::Finished {
+                return Err(WaitError::Finished {
                     run: Box::new(run),
-                    key: key.to_owned(),
-                    after,
-                    version: *last_version,
+                    awaited: Awaited::State {
+                        key: key.to_owned(),
+                        after,
+                        version: *last_version,
+                    },
                 });
             }
             _ => {}
@@ -272,7 +215,7 @@ async fn news_of(
     run_id: Uuid,
     key: &str,
     after: u64,
-) -> Result<(), StateWaitError> {
+) -> Result<(), WaitError> {
     loop {
         match notifications.next().await {
             Some(Notification::StateChanged {

@@ -1,5 +1,6 @@
 //! Waiting for a run to reach a status without polling: [`RunHandle::wait_for_status`] and
-//! [`RunHandle::wait_until`], and the same on [`Client`] by run id.
+//! [`RunHandle::wait_for_run`], and the same on [`Client`] by run id; and [`WaitError`], the
+//! error of every wait of the client (the state waits of `client/state.rs` too).
 //!
 //! The wait subscribes to the store's notifications *before* it reads the run, so a change
 //! between the read and the subscription cannot be lost. It reads the run again only when
@@ -15,6 +16,7 @@ use uuid::Uuid;
 
 use super::{Client, RunHandle};
 use crate::error::{Operation, StoreError};
+use crate::limits::LimitError;
 use crate::model::{RunStatus, WorkflowRun};
 use crate::store::{Notification, NotificationStream, SharedStore};
 
@@ -23,8 +25,13 @@ use crate::store::{Notification, NotificationStream, SharedStore};
 /// makes the wait read at once).
 pub const WAIT_SAFETY_REREAD: Duration = Duration::from_secs(30);
 
-/// Why a wait for a run's status ([`RunHandle::wait_for_status`], [`RunHandle::wait_until`])
-/// ended without the run matching.
+/// Why a wait on a run ended without what it waited for: the error of every wait of the
+/// client ([`RunHandle::wait_for_status`], [`RunHandle::wait_for_run`],
+/// [`Client::wait_for_status`], [`Client::wait_for_run`], [`Client::wait_for_state`],
+/// [`Client::wait_for_state_json`]).
+///
+/// Awaiting a run's result ([`RunHandle::result`]) is not one of them: it ends with the
+/// run's outcome, and its error is a [`RunError`](super::RunError).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WaitError {
@@ -34,30 +41,95 @@ pub enum WaitError {
         /// The run.
         run_id: Uuid,
     },
-    /// The run finished (completed, failed or canceled) without matching: a terminal run
-    /// never changes again, so it never can. The run is as it was read.
-    #[error("workflow run {} is {} and can never reach the awaited status", run.id, run.status)]
+    /// The run finished (completed, failed or canceled) without what the wait awaited: a
+    /// terminal run never changes again and publishes nothing more, so it never can. The
+    /// run is as it was read.
+    #[error("workflow run {} is {} and {}", run.id, run.status, awaited.never())]
     Finished {
         /// The run, terminal.
         run: Box<WorkflowRun>,
+        /// What the wait awaited, and how far the run had got.
+        awaited: Awaited,
     },
-    /// [`RunHandle::wait_for_status`] was given no status: nothing could ever match.
-    #[error("no status to wait for")]
-    NoStatus,
-    /// The run did not match within the timeout.
-    #[error("workflow run {run_id} did not reach the awaited status within {waited:?}{}", status.map(|s| format!(" (it is {s})")).unwrap_or_default())]
+    /// The wait gave up after its timeout.
+    #[error("workflow run {run_id}: {} within {waited:?}", awaited.not_yet())]
     Timeout {
         /// The run.
         run_id: Uuid,
         /// How long it waited.
         waited: Duration,
-        /// The status the run had when it was last read, if it was read at all.
-        status: Option<RunStatus>,
+        /// What the wait awaited, and how far the run had got when it was last read.
+        awaited: Awaited,
     },
+    /// [`RunHandle::wait_for_status`] was given no status: nothing could ever match.
+    #[error("no status to wait for")]
+    NoStatus,
+    /// The state value waited for does not decode into the type asked for
+    /// ([`Client::wait_for_state`]).
+    #[error(
+        "the value of state {key:?} of workflow run {run_id} does not decode into the requested type: {source}"
+    )]
+    InvalidState {
+        /// The run.
+        run_id: Uuid,
+        /// The key.
+        key: String,
+        /// Why it does not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A state key past the [`limits`](crate::limits); nothing was read.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// The store failed while waiting (or could not subscribe to its notifications, without
     /// which the wait would have to poll).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What a wait awaited, and how far the run had got when it last read it: part of
+/// [`WaitError::Finished`] and [`WaitError::Timeout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Awaited {
+    /// A status ([`RunHandle::wait_for_status`]) or a condition on the run
+    /// ([`RunHandle::wait_for_run`]).
+    Run {
+        /// The run's status when it was last read, if it was read at all.
+        status: Option<RunStatus>,
+    },
+    /// A version of a published state key after `after` ([`Client::wait_for_state`]).
+    State {
+        /// The key.
+        key: String,
+        /// The version waited past.
+        after: u64,
+        /// The key's version when it was last read, if it had one.
+        version: Option<u64>,
+    },
+}
+
+impl Awaited {
+    fn never(&self) -> String {
+        match self {
+            Awaited::Run { .. } => "can never reach the awaited status".to_owned(),
+            Awaited::State { key, after, .. } => {
+                format!("published no version of state {key:?} after {after}")
+            }
+        }
+    }
+
+    fn not_yet(&self) -> String {
+        match self {
+            Awaited::Run { status } => format!(
+                "did not reach the awaited status{}",
+                status.map(|s| format!(" (it is {s})")).unwrap_or_default()
+            ),
+            Awaited::State { key, after, .. } => {
+                format!("published no version of state {key:?} after {after}")
+            }
+        }
+    }
 }
 
 impl<T> RunHandle<T> {
@@ -102,12 +174,12 @@ impl<T> RunHandle<T> {
     ///
     /// Errors: [`WaitError::NotFound`]; [`WaitError::Finished`] once the run is terminal and
     /// `wanted` refuses it; [`WaitError::Timeout`]; [`WaitError::Store`].
-    pub async fn wait_until(
+    pub async fn wait_for_run(
         &self,
         timeout: Duration,
         wanted: impl FnMut(&WorkflowRun) -> bool,
     ) -> Result<WorkflowRun, WaitError> {
-        wait_until(&self.store, self.run_id, timeout, wanted).await
+        wait_for_run(&self.store, self.run_id, timeout, wanted).await
     }
 }
 
@@ -122,14 +194,14 @@ impl Client {
         wait_for_status(self.store(), run_id, statuses, timeout).await
     }
 
-    /// [`RunHandle::wait_until`] for run `run_id`.
-    pub async fn wait_until(
+    /// [`RunHandle::wait_for_run`] for run `run_id`.
+    pub async fn wait_for_run(
         &self,
         run_id: Uuid,
         timeout: Duration,
         wanted: impl FnMut(&WorkflowRun) -> bool,
     ) -> Result<WorkflowRun, WaitError> {
-        wait_until(self.store(), run_id, timeout, wanted).await
+        wait_for_run(self.store(), run_id, timeout, wanted).await
     }
 }
 
@@ -142,10 +214,10 @@ async fn wait_for_status(
     if statuses.is_empty() {
         return Err(WaitError::NoStatus);
     }
-    wait_until(store, run_id, timeout, |run| statuses.contains(&run.status)).await
+    wait_for_run(store, run_id, timeout, |run| statuses.contains(&run.status)).await
 }
 
-async fn wait_until(
+async fn wait_for_run(
     store: &SharedStore,
     run_id: Uuid,
     timeout: Duration,
@@ -158,7 +230,9 @@ async fn wait_until(
         Err(_elapsed) => Err(WaitError::Timeout {
             run_id,
             waited: timeout,
-            status: last_status,
+            awaited: Awaited::Run {
+                status: last_status,
+            },
         }),
     }
 }
@@ -182,7 +256,11 @@ async fn wait_loop(
             return Ok(run);
         }
         if run.status.is_terminal() {
-            return Err(WaitError::Finished { run: Box::new(run) });
+            let status = Some(run.status);
+            return Err(WaitError::Finished {
+                run: Box::new(run),
+                awaited: Awaited::Run { status },
+            });
         }
         // A re-read after WAIT_SAFETY_REREAD without news is the safety net, not the
         // mechanism.

@@ -18,7 +18,7 @@ use crate::replay::{Call, Resolved};
 impl WorkflowContext {
     /// Publishes `value` as the latest value of `key` for this run, for clients to read
     /// ([`Client::get_state`](crate::Client::get_state)) or wait on
-    /// ([`Client::wait_state`](crate::Client::wait_state)): a progress bar, a "how far is
+    /// ([`Client::wait_for_state`](crate::Client::wait_for_state)): a progress bar, a "how far is
     /// it" answer, without reading the step history. Each publication gives the key a
     /// version one more than before (1 for the first); waiting clients are woken by the
     /// store's notifications.

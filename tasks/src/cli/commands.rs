@@ -222,7 +222,11 @@ pub(super) async fn start(
     if let Some(delay) = args.delay {
         options = options.delay(delay);
     }
-    match client.start_json(&args.name, input, options).await {
+    match client
+        .start_by_name(&args.name, input)
+        .options(options)
+        .await
+    {
         Ok(handle) => {
             if args.quiet {
                 let _ = writeln!(out, "{}", handle.id());

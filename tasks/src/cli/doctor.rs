@@ -14,10 +14,8 @@ use crate::chrono::{TimeDelta, Utc};
 use futures::StreamExt as _;
 
 use super::{Exit, Output, connect_failed, format, one_line};
-use crate::{
-    Client, ConnectError, CreateRun, ListRuns, Notification, NotificationStream, Order, Registry,
-    RunStatus, SharedStore,
-};
+use crate::store::{CreateRun, Notification, NotificationStream};
+use crate::{Client, ConnectError, ListRuns, Order, Registry, RunStatus, SharedStore};
 
 /// The namespace of the probe run `doctor` creates and cancels; no worker should serve it.
 pub const PROBE_NAMESPACE: &str = "tasks-doctor";

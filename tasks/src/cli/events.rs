@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::commands::input_text;
 use super::{Exit, Output, fail, store_failed};
 use crate::uuid::Uuid;
-use crate::{Client, ClientError, EventTarget, SendOptions};
+use crate::{Client, ClientError, EventTarget};
 
 /// `events` subcommands.
 #[derive(Debug, Subcommand)]
@@ -79,14 +79,11 @@ pub(super) async fn send(
             return Exit::Usage;
         }
     };
-    let mut options = SendOptions::new();
+    let mut send = client.send_event_by_topic(target, &args.topic, payload);
     if let Some(key) = &args.dedup_key {
-        options = options.dedup_key(key);
+        send = send.dedup_key(key);
     }
-    match client
-        .send_event_json(target, &args.topic, payload, options)
-        .await
-    {
+    match send.await {
         Ok(sent) => {
             if args.quiet {
                 let _ = writeln!(out, "{}", sent.event.id);

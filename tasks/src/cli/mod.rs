@@ -395,7 +395,7 @@ pub struct PurgeArgs {
     #[arg(long, short = 's', value_delimiter = ',')]
     pub status: Vec<RunStatus>,
     /// Runs deleted per transaction.
-    #[arg(long, default_value_t = crate::retention::DEFAULT_PURGE_BATCH)]
+    #[arg(long, default_value_t = crate::store::retention::DEFAULT_PURGE_BATCH)]
     pub batch_size: u32,
 }
 

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::format::table;
 use super::{Exit, Output, store_failed};
 use crate::Client;
-use crate::queue::Queue;
+use crate::Queue;
 
 /// `queues` subcommands.
 #[derive(Debug, Subcommand)]

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::commands::{input_json, start_failed};
 use super::format::table;
 use super::{Exit, Output, fail, store_failed};
-use crate::schedule::{CatchUp, NewSchedule, Schedule};
+use crate::{CatchUp, NewSchedule, Schedule};
 use crate::{Client, ClientError, StoreError};
 
 /// `schedules` subcommands.

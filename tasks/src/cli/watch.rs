@@ -13,7 +13,8 @@ use futures::StreamExt as _;
 
 use super::runs::{attempt_numbers, error_text, fetch, step_duration, workflow_of};
 use super::{Exit, Output};
-use crate::{Client, Notification, NotificationStream, RunStatus, StepStatus};
+use crate::store::{Notification, NotificationStream};
+use crate::{Client, RunStatus, StepStatus};
 
 pub(super) async fn watch(
     client: &Client,

@@ -13,8 +13,7 @@ use super::security::token_matches;
 use super::views::{self, Base, EventForm, RunFilters, RunPage, StartForm};
 use crate::uuid::Uuid;
 use crate::{
-    ClientError, Cursor, ListRuns, Order, RunStatus, SendOptions, StartOptions, StoreError,
-    WorkflowRun,
+    ClientError, Cursor, ListRuns, Order, RunStatus, StartOptions, StoreError, WorkflowRun,
 };
 
 const STYLE: &str = include_str!("assets/style.css");
@@ -352,10 +351,15 @@ pub(super) async fn send_event(
     if !token_matches(&state, &data.csrf) {
         return forbidden(&base);
     }
-    let sent = state
-        .client
-        .send_event_json_str(data.id, &data.topic, &data.payload, SendOptions::new())
-        .await;
+    let sent = match serde_json::from_str(&data.payload) {
+        Ok(payload) => {
+            state
+                .client
+                .send_event_by_topic(data.id, &data.topic, payload)
+                .await
+        }
+        Err(error) => Err(ClientError::Json(error)),
+    };
     let mut form = EventForm {
         topic: data.topic.clone(),
         payload: data.payload.clone(),
@@ -597,7 +601,8 @@ pub(super) async fn start(
     }
     match state
         .client
-        .start_json(definition.name, input, options)
+        .start_by_name(definition.name, input)
+        .options(options)
         .await
     {
         Ok(handle) => Redirect::to(&base.link(&format!("run?id={}&done=started", handle.id())))

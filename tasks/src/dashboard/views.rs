@@ -578,7 +578,7 @@ pub(super) fn workflow(
 #[cfg(feature = "schedules")]
 pub(super) fn schedules(
     base: &Base,
-    schedules: &[crate::schedule::Schedule],
+    schedules: &[crate::Schedule],
     csrf: &str,
     done: Option<&'static str>,
 ) -> Markup {

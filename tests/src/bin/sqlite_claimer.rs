@@ -11,11 +11,12 @@
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
-use tasks::{LeaseStore, RunStore, StepStore};
+use tasks::store::{LeaseStore, RunStore, StepStore};
 
 use serde_json::json;
 use tasks::sqlite::SqliteStore;
-use tasks::{CreateStepAttempt, FailRun, ListRuns, RunStatus, StepKind};
+use tasks::store::{CreateStepAttempt, FailRun};
+use tasks::{ListRuns, RunStatus, StepKind};
 use uuid::Uuid;
 
 /// How long an attempt "works" between its claim and its outcome.
@@ -56,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         }
-        for tasks::ClaimedRun { run, .. } in claimed {
+        for tasks::store::ClaimedRun { run, .. } in claimed {
             writeln!(stdout, "claimed {} {}", run.id, run.attempts)?;
             // The work of the attempt, outside any transaction. SQLite's lock is not fair: a
             // process that takes it again the moment it lets go can starve the other one,

@@ -15,7 +15,8 @@ use std::time::Duration;
 use tasks::memory::MemoryStore;
 use tasks::postgres::PgStore;
 use tasks::sqlite::SqliteStore;
-use tasks::{Client, SharedStore, Store, Worker, WorkerBuilder};
+use tasks::store::Store;
+use tasks::{Client, SharedStore, Worker, WorkerBuilder};
 use uuid::Uuid;
 
 /// The store an end-to-end test runs against.

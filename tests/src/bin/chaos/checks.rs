@@ -7,9 +7,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tasks::postgres::PgStore;
-use tasks::{
-    ListRuns, RunStatus, RunStore, StepAttempt, StepKind, StepStatus, StepStore, Store, WorkflowRun,
-};
+use tasks::store::{RunStore, StepStore, Store};
+use tasks::{ListRuns, RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun};
 use uuid::Uuid;
 
 use crate::workflows::logged_step_name;

@@ -8,10 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tasks::postgres::PgStore;
-use tasks::{
-    Client, ClientError, CreateRun, Event, EventStore, RunStore, SendOptions, StateStore,
-    StepStatus, StepStore,
-};
+use tasks::store::{CreateRun, EventStore, RunStore, StateStore, StepStore};
+use tasks::{Client, ClientError, Event, StepStatus};
 use uuid::Uuid;
 
 use crate::checks::Observed;
@@ -43,21 +41,23 @@ const EVENTS: [(&str, &str, &str, u32); 3] = [
 ];
 
 async fn send(client: &Client, run_id: Uuid, dedup_key: &str) -> Result<Sent, ClientError> {
-    let options = SendOptions::new().dedup_key(dedup_key);
     let sent = match dedup_key {
         "early-1" => {
             client
-                .send_event_with(run_id, &Early { n: 1 }, options)
+                .send_event(run_id, &Early { n: 1 })
+                .dedup_key(dedup_key)
                 .await
         }
         "early-2" => {
             client
-                .send_event_with(run_id, &Early { n: 2 }, options)
+                .send_event(run_id, &Early { n: 2 })
+                .dedup_key(dedup_key)
                 .await
         }
         _ => {
             client
-                .send_event_with(run_id, &Late { n: 3 }, options)
+                .send_event(run_id, &Late { n: 3 })
+                .dedup_key(dedup_key)
                 .await
         }
     }?;

@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use tasks::RunStatus;
 use tasks::postgres::PgStore;
-use tasks::{CreateRun, RunStatus, RunStore, Store};
+use tasks::store::{CreateRun, RunStore, Store};
 use uuid::Uuid;
 
 use crate::checks::{Observed, all_runs};

@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tasks::postgres::PgStore;
-use tasks::{Client, CreateRun, RunStatus, RunStore, Store};
+use tasks::store::{CreateRun, RunStore, Store};
+use tasks::{Client, RunStatus};
 use uuid::Uuid;
 
 use checks::{Observed, all_runs};
