@@ -1076,9 +1076,15 @@ async fn a_poison_step_row_fails_its_run_for_good_and_the_others_complete(backen
         .poison_step_output(poisoned.id(), "before_the_nap")
         .await;
     match poisoned.steps().await {
-        Err(tasks::StoreError::CorruptRun { id, reason, .. }) => {
-            assert_eq!(id, poisoned.id());
-            assert!(reason.contains(&step.id.to_string()), "{reason}");
+        Err(tasks::StoreError::CorruptStep {
+            run_id,
+            step_id,
+            column,
+            ..
+        }) => {
+            assert_eq!(run_id, poisoned.id());
+            assert_eq!(step_id, step.id);
+            assert_eq!(column, "output");
         }
         other => panic!("expected the listing to name the corrupt run, got {other:?}"),
     }

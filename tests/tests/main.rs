@@ -16,6 +16,7 @@ mod call_names;
 mod cli;
 mod conformance_postgres;
 mod conformance_sqlite;
+mod corrupt_steps;
 mod dashboard;
 mod e2e_children;
 mod e2e_derived_keys;
