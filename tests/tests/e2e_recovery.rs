@@ -14,7 +14,7 @@ use tasks::{
     CreateRun, ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError, step, workflow,
 };
 
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -24,7 +24,7 @@ impl Drop for KillOnDrop {
 }
 
 /// Starts a `test_worker` process on the store at `store_url`, scoped to `namespace`.
-fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
+pub(crate) fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_test_worker"))
         .args([store_url, namespace, &lease_ms.to_string()])
         .stdout(Stdio::null())
@@ -36,7 +36,7 @@ fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
 /// A pool on the Postgres test database holding `tasks_test.effects`, the side-effect
 /// counters of `test_worker`. They live in Postgres whichever store is under test: the
 /// counters are independent of the store, and a separate process must reach them.
-async fn effects_pool() -> PgPool {
+pub(crate) async fn effects_pool() -> PgPool {
     let pool = tasks_tests::connect_pool(tasks_tests::connect_options(), 2).await;
     sqlx::raw_sql(
         "CREATE SCHEMA IF NOT EXISTS tasks_test;
@@ -57,7 +57,7 @@ async fn effects_pool() -> PgPool {
     pool
 }
 
-async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashMap<String, i32> {
+pub(crate) async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashMap<String, i32> {
     sqlx::query("SELECT step, count FROM tasks_test.effects WHERE run_id = $1")
         .bind(run_id)
         .fetch_all(effects)

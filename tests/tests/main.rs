@@ -49,6 +49,7 @@ mod postgres_restart;
 mod registry;
 mod replay_props;
 mod sqlite;
+mod sqlite_processes;
 mod testing_kit;
 
 /// With `autotests = false`, a test file that is neither a module here nor a `[[test]]` of
