@@ -44,6 +44,8 @@ enum Setup {
     /// The backlog in queue `a`, one worker serving every queue and a second, of
     /// concurrency [`DEDICATED`], serving queue `b` only.
     Dedicated,
+    /// The backlog in queue `a`, one worker; the trickle's runs start with priority 1.
+    Priority,
 }
 
 /// The concurrency limit of queue `a` in [`Setup::Limited`].
@@ -59,6 +61,7 @@ impl Setup {
             Setup::Shared => "shared",
             Setup::Limited => "limited",
             Setup::Dedicated => "dedicated",
+            Setup::Priority => "priority",
         }
     }
 
@@ -68,6 +71,7 @@ impl Setup {
             Setup::Shared => "backlog in A, one worker for all queues".into(),
             Setup::Limited => format!("backlog in A limited to {A_LIMIT}, one worker"),
             Setup::Dedicated => format!("backlog in A, + a worker of {DEDICATED} for B"),
+            Setup::Priority => "backlog in A, one worker, B at priority 1".into(),
         }
     }
 }
@@ -110,7 +114,13 @@ pub async fn fairness(
     trickle: Trickle,
 ) -> Result<FairnessResult> {
     let mut rows = Vec::new();
-    for setup in [Setup::Idle, Setup::Shared, Setup::Limited, Setup::Dedicated] {
+    for setup in [
+        Setup::Idle,
+        Setup::Shared,
+        Setup::Limited,
+        Setup::Dedicated,
+        Setup::Priority,
+    ] {
         eprintln!("fairness: {}", setup.label());
         let namespace = db::namespace(&format!("fairness-{}", setup.key()));
         let measured = fairness_row(url, admin, &namespace, setup, backlog, trickle).await;
@@ -182,9 +192,11 @@ async fn fairness_row(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let began = db::db_clock(admin).await?;
     let mut trickled = Vec::with_capacity(trickle.runs);
+    let priority = i32::from(setup == Setup::Priority);
     for _ in 0..trickle.runs {
+        let options = StartOptions::new().queue("b").priority(priority);
         let handle = client
-            .start_with::<bench_steps>(Steps { steps: 1 }, StartOptions::new().queue("b"))
+            .start_with::<bench_steps>(Steps { steps: 1 }, options)
             .await?;
         trickled.push(handle.id());
         tokio::time::sleep(Duration::from_millis(trickle.every_ms)).await;
