@@ -357,17 +357,17 @@ async fn snapshot_row(
     } else {
         None
     };
-    let mut namespaces = Vec::new();
+    // One namespace for every drain of the row, as one application's: the runs each drain
+    // completed stay, and their dead index entries sort ahead of the next drain's runs.
+    let namespace = db::namespace(if held {
+        "snapshot-held"
+    } else {
+        "snapshot-free"
+    });
     let mut rates = Vec::new();
     let mut outcome = Ok(());
-    for _ in 0..drains {
-        let namespace = db::namespace(if held {
-            "snapshot-held"
-        } else {
-            "snapshot-free"
-        });
-        namespaces.push(namespace.clone());
-        match drain(url, admin, &namespace, runs, steps).await {
+    for done in 0..drains {
+        match drain(url, admin, &namespace, runs, steps, done * runs).await {
             Ok(rate) => rates.push(rate),
             Err(error) => {
                 outcome = Err(error);
@@ -399,9 +399,7 @@ async fn snapshot_row(
         let _ = sqlx::query("ROLLBACK").execute(&mut connection).await;
         let _ = connection.close().await;
     }
-    for namespace in &namespaces {
-        db::cleanup(admin, namespace).await?;
-    }
+    db::cleanup(admin, &namespace).await?;
     outcome?;
     let (dead_after, size_after) = after?;
     let (dead_vacuumed, _) = vacuumed?;
@@ -416,8 +414,16 @@ async fn snapshot_row(
     })
 }
 
-/// Enqueues and drains `runs` × `steps` in `namespace`; returns steps/s.
-async fn drain(url: &str, admin: &PgPool, namespace: &str, runs: usize, steps: u32) -> Result<f64> {
+/// Enqueues and drains `runs` × `steps` in `namespace`, where `done_before` runs completed
+/// already; returns steps/s.
+async fn drain(
+    url: &str,
+    admin: &PgPool,
+    namespace: &str,
+    runs: usize,
+    steps: u32,
+    done_before: usize,
+) -> Result<f64> {
     crate::engine::enqueue(url, namespace, runs, steps).await?;
     let store = db::engine_store(url, namespace, false).await?;
     let pool = store.pool().clone();
@@ -426,12 +432,17 @@ async fn drain(url: &str, admin: &PgPool, namespace: &str, runs: usize, steps: u
         .build()?;
     let start = db::db_clock(admin).await?;
     let handle = worker.spawn();
-    let drained = db::wait_completed(admin, namespace, runs as i64, Duration::from_secs(300)).await;
+    let expected = (done_before + runs) as i64;
+    let drained = db::wait_completed(admin, namespace, expected, Duration::from_secs(300)).await;
     handle.shutdown().await;
     drop((worker, store));
     db::close(pool).await;
     drained?;
-    let (_, last) = db::run_span(admin, namespace).await?;
+    let last: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT max(finished_at) FROM tasks.workflow_runs WHERE namespace = $1")
+            .bind(namespace)
+            .fetch_one(admin)
+            .await?;
     Ok((runs * steps as usize) as f64 / db::seconds(start, last))
 }
 
@@ -467,9 +478,9 @@ pub fn table(fairness: Option<&FairnessResult>, snapshot: Option<&SnapshotResult
     if let Some(result) = snapshot {
         let _ = writeln!(
             out,
-            "\nHELD SNAPSHOT  {} drains of {} x {} (worker concurrency {}) per row; \"held\": \
-             another session keeps a REPEATABLE READ transaction open (idle in transaction) \
-             through every drain of the row",
+            "\nHELD SNAPSHOT  {} drains of {} x {} (worker concurrency {}) per row, one after the \
+             other in one namespace; \"held\": another session keeps a REPEATABLE READ \
+             transaction open (idle in transaction) through every drain of the row",
             result.drains, result.runs, result.steps_per_run, result.concurrency
         );
         for row in &result.rows {

@@ -238,8 +238,8 @@ const FULL: Sizes = Sizes {
         runs: 50,
         every_ms: 100,
     },
-    snapshot_runs: 2000,
-    snapshot_drains: 4,
+    snapshot_runs: 3000,
+    snapshot_drains: 6,
 };
 
 const QUICK: Sizes = Sizes {
@@ -264,7 +264,7 @@ const QUICK: Sizes = Sizes {
         every_ms: 100,
     },
     snapshot_runs: 500,
-    snapshot_drains: 2,
+    snapshot_drains: 3,
 };
 
 /// Worker concurrency of the in-process scenarios and task count of the ceiling.
