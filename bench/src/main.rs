@@ -615,8 +615,15 @@ async fn bench(options: Options) -> Result<()> {
         report.snapshot = note(
             errors,
             "snapshot",
-            isolation::held_snapshot(url, &admin, sizes.snapshot_runs, 5, sizes.snapshot_drains)
-                .await,
+            isolation::held_snapshot(
+                url,
+                &admin,
+                sizes.snapshot_runs,
+                5,
+                sizes.snapshot_drains,
+                sizes.fairness_backlog,
+            )
+            .await,
         );
     }
 
