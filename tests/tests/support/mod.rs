@@ -255,6 +255,7 @@ impl TestStore {
         match &self.kind {
             Kind::Postgres(store) => Pool::Postgres(store.pool()),
             Kind::Sqlite { store, .. } => Pool::Sqlite(store.pool()),
+            Kind::Memory(_) => sql_only("`pool`"),
         }
     }
 
