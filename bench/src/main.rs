@@ -13,6 +13,7 @@ mod ceiling;
 mod db;
 mod engine;
 mod flow;
+mod isolation;
 mod machine;
 mod recovery;
 mod report;
@@ -45,7 +46,7 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
                           ceiling,throughput,latency,replay,scale,recovery,flow,
-                          retention
+                          retention,fairness,snapshot
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -133,6 +134,8 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "recovery",
                         "flow",
                         "retention",
+                        "fairness",
+                        "snapshot",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -204,6 +207,14 @@ struct Sizes {
     /// Rounds of the flow drains, after a warm-up round: a drain takes about a second, and
     /// rounds spread by ±20 % on a 2-core machine.
     flow_rounds: usize,
+    /// Pending runs in queue A while the fairness scenario trickles runs into queue B.
+    fairness_backlog: usize,
+    /// The trickle into queue B.
+    trickle: isolation::Trickle,
+    /// Runs per drain of the held-snapshot scenario (of 5 steps each).
+    snapshot_runs: usize,
+    /// Drains per condition of the held-snapshot scenario.
+    snapshot_drains: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -222,6 +233,13 @@ const FULL: Sizes = Sizes {
     rounds: 3,
     retention_old_runs: 50_000,
     flow_rounds: 7,
+    fairness_backlog: 100_000,
+    trickle: isolation::Trickle {
+        runs: 50,
+        every_ms: 100,
+    },
+    snapshot_runs: 3000,
+    snapshot_drains: 6,
 };
 
 const QUICK: Sizes = Sizes {
@@ -240,6 +258,13 @@ const QUICK: Sizes = Sizes {
     rounds: 1,
     retention_old_runs: 10_000,
     flow_rounds: 1,
+    fairness_backlog: 10_000,
+    trickle: isolation::Trickle {
+        runs: 20,
+        every_ms: 100,
+    },
+    snapshot_runs: 500,
+    snapshot_drains: 3,
 };
 
 /// Worker concurrency of the in-process scenarios and task count of the ceiling.
@@ -302,6 +327,8 @@ async fn bench(options: Options) -> Result<()> {
         recovery: None,
         flow: None,
         retention: None,
+        fairness: None,
+        snapshot: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -571,6 +598,30 @@ async fn bench(options: Options) -> Result<()> {
                 sizes.rounds,
                 CONCURRENCY,
                 sizes.retention_old_runs,
+            )
+            .await,
+        );
+    }
+
+    if options.wants("fairness") {
+        report.fairness = note(
+            errors,
+            "fairness",
+            isolation::fairness(url, &admin, sizes.fairness_backlog, sizes.trickle).await,
+        );
+    }
+
+    if options.wants("snapshot") {
+        report.snapshot = note(
+            errors,
+            "snapshot",
+            isolation::held_snapshot(
+                url,
+                &admin,
+                sizes.snapshot_runs,
+                5,
+                sizes.snapshot_drains,
+                sizes.fairness_backlog,
             )
             .await,
         );

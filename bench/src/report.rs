@@ -71,6 +71,10 @@ pub struct Report {
     pub flow: Option<crate::flow::FlowResult>,
     /// A drain alone and beside a purge, and the purge's rate.
     pub retention: Option<crate::retention::RetentionResult>,
+    /// Start delay of a trickle into one queue beside a backlog in another.
+    pub fairness: Option<crate::isolation::FairnessResult>,
+    /// Drains with and without a snapshot held open by another session.
+    pub snapshot: Option<crate::isolation::SnapshotResult>,
     /// The targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -300,6 +304,10 @@ impl Report {
         if let Some(retention) = &self.retention {
             out.push_str(&crate::retention::table(retention));
         }
+        out.push_str(&crate::isolation::table(
+            self.fairness.as_ref(),
+            self.snapshot.as_ref(),
+        ));
         self.write_footer(out)
     }
 

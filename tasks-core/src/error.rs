@@ -327,13 +327,12 @@ pub enum StoreError {
         /// The name.
         name: String,
     },
-    /// The stored row of this run, or of one of its step attempts, could not be decoded
-    /// (JSON a decoder refuses, a status unknown to this version, ...):
-    /// [`StoreError::Corrupt`] for a row whose id is known. For a step row, `reason` names
-    /// the attempt and its step. A claim never returns this: it fails such a run for good
-    /// instead (see [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs)), after which the run
-    /// reads again; a worker whose run's step history returns it fails the run for good the
-    /// same way (kind `corrupt`), leaving the step rows for inspection.
+    /// The stored row of this run could not be decoded (JSON a decoder refuses, a status
+    /// unknown to this version, ...): [`StoreError::Corrupt`] for a row whose id is known.
+    /// A step attempt row is a [`StoreError::CorruptStep`] instead (this only when even the
+    /// step row's own id does not read). A claim never returns this: it fails such a run
+    /// for good instead (see [`LeaseStore::claim_runs`](crate::LeaseStore::claim_runs)),
+    /// after which the run reads again.
     #[error("corrupt row of workflow run {id} while {operation}: {reason}")]
     CorruptRun {
         /// The run.
@@ -341,6 +340,30 @@ pub enum StoreError {
         /// What the store was doing.
         operation: Operation,
         /// What could not be decoded.
+        reason: String,
+    },
+    /// A stored step attempt row of run `run_id` could not be decoded: its `column` holds a
+    /// value this version cannot read (JSON a decoder refuses, a status or kind unknown to
+    /// this version, a value of another type). Every read of the row returns it, whether a
+    /// step history, a page of attempts or one attempt, instead of a database error or a
+    /// guessed value. A worker whose run's step history returns it fails the run for good
+    /// (kind `corrupt`), leaving the row for inspection; trying again gives the same answer.
+    #[error(
+        "corrupt step attempt {step_id} (step {step_name:?}) of workflow run {run_id} while \
+         {operation}: column `{column}` does not decode: {reason}"
+    )]
+    CorruptStep {
+        /// The run the attempt belongs to.
+        run_id: Uuid,
+        /// The step attempt's id.
+        step_id: Uuid,
+        /// The step's name, as stored.
+        step_name: String,
+        /// The column that does not decode.
+        column: &'static str,
+        /// What the store was doing.
+        operation: Operation,
+        /// Why the column does not decode.
         reason: String,
     },
 }

@@ -53,7 +53,7 @@ mod queues;
 pub(crate) mod runs;
 mod steps;
 
-pub use decode::{corrupt_step_reason, status_of, step_status_of};
+pub use decode::{UndecodableStepRow, status_of, step_column, step_status_of};
 pub use leases::{LeaseStore, complete_separately};
 pub use lifecycle::LifecycleStore;
 pub use notify::namespace_stream;
@@ -82,7 +82,8 @@ pub use crate::state::StateStore;
 /// Errors common to every method: [`StoreError::Database`] when the database failed (the
 /// operation may or may not have been applied only where the method says so; a single
 /// fenced write either applied fully or not at all), [`StoreError::CorruptRun`] (or
-/// [`StoreError::Corrupt`] when the row's id is unknown) when a row could not be decoded,
+/// [`StoreError::Corrupt`] when the row's id is unknown) when a run row could not be
+/// decoded, [`StoreError::CorruptStep`] (see [`UndecodableStepRow`]) for a step row,
 /// and [`StoreError::Limit`] for a value past the [`limits`] (checked before the database
 /// sees anything, with the `check` method of the parameters or the functions of
 /// [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with

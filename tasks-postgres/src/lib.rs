@@ -72,6 +72,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`PgStore::connect_waiting`] for another bound.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a transaction of the store's own connections may stay idle before the server
+/// ends it (see [`PgStore::pool_options`]). The store's transactions wait on nothing but
+/// their own statements: only a process that stopped in the middle of one reaches this.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The store on Postgres.
 ///
 /// Cloning is cheap and shares the pool. [`PgStore::with_namespace`] gives a store on the
@@ -175,6 +180,13 @@ impl PgStore {
     /// idempotent by construction) runs again on a fresh connection instead of failing
     /// (see the guide's chapter on stores for which). The pool waits for a restarting
     /// server within its acquire timeout (30 s by default).
+    ///
+    /// A transaction of the store's own left idle for [`IDLE_IN_TRANSACTION_TIMEOUT`] (its
+    /// process stopped in the middle of it) is ended by the server
+    /// (`idle_in_transaction_session_timeout`, set on each connection), so that it holds
+    /// no snapshot and no lock past that: the next statement of that process finds its
+    /// connection closed, and its write is refused by the fence if another worker took
+    /// its run over meanwhile.
     pub fn pool_options() -> PgPoolOptions {
         PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
@@ -183,10 +195,22 @@ impl PgStore {
             // statement: where the planner's estimate passes `jit_above_cost` (a backlog of
             // 100,000 keyed runs does), compiling it with LLVM took 9 s per claim, for a
             // statement that runs in 10 ms. JIT is off on the store's connections.
+            //
+            // A transaction of the store never waits on anything but its own statements,
+            // so one left idle for long belongs to a process that stopped (frozen, or
+            // stalled past any lease): the server ends it, rather than let it keep its
+            // snapshot, which stops vacuum from removing any row that died after it, and
+            // its row locks.
             .after_connect(|conn, meta| {
                 stale::opened_connection(meta.age);
                 Box::pin(async move {
                     sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
+                    sqlx::query(
+                        "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
+                    )
+                    .bind(format!("{}ms", IDLE_IN_TRANSACTION_TIMEOUT.as_millis()))
+                    .execute(&mut *conn)
+                    .await?;
                     Ok(())
                 })
             })

@@ -7,8 +7,8 @@ use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::store::{ClaimedRun, status_of, step_status_of};
+use tasks_core::model::{StepAttempt, UnknownStatus, WorkflowRun};
+use tasks_core::store::{ClaimedRun, UndecodableStepRow, status_of, step_column};
 use tasks_core::transition::JSON_COLUMNS;
 
 /// Columns of `workflow_runs`, in the order of [`RunRow`].
@@ -170,7 +170,8 @@ impl ClaimRow {
 
 tasks_core::row_struct!(
     sqlx::postgres::PgRow =>
-pub(crate) struct StepRow {
+/// The columns of a step attempt row that read as their types.
+pub(crate) struct StepColumns {
     namespace: String,
     id: Uuid,
     workflow_run_id: Uuid,
@@ -191,32 +192,65 @@ pub(crate) struct StepRow {
 }
 );
 
-impl StepRow {
-    /// The attempt; a row that does not decode (an unknown status or kind) is a
-    /// [`StoreError::CorruptRun`] naming its run and the step row.
-    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
-        let (run_id, id, step_name) = (self.workflow_run_id, self.id, self.step_name.clone());
-        self.into_step_unnamed(operation)
-            .map_err(|error| match error {
-                StoreError::Corrupt { operation, reason } => StoreError::CorruptRun {
-                    id: run_id,
-                    operation,
-                    reason: tasks_core::store::corrupt_step_reason(id, &step_name, &reason),
-                },
-                other => other,
-            })
-    }
+/// A step attempt row as read: its columns, or the first column that does not decode. Reading
+/// one never fails, so that a row that does not decode is the typed error of
+/// [`StepRow::into_step`] at every query that returns step rows, never a database error.
+pub(crate) struct StepRow(Result<StepColumns, UndecodableStepRow>);
 
-    fn into_step_unnamed(self, operation: Operation) -> StoreResult<StepAttempt> {
+impl<'r> FromRow<'r, PgRow> for StepRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        Ok(Self(
+            StepColumns::from_row(row).map_err(|error| undecodable_step(row, &error)),
+        ))
+    }
+}
+
+/// What identifies a step row that does not decode, and the column that does not.
+fn undecodable_step(row: &PgRow, error: &sqlx::Error) -> UndecodableStepRow {
+    let (column, reason) = match error {
+        sqlx::Error::ColumnDecode { index, source } => (step_column(index), source.to_string()),
+        sqlx::Error::ColumnNotFound(column) => (step_column(column), "missing".to_owned()),
+        other => ("?", other.to_string()),
+    };
+    UndecodableStepRow {
+        run_id: row.try_get("workflow_run_id").ok(),
+        step_id: row.try_get("id").ok(),
+        step_name: row.try_get("step_name").ok(),
+        column,
+        reason,
+    }
+}
+
+impl StepRow {
+    /// The attempt; a row that does not decode (JSON the decoder refuses, an unknown status
+    /// or kind) is a [`StoreError::CorruptStep`] naming its run, the attempt and the column.
+    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
+        self.0
+            .and_then(StepColumns::into_step)
+            .map_err(|undecodable| undecodable.into_error(operation))
+    }
+}
+
+impl StepColumns {
+    fn into_step(self) -> Result<StepAttempt, UndecodableStepRow> {
+        let undecodable = |column: &'static str, reason: String| UndecodableStepRow {
+            run_id: Some(self.workflow_run_id),
+            step_id: Some(self.id),
+            step_name: Some(self.step_name.clone()),
+            column,
+            reason,
+        };
+        let status = self
+            .status
+            .parse()
+            .map_err(|e: UnknownStatus| undecodable("status", e.to_string()))?;
+        let kind = self
+            .kind
+            .parse()
+            .map_err(|e: UnknownStatus| undecodable("kind", e.to_string()))?;
         Ok(StepAttempt {
-            status: step_status_of(&self.status, operation)?,
-            kind: self
-                .kind
-                .parse()
-                .map_err(|e: tasks_core::model::UnknownStatus| StoreError::Corrupt {
-                    operation,
-                    reason: format!("step kind: {e}"),
-                })?,
+            status,
+            kind,
             namespace: self.namespace,
             id: self.id,
             workflow_run_id: self.workflow_run_id,
@@ -247,28 +281,14 @@ pub(crate) fn runs(rows: &[PgRow], operation: Operation) -> StoreResult<Vec<Work
 }
 
 /// Decodes step attempts from returned rows: a row that does not decode (JSON the decoder
-/// refuses, an unknown status or kind) is a [`StoreError::CorruptRun`] naming its run and
-/// the step row, not a database error.
+/// refuses, an unknown status or kind) is a [`StoreError::CorruptStep`] naming its run, the
+/// attempt and the column, not a database error.
 pub(crate) fn steps(rows: &[PgRow], operation: Operation) -> StoreResult<Vec<StepAttempt>> {
     rows.iter()
         .map(|row| {
             StepRow::from_row(row)
-                .map_err(|error| corrupt_step_row(row, operation, error))?
+                .map_err(|error| StoreError::database(operation, error))?
                 .into_step(operation)
         })
         .collect()
-}
-
-fn corrupt_step_row(row: &PgRow, operation: Operation, error: sqlx::Error) -> StoreError {
-    let reason = error.to_string();
-    let id = row.try_get::<Uuid, _>("id");
-    let step_name = row.try_get::<String, _>("step_name");
-    match (row.try_get::<Uuid, _>("workflow_run_id"), id, step_name) {
-        (Ok(run_id), Ok(id), Ok(step_name)) => StoreError::CorruptRun {
-            id: run_id,
-            operation,
-            reason: tasks_core::store::corrupt_step_reason(id, &step_name, &reason),
-        },
-        _ => StoreError::Corrupt { operation, reason },
-    }
 }

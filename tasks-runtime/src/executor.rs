@@ -152,6 +152,9 @@ impl Executor {
             Err(StoreError::CorruptRun { id, reason, .. }) if id == run_id => {
                 return self.quarantine(&run, &reason).await;
             }
+            Err(error @ StoreError::CorruptStep { run_id: id, .. }) if id == run_id => {
+                return self.quarantine(&run, &error.to_string()).await;
+            }
             Err(error) => {
                 tracing::warn!(%error, "could not load step history; the run will be retried after its lease");
                 return Outcome::Abandoned;

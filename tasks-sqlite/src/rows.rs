@@ -18,8 +18,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::store::{ClaimedRun, status_of, step_status_of};
+use tasks_core::model::{StepAttempt, UnknownStatus, WorkflowRun};
+use tasks_core::store::{ClaimedRun, UndecodableStepRow, status_of, step_column};
 use tasks_core::transition::JSON_COLUMNS;
 
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
@@ -279,7 +279,8 @@ impl ClaimRow {
 
 tasks_core::row_struct!(
     sqlx::sqlite::SqliteRow =>
-pub(crate) struct StepRow {
+/// The columns of a step attempt row, as their stored text.
+pub(crate) struct StepColumns {
     namespace: String,
     id: String,
     workflow_run_id: String,
@@ -300,52 +301,103 @@ pub(crate) struct StepRow {
 }
 );
 
-impl StepRow {
-    /// The attempt; a row that does not decode is a [`StoreError::CorruptRun`] naming its
-    /// run and the step row (a [`StoreError::Corrupt`] when even the run's id does not
-    /// parse).
-    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
-        let run_id = Uuid::parse_str(&self.workflow_run_id).ok();
-        let (id, step_name) = (self.id.clone(), self.step_name.clone());
-        self.into_step_unnamed(operation)
-            .map_err(|error| match (error, run_id) {
-                (StoreError::Corrupt { operation, reason }, Some(run_id)) => {
-                    StoreError::CorruptRun {
-                        id: run_id,
-                        operation,
-                        reason: tasks_core::store::corrupt_step_reason(id, &step_name, &reason),
-                    }
-                }
-                (other, _) => other,
-            })
-    }
+/// A step attempt row as read: its columns, or the first column that is not text (SQLite
+/// stores any type in any column). Reading one never fails, so that a row that does not
+/// decode is the typed error of [`StepRow::into_step`] at every query that returns step
+/// rows, never a database error.
+pub(crate) struct StepRow(Result<StepColumns, UndecodableStepRow>);
 
-    fn into_step_unnamed(self, operation: Operation) -> StoreResult<StepAttempt> {
-        let op = operation;
+impl<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow> for StepRow {
+    fn from_row(row: &'r sqlx::sqlite::SqliteRow) -> sqlx::Result<Self> {
+        use sqlx::Row as _;
+        Ok(Self(StepColumns::from_row(row).map_err(|error| {
+            let (column, reason) = match &error {
+                sqlx::Error::ColumnDecode { index, source } => {
+                    (step_column(index), source.to_string())
+                }
+                sqlx::Error::ColumnNotFound(column) => (step_column(column), "missing".to_owned()),
+                other => ("?", other.to_string()),
+            };
+            let text = |column: &str| row.try_get::<String, _>(column).ok();
+            UndecodableStepRow {
+                run_id: text("workflow_run_id").and_then(|id| Uuid::parse_str(&id).ok()),
+                step_id: text("id").and_then(|id| Uuid::parse_str(&id).ok()),
+                step_name: text("step_name"),
+                column,
+                reason,
+            }
+        })))
+    }
+}
+
+impl StepRow {
+    /// The attempt; a row that does not decode is a [`StoreError::CorruptStep`] naming its
+    /// run, the attempt and the column (see [`UndecodableStepRow::into_error`] for a row
+    /// whose ids do not parse either).
+    pub(crate) fn into_step(self, operation: Operation) -> StoreResult<StepAttempt> {
+        self.0
+            .and_then(StepColumns::into_step)
+            .map_err(|undecodable| undecodable.into_error(operation))
+    }
+}
+
+impl StepColumns {
+    fn into_step(self) -> Result<StepAttempt, UndecodableStepRow> {
+        let run_id = Uuid::parse_str(&self.workflow_run_id).ok();
+        let step_id = Uuid::parse_str(&self.id).ok();
+        let step_name = self.step_name.clone();
+        let undecodable = |column: &'static str, value: &str, reason: String| UndecodableStepRow {
+            run_id,
+            step_id,
+            step_name: Some(step_name.clone()),
+            column,
+            reason: format!("{value:?}: {reason}"),
+        };
+        let id = |column: &'static str, value: &str| {
+            Uuid::parse_str(value).map_err(|e| undecodable(column, value, e.to_string()))
+        };
+        let id_opt =
+            |column: &'static str, value: Option<&str>| value.map(|v| id(column, v)).transpose();
+        let json = |column: &'static str, value: &str| {
+            serde_json::from_str::<Value>(value)
+                .map_err(|e| undecodable(column, value, e.to_string()))
+        };
+        let json_opt =
+            |column: &'static str, value: Option<&str>| value.map(|v| json(column, v)).transpose();
+        let time = |column: &'static str, value: &str| {
+            NaiveDateTime::parse_from_str(value, TIMESTAMP_FORMAT)
+                .map(|t| t.and_utc())
+                .map_err(|e| undecodable(column, value, e.to_string()))
+        };
+        let time_opt =
+            |column: &'static str, value: Option<&str>| value.map(|v| time(column, v)).transpose();
         Ok(StepAttempt {
-            status: step_status_of(&self.status, op)?,
+            status: self
+                .status
+                .parse()
+                .map_err(|e: UnknownStatus| undecodable("status", &self.status, e.to_string()))?,
             kind: self
                 .kind
                 .parse()
-                .map_err(|e: tasks_core::model::UnknownStatus| StoreError::Corrupt {
-                    operation,
-                    reason: format!("step kind: {e}"),
-                })?,
+                .map_err(|e: UnknownStatus| undecodable("kind", &self.kind, e.to_string()))?,
+            id: id("id", &self.id)?,
+            workflow_run_id: id("workflow_run_id", &self.workflow_run_id)?,
+            config: json("config", &self.config)?,
+            context: json_null_to_none(json_opt("context", self.context.as_deref())?),
+            output: json_opt("output", self.output.as_deref())?,
+            error: json_opt("error", self.error.as_deref())?,
+            args: json_null_to_none(json_opt("args", self.args.as_deref())?),
+            child_workflow_run_id: id_opt(
+                "child_workflow_run_id",
+                self.child_workflow_run_id.as_deref(),
+            )?,
+            started_at: time_opt("started_at", self.started_at.as_deref())?,
+            finished_at: time_opt("finished_at", self.finished_at.as_deref())?,
+            created_at: time("created_at", &self.created_at)?,
+            updated_at: time("updated_at", &self.updated_at)?,
             namespace: self.namespace,
-            id: parse_id(&self.id, op)?,
-            workflow_run_id: parse_id(&self.workflow_run_id, op)?,
             step_name: self.step_name,
-            config: parse_json(&self.config, op)?,
-            context: json_null_to_none(parse_json_opt(self.context, op)?),
-            output: parse_json_opt(self.output, op)?,
-            error: parse_json_opt(self.error, op)?,
-            args: json_null_to_none(parse_json_opt(self.args, op)?),
             child_workflow_run_namespace: self.child_workflow_run_namespace,
-            child_workflow_run_id: parse_id_opt(self.child_workflow_run_id, op)?,
-            started_at: parse_ts_opt(self.started_at, op)?,
-            finished_at: parse_ts_opt(self.finished_at, op)?,
-            created_at: parse_ts(&self.created_at, op)?,
-            updated_at: parse_ts(&self.updated_at, op)?,
         })
     }
 }

@@ -36,6 +36,8 @@
 //! - [`observability`]: metrics and traces.
 //! - [`features`]: the cargo features and what each one costs.
 //! - [`stores`]: choosing Postgres or SQLite, and writing another store.
+//! - [`operations`]: what an operator of Postgres sets and watches: one queue's backlog
+//!   beside another queue, long-held snapshots.
 
 #[doc = include_str!("guide/start.md")]
 pub mod start {}
@@ -69,3 +71,6 @@ pub mod features {}
 
 #[doc = include_str!("guide/stores.md")]
 pub mod stores {}
+
+#[doc = include_str!("guide/operations.md")]
+pub mod operations {}

@@ -13,7 +13,7 @@ use support::{Backend, bump, calls, client, worker};
 use tasks::store::CreateRun;
 use tasks::{ListRuns, RunStatus, StepStatus, WorkflowContext, WorkflowError, step, workflow};
 
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -23,7 +23,7 @@ impl Drop for KillOnDrop {
 }
 
 /// Starts a `test_worker` process on the store at `store_url`, scoped to `namespace`.
-fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
+pub(crate) fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_test_worker"))
         .args([store_url, namespace, &lease_ms.to_string()])
         .stdout(Stdio::null())
@@ -35,7 +35,7 @@ fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64) -> KillOnDrop {
 /// A pool on the Postgres test database holding `tasks_test.effects`, the side-effect
 /// counters of `test_worker`. They live in Postgres whichever store is under test: the
 /// counters are independent of the store, and a separate process must reach them.
-async fn effects_pool() -> PgPool {
+pub(crate) async fn effects_pool() -> PgPool {
     let pool = tasks_tests::connect_pool(tasks_tests::connect_options(), 2).await;
     sqlx::raw_sql(
         "CREATE SCHEMA IF NOT EXISTS tasks_test;
@@ -56,7 +56,7 @@ async fn effects_pool() -> PgPool {
     pool
 }
 
-async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashMap<String, i32> {
+pub(crate) async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashMap<String, i32> {
     sqlx::query("SELECT step, count FROM tasks_test.effects WHERE run_id = $1")
         .bind(run_id)
         .fetch_all(effects)
@@ -1102,9 +1102,15 @@ async fn a_poison_step_row_fails_its_run_for_good_and_the_others_complete(backen
         .poison_step_output(poisoned.id(), "before_the_nap")
         .await;
     match poisoned.steps().await {
-        Err(tasks::StoreError::CorruptRun { id, reason, .. }) => {
-            assert_eq!(id, poisoned.id());
-            assert!(reason.contains(&step.id.to_string()), "{reason}");
+        Err(tasks::StoreError::CorruptStep {
+            run_id,
+            step_id,
+            column,
+            ..
+        }) => {
+            assert_eq!(run_id, poisoned.id());
+            assert_eq!(step_id, step.id);
+            assert_eq!(column, "output");
         }
         other => panic!("expected the listing to name the corrupt run, got {other:?}"),
     }

@@ -16,6 +16,7 @@ mod call_names;
 mod cli;
 mod conformance_postgres;
 mod conformance_sqlite;
+mod corrupt_steps;
 mod dashboard;
 mod e2e_children;
 mod e2e_derived_keys;
@@ -48,6 +49,7 @@ mod postgres_restart;
 mod registry;
 mod replay_props;
 mod sqlite;
+mod sqlite_processes;
 mod testing_kit;
 
 /// With `autotests = false`, a test file that is neither a module here nor a `[[test]]` of

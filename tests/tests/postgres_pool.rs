@@ -29,6 +29,30 @@ async fn connect_opens_the_documented_pool() {
     store.pool().close().await;
 }
 
+/// Every connection of the store's pool has the server end a transaction left idle for
+/// `IDLE_IN_TRANSACTION_TIMEOUT` (a frozen process's, which would otherwise hold its
+/// snapshot and locks), and runs without JIT.
+#[tokio::test]
+async fn connections_end_transactions_left_idle() {
+    let store = PgStore::connect(&database_url())
+        .await
+        .expect("connect to the test database");
+    assert_eq!(
+        tasks::postgres::IDLE_IN_TRANSACTION_TIMEOUT,
+        Duration::from_secs(60)
+    );
+    let mut connection = store.pool().acquire().await.unwrap();
+    let (idle, jit): (String, String) = sqlx::query_as(
+        "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('jit')",
+    )
+    .fetch_one(&mut *connection)
+    .await
+    .unwrap();
+    assert_eq!((idle.as_str(), jit.as_str()), ("1min", "off"));
+    drop(connection);
+    store.pool().close().await;
+}
+
 /// On the runtime that opened them, the pool's connections are kept: the check that hands a
 /// runtime no connection opened before it used the pool (see `a_store_outlives_the_runtime_
 /// that_first_used_it`) never replaces one of its own. Every statement after the first burst

@@ -178,9 +178,10 @@ pub trait StepStore: Send + Sync {
 
     /// Every attempt of a run, oldest first: the history a replay starts from.
     ///
-    /// Errors: [`StoreError::CorruptRun`] naming the run (and, in its reason, the step
-    /// attempt) when a step row does not decode; a worker then fails the run for good.
-    /// Never a [`StoreError::Database`] for a row that was read but did not decode.
+    /// Errors: [`StoreError::CorruptStep`] naming the run, the attempt, its step and the
+    /// column when a step row does not decode; a worker then fails the run for good. Never
+    /// a [`StoreError::Database`] for a row that was read but did not decode, here or in any
+    /// other read of step rows.
     async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
 
     /// Completes a running step attempt with `output`, only while its run is running under

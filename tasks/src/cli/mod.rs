@@ -50,7 +50,7 @@
 //! | 1 | the run failed or was canceled (`runs watch`), a `doctor` check failed, or the run's state refuses the operation (e.g. resuming a completed run) |
 //! | 2 | usage error or invalid input (nothing was stored) |
 //! | 3 | the run or workflow does not exist |
-//! | 4 | the store failed or could not be reached |
+//! | 4 | the store failed or could not be reached, or holds a row this version cannot decode (the error names the run, and for a step row the attempt, its step and the column; `runs show` still prints the run) |
 //!
 //! Errors are one line on standard error, `error: ...`; results go to standard output.
 

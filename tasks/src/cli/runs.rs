@@ -69,23 +69,26 @@ pub(super) async fn list(
     Exit::Success
 }
 
+/// A run, or the exit code of why not.
+async fn fetch_run(client: &Client, id: Uuid, err: Output<'_>) -> Result<WorkflowRun, Exit> {
+    match client.get_run(id).await {
+        Ok(Some(run)) => Ok(run),
+        Ok(None) => Err(fail(
+            err,
+            Exit::NotFound,
+            &RunError::NotFound { run_id: id },
+        )),
+        Err(error) => Err(store_failed(&error, err)),
+    }
+}
+
 /// A run with its steps, or the exit code of why not.
 pub(super) async fn fetch(
     client: &Client,
     id: Uuid,
     err: Output<'_>,
 ) -> Result<(WorkflowRun, Vec<StepAttempt>), Exit> {
-    let run = match client.get_run(id).await {
-        Ok(Some(run)) => run,
-        Ok(None) => {
-            return Err(fail(
-                err,
-                Exit::NotFound,
-                &RunError::NotFound { run_id: id },
-            ));
-        }
-        Err(error) => return Err(store_failed(&error, err)),
-    };
+    let run = fetch_run(client, id, err).await?;
     match client.store().contract().step_history(id).await {
         Ok(steps) => Ok((run, steps)),
         Err(error) => Err(store_failed(&error, err)),
@@ -99,13 +102,23 @@ pub(super) async fn show(
     out: Output<'_>,
     err: Output<'_>,
 ) -> Exit {
-    let (run, steps) = match fetch(client, id, err).await {
-        Ok(found) => found,
+    let run = match fetch_run(client, id, err).await {
+        Ok(run) => run,
         Err(exit) => return exit,
     };
+    // A step row that does not decode still leaves the run to show; the error names the row.
+    let steps = client.store().contract().step_history(id).await;
     if json {
-        let _ = writeln!(out, "{}", json!({ "run": run, "steps": steps }));
-        return Exit::Success;
+        return match steps {
+            Ok(steps) => {
+                let _ = writeln!(out, "{}", json!({ "run": run, "steps": steps }));
+                Exit::Success
+            }
+            Err(error) => {
+                let _ = writeln!(out, "{}", json!({ "run": run, "steps": null }));
+                store_failed(&error, err)
+            }
+        };
     }
     let mut fields = vec![
         ("run", run.id.to_string()),
@@ -149,6 +162,13 @@ pub(super) async fn show(
         let _ = writeln!(out, "{name:<16}{value}");
     }
     let _ = writeln!(out);
+    let steps = match steps {
+        Ok(steps) => steps,
+        Err(error) => {
+            let _ = writeln!(out, "steps cannot be shown (see the error)");
+            return store_failed(&error, err);
+        }
+    };
     if steps.is_empty() {
         let _ = writeln!(out, "no steps yet");
         return Exit::Success;

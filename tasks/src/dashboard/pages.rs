@@ -55,7 +55,13 @@ fn store_problem(base: &Base, error: &StoreError) -> Response {
         | StoreError::Limit(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    problem(base, status, "The store refused", &error.to_string())
+    let heading = match error {
+        StoreError::Corrupt { .. }
+        | StoreError::CorruptRun { .. }
+        | StoreError::CorruptStep { .. } => "A stored row does not decode",
+        _ => "The store refused",
+    };
+    problem(base, status, heading, &error.to_string())
 }
 
 pub(super) async fn not_found(base: Base) -> Response {
@@ -242,8 +248,13 @@ async fn run_page(
         }
         Err(error) => return store_problem(base, &error),
     };
-    let steps = match state.client.store().contract().step_history(id).await {
-        Ok(steps) => steps,
+    // A step row that does not decode still leaves the run to show: the page names the row
+    // where the timeline would be.
+    let (steps, steps_unreadable) = match state.client.store().contract().step_history(id).await {
+        Ok(steps) => (steps, None),
+        Err(error @ (StoreError::CorruptStep { .. } | StoreError::CorruptRun { .. })) => {
+            (Vec::new(), Some(error.to_string()))
+        }
         Err(error) => return store_problem(base, &error),
     };
     let published = match state.client.store().contract().published_state() {
@@ -265,6 +276,7 @@ async fn run_page(
         },
         events: declared_events(&run),
         event_form,
+        steps_unreadable,
     };
     let body = views::run(base, &run, &steps, &page);
     respond(base, status, &format!("Run {id}"), "runs", body)

@@ -249,6 +249,9 @@ pub(super) struct RunPage<'a> {
     /// The events the run's workflow declares (topic and payload schema), by topic.
     pub(super) events: Vec<(&'static str, Value)>,
     pub(super) event_form: EventForm,
+    /// Why the run's steps cannot be shown: a stored step row that does not decode (the
+    /// timeline is then empty, and this says which row and column).
+    pub(super) steps_unreadable: Option<String>,
 }
 
 /// The run page.
@@ -356,7 +359,13 @@ pub(super) fn run(
                 }
             }
             h2 { "Timeline" }
-            @if steps.is_empty() {
+            @if let Some(unreadable) = &page.steps_unreadable {
+                div.error #steps-unreadable {
+                    strong { "The steps of this run cannot be shown: a stored row does not decode." }
+                    br;
+                    (unreadable)
+                }
+            } @else if steps.is_empty() {
                 p.empty { "No steps yet." }
             } @else {
                 p.scale { "0 — " (duration(end - start)) " from " (time(start)) }

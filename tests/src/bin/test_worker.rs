@@ -2,7 +2,7 @@
 //! killed. Every step records a side effect in `tasks_test.effects`, so the test can prove
 //! that no completed step ran again after a takeover.
 //!
-//! Usage: `test_worker <store-url> <namespace> <lease-ms>`
+//! Usage: `test_worker <store-url> <namespace> <lease-ms> [<concurrency>]`
 //!
 //! `<store-url>` is any URL [`tasks::connect`] takes (`postgres://…`, `sqlite:///path`): the
 //! store under test. The effects table is always in Postgres, at the URL each run carries in
@@ -143,10 +143,14 @@ async fn tick(ctx: WorkflowContext) -> Result<Option<String>, WorkflowError> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(url), Some(namespace), Some(lease)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: test_worker <store-url> <namespace> <lease-ms>".into());
+        return Err("usage: test_worker <store-url> <namespace> <lease-ms> [<concurrency>]".into());
     };
     let store = tasks::connect(&url).await?.scoped(&namespace)?;
-    let worker = Worker::builder(store)
+    let mut worker = Worker::builder(store);
+    if let Some(concurrency) = args.next() {
+        worker = worker.concurrency(concurrency.parse()?);
+    }
+    let worker = worker
         .lease(Duration::from_millis(lease.parse()?))
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
         .build()?;

@@ -242,7 +242,24 @@ impl TestStore {
     }
 }
 
+/// The pool of a test store's backend, to read and write rows behind the store's back.
+pub enum Pool<'a> {
+    /// The Postgres store's pool (tables in the `tasks` schema).
+    Postgres(&'a sqlx::PgPool),
+    /// The SQLite store's pool (tables prefixed `tasks_`).
+    Sqlite(&'a sqlx::SqlitePool),
+}
+
 impl TestStore {
+    /// The backend's pool.
+    pub fn pool(&self) -> Pool<'_> {
+        match &self.kind {
+            Kind::Postgres(store) => Pool::Postgres(store.pool()),
+            Kind::Sqlite { store, .. } => Pool::Sqlite(store.pool()),
+            Kind::Memory(_) => sql_only("`pool`"),
+        }
+    }
+
     /// The backend's own store (`PgStore` or `SqliteStore`) scoped with its
     /// `with_namespace`.
     pub fn with_namespace(&self, namespace: &str) -> Result<SharedStore, tasks::LimitError> {
