@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sqlx::postgres::PgPool;
 use sqlx::{Connection, PgConnection};
-use tasks::{Client, QueueOptions, StartOptions, Worker};
+use tasks::{Client, QueueOptions, Worker};
 
 use crate::Result;
 use crate::db;
@@ -194,9 +194,10 @@ async fn fairness_row(
     let mut trickled = Vec::with_capacity(trickle.runs);
     let priority = i32::from(setup == Setup::Priority);
     for _ in 0..trickle.runs {
-        let options = StartOptions::new().queue("b").priority(priority);
         let handle = client
-            .start_with::<bench_steps>(Steps { steps: 1 }, options)
+            .start::<bench_steps>(Steps { steps: 1 })
+            .queue("b")
+            .priority(priority)
             .await?;
         trickled.push(handle.id());
         tokio::time::sleep(Duration::from_millis(trickle.every_ms)).await;

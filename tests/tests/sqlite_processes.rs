@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tasks::{CreateRun, RunStatus, StepStatus};
+use tasks::store::{CreateRun, Store};
+use tasks::{RunStatus, StepStatus};
 use uuid::Uuid;
 
 /// A `test_worker` process on `store_url`, running at most `concurrency` runs at once.
@@ -29,7 +30,7 @@ fn spawn_worker(store_url: &str, namespace: &str, lease_ms: u64, concurrency: us
 }
 
 /// The completed steps of `run`, by name, with how many completed records each has.
-async fn completed_steps(store: &dyn tasks::Store, run: Uuid) -> HashMap<String, usize> {
+async fn completed_steps(store: &dyn Store, run: Uuid) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for step in store.step_history(run).await.unwrap() {
         if step.status == StepStatus::Completed {
