@@ -248,7 +248,7 @@ async fn pages_work_in_chromium(backend: Backend) {
     );
     let bars = browser.texts("#timeline svg.bar").await;
     assert_eq!(bars.len(), 5);
-    assert!(browser.wait_for("#run-status").await.contains("completed"));
+    browser.wait_for_text("#run-status", "completed").await;
     let shot = browser.screenshot(&shots, "run").await;
     assert!(std::fs::metadata(shot).unwrap().len() > 10_000);
 
@@ -273,8 +273,8 @@ async fn pages_work_in_chromium(backend: Backend) {
     // Cancel from the page cancels the run in the store.
     browser.open(&format!("{base}run?id={waiting}")).await;
     browser.click("#cancel-run").await;
-    assert!(browser.wait_for("#notice").await.contains("canceled"));
-    assert!(browser.wait_for("#run-status").await.contains("canceled"));
+    browser.wait_for_text("#notice", "canceled").await;
+    browser.wait_for_text("#run-status", "canceled").await;
     let run = client.get_run(waiting).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Canceled);
 
@@ -310,12 +310,9 @@ async fn pages_work_in_chromium(backend: Backend) {
         violations.iter().any(|v| v.starts_with("/quantity")),
         "{violations:?}"
     );
-    assert!(
-        browser
-            .wait_for("#start-error")
-            .await
-            .contains("Nothing was stored")
-    );
+    browser
+        .wait_for_text("#start-error", "Nothing was stored")
+        .await;
     browser.screenshot(&shots, "start-invalid").await;
     assert_eq!(run_count(&client).await, before);
 
@@ -331,7 +328,7 @@ async fn pages_work_in_chromium(backend: Backend) {
         .await
         .unwrap();
     browser.click("#start-run").await;
-    assert!(browser.wait_for("#notice").await.contains("started"));
+    browser.wait_for_text("#notice", "started").await;
     let url = browser.client.current_url().await.unwrap();
     let id: Uuid = url
         .query_pairs()
@@ -567,7 +564,7 @@ async fn run_actions_in_chromium(backend: Backend) {
 
     // A failed run offers retry and a fork from each step; fork opens the new run.
     browser.open(&format!("{base}run?id={failed}")).await;
-    assert!(browser.wait_for("#run-status").await.contains("failed"));
+    browser.wait_for_text("#run-status", "failed").await;
     let forks = browser.texts("#timeline button.fork").await;
     assert_eq!(
         forks,
@@ -577,7 +574,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     );
     browser.screenshot(&shots, "run-failed").await;
     browser.click("#timeline button.fork").await;
-    assert!(browser.wait_for("#notice").await.contains("forked"));
+    browser.wait_for_text("#notice", "forked").await;
     let fork = id_in_url(&browser).await;
     assert_ne!(fork, failed);
     assert!(
@@ -594,7 +591,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     // Retry makes the failed run runnable again, in the store.
     browser.open(&format!("{base}run?id={failed}")).await;
     browser.click("#retry-run").await;
-    assert!(browser.wait_for("#notice").await.contains("retried"));
+    browser.wait_for_text("#notice", "retried").await;
     assert_eq!(id_in_url(&browser).await, failed);
     let retried = client.get_run(failed).await.unwrap().unwrap();
     assert_eq!(retried.status, RunStatus::Pending);
@@ -640,12 +637,9 @@ async fn run_actions_in_chromium(backend: Backend) {
         violations.iter().any(|v| v.starts_with("/level")),
         "{violations:?}"
     );
-    assert!(
-        browser
-            .wait_for("#event-error")
-            .await
-            .contains("Nothing was stored")
-    );
+    browser
+        .wait_for_text("#event-error", "Nothing was stored")
+        .await;
     // The payload is shown again as typed.
     let typed = browser
         .client
@@ -671,12 +665,9 @@ async fn run_actions_in_chromium(backend: Backend) {
     // Not JSON at all: said so, nothing stored.
     type_into(&browser, "#event-payload", "{by: ada").await;
     browser.click("#send-event").await;
-    assert!(
-        browser
-            .wait_for("#event-error")
-            .await
-            .contains("not valid JSON")
-    );
+    browser
+        .wait_for_text("#event-error", "not valid JSON")
+        .await;
     assert!(
         client
             .store()
@@ -691,7 +682,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     // A valid payload is stored.
     type_into(&browser, "#event-payload", r#"{"by": "ada", "level": 2}"#).await;
     browser.click("#send-event").await;
-    assert!(browser.wait_for("#notice").await.contains("Event sent"));
+    browser.wait_for_text("#notice", "Event sent").await;
     let events = client
         .store()
         .contract()
@@ -735,13 +726,8 @@ async fn run_actions_in_chromium(backend: Backend) {
     browser
         .click("tr[data-schedule='nightly-refusal'] button.pause")
         .await;
-    assert!(browser.wait_for("#notice").await.contains("paused"));
-    assert!(
-        browser
-            .wait_for("#schedules td.state")
-            .await
-            .contains("paused")
-    );
+    browser.wait_for_text("#notice", "paused").await;
+    browser.wait_for_text("#schedules td.state", "paused").await;
     let schedule = client
         .get_schedule("nightly-refusal")
         .await
@@ -752,7 +738,7 @@ async fn run_actions_in_chromium(backend: Backend) {
     browser
         .click("tr[data-schedule='nightly-refusal'] button.resume")
         .await;
-    assert!(browser.wait_for("#notice").await.contains("resumed"));
+    browser.wait_for_text("#notice", "resumed").await;
     assert!(
         !client
             .get_schedule("nightly-refusal")

@@ -130,6 +130,25 @@ impl Browser {
         }
     }
 
+    /// Waits up to 15 s until the element matching `css` holds `needle` in its text, and
+    /// returns that text. For an element that a submitted form's answer replaces with one
+    /// of the same id (an error line, a notice): [`Browser::wait_for`] would read the old
+    /// page's while the new one loads.
+    pub async fn wait_for_text(&self, css: &str, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let text = self.wait_for(css).await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{css} still says {text:?}, not {needle:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The texts of every element matching `css` (read again, a little later, when a live
     /// refresh replaced the elements while they were read).
     pub async fn texts(&self, css: &str) -> Vec<String> {
