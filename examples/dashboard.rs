@@ -1,5 +1,5 @@
 //! The web dashboard mounted in an application's own axum server, next to its own routes,
-//! with a worker in the same process.
+//! with a worker in the same process. `--once` serves one request of its own and exits.
 //!
 //! ```sh
 //! cargo run --example dashboard
@@ -68,12 +68,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 axum::response::Html("<p>My application. <a href=\"/tasks/\">Workflows</a></p>")
             }),
         )
-        .nest("/tasks", dashboard.router());
+        .nest_service("/tasks", dashboard.router());
 
+    if std::env::args().any(|arg| arg == "--once") {
+        // One round and exit (the test command runs every example): serve on a free port,
+        // open the dashboard's page once, print what it answered.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        println!("GET /tasks/: {}", status_of(addr, "/tasks/").await?);
+        worker.shutdown().await;
+        return Ok(());
+    }
     // Loopback only: put credentials on the dashboard before binding anything else.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     println!("open http://127.0.0.1:8080/tasks/ (Ctrl-C stops)");
     tasks::dashboard::serve(listener, app).await?;
     worker.shutdown().await;
     Ok(())
+}
+
+/// The status line of a plain HTTP/1.1 GET of `path` (no HTTP client needed for one request).
+async fn status_of(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response.lines().next().unwrap_or_default().to_owned())
 }

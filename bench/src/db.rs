@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tasks::postgres::PgStore;
+use tasks_test_support::wait::{self, PollError};
 
 use crate::Result;
 
@@ -104,11 +105,7 @@ impl Activity {
 
 /// A fresh namespace for one scenario, unique to this process and moment.
 pub fn namespace(scenario: &str) -> String {
-    format!(
-        "tasks-bench:{scenario}:{}:{}",
-        std::process::id(),
-        Utc::now().timestamp_millis()
-    )
+    tasks_test_support::unique_namespace(&format!("tasks-bench:{scenario}"))
 }
 
 /// Deletes every run of `namespace` (its step attempts and events go by the cascading
@@ -400,9 +397,9 @@ pub async fn wait_completed(
     expected: i64,
     timeout: Duration,
 ) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        let (completed, broken): (i64, i64) = sqlx::query_as(
+    let mut completed = 0;
+    let probe = async || -> Result<Option<()>> {
+        let (done, broken): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE status = 'completed'),
                     count(*) FILTER (WHERE status IN ('failed', 'canceled'))
                FROM tasks.workflow_runs WHERE namespace = $1",
@@ -413,16 +410,16 @@ pub async fn wait_completed(
         if broken > 0 {
             return Err(format!("{broken} runs of {namespace} failed or were canceled").into());
         }
-        if completed >= expected {
-            return Ok(());
-        }
-        if started.elapsed() > timeout {
-            return Err(format!(
-                "only {completed} of {expected} runs of {namespace} completed within {timeout:?}"
-            )
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        completed = done;
+        Ok((done >= expected).then_some(()))
+    };
+    match wait::poll(timeout, Duration::from_millis(20), probe).await {
+        Ok(()) => Ok(()),
+        Err(PollError::Failed(error)) => Err(error),
+        Err(PollError::TimedOut { .. }) => Err(format!(
+            "only {completed} of {expected} runs of {namespace} completed within {timeout:?}"
+        )
+        .into()),
     }
 }
 

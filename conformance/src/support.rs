@@ -41,7 +41,7 @@ pub(crate) fn claimed_runs(claimed: Vec<ClaimedRun>) -> Vec<WorkflowRun> {
 
 /// A namespace no other case uses.
 pub(crate) fn unique_namespace() -> String {
-    format!("conformance-{}", Uuid::new_v4())
+    tasks_test_support::unique_namespace("conformance")
 }
 
 /// A lease long enough never to expire during a test.
@@ -52,12 +52,12 @@ pub(crate) const NOW_TOLERANCE_MS: i64 = 5_000;
 
 /// A workflow name no other run uses.
 pub(crate) fn unique_name() -> String {
-    format!("wf-{}", Uuid::new_v4())
+    tasks_test_support::unique_name("wf")
 }
 
 /// A worker id no other worker uses.
 pub(crate) fn new_worker() -> String {
-    format!("worker-{}", Uuid::new_v4())
+    tasks_test_support::unique_name("worker")
 }
 
 /// `t` at the precision stores keep (microseconds).

@@ -5,9 +5,7 @@ use tasks_memory::MemoryStore;
 
 /// A fresh store on a fresh namespace: the setup of the suite.
 async fn memory_store() -> MemoryStore {
-    MemoryStore::new()
-        .with_namespace(format!("conformance-{}", uuid::Uuid::new_v4()))
-        .expect("a valid namespace")
+    tasks_test_support::memory::store()
 }
 
 tasks_conformance::conformance_suite!(memory_store);

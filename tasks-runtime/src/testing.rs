@@ -62,6 +62,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tasks_test_support::wait::{self, PollError};
 
 use crate::client::Client;
 use crate::clock::{Clock, ClockError};
@@ -240,18 +241,13 @@ impl TestEnv {
         timeout: Duration,
         quiet: impl Fn(Active) -> bool,
     ) -> Result<(), TestEnvError> {
-        let started = tokio::time::Instant::now();
-        loop {
-            if quiet(self.active().await?) {
-                return Ok(());
-            }
-            if started.elapsed() >= timeout {
-                return Err(TestEnvError::NotSettled {
-                    waited: started.elapsed(),
-                });
-            }
-            tokio::time::sleep(SETTLE_POLL).await;
-        }
+        let probe = async || Ok(quiet(self.active().await?).then_some(()));
+        wait::poll(timeout, SETTLE_POLL, probe)
+            .await
+            .map_err(|error| match error {
+                PollError::TimedOut { waited } => TestEnvError::NotSettled { waited },
+                PollError::Failed(error) => TestEnvError::Store(error),
+            })
     }
 
     /// Whether some run is executing, and whether some run is due but not claimed yet.

@@ -1,110 +1,17 @@
-//! Test support for the integration tests of `tasks`, and the store conformance suite.
+//! The integration tests of `tasks`: their helper processes (`src/bin`) and Postgres
+//! clusters of their own ([`cluster`]).
 //!
-//! * [`pg_store`] opens a Postgres store on a fresh, unique namespace.
-//! * [`sqlite::sqlite_store`] does the same on a temporary SQLite file.
-//!
-//! The store conformance suite itself is the `tasks-conformance` crate.
+//! Store factories, unique namespaces and polling are the `tasks-test-support` crate's,
+//! shared with the conformance suite, the benchmark and the testing kit; the names the
+//! tests use most are re-exported here. The store conformance suite itself is the
+//! `tasks-conformance` crate.
 
 #![warn(missing_docs)]
 
-use std::time::Duration;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool};
-use tasks::postgres::PgStore;
-use tokio::sync::OnceCell;
-use uuid::Uuid;
-
 pub mod cluster;
-pub mod sqlite;
 
-/// The database the tests use when `DATABASE_URL` is not set.
-pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-/// The connections of each test pool. Small: every test opens its own pools, and a few
-/// tests run at once.
-pub const TEST_POOL_SIZE: u32 = 4;
-
-/// `DATABASE_URL`, or [`DEFAULT_DATABASE_URL`] when it is unset.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned())
-}
-
-/// Connection options for [`database_url`]; panics with instructions when the URL is invalid.
-pub fn connect_options() -> PgConnectOptions {
-    let url = database_url();
-    url.parse()
-        .unwrap_or_else(|error| panic!("DATABASE_URL {url:?} is not a Postgres URL: {error}"))
-}
-
-/// Opens a pool of at most `max_connections` on `options`, panicking with instructions for
-/// starting Postgres when the database server cannot be reached.
-pub async fn connect_pool(options: PgConnectOptions, max_connections: u32) -> PgPool {
-    if let Err(error) = server_reachable().await {
-        panic!(
-            "cannot connect to Postgres at {}:{} (database {:?}): {error}\n\
-             The integration tests need a running Postgres. Start the local cluster with\n\
-             \x20   pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n\
-             or point DATABASE_URL at a database in which this user may create schemas\n\
-             (default: {DEFAULT_DATABASE_URL}); `scripts/test.sh` does both.",
-            options.get_host(),
-            options.get_port(),
-            options.get_database().unwrap_or("<default>"),
-        );
-    }
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_with(options)
-        .await
-        .unwrap_or_else(|error| panic!("cannot open a pool on the test database: {error}"))
-}
-
-/// Whether the server of [`database_url`] accepts a connection, checked once per process
-/// with one plain connection: a pool would retry for its whole acquire timeout and hide the
-/// cause, and every test would wait that long again.
-async fn server_reachable() -> Result<(), String> {
-    static REACHABLE: OnceCell<Result<(), String>> = OnceCell::const_new();
-    REACHABLE
-        .get_or_init(|| async {
-            let options = connect_options();
-            let attempt = PgConnection::connect_with(&options);
-            match tokio::time::timeout(Duration::from_secs(10), attempt).await {
-                Ok(Ok(connection)) => {
-                    let _ = connection.close().await;
-                    Ok(())
-                }
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err("no answer within 10 s".to_owned()),
-            }
-        })
-        .await
-        .clone()
-}
-
-/// Set once the `tasks` schema of the test database is up to date in this process.
-static MIGRATED: OnceCell<()> = OnceCell::const_new();
-
-/// A Postgres store on a fresh, unique namespace of the test database.
-///
-/// Each call opens its own small pool, so a store never outlives the test (and Tokio runtime)
-/// that created it. Migrations run once per process; they are idempotent and serialized in
-/// the database, so other test processes may run them at the same time.
-pub async fn pg_store() -> PgStore {
-    let pool = connect_pool(connect_options(), TEST_POOL_SIZE).await;
-    MIGRATED
-        .get_or_init(|| async {
-            tasks::postgres::migrate(&pool)
-                .await
-                .unwrap_or_else(|error| panic!("migrating the test database failed: {error:?}"));
-        })
-        .await;
-    PgStore::new(pool)
-        .with_namespace(unique_namespace())
-        .unwrap()
-}
-
-/// A namespace no other test uses.
-pub fn unique_namespace() -> String {
-    format!("test-{}", Uuid::new_v4())
-}
+pub use tasks_test_support::postgres::{
+    DEFAULT_DATABASE_URL, TEST_POOL_SIZE, connect_options, connect_pool, database_url,
+    store as pg_store,
+};
+pub use tasks_test_support::{sqlite, unique_namespace};

@@ -136,7 +136,7 @@ async fn a_client_refuses_a_topic_or_key_with_the_suffix_separator(backend: Back
     );
 }
 
-both_backends!(
+every_store!(
     a_chosen_name_with_the_suffix_separator_fails_the_run_before_it_is_written,
     a_client_refuses_a_topic_or_key_with_the_suffix_separator,
 );

@@ -963,13 +963,11 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     assert_eq!(document["queues"][1]["keyRateLimit"]["starts"], 3);
 }
 
-both_backends!(
+every_store! {
     queues_list_shows_the_limits,
     schedules_are_checked_created_listed_paused_resumed_and_deleted,
     events_send_validates_the_payload_and_wakes_the_run,
-    start_with_valid_input_stores_the_run,
     start_with_invalid_input_prints_every_violation_and_stores_nothing,
-    runs_list_prints_a_table_or_json_with_cursors,
     runs_show_and_watch_give_the_step_timeline,
     cancel_pause_and_resume_change_the_status,
     purge_deletes_old_finished_runs,
@@ -977,5 +975,9 @@ both_backends!(
     runs_state_prints_the_published_values,
     workflows_list_and_schema,
     worker_settings_are_checked_before_it_runs,
+    ;
+    sql:
     doctor_passes_on_a_healthy_store,
-);
+    runs_list_prints_a_table_or_json_with_cursors,
+    start_with_valid_input_stores_the_run,
+}

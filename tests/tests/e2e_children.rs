@@ -331,12 +331,14 @@ async fn a_child_input_that_would_not_decode_is_refused(backend: Backend) {
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store! {
     a_child_input_that_would_not_decode_is_refused,
     a_child_returns_its_result,
     a_child_failure_is_handled_by_the_parent,
     fan_out_of_50_children_and_fan_in,
     canceling_a_parent_cascades_to_its_children,
     a_retry_replays_the_child_without_starting_it_again,
+    ;
+    sql:
     a_quarantined_child_wakes_its_parent,
-);
+}

@@ -436,10 +436,12 @@ async fn scheduled_runs_get_the_derived_key(backend: Backend) {
     );
 }
 
-both_backends!(
-    every_start_gets_the_derived_key,
+every_store! {
     derived_limit_is_enforced,
-    invalid_derived_keys_are_typed_errors,
+    ;
+    sql:
     a_child_gets_its_derived_key,
+    every_start_gets_the_derived_key,
+    invalid_derived_keys_are_typed_errors,
     scheduled_runs_get_the_derived_key,
-);
+}

@@ -360,7 +360,7 @@ async fn sends_to_finished_runs_are_refused(backend: Backend) {
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     an_event_sent_before_the_wait_is_delivered,
     an_event_sent_after_the_wait_wakes_the_run_by_notification,
     a_wait_times_out,

@@ -688,7 +688,7 @@ fn default_retry_policies_are_sane() {
     assert_eq!(RetryPolicy::NONE.delay_after(1), None);
 }
 
-both_backends!(
+every_store! {
     repeated_step_names_resolve_in_call_order_and_replay_memoized,
     concurrent_steps_get_deterministic_names,
     a_failing_step_is_retried_without_rerunning_completed_steps,
@@ -698,7 +698,6 @@ both_backends!(
     pausing_a_running_run_stops_it_at_the_next_step_and_resume_finishes_it,
     canceling_a_running_run_stops_it_and_writes_nothing_stale,
     a_run_past_its_deadline_fails,
-    a_worker_that_lost_its_lease_writes_nothing,
     a_runaway_loop_hits_the_step_limit,
     unregistered_workflows_are_rescheduled_not_failed,
     unregistered_workflows_can_be_failed_instead,
@@ -707,4 +706,7 @@ both_backends!(
     the_idempotency_key_returns_the_same_run,
     a_delayed_start_waits_before_running,
     a_finished_step_is_durable_while_the_workflow_goes_on,
-);
+    ;
+    sql:
+    a_worker_that_lost_its_lease_writes_nothing,
+}

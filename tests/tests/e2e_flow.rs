@@ -236,7 +236,7 @@ async fn priorities_order_the_starts(backend: Backend) {
     assert_eq!(firsts, ["urgent", "high", "a", "b", "low"]);
 }
 
-both_backends!(
+every_store!(
     key_limit_holds_under_four_workers,
     hot_key_does_not_starve_another,
     priorities_order_the_starts,

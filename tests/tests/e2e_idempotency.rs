@@ -162,7 +162,7 @@ async fn a_zero_time_to_live_is_refused(backend: Backend) {
     );
 }
 
-both_backends!(
+every_store!(
     a_key_held_for_ever_returns_the_first_run_after_it_finished,
     a_key_held_while_active_is_free_once_the_run_finished,
     a_key_with_a_time_to_live_is_free_after_it,

@@ -328,7 +328,7 @@ async fn a_patch_keeps_old_runs_on_the_old_path_and_new_runs_on_the_new(backend:
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     a_reordered_step_fails_the_run_and_writes_nothing,
     a_renamed_step_fails_the_run_and_writes_nothing,
     a_retyped_step_fails_the_run_and_writes_nothing,

@@ -288,7 +288,7 @@ async fn an_exhausted_timeout_of_a_serde_error_type_fails_the_run(backend: Backe
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     a_handled_step_error_replays_without_running_the_step,
     a_replayed_step_error_that_the_workflow_returns_fails_the_run,
     a_timed_out_attempt_is_dropped_recorded_and_retried,

@@ -414,7 +414,7 @@ async fn worker_filters_are_checked() {
     );
 }
 
-both_backends!(
+every_store!(
     workers_serve_only_their_queues,
     queue_limit_holds_under_four_workers,
     per_key_limit_holds_under_four_workers,

@@ -1352,21 +1352,23 @@ async fn a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out(backe
     );
 }
 
-both_backends!(
+every_store! {
     a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out,
-    a_run_waiting_for_an_event_survives_a_killed_worker,
-    a_killed_worker_is_replaced_and_no_completed_step_runs_again,
     runs_shared_by_several_workers_complete_exactly_once,
-    a_killed_workers_runs_are_reclaimed_within_seconds,
     a_worker_retries_its_writes_through_database_errors,
-    a_poison_row_is_failed_and_the_others_complete,
-    a_poison_step_row_fails_its_run_for_good_and_the_others_complete,
     a_worker_write_refused_for_its_limits_fails_the_run_at_once,
+    ;
+    sql:
+    a_worker_whose_heartbeat_beats_again_after_a_freeze_still_confirms_its_hold,
+    a_thawed_worker_starts_no_step_of_a_run_it_lost,
     a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed_steps,
     a_killed_worker_does_not_start_a_child_twice,
-    a_thawed_worker_starts_no_step_of_a_run_it_lost,
-    a_worker_whose_heartbeat_beats_again_after_a_freeze_still_confirms_its_hold,
-);
+    a_killed_worker_is_replaced_and_no_completed_step_runs_again,
+    a_killed_workers_runs_are_reclaimed_within_seconds,
+    a_poison_row_is_failed_and_the_others_complete,
+    a_poison_step_row_fails_its_run_for_good_and_the_others_complete,
+    a_run_waiting_for_an_event_survives_a_killed_worker,
+}
 
 // ---- A worker frozen past its heartbeat's staleness ----
 

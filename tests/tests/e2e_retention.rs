@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use support::{Backend, client, worker};
 use tasks::{ListRuns, RunStatus, WorkflowError, step, workflow};
+use tasks_test_support::wait::eventually;
 
 #[step]
 async fn hold(ms: u64) -> Result<u64, WorkflowError> {
@@ -19,18 +20,6 @@ async fn hold(ms: u64) -> Result<u64, WorkflowError> {
 #[workflow(name = "e2e-retention-job")]
 async fn job(_ctx: tasks::WorkflowContext, ms: u64) -> Result<u64, WorkflowError> {
     hold(ms).await
-}
-
-/// Polls `condition` every 50 ms until it holds or `timeout` passes.
-async fn eventually<F: AsyncFnMut() -> bool>(timeout: Duration, mut condition: F) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if condition().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    condition().await
 }
 
 async fn a_worker_with_retention_purges_old_runs_while_new_ones_run(backend: Backend) {
@@ -167,7 +156,9 @@ async fn three_workers_purge_once_per_period(backend: Backend) {
     );
 }
 
-both_backends!(
-    a_worker_with_retention_purges_old_runs_while_new_ones_run,
+every_store! {
+    ;
+    sql:
     three_workers_purge_once_per_period,
-);
+    a_worker_with_retention_purges_old_runs_while_new_ones_run,
+}

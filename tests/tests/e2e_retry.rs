@@ -305,9 +305,42 @@ async fn a_non_retryable_step_error_ends_the_step_at_its_first_attempt(backend: 
     worker.shutdown().await;
 }
 
-both_backends!(
+#[step(name = "retry_refuse")]
+async fn refuse() -> Result<(), WorkflowError> {
+    bump(run_id(), "refuse");
+    Err(WorkflowError::msg("refused").non_retryable())
+}
+
+#[workflow(name = "e2e-retry-refusal", retry(max_attempts = 1))]
+async fn refusal(_ctx: WorkflowContext, _input: ()) -> Result<(), WorkflowError> {
+    refuse().await
+}
+
+/// A retry the moment a run failed finds the worker still tearing down the execution that
+/// failed it: the claim hands the run to the same worker, whose new execution waits for the
+/// old one to end and then runs. Twenty times in a row, each within a generous bound.
+async fn a_run_retried_the_moment_it_failed_runs_again_at_once(backend: Backend) {
+    let store = backend.store().await;
+    let worker = worker(&store).build().unwrap().spawn();
+    let client = client(&store);
+    let run = refusal::start(&client, ()).await.unwrap();
+    for retries in 0..20 {
+        match run.result_within(Duration::from_secs(10)).await {
+            Err(RunError::Failed { error, .. }) => {
+                assert!(error.message.contains("refused"), "{error:?}")
+            }
+            other => panic!("after {retries} retries: expected a failed run, got {other:?}"),
+        }
+        assert_eq!(calls(run.id(), "refuse"), retries + 1);
+        client.retry(run.id()).await.unwrap();
+    }
+    worker.shutdown().await;
+}
+
+every_store!(
     a_non_retryable_step_error_ends_the_step_at_its_first_attempt,
     a_retried_run_runs_only_its_unfinished_steps_with_a_fresh_budget,
     a_canceled_run_is_retried_from_its_unfinished_step,
     a_fork_replays_the_history_before_its_step_and_runs_the_rest,
+    a_run_retried_the_moment_it_failed_runs_again_at_once,
 );

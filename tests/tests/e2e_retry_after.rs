@@ -244,7 +244,7 @@ async fn a_retry_after_past_the_limit_fails_the_run_for_good(backend: Backend) {
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     a_step_that_asks_to_retry_later_parks_the_run_without_using_an_attempt,
     a_retry_after_in_the_source_chain_of_a_typed_error_is_honoured,
     a_workflow_that_asks_to_retry_later_parks_without_using_an_attempt,

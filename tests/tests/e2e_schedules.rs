@@ -266,7 +266,7 @@ async fn client_refuses_bad_schedules(backend: Backend) {
     ));
 }
 
-both_backends!(
+every_store!(
     catch_up_after_downtime_follows_the_policy,
     declared_schedule_pauses_resumes_and_deletes,
     client_refuses_bad_schedules,

@@ -114,7 +114,7 @@ async fn branches_end_with_the_execution(backend: Backend) {
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     branch_steps_are_scoped_memoized_and_replayed,
     branches_end_with_the_execution,
 );

@@ -224,7 +224,7 @@ async fn a_key_past_the_limits_fails_the_run(backend: Backend) {
     worker.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     published_state_observed_by_a_waiting_client,
     reads_of_unknown_runs_and_keys,
     a_key_past_the_limits_fails_the_run,

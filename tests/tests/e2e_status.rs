@@ -215,7 +215,7 @@ async fn unknown_runs_and_empty_waits_are_refused(backend: Backend) {
     ));
 }
 
-both_backends!(
+every_store!(
     waits_until_a_durable_sleep_parks_the_run,
     waits_until_an_event_wait_parks_the_run,
     waits_until_another_task_pauses_the_run,

@@ -145,4 +145,4 @@ async fn a_step_called_outside_a_run_just_runs() {
     assert_eq!(measure("four".into()).await.unwrap(), 4);
 }
 
-both_backends!(arguments_are_recorded_with_each_attempt);
+every_store!(arguments_are_recorded_with_each_attempt);

@@ -320,7 +320,7 @@ async fn an_explicit_trace_context_wins_over_the_current_span(backend: Backend) 
     );
 }
 
-both_backends!(
+every_store!(
     the_parent_link_survives_a_replay_on_another_worker,
     a_child_run_joins_its_parents_trace,
     an_explicit_trace_context_wins_over_the_current_span,

@@ -656,7 +656,7 @@ async fn a_namespace_past_the_limits_is_refused_where_it_is_set(backend: Backend
     assert_eq!(count_runs(&client).await, 1);
 }
 
-both_backends!(
+every_store!(
     a_namespace_past_the_limits_is_refused_where_it_is_set,
     a_worker_lease_past_the_limit_is_refused_at_build,
     hostile_json_inputs_are_refused_and_nothing_is_stored,

@@ -35,6 +35,7 @@ mod e2e_state;
 mod e2e_status;
 mod e2e_step_args;
 mod e2e_traces;
+mod examples;
 mod limits;
 mod limits_props;
 mod lost_acks;

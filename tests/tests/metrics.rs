@@ -275,7 +275,7 @@ async fn worker_slots_in_use_are_a_gauge(backend: Backend) {
     assert_eq!(value(&text, "tasks_worker_slots", &[]), 0.0, "{text}");
 }
 
-both_backends!(
+every_store!(
     runs_steps_and_cancels_are_counted,
     the_backlog_is_read_from_the_store,
     worker_slots_in_use_are_a_gauge,

@@ -101,7 +101,7 @@ fn a_store_outlives_the_runtime_that_first_used_it() {
         let store = PgStore::connect(&tasks_tests::database_url())
             .await
             .unwrap()
-            .with_namespace(tasks_tests::unique_namespace())
+            .with_namespace(tasks_tests::unique_namespace("test"))
             .unwrap();
         tasks::postgres::migrate(store.pool()).await.unwrap();
         // Several connections in the pool, all opened on this runtime.

@@ -152,7 +152,7 @@ async fn a_store_on_two_connections_runs_workflows() {
         .await
         .expect("connect to the test database");
     let store = PgStore::new(pool)
-        .with_namespace(unique_namespace())
+        .with_namespace(unique_namespace("test"))
         .unwrap();
     store.migrate().await.expect("migrate");
     let worker = Worker::builder(store.clone())

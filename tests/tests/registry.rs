@@ -380,7 +380,7 @@ async fn a_workflow_without_input_takes_null_or_an_empty_object(backend: Backend
     handle.shutdown().await;
 }
 
-both_backends!(
+every_store!(
     a_workflow_without_input_takes_null_or_an_empty_object,
     invalid_input_is_rejected_before_anything_is_stored,
     each_run_executes_with_the_version_it_was_started_with,

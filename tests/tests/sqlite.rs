@@ -19,7 +19,7 @@ use tasks::{
     Client, ConnectError, ListRuns, RetryPolicy, RunStatus, Worker, WorkflowContext, WorkflowError,
     WorkflowRun, connect, step, workflow,
 };
-use tasks_tests::sqlite::{open_sqlite, temp_database_path};
+use tasks_tests::sqlite::{open as open_sqlite, temp_database_path};
 use tasks_tests::unique_namespace;
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -62,7 +62,7 @@ async fn all_runs(store: &impl Store) -> Vec<WorkflowRun> {
 async fn two_processes_claim_each_run_exactly_once() {
     const RUNS: usize = 200;
     let path = temp_database_path();
-    let namespace = unique_namespace();
+    let namespace = unique_namespace("test");
     let store = open_sqlite(&path)
         .await
         .with_namespace(namespace.clone())
@@ -168,7 +168,7 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
     const RUNS: usize = 300;
     const CLAIMERS: usize = 16;
     let path = temp_database_path();
-    let namespace = unique_namespace();
+    let namespace = unique_namespace("test");
     let shared = open_sqlite(&path)
         .await
         .with_namespace(namespace.clone())
@@ -233,7 +233,7 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
 #[tokio::test]
 async fn separately_opened_stores_on_one_file_wake_each_other() {
     let path = temp_database_path();
-    let namespace = unique_namespace();
+    let namespace = unique_namespace("test");
     let worker_side = open_sqlite(&path)
         .await
         .with_namespace(namespace.clone())
@@ -257,7 +257,7 @@ async fn separately_opened_stores_on_one_file_wake_each_other() {
     let mut worker_events = worker_side.subscribe().await.unwrap();
     let mut elsewhere_events = elsewhere.subscribe().await.unwrap();
     client_side
-        .scoped(&unique_namespace())
+        .scoped(&unique_namespace("test"))
         .unwrap()
         .contract()
         .create_run(CreateRun::new("not-ours"))
@@ -333,7 +333,7 @@ async fn connect_selects_the_store_from_the_url() {
     let postgres = connect(&tasks_tests::database_url())
         .await
         .expect("connect to the test Postgres");
-    let ns = postgres.scoped(&unique_namespace()).unwrap();
+    let ns = postgres.scoped(&unique_namespace("test")).unwrap();
     let pg_run = ns
         .contract()
         .create_run(CreateRun::new("wf"))
@@ -425,7 +425,7 @@ async fn worker_and_client_in_one_process_wake_each_other() {
         .await
         .unwrap()
         .contract()
-        .scoped(&unique_namespace())
+        .scoped(&unique_namespace("test"))
         .unwrap();
     let worker = Worker::builder(store.clone())
         .poll_interval(Duration::from_secs(60), Duration::from_secs(60))

@@ -2,7 +2,7 @@
 //! its own, sleep until a wake-up, a freed slot or the poll interval, and at shutdown wait
 //! for the runs in flight up to the grace period.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ impl Worker {
             "worker started"
         );
         let slots = Arc::new(Semaphore::new(inner.concurrency));
-        let in_flight = Arc::new(std::sync::Mutex::new(HashSet::new()));
+        let in_flight = Executions::default();
         let _slots_gauge = crate::metrics::SlotsGauge::new(inner.concurrency);
         let slot_freed = Arc::new(Notify::new());
         let wake = Arc::new(Notify::new());
@@ -94,15 +94,7 @@ impl Worker {
                             idle = inner.poll_min;
                         }
                         for run in runs {
-                            // A lease that ran out while this worker still executes the run
-                            // (a heartbeat that came late on a starved machine) lets the
-                            // claim hand the run back to this same worker: the execution in
-                            // flight goes on under the renewed lease, and a second one
-                            // would run its unrecorded steps again.
-                            let Some(executing) = InFlight::enter(&in_flight, run.run.id) else {
-                                tracing::warn!(run.id = %run.run.id, "reclaimed a run whose lease ran out while this worker still executes it; the execution goes on");
-                                continue;
-                            };
+                            let in_flight = in_flight.clone();
                             let Ok(permit) = slots.clone().try_acquire_owned() else {
                                 // Cannot happen: we claimed no more than the free slots.
                                 tracing::error!(run.id = %run.run.id, "no free slot for a claimed run");
@@ -114,7 +106,7 @@ impl Worker {
                             let wake = wake.clone();
                             let shutdown = shutdown.clone();
                             tracker.spawn(async move {
-                                let _executing = executing;
+                                let _executing = InFlight::enter(&in_flight, run.run.id).await;
                                 let mut slot = Some(Slot {
                                     permit: Some(permit),
                                     freed: slot_freed,
@@ -292,27 +284,73 @@ impl Worker {
     }
 }
 
-/// A run this worker executes: its id is in the worker's in-flight set until dropped.
+/// The runs this worker executes, each with a lock that its execution holds.
+type Executions = Arc<std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// A run this worker executes: it holds the run's lock in [`Executions`] until dropped.
+///
+/// A claim can hand this worker a run that one of its own executions still holds:
+/// - a lease that ran out while the execution went on (a heartbeat that came late on a
+///   starved machine) hands the run back to this same worker;
+/// - an execution that just ended the run (failed it, or put it to sleep) has committed, but
+///   not dropped its marker yet, when a retry or a short sleep makes the run claimable again.
+///
+/// Either way the new execution waits for the one in flight to end, so that two executions
+/// of one run never overlap (the second would run unrecorded steps again). Then it goes on
+/// with the claim: the run is this worker's, and an execution that finished the run meanwhile
+/// leaves the new one's writes fenced out, while a run that became claimable again is run
+/// as it should be (dropping the claim would leave it held by this worker until its lease
+/// ran out, beyond any wait of a client).
 struct InFlight {
-    set: Arc<std::sync::Mutex<HashSet<Uuid>>>,
+    executions: Executions,
     run_id: Uuid,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl InFlight {
-    /// Marks `run_id` as executing; `None` when it already is.
-    fn enter(set: &Arc<std::sync::Mutex<HashSet<Uuid>>>, run_id: Uuid) -> Option<InFlight> {
-        let mut runs = set.lock().unwrap_or_else(|poison| poison.into_inner());
-        runs.insert(run_id).then(|| InFlight {
-            set: set.clone(),
-            run_id,
-        })
+    /// Marks `run_id` as executing, once no other execution of this worker holds it.
+    async fn enter(executions: &Executions, run_id: Uuid) -> InFlight {
+        loop {
+            let lock = {
+                let mut runs = executions
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner());
+                match runs.get(&run_id) {
+                    Some(lock) => lock.clone(),
+                    None => {
+                        let lock = Arc::new(tokio::sync::Mutex::new(()));
+                        let held = lock.clone().try_lock_owned().expect("a new lock is free");
+                        runs.insert(run_id, lock.clone());
+                        return InFlight {
+                            executions: executions.clone(),
+                            run_id,
+                            lock,
+                            _held: held,
+                        };
+                    }
+                }
+            };
+            tracing::debug!(run.id = %run_id, "claimed a run this worker still executes; waiting for that execution to end");
+            // The lock is released when the execution in flight drops its marker, which
+            // removes it from the map first; then look again.
+            drop(lock.lock_owned().await);
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut runs = self.set.lock().unwrap_or_else(|poison| poison.into_inner());
-        runs.remove(&self.run_id);
+        let mut runs = self
+            .executions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if runs
+            .get(&self.run_id)
+            .is_some_and(|lock| Arc::ptr_eq(lock, &self.lock))
+        {
+            runs.remove(&self.run_id);
+        }
     }
 }
 

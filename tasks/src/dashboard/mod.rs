@@ -6,7 +6,8 @@
 //! let store = tasks::connect_from_env().await?;
 //! use tasks::dashboard::axum;
 //!
-//! let app = axum::Router::new().nest("/tasks", tasks::dashboard::router(store)?);
+//! // `/tasks` and `/tasks/` both open the runs page.
+//! let app = axum::Router::new().nest_service("/tasks", tasks::dashboard::router(store)?);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(())
@@ -120,9 +121,10 @@ impl Dashboard {
 
     /// The router: pages at `/`, `/run`, `/workflows`, `/workflow` and `/schedules`, actions
     /// (POST) at `/action`, `/fork`, `/event`, `/start` and `/schedule`, assets under
-    /// `/assets/`, and `/metrics` when given one. Every link is relative, so it can be
-    /// mounted with [`Router::nest`] anywhere; link to the mount point with a trailing slash
-    /// (`/tasks/`).
+    /// `/assets/`, and `/metrics` when given one. Every link starts at the mount point, so
+    /// it can be mounted anywhere. Mount it with [`Router::nest_service`], which answers the
+    /// mount point with and without a trailing slash (`/tasks` and `/tasks/`); with
+    /// [`Router::nest`], axum answers 404 to `/tasks/`.
     pub fn router(self) -> Router {
         let state = Arc::new(State {
             client: self.client,

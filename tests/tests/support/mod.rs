@@ -1,7 +1,9 @@
 //! Helpers shared by the end-to-end test binaries.
 //!
-//! Every end-to-end test is an `async fn name(backend: Backend)`; [`both_backends!`] turns a
-//! list of them into one `#[tokio::test]` per store: `postgres::name` and `sqlite::name`.
+//! Every end-to-end test is an `async fn name(backend: Backend)`; [`every_store!`] turns a
+//! list of them into one `#[tokio::test]` per store: `postgres::name`, `sqlite::name` and
+//! `memory::name`. A test that reaches behind the store (raw SQL, another process on the
+//! same database) runs on the two SQL stores only: it is listed after `sql:`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -10,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use tasks::memory::MemoryStore;
 use tasks::postgres::PgStore;
 use tasks::sqlite::SqliteStore;
 use tasks::store::Store;
@@ -23,6 +26,8 @@ pub enum Backend {
     Postgres,
     /// [`SqliteStore`] on a fresh database file, on a fresh namespace.
     Sqlite,
+    /// [`MemoryStore`] on a fresh namespace.
+    Memory,
 }
 
 impl Backend {
@@ -38,13 +43,20 @@ impl Backend {
             }
             Backend::Sqlite => {
                 let path = tasks_tests::sqlite::temp_database_path();
-                let store = tasks_tests::sqlite::open_sqlite(&path)
+                let store = tasks_tests::sqlite::open(&path)
                     .await
-                    .with_namespace(tasks_tests::unique_namespace())
+                    .with_namespace(tasks_tests::unique_namespace("test"))
                     .unwrap();
                 TestStore {
                     shared: SharedStore::new(store.clone()),
                     kind: Kind::Sqlite { store, path },
+                }
+            }
+            Backend::Memory => {
+                let store = tasks_test_support::memory::store();
+                TestStore {
+                    shared: SharedStore::new(store.clone()),
+                    kind: Kind::Memory(store),
                 }
             }
         }
@@ -61,6 +73,14 @@ pub struct TestStore {
 enum Kind {
     Postgres(PgStore),
     Sqlite { store: SqliteStore, path: PathBuf },
+    Memory(MemoryStore),
+}
+
+/// The panic of a helper that reaches behind the store on the in-memory store, which has
+/// no database to reach: the test belongs after `sql:` in its [`every_store!`] list.
+#[track_caller]
+fn sql_only(what: &str) -> ! {
+    panic!("{what} reaches behind the store: list the test after `sql:` in `every_store!`")
 }
 
 impl Deref for TestStore {
@@ -82,6 +102,7 @@ impl TestStore {
         match self.kind {
             Kind::Postgres(_) => Backend::Postgres,
             Kind::Sqlite { .. } => Backend::Sqlite,
+            Kind::Memory(_) => Backend::Memory,
         }
     }
 
@@ -91,6 +112,7 @@ impl TestStore {
         match &self.kind {
             Kind::Postgres(_) => tasks_tests::database_url(),
             Kind::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
+            Kind::Memory(_) => sql_only("a URL for another process"),
         }
     }
 
@@ -98,6 +120,7 @@ impl TestStore {
     /// another worker had taken the run over while its current holder was stalled.
     pub async fn usurp_lease(&self, run_id: Uuid, worker_id: &str) {
         let updated = match &self.kind {
+            Kind::Memory(_) => sql_only("`usurp_lease`"),
             Kind::Postgres(store) => sqlx::query(
                 "UPDATE tasks.workflow_runs
                     SET worker_id = $3, available_at = now() + interval '1 hour'
@@ -139,6 +162,7 @@ impl TestStore {
     /// [`tasks::WorkflowRun`] does not carry them). `None` for a run without a key.
     pub async fn concurrency_of(&self, run_id: Uuid) -> Option<(String, i32)> {
         let row: (Option<String>, Option<i32>) = match &self.kind {
+            Kind::Memory(_) => sql_only("`concurrency_of`"),
             Kind::Postgres(store) => sqlx::query_as(
                 "SELECT concurrency_key, concurrency_limit FROM tasks.workflow_runs
                   WHERE namespace = $1 AND id = $2",
@@ -169,6 +193,7 @@ impl TestStore {
     /// purges were taken (`turns`) and by which worker last. `None` before the first one.
     pub async fn retention_turns(&self) -> Option<(i64, String)> {
         match &self.kind {
+            Kind::Memory(_) => sql_only("`retention_turns`"),
             Kind::Postgres(store) => sqlx::query_as(
                 "SELECT turns, worker_id FROM tasks.retention_leases WHERE namespace = $1",
             )
@@ -191,6 +216,7 @@ impl TestStore {
     /// serde_json's recursion limit of 128), on SQLite text that is not JSON.
     pub async fn poison_input(&self, run_id: Uuid) {
         let updated = match &self.kind {
+            Kind::Memory(_) => sql_only("`poison_input`"),
             Kind::Postgres(store) => sqlx::query(
                 "UPDATE tasks.workflow_runs SET input = (repeat('[', 200) || repeat(']', 200))::jsonb
                   WHERE namespace = $1 AND id = $2",
@@ -223,6 +249,7 @@ impl TestStore {
         Ok(match &self.kind {
             Kind::Postgres(store) => SharedStore::new(store.with_namespace(namespace)?),
             Kind::Sqlite { store, .. } => SharedStore::new(store.with_namespace(namespace)?),
+            Kind::Memory(store) => SharedStore::new(store.with_namespace(namespace)?),
         })
     }
 
@@ -231,6 +258,7 @@ impl TestStore {
     /// reads on Postgres, text that is not JSON on SQLite.
     pub async fn poison_step_output(&self, run_id: Uuid, step_name: &str) {
         let updated = match &self.kind {
+            Kind::Memory(_) => sql_only("`poison_step_output`"),
             Kind::Postgres(store) => sqlx::query(
                 "UPDATE tasks.step_attempts SET output = (repeat('[', 200) || repeat(']', 200))::jsonb
                   WHERE namespace = $1 AND workflow_run_id = $2 AND step_name = $3
@@ -307,27 +335,25 @@ pub fn calls(run_id: Uuid, label: &str) -> u32 {
 macro_rules! eventually {
     ($within:expr, $check:expr) => {{
         let within: std::time::Duration = $within;
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(value) = $check {
-                break value;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
+        let every = std::time::Duration::from_millis(20);
+        let probe = async || Ok::<_, std::convert::Infallible>($check);
+        match tasks_test_support::wait::poll(within, every, probe).await {
+            Ok(value) => value,
+            Err(_) => panic!(
                 "condition not reached within {within:?}: {}",
                 stringify!($check)
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            ),
         }
     }};
 }
 
 /// Turns `async fn name(backend: Backend)` test bodies (defined at the root of the test
-/// binary) into one test per store: `postgres::name` and `sqlite::name`, each on a
-/// multi-threaded runtime.
+/// binary) into one test per store, each on a multi-threaded runtime: `postgres::name`,
+/// `sqlite::name` and `memory::name`. The names after `sql:` run on the two SQL stores only
+/// (they reach behind the store, which the in-memory store has no way for).
 #[macro_export]
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
+macro_rules! every_store {
+    ($($name:ident),* $(,)? $(; sql: $($sql:ident),* $(,)?)?) => {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,6 +361,12 @@ macro_rules! both_backends {
                     super::$name($crate::support::Backend::Postgres).await
                 }
             )*
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $sql() {
+                    super::$sql($crate::support::Backend::Postgres).await
+                }
+            )*)?
         }
 
         mod sqlite {
@@ -342,6 +374,21 @@ macro_rules! both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::support::Backend::Sqlite).await
+                }
+            )*
+            $($(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $sql() {
+                    super::$sql($crate::support::Backend::Sqlite).await
+                }
+            )*)?
+        }
+
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Memory).await
                 }
             )*
         }

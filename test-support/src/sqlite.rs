@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
-use tasks::sqlite::SqliteStore;
+use tasks_sqlite::SqliteStore;
 use uuid::Uuid;
 
 use crate::unique_namespace;
@@ -49,7 +49,7 @@ fn prune(dir: &Path, age: Duration) {
 
 /// Opens and migrates a SQLite store on the database file at `path`, in the default
 /// namespace.
-pub async fn open_sqlite(path: &Path) -> SqliteStore {
+pub async fn open(path: &Path) -> SqliteStore {
     let store = SqliteStore::open(path)
         .await
         .unwrap_or_else(|error| panic!("cannot open {}: {error:?}", path.display()));
@@ -62,9 +62,9 @@ pub async fn open_sqlite(path: &Path) -> SqliteStore {
 
 /// A SQLite store on a fresh database file, migrated, on a fresh namespace: the setup of the
 /// conformance suite against SQLite.
-pub async fn sqlite_store() -> SqliteStore {
-    open_sqlite(&temp_database_path())
+pub async fn store() -> SqliteStore {
+    open(&temp_database_path())
         .await
-        .with_namespace(unique_namespace())
+        .with_namespace(unique_namespace("test"))
         .unwrap()
 }
