@@ -37,6 +37,7 @@
 //! | `schedules create NAME --workflow W --cron EXPR [--timezone TZ] [--input JSON\|@file] [--catch-up latest\|skip\|all(N)]` | creates a schedule; cron, timezone and input checked first |
 //! | `schedules pause NAME`, `resume NAME`, `delete NAME` | operate on a schedule |
 //! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
+//! | `api [--bind 127.0.0.1:8081] [--token SECRET[@NS,...\|@*][:read\|:operate]]... [--insecure-no-auth]` | serves the [HTTP JSON API](crate::http_api) (feature `http-api`); without tokens only on loopback unless told |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
@@ -54,6 +55,8 @@
 //!
 //! Errors are one line on standard error, `error: ...`; results go to standard output.
 
+#[cfg(feature = "http-api")]
+mod api;
 mod commands;
 #[cfg(feature = "dashboard")]
 mod dashboard;
@@ -219,6 +222,35 @@ pub enum Command {
     /// Serve the web dashboard (on 127.0.0.1:8080 unless told otherwise) until Ctrl-C.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
+    /// Serve the HTTP JSON API (on 127.0.0.1:8081 unless told otherwise) until Ctrl-C.
+    #[cfg(feature = "http-api")]
+    Api(ApiArgs),
+}
+
+/// Arguments of `api`.
+#[cfg(feature = "http-api")]
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The address to listen on; anything but loopback needs tokens (or --insecure-no-auth).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub bind: std::net::SocketAddr,
+    /// A token the API accepts: SECRET (at least 16 characters), then @NS1,NS2 for its
+    /// namespaces (default: --namespace's) or @* for all, then :read or :operate (the
+    /// default). Repeat for several tokens.
+    #[arg(
+        long,
+        env = "TASKS_API_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ' '
+    )]
+    pub token: Vec<String>,
+    /// Serve without tokens on an address other hosts can reach: anyone who reaches it may
+    /// operate on every namespace.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// The longest a long poll waits, whatever it asks (e.g. 60s).
+    #[arg(long, value_parser = format::parse_duration, default_value = "60s")]
+    pub max_wait: Duration,
 }
 
 /// Arguments of `dashboard`.
@@ -511,6 +543,8 @@ impl TasksArgs {
             },
             #[cfg(feature = "dashboard")]
             Command::Dashboard(args) => dashboard::serve(&client, args, out, err).await,
+            #[cfg(feature = "http-api")]
+            Command::Api(args) => api::serve(&client, args, out, err).await,
         }
     }
 }
