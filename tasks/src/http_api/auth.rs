@@ -146,7 +146,7 @@ impl Token {
     }
 
     /// Gives a token parsed without namespaces this default namespace.
-    pub(crate) fn or_namespace(self, namespace: &str) -> Self {
+    pub fn or_namespace(self, namespace: &str) -> Self {
         match &self.namespaces {
             Namespaces::Only(namespaces) if namespaces.is_empty() => self.namespace(namespace),
             _ => self,
