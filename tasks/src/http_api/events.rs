@@ -18,6 +18,7 @@ use crate::{EventTarget, StoreError, WaitError};
 /// Sends an event to a run; the payload is validated against the schema of the topic's
 /// payload, which the run's workflow declares, before anything is stored.
 #[utoipa::path(
+    operation_id = "send_event",
     post,
     path = "/v1/namespaces/{namespace}/runs/{id}/events",
     tag = "events",
@@ -41,6 +42,7 @@ pub(super) async fn send_to_run(
 /// Sends an event to the run of `workflow` started with idempotency key `key` (for a caller
 /// that knows a business id, not a run id).
 #[utoipa::path(
+    operation_id = "send_event_by_key",
     post,
     path = "/v1/namespaces/{namespace}/workflows/{workflow}/keys/{key}/events",
     tag = "events",
@@ -85,6 +87,7 @@ async fn send(
 
 /// The latest value of every key the run published.
 #[utoipa::path(
+    operation_id = "list_state",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}/state",
     tag = "state",
@@ -106,6 +109,7 @@ pub(super) async fn list_state(scope: Scope) -> Result<Json<Vec<StateValue>>, Pr
 
 /// The latest value the run published under `key` (404 when it published none yet).
 #[utoipa::path(
+    operation_id = "get_state",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}/state/{key}",
     tag = "state",
@@ -131,6 +135,7 @@ pub(super) async fn get_state(scope: Scope) -> Result<Json<StateValue>, Problem>
 /// woken by the store's notifications) and answers with it; `204` when `timeout` passed
 /// first, `409` when the run finished without publishing one.
 #[utoipa::path(
+    operation_id = "wait_for_state",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}/state/{key}/wait",
     tag = "state",

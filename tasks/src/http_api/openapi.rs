@@ -180,7 +180,7 @@ fn add_workflow(doc: &mut Value, definition: &'static WorkflowDefinition) {
             "tags": ["workflows"],
             "summary": format!("Starts a run of {}", definition.display_name()),
             "description": description,
-            "operationId": format!("start_{}", base.replace(['.', '-'], "_")),
+            "operationId": format!("start_workflow_{}", base.replace(['.', '-'], "_")),
             "parameters": [namespace],
             "requestBody": { "required": true, "content": { "application/json": { "schema": start_body } } },
             "responses": {
@@ -219,7 +219,7 @@ fn add_workflow(doc: &mut Value, definition: &'static WorkflowDefinition) {
         "post": {
             "tags": ["workflows"],
             "summary": format!("Sends an event to the run of {} with this idempotency key", definition.name),
-            "operationId": format!("send_event_{}", base.replace(['.', '-'], "_")),
+            "operationId": format!("send_event_to_workflow_{}", base.replace(['.', '-'], "_")),
             "parameters": [namespace, key],
             "requestBody": { "required": true, "content": { "application/json": { "schema": { "oneOf": topics } } } },
             "responses": {
@@ -250,6 +250,7 @@ fn declared_events(workflow: &str, version: Option<&str>) -> Vec<(&'static str, 
 /// Every workflow this binary knows (each version), with its input, output and event
 /// schemas.
 #[utoipa::path(
+    operation_id = "list_workflows",
     get,
     path = "/v1/workflows",
     tag = "workflows",

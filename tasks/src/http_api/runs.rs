@@ -19,6 +19,7 @@ use crate::{Cursor, ListRuns, ListStepAttempts, Order, RunStatus};
 /// Starts a run of `workflow` with JSON input, validated against the workflow's input
 /// schema before anything is stored.
 #[utoipa::path(
+    operation_id = "start_run",
     post,
     path = "/v1/namespaces/{namespace}/workflows/{workflow}/runs",
     tag = "runs",
@@ -84,6 +85,7 @@ async fn read_run(scope: &Scope, id: crate::uuid::Uuid) -> Result<Run, Problem> 
 
 /// A run: its status, input, output or error.
 #[utoipa::path(
+    operation_id = "get_run",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}",
     tag = "runs",
@@ -101,6 +103,7 @@ pub(super) async fn get(scope: Scope) -> Result<Json<Run>, Problem> {
 
 /// A run's step attempts, oldest first.
 #[utoipa::path(
+    operation_id = "list_steps",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}/steps",
     tag = "runs",
@@ -143,6 +146,7 @@ pub(super) async fn steps(
 /// answers with it; after `timeout` seconds, answers with the run as it is (`finished`
 /// false): ask again.
 #[utoipa::path(
+    operation_id = "wait_for_result",
     get,
     path = "/v1/namespaces/{namespace}/runs/{id}/result",
     tag = "runs",
@@ -175,6 +179,7 @@ pub(super) async fn result(
 
 /// A page of runs, newest first unless `order=asc`, with the client's filters.
 #[utoipa::path(
+    operation_id = "list_runs",
     get,
     path = "/v1/namespaces/{namespace}/runs",
     tag = "runs",
@@ -252,7 +257,8 @@ pub(super) enum Operation {
 }
 
 /// Cancels a run for good.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/runs/{id}/cancel", tag = "operations",
+#[utoipa::path(
+    operation_id = "cancel_run",post, path = "/v1/namespaces/{namespace}/runs/{id}/cancel", tag = "operations",
     params(("namespace" = String, Path), ("id" = String, Path)),
     responses((status = 200, body = Run), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -261,7 +267,8 @@ pub(super) async fn cancel(scope: Scope) -> Result<Json<Run>, Problem> {
 }
 
 /// Pauses a run: no worker claims it until it is resumed.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/runs/{id}/pause", tag = "operations",
+#[utoipa::path(
+    operation_id = "pause_run",post, path = "/v1/namespaces/{namespace}/runs/{id}/pause", tag = "operations",
     params(("namespace" = String, Path), ("id" = String, Path)),
     responses((status = 200, body = Run), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -270,7 +277,8 @@ pub(super) async fn pause(scope: Scope) -> Result<Json<Run>, Problem> {
 }
 
 /// Resumes a paused run.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/runs/{id}/resume", tag = "operations",
+#[utoipa::path(
+    operation_id = "resume_run",post, path = "/v1/namespaces/{namespace}/runs/{id}/resume", tag = "operations",
     params(("namespace" = String, Path), ("id" = String, Path)),
     responses((status = 200, body = Run), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -279,7 +287,8 @@ pub(super) async fn resume(scope: Scope) -> Result<Json<Run>, Problem> {
 }
 
 /// Runs a failed or canceled run again from its first unfinished step.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/runs/{id}/retry", tag = "operations",
+#[utoipa::path(
+    operation_id = "retry_run",post, path = "/v1/namespaces/{namespace}/runs/{id}/retry", tag = "operations",
     params(("namespace" = String, Path), ("id" = String, Path)),
     responses((status = 200, body = Run), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -301,7 +310,8 @@ async fn operate(scope: Scope, operation: Operation) -> Result<Json<Run>, Proble
 
 /// Starts a new run from a finished one: the steps before `from_step` replay their
 /// outputs, the rest run again.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/runs/{id}/fork", tag = "operations",
+#[utoipa::path(
+    operation_id = "fork_run",post, path = "/v1/namespaces/{namespace}/runs/{id}/fork", tag = "operations",
     params(("namespace" = String, Path), ("id" = String, Path)),
     request_body = ForkBody,
     responses((status = 201, description = "The new run", body = Run), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),

@@ -95,7 +95,8 @@ fn parse_catch_up(text: &str) -> Result<CatchUp, Problem> {
 }
 
 /// Every schedule of the namespace, by name.
-#[utoipa::path(get, path = "/v1/namespaces/{namespace}/schedules", tag = "schedules",
+#[utoipa::path(
+    operation_id = "list_schedules",get, path = "/v1/namespaces/{namespace}/schedules", tag = "schedules",
     params(("namespace" = String, Path)),
     responses((status = 200, body = Vec<ScheduleInfo>), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -108,7 +109,8 @@ pub(super) async fn list(scope: Scope) -> Result<Json<Vec<ScheduleInfo>>, Proble
 }
 
 /// Creates a schedule; the cron expression, the timezone and the input are checked first.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/schedules", tag = "schedules",
+#[utoipa::path(
+    operation_id = "create_schedule",post, path = "/v1/namespaces/{namespace}/schedules", tag = "schedules",
     params(("namespace" = String, Path)),
     request_body = CreateSchedule,
     responses((status = 201, body = ScheduleInfo), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
@@ -137,7 +139,8 @@ pub(super) async fn create(
 }
 
 /// Pauses a schedule.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/schedules/{name}/pause", tag = "schedules",
+#[utoipa::path(
+    operation_id = "pause_schedule",post, path = "/v1/namespaces/{namespace}/schedules/{name}/pause", tag = "schedules",
     params(("namespace" = String, Path), ("name" = String, Path)),
     responses((status = 200, body = ScheduleInfo), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -150,7 +153,8 @@ pub(super) async fn pause(scope: Scope) -> Result<Json<ScheduleInfo>, Problem> {
 }
 
 /// Resumes a schedule; the slots missed while it was paused go to its catch-up policy.
-#[utoipa::path(post, path = "/v1/namespaces/{namespace}/schedules/{name}/resume", tag = "schedules",
+#[utoipa::path(
+    operation_id = "resume_schedule",post, path = "/v1/namespaces/{namespace}/schedules/{name}/resume", tag = "schedules",
     params(("namespace" = String, Path), ("name" = String, Path)),
     responses((status = 200, body = ScheduleInfo), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -163,7 +167,8 @@ pub(super) async fn resume(scope: Scope) -> Result<Json<ScheduleInfo>, Problem> 
 }
 
 /// Deletes a schedule; the runs it started are kept.
-#[utoipa::path(delete, path = "/v1/namespaces/{namespace}/schedules/{name}", tag = "schedules",
+#[utoipa::path(
+    operation_id = "delete_schedule",delete, path = "/v1/namespaces/{namespace}/schedules/{name}", tag = "schedules",
     params(("namespace" = String, Path), ("name" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
