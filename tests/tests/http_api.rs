@@ -602,37 +602,3 @@ every_store!(
     schedules,
     events_and_state
 );
-
-/// The command line's `api` refuses an address other hosts reach without tokens (unless
-/// told `--insecure-no-auth`), and a token too short to be a secret.
-#[tokio::test]
-async fn cli_refuses_to_serve_without_tokens_beyond_loopback() {
-    use tasks::cli::clap::Parser as _;
-    use tasks::cli::{Cli, Exit};
-
-    let store = Backend::Memory.store().await;
-    for (args, expected) in [
-        (
-            &["tasks", "api", "--bind", "0.0.0.0:0"][..],
-            "give the API tokens",
-        ),
-        (
-            &["tasks", "api", "--token", "short"][..],
-            "at least 16 characters",
-        ),
-        (
-            &["tasks", "api", "--token", "0123456789abcdef:admin"][..],
-            "unknown rights",
-        ),
-    ] {
-        let cli = Cli::try_parse_from(args).unwrap();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let exit = cli
-            .tasks
-            .execute_with(&client(&store), &mut out, &mut err)
-            .await;
-        let err = String::from_utf8(err).unwrap();
-        assert_eq!(exit, Exit::Usage, "{args:?}: {err}");
-        assert!(err.contains(expected), "{args:?}: {err}");
-    }
-}

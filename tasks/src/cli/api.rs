@@ -1,8 +1,37 @@
 //! `api`: serves [`crate::http_api`] until Ctrl-C.
 
-use super::{ApiArgs, Exit, Output};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{Exit, Output, format};
 use crate::Client;
 use crate::http_api::{HttpApi, Token};
+
+/// Arguments of `api`.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The address to listen on; anything but loopback needs tokens (or --insecure-no-auth).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub bind: std::net::SocketAddr,
+    /// A token the API accepts: SECRET (at least 16 characters), then @NS1,NS2 for its
+    /// namespaces (default: --namespace's) or @* for all, then :read or :operate (the
+    /// default). Repeat for several tokens.
+    #[arg(
+        long,
+        env = "TASKS_API_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ' '
+    )]
+    pub token: Vec<String>,
+    /// Serve without tokens on an address other hosts can reach: anyone who reaches it may
+    /// operate on every namespace.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// The longest a long poll waits, whatever it asks (e.g. 60s).
+    #[arg(long, value_parser = format::parse_duration, default_value = "60s")]
+    pub max_wait: Duration,
+}
 
 pub(super) async fn serve(
     client: &Client,

@@ -57,6 +57,8 @@
 
 #[cfg(feature = "http-api")]
 mod api;
+#[cfg(feature = "http-api")]
+pub use api::ApiArgs;
 mod commands;
 #[cfg(feature = "dashboard")]
 mod dashboard;
@@ -225,32 +227,6 @@ pub enum Command {
     /// Serve the HTTP JSON API (on 127.0.0.1:8081 unless told otherwise) until Ctrl-C.
     #[cfg(feature = "http-api")]
     Api(ApiArgs),
-}
-
-/// Arguments of `api`.
-#[cfg(feature = "http-api")]
-#[derive(Debug, Args)]
-pub struct ApiArgs {
-    /// The address to listen on; anything but loopback needs tokens (or --insecure-no-auth).
-    #[arg(long, default_value = "127.0.0.1:8081")]
-    pub bind: std::net::SocketAddr,
-    /// A token the API accepts: SECRET (at least 16 characters), then @NS1,NS2 for its
-    /// namespaces (default: --namespace's) or @* for all, then :read or :operate (the
-    /// default). Repeat for several tokens.
-    #[arg(
-        long,
-        env = "TASKS_API_TOKENS",
-        hide_env_values = true,
-        value_delimiter = ' '
-    )]
-    pub token: Vec<String>,
-    /// Serve without tokens on an address other hosts can reach: anyone who reaches it may
-    /// operate on every namespace.
-    #[arg(long)]
-    pub insecure_no_auth: bool,
-    /// The longest a long poll waits, whatever it asks (e.g. 60s).
-    #[arg(long, value_parser = format::parse_duration, default_value = "60s")]
-    pub max_wait: Duration,
 }
 
 /// Arguments of `dashboard`.
