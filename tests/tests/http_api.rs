@@ -283,6 +283,19 @@ async fn security(backend: Backend) {
         (413, Some("urn:tasks:problem:payload-too-large"))
     );
 
+    // Every error is a problem document, a wrong method and a wrong path too.
+    let (status, head, problem) = call(addr, "DELETE", &runs, Some(OPERATOR), None).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (405, Some("urn:tasks:problem:method-not-allowed"))
+    );
+    assert!(head.contains("application/problem+json"), "{head}");
+    let (status, _, problem) = call(addr, "GET", "/v2/nothing", Some(OPERATOR), None).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (404, Some("urn:tasks:problem:not-found"))
+    );
+
     // An API given no token accepts no request.
     let closed = serve_router(HttpApi::new(client(&store)).router()).await;
     let (status, _, _) = call(closed, "GET", &runs, Some(OPERATOR), None).await;

@@ -225,6 +225,7 @@ impl HttpApi {
             .route(&format!("{ns}/runs/{{id}}/retry"), post(runs::retry))
             .route(&format!("{ns}/runs/{{id}}/fork"), post(runs::fork))
             .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(self.body_limit))
             .layer(axum::middleware::map_response(headers))
             .with_state(state)
@@ -320,6 +321,13 @@ async fn openapi_document(
 
 async fn not_found() -> Problem {
     Problem::not_found("this path")
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> Problem {
+    Problem::new(
+        ProblemKind::MethodNotAllowed,
+        format!("this path does not take {method}"),
+    )
 }
 
 /// Headers of every response: never cached, never sniffed.

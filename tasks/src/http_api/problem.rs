@@ -40,6 +40,8 @@ pub enum ProblemKind {
     /// sending to a finished one, creating a schedule whose name is taken, waiting for state
     /// of a run that finished without publishing it.
     Conflict,
+    /// 405: the path exists, not with this method.
+    MethodNotAllowed,
     /// 413: the request body is larger than the API accepts.
     PayloadTooLarge,
     /// 501: the store does not implement this capability.
@@ -50,7 +52,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// Every kind, for the documentation and the OpenAPI document.
-    pub const ALL: [ProblemKind; 11] = [
+    pub const ALL: [ProblemKind; 12] = [
         ProblemKind::Unauthorized,
         ProblemKind::Forbidden,
         ProblemKind::NotFound,
@@ -59,6 +61,7 @@ impl ProblemKind {
         ProblemKind::InvalidEvent,
         ProblemKind::LimitExceeded,
         ProblemKind::Conflict,
+        ProblemKind::MethodNotAllowed,
         ProblemKind::PayloadTooLarge,
         ProblemKind::Unsupported,
         ProblemKind::StoreUnavailable,
@@ -75,6 +78,7 @@ impl ProblemKind {
             ProblemKind::InvalidEvent => "urn:tasks:problem:invalid-event",
             ProblemKind::LimitExceeded => "urn:tasks:problem:limit-exceeded",
             ProblemKind::Conflict => "urn:tasks:problem:conflict",
+            ProblemKind::MethodNotAllowed => "urn:tasks:problem:method-not-allowed",
             ProblemKind::PayloadTooLarge => "urn:tasks:problem:payload-too-large",
             ProblemKind::Unsupported => "urn:tasks:problem:unsupported",
             ProblemKind::StoreUnavailable => "urn:tasks:problem:store-unavailable",
@@ -92,6 +96,7 @@ impl ProblemKind {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ProblemKind::Conflict => StatusCode::CONFLICT,
+            ProblemKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ProblemKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProblemKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             ProblemKind::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -109,6 +114,7 @@ impl ProblemKind {
             ProblemKind::InvalidEvent => "The event is not one the run accepts",
             ProblemKind::LimitExceeded => "A value exceeds the store's limits",
             ProblemKind::Conflict => "The current state refuses the operation",
+            ProblemKind::MethodNotAllowed => "The path does not take this method",
             ProblemKind::PayloadTooLarge => "The request body is too large",
             ProblemKind::Unsupported => "The store does not support this",
             ProblemKind::StoreUnavailable => "The store failed",
