@@ -24,13 +24,13 @@ export CARGO_TARGET_DIR=target/msrv
 export RUSTFLAGS="-D warnings"
 echo "Checking the published crates with $compiler" >&2
 started=$SECONDS
-# The optional parts too (the command line, the dashboard, anyhow errors, Prometheus,
+# The optional parts too (the command line, the dashboard, the HTTP API, anyhow errors, Prometheus,
 # OpenTelemetry traces): they are
 # published.
 cargo $toolchain check --locked \
   -p tasks -p tasks-macros -p tasks-core -p tasks-migrations -p tasks-postgres -p tasks-sqlite \
   -p tasks-memory -p tasks-runtime -p tasks-conformance \
-  --features tasks/cli,tasks/dashboard,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
+  --features tasks/cli,tasks/dashboard,tasks/http-api,tasks/anyhow,tasks/prometheus,tasks/schedules,tasks/testing,tasks/opentelemetry
 echo "Checked every optional part in $((SECONDS - started)) s" >&2
 # The docs of every crate of the workspace, private items too (a contributor's docs),
 # warnings denied (no broken intra-doc link), by this toolchain's rustdoc. Here they reuse the
@@ -43,7 +43,7 @@ echo "Documented the workspace in $((SECONDS - started)) s" >&2
 # line, which the build above has on) is also the build with no store at all, for
 # `tasks-runtime` and every `cfg` of `tasks` but the dashboard's own, so it stands for the
 # featureless build too.
-for features in postgres sqlite dashboard; do
+for features in postgres sqlite dashboard http-api; do
   started=$SECONDS
   cargo $toolchain check --locked -p tasks --no-default-features --features "$features"
   echo "Checked tasks with only the feature $features in $((SECONDS - started)) s" >&2

@@ -33,6 +33,7 @@
 //! - [`testing`]: unit tests of workflows without a database server.
 //! - [`cli`]: the operator command line compiled into your binary.
 //! - [`dashboard`]: the web dashboard.
+//! - [`http_api`]: the HTTP JSON API, for callers in other languages.
 //! - [`observability`]: metrics and traces.
 //! - [`features`]: the cargo features and what each one costs.
 //! - [`stores`]: choosing Postgres or SQLite, and writing another store.
@@ -62,6 +63,9 @@ pub mod cli {}
 
 #[doc = include_str!("guide/dashboard.md")]
 pub mod dashboard {}
+
+#[doc = include_str!("guide/http_api.md")]
+pub mod http_api {}
 
 #[doc = include_str!("guide/observability.md")]
 pub mod observability {}

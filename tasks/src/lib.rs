@@ -162,6 +162,8 @@ pub mod dashboard;
 #[cfg(any(feature = "cli", feature = "dashboard"))]
 mod display;
 pub mod guide;
+#[cfg(feature = "http-api")]
+pub mod http_api;
 pub mod metrics;
 
 /// Support for the code `#[workflow]` and `#[step]` generate; not an API.

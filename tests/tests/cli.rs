@@ -981,3 +981,37 @@ every_store! {
     runs_list_prints_a_table_or_json_with_cursors,
     start_with_valid_input_stores_the_run,
 }
+
+/// The command line's `api` refuses an address other hosts reach without tokens (unless
+/// told `--insecure-no-auth`), and a token too short to be a secret.
+#[tokio::test]
+async fn api_refuses_to_serve_without_tokens_beyond_loopback() {
+    use tasks::cli::clap::Parser as _;
+    use tasks::cli::{Cli, Exit};
+
+    let store = crate::support::Backend::Memory.store().await;
+    for (args, expected) in [
+        (
+            &["tasks", "api", "--bind", "0.0.0.0:0"][..],
+            "give the API tokens",
+        ),
+        (
+            &["tasks", "api", "--token", "short"][..],
+            "at least 16 characters",
+        ),
+        (
+            &["tasks", "api", "--token", "0123456789abcdef:admin"][..],
+            "unknown rights",
+        ),
+    ] {
+        let cli = Cli::try_parse_from(args).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let exit = cli
+            .tasks
+            .execute_with(&crate::support::client(&store), &mut out, &mut err)
+            .await;
+        let err = String::from_utf8(err).unwrap();
+        assert_eq!(exit, Exit::Usage, "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}

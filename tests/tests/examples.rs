@@ -113,4 +113,36 @@ examples! {
     approval => "result: paid 4200 cents to grace (approved by ann)",
     cli ["tasks", "workflows", "list"] => "greet  1",
     dashboard ["--once"] => "GET /tasks/: HTTP/1.1 200 OK",
+    http_api ["--once"] => "POST /v1/namespaces/default/workflows/send-invoice/runs: HTTP/1.1 201 Created",
+}
+
+/// `docs/openapi.json` is what the `http_api` example's `--openapi` prints: the OpenAPI
+/// document of the HTTP API with that binary's workflows. `TASKS_UPDATE_OPENAPI=1`
+/// rewrites the copy instead of comparing.
+#[tokio::test]
+async fn openapi_document_is_checked_in() {
+    let output = tokio::process::Command::new(example("http_api"))
+        .arg("--openapi")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("the http_api example runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8(output.stdout).expect("UTF-8");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    if std::env::var_os("TASKS_UPDATE_OPENAPI").is_some() {
+        std::fs::write(path, &generated).expect("write docs/openapi.json");
+        return;
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "docs/openapi.json differs from what the code generates: regenerate it with \
+         `TASKS_UPDATE_OPENAPI=1 cargo nextest run -p tasks-tests -E 'test(openapi_document_is_checked_in)'` \
+         and review the diff"
+    );
 }

@@ -37,6 +37,7 @@ mod e2e_status;
 mod e2e_step_args;
 mod e2e_traces;
 mod examples;
+mod http_api;
 mod limits;
 mod limits_props;
 mod lost_acks;

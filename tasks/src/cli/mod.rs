@@ -37,6 +37,7 @@
 //! | `schedules create NAME --workflow W --cron EXPR [--timezone TZ] [--input JSON\|@file] [--catch-up latest\|skip\|all(N)]` | creates a schedule; cron, timezone and input checked first |
 //! | `schedules pause NAME`, `resume NAME`, `delete NAME` | operate on a schedule |
 //! | `dashboard [--bind 127.0.0.1:8080] [--token T\|--basic-auth U:P]` | serves the [web dashboard](crate::dashboard) (feature `dashboard`) |
+//! | `api [--bind 127.0.0.1:8081] [--token SECRET[@NS,...\|@*][:read\|:operate]]... [--insecure-no-auth]` | serves the [HTTP JSON API](crate::http_api) (feature `http-api`); without tokens only on loopback unless told |
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
@@ -54,6 +55,10 @@
 //!
 //! Errors are one line on standard error, `error: ...`; results go to standard output.
 
+#[cfg(feature = "http-api")]
+mod api;
+#[cfg(feature = "http-api")]
+pub use api::ApiArgs;
 mod commands;
 #[cfg(feature = "dashboard")]
 mod dashboard;
@@ -219,6 +224,9 @@ pub enum Command {
     /// Serve the web dashboard (on 127.0.0.1:8080 unless told otherwise) until Ctrl-C.
     #[cfg(feature = "dashboard")]
     Dashboard(DashboardArgs),
+    /// Serve the HTTP JSON API (on 127.0.0.1:8081 unless told otherwise) until Ctrl-C.
+    #[cfg(feature = "http-api")]
+    Api(ApiArgs),
 }
 
 /// Arguments of `dashboard`.
@@ -511,6 +519,8 @@ impl TasksArgs {
             },
             #[cfg(feature = "dashboard")]
             Command::Dashboard(args) => dashboard::serve(&client, args, out, err).await,
+            #[cfg(feature = "http-api")]
+            Command::Api(args) => api::serve(&client, args, out, err).await,
         }
     }
 }

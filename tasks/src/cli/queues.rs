@@ -1,5 +1,5 @@
 //! `queues list`: the configured queues of the namespace, with their limits (see
-//! [`crate::queue`]). A queue without configuration has no limits and is not listed.
+//! [`crate::store::queue`]). A queue without configuration has no limits and is not listed.
 
 use clap::Subcommand;
 use serde_json::json;
