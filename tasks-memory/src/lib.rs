@@ -45,9 +45,9 @@
 //!   default, a [manual clock](Clock::manual) with [`MemoryStore::with_clock`]), read once
 //!   per operation under the lock and truncated to the microsecond like the SQL stores;
 //!   durations added to it (leases, delays, backoffs) count whole milliseconds.
-//! * **Limits.** Every value is checked against `tasks_core::limits` with the same `check`
-//!   calls as the SQL stores, so a value that Postgres or SQLite would refuse is refused
-//!   here too, with the same error.
+//! * **Limits.** Every value is checked first by the operation's function in
+//!   [`tasks_core::store::check`], as in the SQL stores, so a value that Postgres or SQLite
+//!   would refuse is refused here too, with the same error.
 //! * **Notifications.** One `tokio::sync::broadcast` channel per store, filtered per
 //!   namespace by [`namespace_stream`](tasks_core::store::namespace_stream); they are sent
 //!   under the lock, so subscribers see them in commit order.
@@ -88,7 +88,7 @@ mod transitions;
 use std::sync::Arc;
 
 use tasks_core::clock::Clock;
-use tasks_core::limits::{self, LimitError};
+use tasks_core::limits::LimitError;
 use tasks_core::store::{DEFAULT_NAMESPACE, Notification};
 
 use tables::Shared;
@@ -137,7 +137,7 @@ impl MemoryStore {
     /// the SQL stores refuse it.
     pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(MemoryStore {
             namespace: Arc::from(namespace),
             ..self.clone()

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
+use tasks_core::store::check;
 use tasks_core::store::{
     CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
     complete_separately,
@@ -174,7 +175,7 @@ impl MemoryStore {
         &self,
         params: RecordStepAttempt,
     ) -> StoreResult<StepUpdate> {
-        params.check_finished()?;
+        check::record_step_attempt(&params)?;
         let worker = params.worker_id.as_str();
         self.write(|tx| {
             let state = run_state(tx.space, &RECORD_STEP, params.run_id, worker);
@@ -213,7 +214,7 @@ impl MemoryStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
+        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
         // `None`: the run is not the worker's, and the separate writes classify.
         let completed = self.write(|tx| {
             if !matches!(

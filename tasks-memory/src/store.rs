@@ -11,14 +11,13 @@ use uuid::Uuid;
 use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
 use tasks_core::error::StoreResult;
 use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
-use tasks_core::limits::{self, Field, LimitError};
+use tasks_core::limits::LimitError;
 use tasks_core::model::{RunStatus, StepAttempt, WorkflowRun};
 use tasks_core::queue::{ClaimFilter, Queue, QueueOptions};
 use tasks_core::retention::PurgeRuns;
-use tasks_core::schedule::{
-    DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, check_name,
-};
+use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks_core::state::{PublishedState, SetState, StateSet};
+use tasks_core::store::check;
 use tasks_core::store::{
     ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, EventStore, FailRun, LeaseStore,
     LifecycleStore, ListRuns, ListStepAttempts, NotificationStream, Page, QueueStore,
@@ -42,39 +41,13 @@ impl Store for MemoryStore {
         Ok(self.notifications())
     }
 
-    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
-        Ok(self)
-    }
-
-    fn events(&self) -> StoreResult<&dyn EventStore> {
-        Ok(self)
-    }
-
-    fn children(&self) -> StoreResult<&dyn ChildStore> {
-        Ok(self)
-    }
-
-    fn published_state(&self) -> StoreResult<&dyn StateStore> {
-        Ok(self)
-    }
-
-    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
-        Ok(self)
-    }
-
-    fn queues(&self) -> StoreResult<&dyn QueueStore> {
-        Ok(self)
-    }
-
-    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
-        Ok(self)
-    }
+    tasks_core::every_capability!();
 }
 
 #[async_trait]
 impl RunStore for MemoryStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        params.check(&self.namespace)?;
+        check::create_run(&self.namespace, &params)?;
         self.create_run_impl(params)
     }
 
@@ -83,7 +56,7 @@ impl RunStore for MemoryStore {
     }
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        params.check(&self.namespace)?;
+        check::list_runs(&self.namespace, &params)?;
         self.list_runs_impl(params)
     }
 
@@ -101,8 +74,7 @@ impl LeaseStore for MemoryStore {
         limit: u32,
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
-        limits::check_lease(worker_id, lease)?;
-        filter.check()?;
+        check::claim_runs(worker_id, lease, filter)?;
         self.claim_runs_impl(worker_id, lease, limit, filter)
     }
 
@@ -112,7 +84,7 @@ impl LeaseStore for MemoryStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_lease(worker_id, lease)?;
+        check::extend_lease(worker_id, lease)?;
         self.extend_lease_impl(run_id, worker_id, lease)
     }
 
@@ -122,8 +94,7 @@ impl LeaseStore for MemoryStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_time(Field::Sleep, until)?;
+        check::sleep_run(worker_id, until)?;
         self.sleep_run_impl(run_id, worker_id, until)
     }
 
@@ -133,8 +104,7 @@ impl LeaseStore for MemoryStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::WorkflowOutput, &output)?;
+        check::complete_run(worker_id, &output)?;
         self.complete_run_impl(run_id, worker_id, output)
     }
 
@@ -150,7 +120,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        params.check()?;
+        check::fail_run(&params)?;
         self.fail_run_impl(params)
     }
 
@@ -161,21 +131,17 @@ impl LeaseStore for MemoryStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::Delay, delay)?;
-        limits::check_json(Field::Error, &reason)?;
+        check::release_run(worker_id, delay, &reason)?;
         self.release_run_impl(run_id, worker_id, delay, reason)
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        // The SQL stores check neither value; a worker id past the limits is refused here
-        // as everywhere else, and a staleness past the instants a store holds is refused
-        // when it is added to the clock, as on SQLite.
-        limits::check_worker_id(worker_id)?;
+        check::worker(worker_id)?;
         self.heartbeat_impl(worker_id, stale_after)
     }
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        check::worker(worker_id)?;
         self.remove_worker_impl(worker_id)
     }
 }
@@ -183,7 +149,7 @@ impl LeaseStore for MemoryStore {
 #[async_trait]
 impl StepStore for MemoryStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        params.check()?;
+        check::create_step_attempt(&params)?;
         self.create_step_attempt_impl(params)
     }
 
@@ -192,7 +158,7 @@ impl StepStore for MemoryStore {
     }
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        params.check(&self.namespace)?;
+        check::list_step_attempts(&self.namespace, &params)?;
         self.list_step_attempts_impl(params)
     }
 
@@ -207,8 +173,7 @@ impl StepStore for MemoryStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::StepOutput, &output)?;
+        check::complete_step_attempt(worker_id, &output)?;
         self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
     }
 
@@ -236,7 +201,7 @@ impl LifecycleStore for MemoryStore {
     }
 
     async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        limits::check_step_name(from_step)?;
+        check::fork_run(from_step)?;
         self.fork_run_impl(run_id, from_step)
     }
 }
@@ -244,12 +209,12 @@ impl LifecycleStore for MemoryStore {
 #[async_trait]
 impl EventStore for MemoryStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        params.check(&self.namespace)?;
+        check::send_event(&self.namespace, &params)?;
         self.send_event_impl(params)
     }
 
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        params.check()?;
+        check::wait_for_event(&params)?;
         self.wait_for_event_impl(params)
     }
 
@@ -261,13 +226,12 @@ impl EventStore for MemoryStore {
 #[async_trait]
 impl ChildStore for MemoryStore {
     async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        params.check(&self.namespace)?;
-        params.check_child()?;
+        check::start_child(&self.namespace, &params)?;
         self.start_child_impl(params)
     }
 
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        params.check()?;
+        check::wait_for_children(&params)?;
         self.wait_for_children_impl(params)
     }
 }
@@ -275,12 +239,12 @@ impl ChildStore for MemoryStore {
 #[async_trait]
 impl StateStore for MemoryStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
-        params.check()?;
+        check::set_state(&params)?;
         self.set_state_impl(params)
     }
 
     async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        limits::check_state_key(key)?;
+        check::get_state(key)?;
         self.get_state_impl(run_id, key)
     }
 
@@ -296,7 +260,7 @@ impl ScheduleStore for MemoryStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         self.put_schedule_impl(params, first_slot, false)
     }
 
@@ -305,12 +269,12 @@ impl ScheduleStore for MemoryStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         self.put_schedule_impl(params, first_slot, true)
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        check_name(name)?;
+        check::schedule_name(name)?;
         Ok(self.get_schedule_impl(name))
     }
 
@@ -319,17 +283,17 @@ impl ScheduleStore for MemoryStore {
     }
 
     async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        check_name(name)?;
+        check::schedule_name(name)?;
         self.set_schedule_paused(name, true)
     }
 
     async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        check_name(name)?;
+        check::schedule_name(name)?;
         self.set_schedule_paused(name, false)
     }
 
     async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        check_name(name)?;
+        check::schedule_name(name)?;
         self.delete_schedule_impl(name)
     }
 
@@ -338,7 +302,7 @@ impl ScheduleStore for MemoryStore {
     }
 
     async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        params.check(&self.namespace)?;
+        check::fire_schedule(&self.namespace, &params)?;
         self.fire_schedule_impl(params)
     }
 }
@@ -346,13 +310,12 @@ impl ScheduleStore for MemoryStore {
 #[async_trait]
 impl QueueStore for MemoryStore {
     async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        limits::check_namespace(&self.namespace)?;
-        options.check()?;
+        check::put_queue(&self.namespace, options)?;
         self.put_queue_impl(options)
     }
 
     async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         Ok(self.get_queue_impl(name))
     }
 
@@ -361,7 +324,7 @@ impl QueueStore for MemoryStore {
     }
 
     async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         self.delete_queue_impl(name)
     }
 }
@@ -369,7 +332,7 @@ impl QueueStore for MemoryStore {
 #[async_trait]
 impl RetentionStore for MemoryStore {
     async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        params.check(&self.namespace)?;
+        check::purge_runs(&self.namespace, params)?;
         self.purge_runs_impl(params)
     }
 
@@ -378,9 +341,7 @@ impl RetentionStore for MemoryStore {
         worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>> {
-        limits::check_namespace(&self.namespace)?;
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::RetentionInterval, every)?;
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
         self.take_retention_turn_impl(worker_id, every)
     }
 }

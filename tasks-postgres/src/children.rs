@@ -23,6 +23,7 @@ use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::ChildStore;
 use tasks_core::store::Notification;
+use tasks_core::store::check;
 use tasks_core::transition::{
     CANCELED, CREATED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in,
 };
@@ -184,8 +185,7 @@ impl PgStore {
 
     pub(super) async fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
         const OPERATION: Operation = Operation::StartChild;
-        params.check(&self.namespace)?;
-        params.check_child()?;
+        check::start_child(&self.namespace, &params)?;
         let config = params.child.stored_config()?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
@@ -320,7 +320,7 @@ impl PgStore {
         params: WaitForChildren,
     ) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
-        params.check()?;
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         match self.lock_parent(&mut tx, params.run_id, OPERATION).await? {

@@ -22,6 +22,7 @@ use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent
 use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::EventStore;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use sqlx::Row as _;
@@ -191,7 +192,7 @@ impl PgStore {
 
     pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
         const OPERATION: Operation = Operation::WaitForEvent;
-        params.check()?;
+        check::wait_for_event(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let target = EventTarget::Run(params.run_id);
@@ -375,7 +376,7 @@ impl PgStore {
 #[async_trait]
 impl EventStore for PgStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        params.check(&self.namespace)?;
+        check::send_event(&self.namespace, &params)?;
         if params.dedup_key.is_some() {
             // A second try finds the first's event by its key, if the first committed, and
             // answers it as a repeat.

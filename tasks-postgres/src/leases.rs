@@ -17,10 +17,10 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self, Field};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::LeaseStore;
+use tasks_core::store::check;
 use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
@@ -39,8 +39,7 @@ impl LeaseStore for PgStore {
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
         const OPERATION: Operation = Operation::ClaimRuns;
-        limits::check_lease(worker_id, lease)?;
-        filter.check()?;
+        check::claim_runs(worker_id, lease, filter)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -100,7 +99,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_lease(worker_id, lease)?;
+        check::extend_lease(worker_id, lease)?;
         let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
         // A second try sets the lease again (from a later now): tried again on a broken
         // connection.
@@ -118,8 +117,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_time(Field::Sleep, until)?;
+        check::sleep_run(worker_id, until)?;
         let set = SLEEPING.set_sql("now()", &[(Column::AvailableAt, "$4")]);
         self.transition(&SLEEP, &set, run_id, Some(worker_id), |q| q.bind(until))
             .await
@@ -131,8 +129,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::WorkflowOutput, &output)?;
+        check::complete_run(worker_id, &output)?;
         // Completions of many runs share one statement and one commit (see `Completer`).
         let batched = self
             .completer
@@ -155,7 +152,7 @@ impl LeaseStore for PgStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
+        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
         if steps.is_empty() {
             return self.complete_run(run_id, worker_id, output).await;
         }
@@ -173,7 +170,7 @@ impl LeaseStore for PgStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        params.check()?;
+        check::fail_run(&params)?;
         let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
         let current = self.fetch_run(run_id, FAIL.operation).await?;
         let run = match current {
@@ -242,9 +239,7 @@ impl LeaseStore for PgStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::Delay, delay)?;
-        limits::check_json(Field::Error, &reason)?;
+        check::release_run(worker_id, delay, &reason)?;
         let set = RELEASED.set_sql(
             "now()",
             &[
@@ -260,6 +255,7 @@ impl LeaseStore for PgStore {
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        check::worker(worker_id)?;
         // An upsert of the worker's row: tried again on a broken connection.
         retrying(Operation::Heartbeat, || {
             self.heartbeat_once(worker_id, stale_after)
@@ -268,6 +264,7 @@ impl LeaseStore for PgStore {
     }
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        check::worker(worker_id)?;
         // Deleting a row twice leaves it deleted: tried again on a broken connection.
         retrying(Operation::RemoveWorker, || {
             self.remove_worker_once(worker_id)

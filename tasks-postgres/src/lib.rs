@@ -25,10 +25,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 #[cfg(doc)]
 use tasks_core::RunStore;
-use tasks_core::store::{
-    ChildStore, EventStore, LifecycleStore, QueueStore, RetentionStore, ScheduleStore, StateStore,
-    StepStore,
-};
+use tasks_core::store::StepStore;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -48,7 +45,6 @@ use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
 use rows::{RUN_COLUMNS, RunRow, decode_run};
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::model::{StepStatus, WorkflowRun};
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{
@@ -274,7 +270,7 @@ impl PgStore {
         namespace: impl Into<String>,
     ) -> Result<Self, tasks_core::LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(PgStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace),
@@ -736,31 +732,5 @@ impl Store for PgStore {
         self.hub.subscribe(self.namespace.to_string()).await
     }
 
-    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
-        Ok(self)
-    }
-
-    fn events(&self) -> StoreResult<&dyn EventStore> {
-        Ok(self)
-    }
-
-    fn children(&self) -> StoreResult<&dyn ChildStore> {
-        Ok(self)
-    }
-
-    fn published_state(&self) -> StoreResult<&dyn StateStore> {
-        Ok(self)
-    }
-
-    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
-        Ok(self)
-    }
-
-    fn queues(&self) -> StoreResult<&dyn QueueStore> {
-        Ok(self)
-    }
-
-    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
-        Ok(self)
-    }
+    tasks_core::every_capability!();
 }

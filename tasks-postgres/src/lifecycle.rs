@@ -7,9 +7,9 @@ use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, decode_run};
 use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;
+use tasks_core::store::check;
 use tasks_core::transition::{
     CANCEL, CANCELED, CREATED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED,
 };
@@ -43,7 +43,7 @@ impl PgStore {
         from_step: &str,
     ) -> StoreResult<WorkflowRun> {
         let operation = FORK.operation;
-        limits::check_step_name(from_step)?;
+        check::fork_run(from_step)?;
         let sql = format!(
             "WITH src AS (
                  SELECT * FROM tasks.workflow_runs

@@ -5,9 +5,9 @@ use crate::reconnect::{db, retrying};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
 use tasks_core::store::QueueStore;
+use tasks_core::store::check;
 
 use super::PgStore;
 
@@ -54,8 +54,7 @@ impl From<QueueRow> for Queue {
 impl PgStore {
     pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
         const OPERATION: Operation = Operation::PutQueue;
-        limits::check_namespace(&self.namespace)?;
-        options.check()?;
+        check::put_queue(&self.namespace, options)?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
         let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
         let sql = format!(
@@ -91,7 +90,7 @@ impl PgStore {
 
     pub(super) async fn get_queue_impl(&self, name: &str) -> StoreResult<Option<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let sql =
             format!("SELECT {QUEUE_COLUMNS} FROM tasks.queues WHERE namespace = $1 AND name = $2");
         let row: Option<QueueRow> = sqlx::query_as(&sql)
@@ -117,7 +116,7 @@ impl PgStore {
 
     pub(super) async fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let deleted = sqlx::query("DELETE FROM tasks.queues WHERE namespace = $1 AND name = $2")
             .bind(&*self.namespace)
             .bind(name)

@@ -8,9 +8,9 @@ use crate::reconnect::db;
 use async_trait::async_trait;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreResult};
-use tasks_core::limits::{self, Field};
 use tasks_core::retention::PurgeRuns;
 use tasks_core::store::RetentionStore;
+use tasks_core::store::check;
 use tasks_core::transition::status_in;
 use uuid::Uuid;
 
@@ -34,7 +34,7 @@ impl PgStore {
     /// (`FOR KEY SHARE`) and then finds it gone.
     pub(super) async fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
         const OPERATION: Operation = Operation::PurgeRuns;
-        params.check(&self.namespace)?;
+        check::purge_runs(&self.namespace, params)?;
         let (instant, age) = match params.finished_before {
             FinishedBefore::Instant(at) => (Some(at), 0),
             FinishedBefore::Age(age) => (None, millis(age)),
@@ -103,9 +103,7 @@ impl PgStore {
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         const OPERATION: Operation = Operation::RetentionTurn;
-        limits::check_namespace(&self.namespace)?;
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::RetentionInterval, every)?;
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
         let turn: Option<i64> = sqlx::query_scalar(
             "INSERT INTO tasks.retention_leases (namespace, worker_id, taken_at, next_at, turns)
              VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond', 1)

@@ -10,6 +10,7 @@ use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::RunStore;
+use tasks_core::store::check;
 use tasks_core::store::{CreateRun, Cursor, ListRuns, Notification, Page, PageQuery};
 use tasks_core::transition::status_in;
 use uuid::Uuid;
@@ -17,7 +18,7 @@ use uuid::Uuid;
 #[async_trait]
 impl RunStore for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        params.check(&self.namespace)?;
+        check::create_run(&self.namespace, &params)?;
         if params.idempotency_key.is_some() {
             // A second try finds the first's run by its key, if the first committed.
             retrying(Operation::CreateRun, || self.create_run_once(&params)).await
@@ -33,7 +34,7 @@ impl RunStore for PgStore {
     }
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        params.check(&self.namespace)?;
+        check::list_runs(&self.namespace, &params)?;
         retrying(Operation::ListRuns, || self.list_runs_once(&params)).await
     }
 

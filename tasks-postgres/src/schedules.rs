@@ -16,11 +16,12 @@ use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks_core::store::Notification;
 use tasks_core::store::ScheduleStore;
+use tasks_core::store::check;
 
 use sqlx::Row as _;
 
 use super::{PgStore, insert_run};
-use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
+use tasks_core::schedule::{CatchUp, keeps_slot};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `schedules`, in the order of [`ScheduleRow`].
@@ -88,7 +89,7 @@ impl PgStore {
         replace: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::CreateSchedule;
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
             .fetch_one(&mut *tx)
@@ -174,7 +175,7 @@ impl PgStore {
 
     pub(super) async fn get_schedule_impl(&self, name: &str) -> StoreResult<Option<Schedule>> {
         const OPERATION: Operation = Operation::GetSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let sql = format!(
             "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules WHERE namespace = $1 AND name = $2"
         );
@@ -209,7 +210,7 @@ impl PgStore {
         paused: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::PauseSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         // A repeat changes nothing, not even `updated_at`.
         let sql = format!(
             "UPDATE tasks.schedules
@@ -233,7 +234,7 @@ impl PgStore {
 
     pub(super) async fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let deleted = sqlx::query("DELETE FROM tasks.schedules WHERE namespace = $1 AND name = $2")
             .bind(&*self.namespace)
             .bind(name)
@@ -280,7 +281,7 @@ impl PgStore {
         params: FireSchedule,
     ) -> StoreResult<Option<Vec<WorkflowRun>>> {
         const OPERATION: Operation = Operation::FireSchedule;
-        params.check(&self.namespace)?;
+        check::fire_schedule(&self.namespace, &params)?;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let sql = format!(
             "UPDATE tasks.schedules SET next_slot = $4, updated_at = now()

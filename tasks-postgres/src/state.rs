@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::state::{PublishedState, SetState, StateSet};
 use tasks_core::store::StateStore;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use super::PgStore;
@@ -56,7 +56,7 @@ impl From<StateRow> for PublishedState {
 impl PgStore {
     pub(super) async fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
-        params.check()?;
+        check::set_state(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let target = EventTarget::Run(params.run_id);
@@ -142,7 +142,7 @@ impl PgStore {
         key: &str,
     ) -> StoreResult<Option<PublishedState>> {
         const OPERATION: Operation = Operation::GetState;
-        limits::check_state_key(key)?;
+        check::get_state(key)?;
         let sql = format!(
             "SELECT {STATE_COLUMNS} FROM tasks.run_state
               WHERE namespace = $1 AND workflow_run_id = $2 AND key = $3"

@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
-use tasks_core::limits::{self, Field};
 use tasks_core::model::{StepAttempt, StepStatus};
 use tasks_core::store::StepStore;
+use tasks_core::store::check;
 use tasks_core::store::{
     CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
 };
@@ -24,7 +24,7 @@ use uuid::Uuid;
 #[async_trait]
 impl StepStore for PgStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        params.check()?;
+        check::create_step_attempt(&params)?;
         // Idempotent by the attempt's id: a second try finds the first's attempt.
         retrying(CREATE_STEP.operation, || {
             self.create_step_attempt_once(&params)
@@ -40,7 +40,7 @@ impl StepStore for PgStore {
     }
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        params.check(&self.namespace)?;
+        check::list_step_attempts(&self.namespace, &params)?;
         retrying(Operation::ListStepAttempts, || {
             self.list_step_attempts_once(&params)
         })
@@ -61,8 +61,7 @@ impl StepStore for PgStore {
         output: Value,
     ) -> StoreResult<StepUpdate> {
         let operation = COMPLETE_STEP.operation;
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::StepOutput, &output)?;
+        check::complete_step_attempt(worker_id, &output)?;
         let sql = format!(
             "UPDATE tasks.step_attempts sa
                 SET status = 'completed', output = $4, finished_at = now(), updated_at = now()
@@ -113,7 +112,7 @@ impl StepStore for PgStore {
     }
 
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
-        params.check_finished()?;
+        check::record_step_attempt(&params)?;
         // Idempotent by the attempt's id: a second try answers with the stored attempt.
         retrying(RECORD_STEP.operation, || {
             self.record_step_attempt_once(params.clone())

@@ -19,6 +19,7 @@ use tasks_core::limits::{self};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::ChildStore;
 use tasks_core::store::Notification;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
@@ -114,8 +115,7 @@ impl SqliteStore {
 
     pub(super) async fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
         const OPERATION: Operation = Operation::StartChild;
-        params.check(&self.namespace)?;
-        params.check_child()?;
+        check::start_child(&self.namespace, &params)?;
         let config = params.child.stored_config()?;
         let available_at = rows::ts_opt(params.child.available_at)?;
         let deadline_at = rows::ts_opt(params.child.deadline_at)?;
@@ -238,7 +238,7 @@ impl SqliteStore {
         params: WaitForChildren,
     ) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
-        params.check()?;
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {

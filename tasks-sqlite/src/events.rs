@@ -18,6 +18,7 @@ use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::EventStore;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
@@ -100,7 +101,7 @@ impl SqliteStore {
 
     pub(super) async fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
         const OPERATION: Operation = Operation::SendEvent;
-        params.check(&self.namespace)?;
+        check::send_event(&self.namespace, &params)?;
         let mut write = self.begin_write(OPERATION).await?;
         let run = match self
             .target_run(write.conn(), &params.target, OPERATION)
@@ -185,7 +186,7 @@ impl SqliteStore {
 
     pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
         const OPERATION: Operation = Operation::WaitForEvent;
-        params.check()?;
+        check::wait_for_event(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {

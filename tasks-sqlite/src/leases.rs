@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::time::Duration;
 use tasks_core::error::StoreResult;
-use tasks_core::limits::{self, Field};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::LeaseStore;
+use tasks_core::store::check;
 use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt};
 use uuid::Uuid;
 
@@ -23,8 +23,7 @@ impl LeaseStore for SqliteStore {
         limit: u32,
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
-        limits::check_lease(worker_id, lease)?;
-        filter.check()?;
+        check::claim_runs(worker_id, lease, filter)?;
         self.claim_runs_impl(worker_id, lease, limit, filter).await
     }
 
@@ -34,7 +33,7 @@ impl LeaseStore for SqliteStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_lease(worker_id, lease)?;
+        check::extend_lease(worker_id, lease)?;
         self.extend_lease_impl(run_id, worker_id, lease).await
     }
 
@@ -44,8 +43,7 @@ impl LeaseStore for SqliteStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_time(Field::Sleep, until)?;
+        check::sleep_run(worker_id, until)?;
         self.sleep_run_impl(run_id, worker_id, until).await
     }
 
@@ -55,8 +53,7 @@ impl LeaseStore for SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::WorkflowOutput, &output)?;
+        check::complete_run(worker_id, &output)?;
         self.complete_run_impl(run_id, worker_id, output).await
     }
 
@@ -72,7 +69,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        params.check()?;
+        check::fail_run(&params)?;
         self.fail_run_impl(params).await
     }
 
@@ -83,18 +80,18 @@ impl LeaseStore for SqliteStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::Delay, delay)?;
-        limits::check_json(Field::Error, &reason)?;
+        check::release_run(worker_id, delay, &reason)?;
         self.release_run_impl(run_id, worker_id, delay, reason)
             .await
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        check::worker(worker_id)?;
         self.heartbeat_impl(worker_id, stale_after).await
     }
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        check::worker(worker_id)?;
         self.remove_worker_impl(worker_id).await
     }
 }

@@ -40,9 +40,6 @@ mod steps;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tasks_core::store::{
-    ChildStore, EventStore, LifecycleStore, QueueStore, RetentionStore, ScheduleStore, StateStore,
-};
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
@@ -56,7 +53,6 @@ use notify::Shared;
 use rows::{RUN_COLUMNS, RunRow};
 use tasks_core::clock::Clock;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 
@@ -197,7 +193,7 @@ impl SqliteStore {
         namespace: impl Into<String>,
     ) -> Result<Self, tasks_core::LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(SqliteStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace),
@@ -411,31 +407,5 @@ impl Store for SqliteStore {
         Ok(self.shared.subscribe(self.namespace.to_string()))
     }
 
-    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
-        Ok(self)
-    }
-
-    fn events(&self) -> StoreResult<&dyn EventStore> {
-        Ok(self)
-    }
-
-    fn children(&self) -> StoreResult<&dyn ChildStore> {
-        Ok(self)
-    }
-
-    fn published_state(&self) -> StoreResult<&dyn StateStore> {
-        Ok(self)
-    }
-
-    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
-        Ok(self)
-    }
-
-    fn queues(&self) -> StoreResult<&dyn QueueStore> {
-        Ok(self)
-    }
-
-    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
-        Ok(self)
-    }
+    tasks_core::every_capability!();
 }

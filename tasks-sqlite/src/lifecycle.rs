@@ -6,9 +6,9 @@
 use crate::rows::{RUN_COLUMNS, RunRow};
 use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::LifecycleStore;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use super::rows::{self};
@@ -42,7 +42,7 @@ impl SqliteStore {
         from_step: &str,
     ) -> StoreResult<WorkflowRun> {
         let operation = FORK.operation;
-        limits::check_step_name(from_step)?;
+        check::fork_run(from_step)?;
         let mut write = self.begin_write(operation).await?;
         let source = fetch_run(write.conn(), &self.namespace, run_id, operation).await?;
         match &source {

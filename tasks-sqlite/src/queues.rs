@@ -3,9 +3,9 @@
 
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
 use tasks_core::store::QueueStore;
+use tasks_core::store::check;
 
 use super::{SqliteStore, Write, rows};
 use tasks_core::transition::{RateWindow, queue_slots_held};
@@ -257,8 +257,7 @@ impl SqliteStore {
 
     pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
         const OPERATION: Operation = Operation::PutQueue;
-        limits::check_namespace(&self.namespace)?;
-        options.check()?;
+        check::put_queue(&self.namespace, options)?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
         let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
         let mut write = self.begin_write(OPERATION).await?;
@@ -296,7 +295,7 @@ impl SqliteStore {
 
     pub(super) async fn get_queue_impl(&self, name: &str) -> StoreResult<Option<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let sql =
             format!("SELECT {QUEUE_COLUMNS} FROM tasks_queues WHERE namespace = ?1 AND name = ?2");
         sqlx::query_as::<_, QueueRow>(&sql)
@@ -325,7 +324,7 @@ impl SqliteStore {
 
     pub(super) async fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let deleted = sqlx::query("DELETE FROM tasks_queues WHERE namespace = ?1 AND name = ?2")
             .bind(&*self.namespace)

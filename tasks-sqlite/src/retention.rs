@@ -7,9 +7,9 @@
 use async_trait::async_trait;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::limits::{self, Field};
 use tasks_core::retention::PurgeRuns;
 use tasks_core::store::RetentionStore;
+use tasks_core::store::check;
 
 use super::SqliteStore;
 use super::rows;
@@ -28,7 +28,7 @@ impl SqliteStore {
     /// may not have).
     pub(super) async fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
         const OPERATION: Operation = Operation::PurgeRuns;
-        params.check(&self.namespace)?;
+        check::purge_runs(&self.namespace, params)?;
         let mut write = self.begin_write(OPERATION).await?;
         let cutoff = match params.finished_before {
             FinishedBefore::Instant(at) => rows::ts_bound(at),
@@ -110,9 +110,7 @@ impl SqliteStore {
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         const OPERATION: Operation = Operation::RetentionTurn;
-        limits::check_namespace(&self.namespace)?;
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::RetentionInterval, every)?;
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let next = write.now_plus(every)?;

@@ -14,6 +14,7 @@ use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::RunStore;
+use tasks_core::store::check;
 use tasks_core::store::{ClaimedRun, CreateRun, FailRun, ListRuns, Notification, Page};
 use uuid::Uuid;
 
@@ -778,7 +779,7 @@ impl SqliteStore {
 #[async_trait]
 impl RunStore for SqliteStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        params.check(&self.namespace)?;
+        check::create_run(&self.namespace, &params)?;
         self.create_run_impl(params).await
     }
 
@@ -789,7 +790,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        params.check(&self.namespace)?;
+        check::list_runs(&self.namespace, &params)?;
         self.list_runs_impl(params).await
     }
 

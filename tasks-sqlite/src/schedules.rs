@@ -10,10 +10,11 @@ use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
 use tasks_core::store::Notification;
 use tasks_core::store::ScheduleStore;
+use tasks_core::store::check;
 
 use super::SqliteStore;
 use super::rows::{self, parse_json, parse_ts};
-use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
+use tasks_core::schedule::{CatchUp, keeps_slot};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `tasks_schedules`, in the order of [`ScheduleRow`].
@@ -80,7 +81,7 @@ impl SqliteStore {
         replace: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::CreateSchedule;
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let existing: Option<(String, String, Option<String>)> = sqlx::query_as(
@@ -160,7 +161,7 @@ impl SqliteStore {
 
     pub(super) async fn get_schedule_impl(&self, name: &str) -> StoreResult<Option<Schedule>> {
         const OPERATION: Operation = Operation::GetSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let sql = format!(
             "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules WHERE namespace = ?1 AND name = ?2"
         );
@@ -195,7 +196,7 @@ impl SqliteStore {
         paused: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::PauseSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         // A repeat changes nothing, not even `updated_at`.
@@ -223,7 +224,7 @@ impl SqliteStore {
 
     pub(super) async fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let deleted = sqlx::query("DELETE FROM tasks_schedules WHERE namespace = ?1 AND name = ?2")
             .bind(&*self.namespace)
@@ -268,7 +269,7 @@ impl SqliteStore {
         params: FireSchedule,
     ) -> StoreResult<Option<Vec<WorkflowRun>>> {
         const OPERATION: Operation = Operation::FireSchedule;
-        params.check(&self.namespace)?;
+        check::fire_schedule(&self.namespace, &params)?;
         let slot = rows::ts(params.slot)?;
         let next_slot = rows::ts_opt(params.next_slot)?;
         let mut write = self.begin_write(OPERATION).await?;

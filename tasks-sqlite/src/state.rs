@@ -12,9 +12,9 @@
 
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::state::{PublishedState, SetState, StateSet};
 use tasks_core::store::StateStore;
+use tasks_core::store::check;
 use uuid::Uuid;
 
 use super::rows::{self, STEP_COLUMNS, StepRow};
@@ -52,7 +52,7 @@ impl StateRow {
 impl SqliteStore {
     pub(super) async fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
-        params.check()?;
+        check::set_state(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
@@ -138,7 +138,7 @@ impl SqliteStore {
         key: &str,
     ) -> StoreResult<Option<PublishedState>> {
         const OPERATION: Operation = Operation::GetState;
-        limits::check_state_key(key)?;
+        check::get_state(key)?;
         let sql = format!(
             "SELECT {STATE_COLUMNS} FROM tasks_run_state
               WHERE namespace = ?1 AND workflow_run_id = ?2 AND key = ?3"

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::Sqlite;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self, Field};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::StepStore;
+use tasks_core::store::check;
 use tasks_core::store::{CreateStepAttempt, ListStepAttempts, Page, RecordStepAttempt, StepUpdate};
 use uuid::Uuid;
 
@@ -169,7 +169,7 @@ impl SqliteStore {
         params: RecordStepAttempt,
     ) -> StoreResult<StepUpdate> {
         let operation = RECORD_STEP.operation;
-        params.check_finished()?;
+        check::record_step_attempt(&params)?;
         let mut write = self.begin_write(operation).await?;
         let state = self
             .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
@@ -291,7 +291,7 @@ impl SqliteStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
+        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
         if steps.is_empty() {
             return self.complete_run_impl(run_id, worker_id, output).await;
         }
@@ -408,7 +408,7 @@ async fn fetch_step(
 #[async_trait]
 impl StepStore for SqliteStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        params.check()?;
+        check::create_step_attempt(&params)?;
         self.create_step_attempt_impl(params).await
     }
 
@@ -417,7 +417,7 @@ impl StepStore for SqliteStore {
     }
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        params.check(&self.namespace)?;
+        check::list_step_attempts(&self.namespace, &params)?;
         self.list_step_attempts_impl(params).await
     }
 
@@ -432,8 +432,7 @@ impl StepStore for SqliteStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::StepOutput, &output)?;
+        check::complete_step_attempt(worker_id, &output)?;
         self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
             .await
     }
