@@ -37,24 +37,22 @@ mod schedules;
 mod state;
 mod steps;
 
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use notify::Shared;
+use rows::{RUN_COLUMNS, RunRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-use async_trait::async_trait;
-use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
-use uuid::Uuid;
-
-pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
-
-use notify::Shared;
-use rows::{RUN_COLUMNS, RunRow};
 use tasks_core::clock::Clock;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
+use uuid::Uuid;
+
+pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
 
 /// How long a write waits for another process to release SQLite's write lock before it
 /// fails with a "database is locked" [`StoreError::Database`].

@@ -1,13 +1,11 @@
 //! Named queues on SQLite: the SQL of the queue methods of [`Store`](tasks_core::Store), and the
 //! queue limits a claim reads under the write lock.
 
+use crate::{SqliteStore, Write, rows};
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::queue::{Queue, QueueOptions};
-use tasks_core::store::QueueStore;
-use tasks_core::store::check;
-
-use super::{SqliteStore, Write, rows};
+use tasks_core::store::{QueueStore, check};
 use tasks_core::transition::{RateWindow, queue_slots_held};
 
 /// Columns of `tasks_queues`, in the order of [`QueueRow`].
@@ -254,8 +252,11 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
 
-    pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
+#[async_trait]
+impl QueueStore for SqliteStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
         const OPERATION: Operation = Operation::PutQueue;
         check::put_queue(&self.namespace, options)?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
@@ -293,7 +294,7 @@ impl SqliteStore {
         row.into_queue(OPERATION)
     }
 
-    pub(super) async fn get_queue_impl(&self, name: &str) -> StoreResult<Option<Queue>> {
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
         check::queue_name(name)?;
         let sql =
@@ -308,7 +309,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    pub(super) async fn list_queues_impl(&self) -> StoreResult<Vec<Queue>> {
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
         let sql =
             format!("SELECT {QUEUE_COLUMNS} FROM tasks_queues WHERE namespace = ?1 ORDER BY name");
@@ -322,7 +323,7 @@ impl SqliteStore {
             .collect()
     }
 
-    pub(super) async fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteQueue;
         check::queue_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
@@ -340,24 +341,5 @@ impl SqliteStore {
             });
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl QueueStore for SqliteStore {
-    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        self.put_queue_impl(options).await
-    }
-
-    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        self.get_queue_impl(name).await
-    }
-
-    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        self.list_queues_impl().await
-    }
-
-    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        self.delete_queue_impl(name).await
     }
 }
