@@ -18,10 +18,9 @@
 //!
 //! [`PgStore::claim_runs_filtered`]: super::PgStore
 
+use crate::rows::RUN_COLUMNS;
+use crate::{children, prefixed};
 use std::sync::LazyLock;
-
-use super::rows::RUN_COLUMNS;
-use super::{children, prefixed};
 use tasks_core::model::RunStatus;
 use tasks_core::transition::{
     CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Column, PENDING_ORDER,
@@ -29,6 +28,7 @@ use tasks_core::transition::{
     first_execution_sql, is_start, key_limit, pending_order, queue_slots_held,
     rate_starts_left_sql, rate_window_set_sql, slots_held, stale_workers, status_in,
 };
+
 #[cfg(doc)]
 use tasks_core::transition::{EXPIRE, keyed_candidates};
 

@@ -1,15 +1,9 @@
 //! Claims, leases and the end of a run on Postgres: the SQL of
 //! [`LeaseStore`].
 
-use crate::PgStore;
-use crate::children;
-use crate::claim;
-use crate::is_expired_row;
-use crate::millis;
-use crate::prefixed;
 use crate::reconnect::{db, retrying};
-use crate::rows;
 use crate::rows::{RUN_COLUMNS, decode_claimed, decode_run};
+use crate::{PgStore, children, claim, is_expired_row, millis, prefixed, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -19,9 +13,9 @@ use std::time::Duration;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
-use tasks_core::store::LeaseStore;
-use tasks_core::store::check;
-use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
+use tasks_core::store::{
+    ClaimedRun, FailRun, LeaseStore, RecordStepAttempt, check, complete_separately,
+};
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
     RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql, forgettable_workers,
@@ -257,30 +251,14 @@ impl LeaseStore for PgStore {
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
         check::worker(worker_id)?;
         // An upsert of the worker's row: tried again on a broken connection.
-        retrying(Operation::Heartbeat, || {
-            self.heartbeat_once(worker_id, stale_after)
-        })
-        .await
-    }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        check::worker(worker_id)?;
-        // Deleting a row twice leaves it deleted: tried again on a broken connection.
-        retrying(Operation::RemoveWorker, || {
-            self.remove_worker_once(worker_id)
-        })
-        .await
-    }
-}
-
-impl PgStore {
-    async fn heartbeat_once(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        const OPERATION: Operation = Operation::Heartbeat;
-        static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                // One statement: forget the namespace's dead workers whose runs were all
-                // claimed, then write this one's row.
-                "WITH forgotten AS (
+        retrying(Operation::Heartbeat, move || async move {
+            const OPERATION: Operation = Operation::Heartbeat;
+            static SQL: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    // One statement: forget the namespace's dead workers whose runs were all
+                    // claimed, then write this one's row.
+                    "WITH forgotten AS (
                     DELETE FROM tasks.workers w
                      WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
                  )
@@ -288,26 +266,34 @@ impl PgStore {
                  VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
                  ON CONFLICT (namespace, worker_id)
                  DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
-                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
-            )
-        });
-        sqlx::query(&SQL)
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .bind(millis(stale_after))
-            .execute(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(())
+                    forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
+                )
+            });
+            sqlx::query(&SQL)
+                .bind(&*self.namespace)
+                .bind(worker_id)
+                .bind(millis(stale_after))
+                .execute(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(())
+        })
+        .await
     }
 
-    async fn remove_worker_once(&self, worker_id: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .execute(&self.pool)
-            .await
-            .map_err(db(Operation::RemoveWorker))?;
-        Ok(())
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        check::worker(worker_id)?;
+        // Deleting a row twice leaves it deleted: tried again on a broken connection.
+
+        retrying(Operation::RemoveWorker, move || async move {
+            sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+                .bind(&*self.namespace)
+                .bind(worker_id)
+                .execute(&self.pool)
+                .await
+                .map_err(db(Operation::RemoveWorker))?;
+            Ok(())
+        })
+        .await
     }
 }

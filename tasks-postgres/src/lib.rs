@@ -20,16 +20,30 @@ mod start_in;
 mod state;
 mod steps;
 
+use crate::reconnect::db;
+use async_trait::async_trait;
+use background::Background;
+use notify::{Batcher, Hub};
+use recorder::{Completer, Recorder};
+use rows::{RUN_COLUMNS, RunRow, decode_run};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 #[cfg(doc)]
 use tasks_core::RunStore;
-use tasks_core::store::StepStore;
-
-use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use tasks_core::error::{Operation, StoreError, StoreResult};
+use tasks_core::model::{StepStatus, WorkflowRun};
+use tasks_core::queue::ClaimFilter;
+use tasks_core::store::{
+    CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepStore,
+    StepUpdate, Store,
+};
+use tasks_core::transition::{
+    CREATED, Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
+    explain_step_miss, interrupted, keyed_candidates, quarantine_error,
+};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
@@ -38,22 +52,6 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 /// the engine's transactional start (`StartBuilder::in_transaction`) is of the same version.
 pub use sqlx;
 pub use start_in::create_run_in;
-
-use crate::reconnect::db;
-use background::Background;
-use notify::{Batcher, Hub};
-use recorder::{Completer, Recorder};
-use rows::{RUN_COLUMNS, RunRow, decode_run};
-use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::model::{StepStatus, WorkflowRun};
-use tasks_core::queue::ClaimFilter;
-use tasks_core::store::{
-    CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
-};
-use tasks_core::transition::{
-    CREATED, Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
-    explain_step_miss, interrupted, keyed_candidates, quarantine_error,
-};
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
 /// another size.

@@ -1,17 +1,15 @@
 //! Runs as records on Postgres: the SQL of [`RunStore`].
 
-use crate::PgStore;
-use crate::insert_run;
 use crate::reconnect::{db, retrying};
-use crate::rows;
 use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::{PgStore, insert_run, rows};
 use async_trait::async_trait;
 use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{RunStatus, WorkflowRun};
-use tasks_core::store::RunStore;
-use tasks_core::store::check;
-use tasks_core::store::{CreateRun, Cursor, ListRuns, Notification, Page, PageQuery};
+use tasks_core::store::{
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+};
 use tasks_core::transition::status_in;
 use uuid::Uuid;
 
@@ -35,7 +33,59 @@ impl RunStore for PgStore {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
-        retrying(Operation::ListRuns, || self.list_runs_once(&params)).await
+
+        let params = &params;
+        retrying(Operation::ListRuns, move || async move {
+            const OPERATION: Operation = Operation::ListRuns;
+            let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+            let mut query = QueryBuilder::<Postgres>::new(format!(
+                "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
+            ));
+            query.push_bind(&*self.namespace);
+            if let Some(cursor) = page.cursor {
+                query.push(format_args!(
+                    " AND (created_at, id) {} (",
+                    page.cursor_operator()
+                ));
+                query
+                    .push_bind(cursor.created_at())
+                    .push(", ")
+                    .push_bind(cursor.id())
+                    .push(")");
+            }
+            if !params.statuses.is_empty() {
+                let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
+                query
+                    .push(" AND status = ANY(")
+                    .push_bind(statuses)
+                    .push(")");
+            }
+            if let Some(name) = &params.workflow_name {
+                query.push(" AND workflow_name = ").push_bind(name);
+            }
+            if let Some(parent) = params.parent_run_id {
+                query.push(" AND parent_run_id = ").push_bind(parent);
+            }
+            if let Some(after) = params.created_after {
+                query.push(" AND created_at >= ").push_bind(after);
+            }
+            if let Some(before) = params.created_before {
+                query.push(" AND created_at <= ").push_bind(before);
+            }
+            let direction = page.sql_direction();
+            query.push(format_args!(
+                " ORDER BY created_at {direction}, id {direction} LIMIT "
+            ));
+            query.push_bind(i64::from(page.limit) + 1);
+            let rows = query
+                .build()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            let runs = rows::runs(&rows, OPERATION)?;
+            Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
+        })
+        .await
     }
 
     async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
@@ -91,58 +141,6 @@ impl PgStore {
                 return Ok(run);
             }
         }
-    }
-
-    /// One try of [`RunStore::list_runs`] (of checked `params`).
-    async fn list_runs_once(&self, params: &ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        const OPERATION: Operation = Operation::ListRuns;
-        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
-        ));
-        query.push_bind(&*self.namespace);
-        if let Some(cursor) = page.cursor {
-            query.push(format_args!(
-                " AND (created_at, id) {} (",
-                page.cursor_operator()
-            ));
-            query
-                .push_bind(cursor.created_at())
-                .push(", ")
-                .push_bind(cursor.id())
-                .push(")");
-        }
-        if !params.statuses.is_empty() {
-            let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-            query
-                .push(" AND status = ANY(")
-                .push_bind(statuses)
-                .push(")");
-        }
-        if let Some(name) = &params.workflow_name {
-            query.push(" AND workflow_name = ").push_bind(name);
-        }
-        if let Some(parent) = params.parent_run_id {
-            query.push(" AND parent_run_id = ").push_bind(parent);
-        }
-        if let Some(after) = params.created_after {
-            query.push(" AND created_at >= ").push_bind(after);
-        }
-        if let Some(before) = params.created_before {
-            query.push(" AND created_at <= ").push_bind(before);
-        }
-        let direction = page.sql_direction();
-        query.push(format_args!(
-            " ORDER BY created_at {direction}, id {direction} LIMIT "
-        ));
-        query.push_bind(i64::from(page.limit) + 1);
-        let rows = query
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        let runs = rows::runs(&rows, OPERATION)?;
-        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
     /// One try of [`RunStore::count_runs`] (of some `statuses`).

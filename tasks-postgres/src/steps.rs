@@ -1,20 +1,17 @@
 //! Step attempts on Postgres: the SQL of [`StepStore`].
 
-use crate::PgStore;
-use crate::prefixed;
 use crate::reconnect::{db, retrying};
 use crate::recorder::SKIP_STORED;
-use crate::rows;
 use crate::rows::{STEP_COLUMNS, StepRow};
+use crate::{PgStore, prefixed, rows};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{StepAttempt, StepStatus};
-use tasks_core::store::StepStore;
-use tasks_core::store::check;
 use tasks_core::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepStore,
+    StepUpdate, check,
 };
 use tasks_core::transition::{
     COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, step_status_in, stored_again,
@@ -26,29 +23,125 @@ impl StepStore for PgStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         check::create_step_attempt(&params)?;
         // Idempotent by the attempt's id: a second try finds the first's attempt.
-        retrying(CREATE_STEP.operation, || {
-            self.create_step_attempt_once(&params)
+        let params = &params;
+        retrying(CREATE_STEP.operation, move || async move {
+            let operation = CREATE_STEP.operation;
+            // clock_timestamp(), not now(): attempts created in one transaction still get
+            // increasing timestamps; `id` (UUIDv7) breaks any remaining tie.
+            let sql = format!(
+                "INSERT INTO tasks.step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config, context,
+                  started_at, created_at, updated_at)
+             SELECT $1, $3, wr.id, $5, $6, 'running', $7, $8, now(), clock_timestamp(), now()
+               FROM tasks.workflow_runs wr
+              WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
+             {SKIP_STORED}
+          RETURNING {STEP_COLUMNS}",
+                fence = CREATE_STEP.fence("wr.", "$4"),
+            );
+            let inserted = sqlx::query_as::<_, StepRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(params.run_id)
+                .bind(params.id)
+                .bind(&params.worker_id)
+                .bind(&params.step_name)
+                .bind(params.kind.as_str())
+                .bind(&params.config)
+                .bind(&params.context)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db(operation))?;
+            match inserted {
+                Some(row) => row.into_step(operation),
+                None => {
+                    let stored = self.get_step_attempt(params.id).await?;
+                    if let Some(step) = stored_again(params.run_id, stored, false)? {
+                        return Ok(step);
+                    }
+                    let current = self.fetch_run(params.run_id, operation).await?;
+                    Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), current.as_ref()))
+                }
+            }
         })
         .await
     }
 
     async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
-        retrying(Operation::GetStepAttempt, || {
-            self.get_step_attempt_once(step_attempt_id)
+        retrying(Operation::GetStepAttempt, move || async move {
+            const OPERATION: Operation = Operation::GetStepAttempt;
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = $1 AND id = $2"
+            );
+            sqlx::query_as::<_, StepRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(step_attempt_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db(OPERATION))?
+                .map(|row| row.into_step(OPERATION))
+                .transpose()
         })
         .await
     }
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
         check::list_step_attempts(&self.namespace, &params)?;
-        retrying(Operation::ListStepAttempts, || {
-            self.list_step_attempts_once(&params)
+
+        let params = &params;
+        retrying(Operation::ListStepAttempts, move || async move {
+            const OPERATION: Operation = Operation::ListStepAttempts;
+            let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+            let mut query = QueryBuilder::<Postgres>::new(format!(
+                "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = "
+            ));
+            query.push_bind(&*self.namespace);
+            query
+                .push(" AND workflow_run_id = ")
+                .push_bind(params.workflow_run_id);
+            if let Some(cursor) = page.cursor {
+                query.push(format_args!(
+                    " AND (created_at, id) {} (",
+                    page.cursor_operator()
+                ));
+                query
+                    .push_bind(cursor.created_at())
+                    .push(", ")
+                    .push_bind(cursor.id())
+                    .push(")");
+            }
+            let direction = page.sql_direction();
+            query.push(format_args!(
+                " ORDER BY created_at {direction}, id {direction} LIMIT "
+            ));
+            query.push_bind(i64::from(page.limit) + 1);
+            let rows = query
+                .build()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            let steps = rows::steps(&rows, OPERATION)?;
+            Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
         })
         .await
     }
 
     async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        retrying(Operation::StepHistory, || self.step_history_once(run_id)).await
+        retrying(Operation::StepHistory, move || async move {
+            const OPERATION: Operation = Operation::StepHistory;
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM tasks.step_attempts
+              WHERE namespace = $1 AND workflow_run_id = $2
+              ORDER BY created_at, id"
+            );
+            let rows = sqlx::query(&sql)
+                .bind(&*self.namespace)
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            rows::steps(&rows, OPERATION)
+        })
+        .await
     }
 
     // Not tried again on a broken connection: a second try after a committed first would
@@ -122,122 +215,6 @@ impl StepStore for PgStore {
 }
 
 impl PgStore {
-    /// One try of [`StepStore::create_step_attempt`] (of checked `params`).
-    async fn create_step_attempt_once(
-        &self,
-        params: &CreateStepAttempt,
-    ) -> StoreResult<StepAttempt> {
-        let operation = CREATE_STEP.operation;
-        // clock_timestamp(), not now(): attempts created in one transaction still get
-        // increasing timestamps; `id` (UUIDv7) breaks any remaining tie.
-        let sql = format!(
-            "INSERT INTO tasks.step_attempts
-                 (namespace, id, workflow_run_id, step_name, kind, status, config, context,
-                  started_at, created_at, updated_at)
-             SELECT $1, $3, wr.id, $5, $6, 'running', $7, $8, now(), clock_timestamp(), now()
-               FROM tasks.workflow_runs wr
-              WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
-             {SKIP_STORED}
-          RETURNING {STEP_COLUMNS}",
-            fence = CREATE_STEP.fence("wr.", "$4"),
-        );
-        let inserted = sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(params.run_id)
-            .bind(params.id)
-            .bind(&params.worker_id)
-            .bind(&params.step_name)
-            .bind(params.kind.as_str())
-            .bind(&params.config)
-            .bind(&params.context)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(operation))?;
-        match inserted {
-            Some(row) => row.into_step(operation),
-            None => {
-                let stored = self.get_step_attempt(params.id).await?;
-                if let Some(step) = stored_again(params.run_id, stored, false)? {
-                    return Ok(step);
-                }
-                let current = self.fetch_run(params.run_id, operation).await?;
-                Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), current.as_ref()))
-            }
-        }
-    }
-
-    async fn get_step_attempt_once(
-        &self,
-        step_attempt_id: Uuid,
-    ) -> StoreResult<Option<StepAttempt>> {
-        const OPERATION: Operation = Operation::GetStepAttempt;
-        let sql = format!(
-            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = $1 AND id = $2"
-        );
-        sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(step_attempt_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?
-            .map(|row| row.into_step(OPERATION))
-            .transpose()
-    }
-
-    async fn list_step_attempts_once(
-        &self,
-        params: &ListStepAttempts,
-    ) -> StoreResult<Page<StepAttempt>> {
-        const OPERATION: Operation = Operation::ListStepAttempts;
-        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts WHERE namespace = "
-        ));
-        query.push_bind(&*self.namespace);
-        query
-            .push(" AND workflow_run_id = ")
-            .push_bind(params.workflow_run_id);
-        if let Some(cursor) = page.cursor {
-            query.push(format_args!(
-                " AND (created_at, id) {} (",
-                page.cursor_operator()
-            ));
-            query
-                .push_bind(cursor.created_at())
-                .push(", ")
-                .push_bind(cursor.id())
-                .push(")");
-        }
-        let direction = page.sql_direction();
-        query.push(format_args!(
-            " ORDER BY created_at {direction}, id {direction} LIMIT "
-        ));
-        query.push_bind(i64::from(page.limit) + 1);
-        let rows = query
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        let steps = rows::steps(&rows, OPERATION)?;
-        Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
-    }
-
-    async fn step_history_once(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        const OPERATION: Operation = Operation::StepHistory;
-        let sql = format!(
-            "SELECT {STEP_COLUMNS} FROM tasks.step_attempts
-              WHERE namespace = $1 AND workflow_run_id = $2
-              ORDER BY created_at, id"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        rows::steps(&rows, OPERATION)
-    }
-
     /// One try of [`StepStore::record_step_attempt`] (of checked `params`).
     async fn record_step_attempt_once(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         let operation = RECORD_STEP.operation;
