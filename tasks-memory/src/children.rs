@@ -5,24 +5,23 @@
 //! parent parking, so the last child always finds its parent parked, or the parent finds
 //! it finished.
 
+use crate::MemoryStore;
+use crate::runs::NewRun;
+use crate::tables::{Space, Tx};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
 use tasks_core::children::{
     ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
 };
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits;
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::Notification;
+use tasks_core::store::{ChildStore, Notification, Store, check};
 use tasks_core::transition::{
     CANCELED, CASCADE_FROM, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN,
     parent_countdown,
 };
-
-use crate::MemoryStore;
-use crate::runs::NewRun;
-use crate::tables::{Space, Tx};
+use uuid::Uuid;
 
 /// Counts down run `parent` by one child that just ended, waking it (available now) when
 /// that was the last child it waits for. Returns the wake-up to announce.
@@ -243,5 +242,18 @@ impl MemoryStore {
             tx.notes.extend(WAIT_CHILDREN.announcements(&run));
             Ok(ChildWait::Parked(run))
         })
+    }
+}
+
+#[async_trait]
+impl ChildStore for MemoryStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        check::start_child(&self.namespace, &params)?;
+        self.start_child_impl(params)
+    }
+
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        check::wait_for_children(&params)?;
+        self.wait_for_children_impl(params)
     }
 }

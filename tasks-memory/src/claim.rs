@@ -1,11 +1,11 @@
 //! Claims: the deadline sweep, the candidates of a claim and their admission, and the
 //! heartbeat rows that let a claim take the runs of a dead worker.
 
-use std::time::Duration;
-
+use crate::MemoryStore;
+use crate::children::wake_parent;
+use crate::tables::{Heartbeat, Row, Space, Tx};
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
+use std::time::Duration;
 use tasks_core::error::StoreResult;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
@@ -14,10 +14,7 @@ use tasks_core::transition::{
     claimable, claimed_attempts, claimed_started_at, deadline_error, first_execution,
     forgettable_worker,
 };
-
-use crate::MemoryStore;
-use crate::children::wake_parent;
-use crate::tables::{Heartbeat, Row, Space, Tx};
+use uuid::Uuid;
 
 impl MemoryStore {
     pub(crate) fn claim_runs_impl(

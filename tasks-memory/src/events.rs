@@ -4,18 +4,18 @@
 //! `transition`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`]; the lock
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
-use uuid::Uuid;
-
+use crate::MemoryStore;
+use crate::tables::{Space, Tx};
+use async_trait::async_trait;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
     received_output, timed_out_output, wait_step, wait_until,
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus};
+use tasks_core::store::{EventStore, Store, check};
 use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
-
-use crate::MemoryStore;
-use crate::tables::{Space, Tx};
+use uuid::Uuid;
 
 /// The oldest unconsumed event of a run's topic.
 fn oldest_unconsumed(space: &Space, run_id: Uuid, topic: &str) -> Option<Uuid> {
@@ -192,4 +192,21 @@ fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
     };
     tx.space.steps.insert(step.id, step.clone());
     step
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        check::send_event(&self.namespace, &params)?;
+        self.send_event_impl(params)
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        check::wait_for_event(&params)?;
+        self.wait_for_event_impl(params)
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        Ok(self.list_events_impl(run_id))
+    }
 }

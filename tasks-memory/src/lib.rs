@@ -74,6 +74,7 @@
 mod children;
 mod claim;
 mod events;
+mod leases;
 mod lifecycle;
 mod queues;
 mod retention;
@@ -81,17 +82,20 @@ mod runs;
 mod schedules;
 mod state;
 mod steps;
-mod store;
 mod tables;
 mod transitions;
 
+use async_trait::async_trait;
 use std::sync::Arc;
-
-use tasks_core::clock::Clock;
-use tasks_core::limits::LimitError;
-use tasks_core::store::{DEFAULT_NAMESPACE, Notification};
-
 use tables::Shared;
+use tasks_core::clock::Clock;
+use tasks_core::error::StoreResult;
+use tasks_core::limits::LimitError;
+use tasks_core::store::{
+    ChildStore, DEFAULT_NAMESPACE, EventStore, LeaseStore, LifecycleStore, Notification,
+    NotificationStream, QueueStore, RetentionStore, RunStore, ScheduleStore, SharedStore,
+    StateStore, StepStore, Store,
+};
 
 /// The in-memory store.
 ///
@@ -177,4 +181,21 @@ impl MemoryStore {
             namespace: self.namespace.to_string(),
         });
     }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> {
+        Ok(SharedStore::new(self.with_namespace(namespace)?))
+    }
+
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        Ok(self.notifications())
+    }
+
+    tasks_core::every_capability!();
 }

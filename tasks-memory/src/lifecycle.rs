@@ -1,14 +1,14 @@
 //! A finished run again: retried in place ([`RETRY`]) or forked into a new run that replays
 //! the history before a step ([`FORK`]).
 
-use uuid::Uuid;
-
-use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::transition::{CREATED, FORK, RETRIED, RETRY, fork_boundary};
-
 use crate::MemoryStore;
 use crate::tables::Row;
+use async_trait::async_trait;
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::store::{LifecycleStore, check};
+use tasks_core::transition::{CREATED, FORK, RETRIED, RETRY, fork_boundary};
+use uuid::Uuid;
 
 impl MemoryStore {
     /// [`RETRY`]: pending now, with its output, error, worker and attempt counter cleared
@@ -78,5 +78,29 @@ impl MemoryStore {
             tx.notes.extend(FORK.announcements(&forked));
             Ok(forked)
         })
+    }
+}
+
+#[async_trait]
+impl LifecycleStore for MemoryStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.cancel_run_impl(run_id)
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.pause_run_impl(run_id)
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.resume_run_impl(run_id)
+    }
+
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.retry_run_impl(run_id)
+    }
+
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        check::fork_run(from_step)?;
+        self.fork_run_impl(run_id, from_step)
     }
 }

@@ -1,10 +1,11 @@
 //! Queue configurations: their limits, and the rate window a put keeps. The claim reads
 //! them (see `tasks_core::transition::Admission`).
 
+use crate::MemoryStore;
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::queue::{Queue, QueueOptions, RateLimit};
-
-use crate::MemoryStore;
+use tasks_core::store::{QueueStore, Store, check};
 
 /// A rate limit as the SQL stores keep it: its period in whole milliseconds.
 fn as_stored((starts, period_ms): (Option<i32>, Option<i64>)) -> Option<RateLimit> {
@@ -48,5 +49,27 @@ impl MemoryStore {
                 name: name.to_owned(),
             }),
         })
+    }
+}
+
+#[async_trait]
+impl QueueStore for MemoryStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        check::put_queue(&self.namespace, options)?;
+        self.put_queue_impl(options)
+    }
+
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        check::queue_name(name)?;
+        Ok(self.get_queue_impl(name))
+    }
+
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        Ok(self.list_queues_impl())
+    }
+
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        check::queue_name(name)?;
+        self.delete_queue_impl(name)
     }
 }

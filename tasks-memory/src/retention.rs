@@ -2,19 +2,17 @@
 //! the lease that gives one worker of a fleet each periodic purge. The statuses a purge
 //! may delete are [`PURGE`]'s.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
-use tasks_core::error::StoreResult;
-use tasks_core::retention::next_turn;
-use tasks_core::retention::{FinishedBefore, PurgeRuns};
-use tasks_core::transition::{PURGE, purgeable_with_parent, unlink_purged_run, unlink_purged_step};
-
 use crate::MemoryStore;
 use crate::tables::{RetentionLease, Space, stored};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tasks_core::error::StoreResult;
+use tasks_core::retention::{FinishedBefore, PurgeRuns, next_turn};
+use tasks_core::store::{RetentionStore, Store, check};
+use tasks_core::transition::{PURGE, purgeable_with_parent, unlink_purged_run, unlink_purged_step};
+use uuid::Uuid;
 
 /// The runs of a batch: at most `params.batch_size` of its statuses finished before
 /// `cutoff`, without a live parent.
@@ -86,5 +84,22 @@ impl MemoryStore {
             }
             Ok(turn)
         })
+    }
+}
+
+#[async_trait]
+impl RetentionStore for MemoryStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        check::purge_runs(&self.namespace, params)?;
+        self.purge_runs_impl(params)
+    }
+
+    async fn take_retention_turn(
+        &self,
+        worker_id: &str,
+        every: Duration,
+    ) -> StoreResult<Option<u64>> {
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
+        self.take_retention_turn_impl(worker_id, every)
     }
 }

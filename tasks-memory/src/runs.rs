@@ -1,18 +1,18 @@
 //! Runs: creation (with idempotency keys and their scopes), reads, listings and counts.
 
+use crate::MemoryStore;
+use crate::tables::{Row, Tx, absent_if_null, storable, stored};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
 use tasks_core::error::StoreResult;
 use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, counts_in_order,
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, Store, check,
+    counts_in_order,
 };
 use tasks_core::transition::CREATED;
-
-use crate::MemoryStore;
-use crate::tables::{Row, Tx, absent_if_null, storable, stored};
+use uuid::Uuid;
 
 /// A run checked and computed, ready to insert: nothing about it can fail any more.
 pub(crate) struct NewRun {
@@ -207,4 +207,25 @@ pub(crate) fn scan<T>(
         items.reverse();
     }
     items.truncate(page.limit as usize + 1);
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        check::create_run(&self.namespace, &params)?;
+        self.create_run_impl(params)
+    }
+
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        Ok(self.read(|space| space.run(run_id)))
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        check::list_runs(&self.namespace, &params)?;
+        self.list_runs_impl(params)
+    }
+
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
+        Ok(self.count_runs_impl(statuses))
+    }
 }

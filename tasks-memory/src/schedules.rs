@@ -3,16 +3,16 @@
 //! decision (`schedule::plan`); the first slot is the caller's function of the store's
 //! clock.
 
+use crate::MemoryStore;
+use crate::runs::{Inserted, NewRun};
+use crate::tables::{storable, stored};
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{
     DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, fires, keeps_slot,
 };
-use tasks_core::store::Notification;
-
-use crate::MemoryStore;
-use crate::runs::{Inserted, NewRun};
-use crate::tables::{storable, stored};
+use tasks_core::store::{Notification, ScheduleStore, Store, check};
 
 impl MemoryStore {
     pub(crate) fn put_schedule_impl(
@@ -159,5 +159,59 @@ impl MemoryStore {
             }
             Ok(Some(runs))
         })
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for MemoryStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.put_schedule_impl(params, first_slot, false)
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.put_schedule_impl(params, first_slot, true)
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        check::schedule_name(name)?;
+        Ok(self.get_schedule_impl(name))
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        Ok(self.list_schedules_impl())
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, true)
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, false)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        check::schedule_name(name)?;
+        self.delete_schedule_impl(name)
+    }
+
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        Ok(self.due_schedules_impl(limit))
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        check::fire_schedule(&self.namespace, &params)?;
+        self.fire_schedule_impl(params)
     }
 }

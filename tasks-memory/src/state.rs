@@ -2,17 +2,17 @@
 //! step attempt of kind state in the same write ([`SET_STATE`]); a replay finds the
 //! attempt and publishes nothing.
 
-use uuid::Uuid;
-
+use crate::MemoryStore;
+use crate::tables::Space;
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepKind, StepStatus};
 use tasks_core::state::{
     PublishedState, SetState, StateSet, next_version, published_output, state_changed,
 };
+use tasks_core::store::{StateStore, Store, check};
 use tasks_core::transition::SET_STATE;
-
-use crate::MemoryStore;
-use crate::tables::Space;
+use uuid::Uuid;
 
 /// `Ok` when the run exists in the namespace, else [`StoreError::RunNotFound`].
 fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
@@ -115,5 +115,22 @@ impl MemoryStore {
             }
             Ok(found)
         })
+    }
+}
+
+#[async_trait]
+impl StateStore for MemoryStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        check::set_state(&params)?;
+        self.set_state_impl(params)
+    }
+
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        check::get_state(key)?;
+        self.get_state_impl(run_id, key)
+    }
+
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+        self.list_state_impl(run_id)
     }
 }

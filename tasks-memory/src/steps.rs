@@ -2,25 +2,23 @@
 //! when it was paused or canceled meanwhile (`transition::interrupted`). Idempotent by the
 //! attempt's id (`transition::stored_again`).
 
+use crate::MemoryStore;
+use crate::runs::{beyond, scan};
+use crate::tables::{Space, Tx, absent_if_null};
+use crate::transitions::complete_in;
+use async_trait::async_trait;
 use serde_json::Value;
-use uuid::Uuid;
-
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
-use tasks_core::store::check;
 use tasks_core::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
-    complete_separately,
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepStore,
+    StepUpdate, Store, check, complete_separately,
 };
 use tasks_core::transition::{
     COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
     explain_step_miss, interrupted, stored_again,
 };
-
-use crate::MemoryStore;
-use crate::runs::{beyond, scan};
-use crate::tables::{Space, Tx, absent_if_null};
-use crate::transitions::complete_in;
+use uuid::Uuid;
 
 /// How a step write finds its run.
 enum RunState {
@@ -297,5 +295,41 @@ impl MemoryStore {
                 }
             }
         })
+    }
+}
+
+#[async_trait]
+impl StepStore for MemoryStore {
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        check::create_step_attempt(&params)?;
+        self.create_step_attempt_impl(params)
+    }
+
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        Ok(self.get_step_attempt_impl(step_attempt_id))
+    }
+
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        check::list_step_attempts(&self.namespace, &params)?;
+        self.list_step_attempts_impl(params)
+    }
+
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        Ok(self.step_history_impl(run_id))
+    }
+
+    async fn complete_step_attempt(
+        &self,
+        run_id: Uuid,
+        step_attempt_id: Uuid,
+        worker_id: &str,
+        output: Value,
+    ) -> StoreResult<StepUpdate> {
+        check::complete_step_attempt(worker_id, &output)?;
+        self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        self.record_step_attempt_impl(params)
     }
 }

@@ -5,12 +5,12 @@
 //! or settles the miss, the change is applied, a finished run's family is told
 //! ([`after_finish`]) and the transition's announcements are queued.
 
-use std::time::Duration;
-
+use crate::MemoryStore;
+use crate::children::after_finish;
+use crate::tables::{Tx, storable};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use uuid::Uuid;
-
+use std::time::Duration;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::FailRun;
@@ -19,10 +19,7 @@ use tasks_core::transition::{
     PAUSED, RELEASE, RELEASED, RESUME, RESUMED, SLEEP, SLEEPING, Transition, gives_up,
     released_attempts, retry_after,
 };
-
-use crate::MemoryStore;
-use crate::children::after_finish;
-use crate::tables::{Tx, storable};
+use uuid::Uuid;
 
 impl MemoryStore {
     /// Applies `transition` to run `run_id` in its own write; see [`transition_in`].
