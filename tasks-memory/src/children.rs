@@ -16,7 +16,7 @@ use tasks_core::children::{
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits;
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::{ChildStore, Notification, Store, check};
+use tasks_core::store::{ChildStore, Notification, check};
 use tasks_core::transition::{
     CANCELED, CASCADE_FROM, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN,
     parent_countdown,
@@ -98,8 +98,10 @@ fn cascading_descendants(space: &Space, root: Uuid) -> Vec<Uuid> {
     found
 }
 
-impl MemoryStore {
-    pub(crate) fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
+#[async_trait]
+impl ChildStore for MemoryStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        check::start_child(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::StartChild;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
@@ -171,7 +173,8 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn wait_for_children_impl(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
@@ -242,18 +245,5 @@ impl MemoryStore {
             tx.notes.extend(WAIT_CHILDREN.announcements(&run));
             Ok(ChildWait::Parked(run))
         })
-    }
-}
-
-#[async_trait]
-impl ChildStore for MemoryStore {
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        check::start_child(&self.namespace, &params)?;
-        self.start_child_impl(params)
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        check::wait_for_children(&params)?;
-        self.wait_for_children_impl(params)
     }
 }

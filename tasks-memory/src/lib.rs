@@ -1,25 +1,27 @@
-//! The in-memory store of `tasks`: the whole [`Store`](tasks_core::Store) contract in one process's memory,
+//! The in-memory store of `tasks`: the whole [`Store`] contract in one process's memory,
 //! behind one lock. For tests, the testing kit and single-process use; nothing survives the
 //! process.
 //!
 //! # The map
 //!
 //! ```text
-//!  MemoryStore      a handle: one namespace, one clock, the shared tables (lib.rs)
-//!       │           the Store trait, checking every value first (store.rs)
+//!  MemoryStore      a handle: one namespace, one clock, the shared tables, the Store
+//!       │           trait (lib.rs); each module implements one trait of the contract,
+//!       │           every method calling `tasks_core::store::check` first
 //!       ▼
 //!  tables           every namespace's rows behind one Mutex; a write is a closure run
 //!                   under it, with the clock read once, and announces after it (tables.rs)
 //!       │
 //!  the path of a run, one module each:
 //!    runs           create (idempotency keys), read, list, count
-//!    claim          deadlines, the candidates of a claim, heartbeat rows
-//!    transitions    lease, sleep, complete, fail, release, cancel, pause, resume
+//!    leases         claim, extend, sleep, complete, fail, release, heartbeat
+//!    claim          deadlines, the candidates of a claim and their admission
+//!    transitions    the fenced transition every run transition goes through
 //!    steps          step attempts: created, recorded, completed, interrupted
 //!    events         a run's mailboxes: send, wait (park, consume, time out)
 //!    children       start a child, wait for children, wake a parent, cascade a cancel
 //!    state          published values of a run
-//!    lifecycle      retry and fork a finished run
+//!    lifecycle      cancel, pause, resume; retry and fork a finished run
 //!    retention      purge finished runs, take the retention turn
 //!    schedules      cron schedules' rows and their compare-and-set firing
 //!    queues         queue configurations
@@ -38,7 +40,7 @@
 //! # Behaviour
 //!
 //! * **Atomicity.** Every operation runs under one [`std::sync::Mutex`] shared by every
-//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`](tasks_core::Store::scoped)), and checks
+//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`]), and checks
 //!   everything that may fail before it changes anything: a transition is one fenced write,
 //!   and concurrent workers serialize exactly like on SQLite's write lock.
 //! * **Clock.** Every instant comes from the store's [`Clock`] (the system clock by
@@ -91,11 +93,7 @@ use tables::Shared;
 use tasks_core::clock::Clock;
 use tasks_core::error::StoreResult;
 use tasks_core::limits::LimitError;
-use tasks_core::store::{
-    ChildStore, DEFAULT_NAMESPACE, EventStore, LeaseStore, LifecycleStore, Notification,
-    NotificationStream, QueueStore, RetentionStore, RunStore, ScheduleStore, SharedStore,
-    StateStore, StepStore, Store,
-};
+use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 
 /// The in-memory store.
 ///

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use tasks_core::error::StoreResult;
 use tasks_core::retention::{FinishedBefore, PurgeRuns, next_turn};
-use tasks_core::store::{RetentionStore, Store, check};
+use tasks_core::store::{RetentionStore, check};
 use tasks_core::transition::{PURGE, purgeable_with_parent, unlink_purged_run, unlink_purged_step};
 use uuid::Uuid;
 
@@ -33,8 +33,10 @@ fn batch(space: &Space, params: &PurgeRuns, cutoff: DateTime<Utc>) -> BTreeSet<U
         .collect()
 }
 
-impl MemoryStore {
-    pub(crate) fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
+#[async_trait]
+impl RetentionStore for MemoryStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        check::purge_runs(&self.namespace, params)?;
         self.write(|tx| {
             let cutoff = match params.finished_before {
                 FinishedBefore::Instant(at) => stored(at),
@@ -70,11 +72,13 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn take_retention_turn_impl(
+    async fn take_retention_turn(
         &self,
-        _worker_id: &str,
+        worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>> {
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
+        // Any worker may take the turn: the id is only checked.
         self.write(|tx| {
             let next_at = tx.plus(every)?;
             let lease = tx.space.retention.as_ref();
@@ -84,22 +88,5 @@ impl MemoryStore {
             }
             Ok(turn)
         })
-    }
-}
-
-#[async_trait]
-impl RetentionStore for MemoryStore {
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        check::purge_runs(&self.namespace, params)?;
-        self.purge_runs_impl(params)
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        check::take_retention_turn(&self.namespace, worker_id, every)?;
-        self.take_retention_turn_impl(worker_id, every)
     }
 }

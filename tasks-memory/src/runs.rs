@@ -8,8 +8,7 @@ use tasks_core::error::StoreResult;
 use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, Store, check,
-    counts_in_order,
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check, counts_in_order,
 };
 use tasks_core::transition::CREATED;
 use uuid::Uuid;
@@ -113,71 +112,6 @@ pub(crate) enum Inserted {
     Held(WorkflowRun),
 }
 
-impl MemoryStore {
-    pub(crate) fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        self.write(|tx| {
-            let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
-            match new.insert(tx) {
-                Inserted::Created(run) => {
-                    tx.notes.push(Notification::RunAvailable {
-                        namespace: run.namespace.clone(),
-                    });
-                    Ok(run)
-                }
-                // A repeat of an idempotent create: the first run.
-                Inserted::Held(first) => Ok(first),
-            }
-        })
-    }
-
-    pub(crate) fn list_runs_impl(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let after = params.created_after.map(stored);
-        let before = params.created_before.map(stored);
-        let mut runs: Vec<WorkflowRun> = self.read(|space| {
-            space
-                .runs
-                .values()
-                .map(|row| &row.run)
-                .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
-                .filter(|run| {
-                    params
-                        .workflow_name
-                        .as_ref()
-                        .is_none_or(|name| run.workflow_name == *name)
-                })
-                .filter(|run| {
-                    params
-                        .parent_run_id
-                        .is_none_or(|parent| run.parent_run_id == Some(parent))
-                })
-                .filter(|run| after.is_none_or(|after| run.created_at >= after))
-                .filter(|run| before.is_none_or(|before| run.created_at <= before))
-                .filter(|run| beyond(&page, page.cursor, (run.created_at, run.id)))
-                .cloned()
-                .collect()
-        });
-        scan(&page, &mut runs, |run| (run.created_at, run.id));
-        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
-    }
-
-    pub(crate) fn count_runs_impl(&self, statuses: &[RunStatus]) -> Vec<(RunStatus, u64)> {
-        if statuses.is_empty() {
-            return Vec::new();
-        }
-        let rows = self.read(|space| {
-            statuses
-                .iter()
-                .map(|status| {
-                    let count = space.runs.values().filter(|row| row.run.status == *status);
-                    (status.as_str().to_owned(), count.count() as i64)
-                })
-                .collect()
-        });
-        counts_in_order(statuses, rows)
-    }
-}
-
 /// Whether an item at `position` is strictly past `cursor` in the page's scan order.
 pub(crate) fn beyond(
     page: &PageQuery,
@@ -213,7 +147,19 @@ pub(crate) fn scan<T>(
 impl RunStore for MemoryStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         check::create_run(&self.namespace, &params)?;
-        self.create_run_impl(params)
+        self.write(|tx| {
+            let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
+            match new.insert(tx) {
+                Inserted::Created(run) => {
+                    tx.notes.push(Notification::RunAvailable {
+                        namespace: run.namespace.clone(),
+                    });
+                    Ok(run)
+                }
+                // A repeat of an idempotent create: the first run.
+                Inserted::Held(first) => Ok(first),
+            }
+        })
     }
 
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
@@ -222,10 +168,49 @@ impl RunStore for MemoryStore {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
-        self.list_runs_impl(params)
+        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+        let after = params.created_after.map(stored);
+        let before = params.created_before.map(stored);
+        let mut runs: Vec<WorkflowRun> = self.read(|space| {
+            space
+                .runs
+                .values()
+                .map(|row| &row.run)
+                .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
+                .filter(|run| {
+                    params
+                        .workflow_name
+                        .as_ref()
+                        .is_none_or(|name| run.workflow_name == *name)
+                })
+                .filter(|run| {
+                    params
+                        .parent_run_id
+                        .is_none_or(|parent| run.parent_run_id == Some(parent))
+                })
+                .filter(|run| after.is_none_or(|after| run.created_at >= after))
+                .filter(|run| before.is_none_or(|before| run.created_at <= before))
+                .filter(|run| beyond(&page, page.cursor, (run.created_at, run.id)))
+                .cloned()
+                .collect()
+        });
+        scan(&page, &mut runs, |run| (run.created_at, run.id));
+        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
     async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
-        Ok(self.count_runs_impl(statuses))
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self.read(|space| {
+            statuses
+                .iter()
+                .map(|status| {
+                    let count = space.runs.values().filter(|row| row.run.status == *status);
+                    (status.as_str().to_owned(), count.count() as i64)
+                })
+                .collect()
+        });
+        Ok(counts_in_order(statuses, rows))
     }
 }

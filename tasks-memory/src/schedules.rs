@@ -12,7 +12,7 @@ use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{
     DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, fires, keeps_slot,
 };
-use tasks_core::store::{Notification, ScheduleStore, Store, check};
+use tasks_core::store::{Notification, ScheduleStore, check};
 
 impl MemoryStore {
     pub(crate) fn put_schedule_impl(
@@ -66,14 +66,6 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn get_schedule_impl(&self, name: &str) -> Option<Schedule> {
-        self.read(|space| space.schedules.get(name).cloned())
-    }
-
-    pub(crate) fn list_schedules_impl(&self) -> Vec<Schedule> {
-        self.read(|space| space.schedules.values().cloned().collect())
-    }
-
     /// Pauses or resumes a schedule; a repeat changes nothing, not even `updated_at`.
     pub(crate) fn set_schedule_paused(&self, name: &str, paused: bool) -> StoreResult<Schedule> {
         self.write(|tx| {
@@ -92,8 +84,49 @@ impl MemoryStore {
             Ok(schedule.clone())
         })
     }
+}
 
-    pub(crate) fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
+#[async_trait]
+impl ScheduleStore for MemoryStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.put_schedule_impl(params, first_slot, false)
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.put_schedule_impl(params, first_slot, true)
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        check::schedule_name(name)?;
+        Ok(self.read(|space| space.schedules.get(name).cloned()))
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        Ok(self.read(|space| space.schedules.values().cloned().collect()))
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, true)
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, false)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        check::schedule_name(name)?;
         self.write(|tx| match tx.space.schedules.remove(name) {
             Some(_) => Ok(()),
             None => Err(StoreError::ScheduleNotFound {
@@ -102,7 +135,7 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn due_schedules_impl(&self, limit: u32) -> DueSchedules {
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
         // The clock of a read, as a write would take it.
         let now = stored(self.clock.now());
         let mut schedules: Vec<Schedule> = self.read(|space| {
@@ -117,13 +150,11 @@ impl MemoryStore {
         });
         schedules.sort_by_key(|schedule| schedule.next_slot);
         schedules.truncate(limit as usize);
-        DueSchedules { now, schedules }
+        Ok(DueSchedules { now, schedules })
     }
 
-    pub(crate) fn fire_schedule_impl(
-        &self,
-        params: FireSchedule,
-    ) -> StoreResult<Option<Vec<WorkflowRun>>> {
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        check::fire_schedule(&self.namespace, &params)?;
         let slot = storable(params.slot)?;
         let next_slot = params.next_slot.map(storable).transpose()?;
         self.write(|tx| {
@@ -159,59 +190,5 @@ impl MemoryStore {
             }
             Ok(Some(runs))
         })
-    }
-}
-
-#[async_trait]
-impl ScheduleStore for MemoryStore {
-    async fn create_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        check::put_schedule(&self.namespace, &params)?;
-        self.put_schedule_impl(params, first_slot, false)
-    }
-
-    async fn put_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        check::put_schedule(&self.namespace, &params)?;
-        self.put_schedule_impl(params, first_slot, true)
-    }
-
-    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        check::schedule_name(name)?;
-        Ok(self.get_schedule_impl(name))
-    }
-
-    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        Ok(self.list_schedules_impl())
-    }
-
-    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        check::schedule_name(name)?;
-        self.set_schedule_paused(name, true)
-    }
-
-    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        check::schedule_name(name)?;
-        self.set_schedule_paused(name, false)
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        check::schedule_name(name)?;
-        self.delete_schedule_impl(name)
-    }
-
-    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        Ok(self.due_schedules_impl(limit))
-    }
-
-    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        check::fire_schedule(&self.namespace, &params)?;
-        self.fire_schedule_impl(params)
     }
 }

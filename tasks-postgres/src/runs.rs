@@ -33,7 +33,6 @@ impl RunStore for PgStore {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
-
         let params = &params;
         retrying(Operation::ListRuns, move || async move {
             const OPERATION: Operation = Operation::ListRuns;

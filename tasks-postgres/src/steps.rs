@@ -86,7 +86,6 @@ impl StepStore for PgStore {
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
         check::list_step_attempts(&self.namespace, &params)?;
-
         let params = &params;
         retrying(Operation::ListStepAttempts, move || async move {
             const OPERATION: Operation = Operation::ListStepAttempts;

@@ -34,7 +34,6 @@ impl LeaseStore for SqliteStore {
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
         check::claim_runs(worker_id, lease, filter)?;
-
         const OPERATION: Operation = Operation::ClaimRuns;
         if limit == 0 {
             return Ok(Vec::new());
@@ -303,7 +302,6 @@ impl LeaseStore for SqliteStore {
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
         check::extend_lease(worker_id, lease)?;
-
         self.transition(
             &EXTEND_LEASE,
             "available_at = ?5",
@@ -321,7 +319,6 @@ impl LeaseStore for SqliteStore {
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
         check::sleep_run(worker_id, until)?;
-
         let until = rows::ts(until)?;
         let set = SLEEPING.set_sql("?4", &[(Column::AvailableAt, "?5")]);
         self.transition(&SLEEP, &set, run_id, Some(worker_id), |q, _| {
@@ -380,7 +377,6 @@ impl LeaseStore for SqliteStore {
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         check::fail_run(&params)?;
-
         let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
         let mut write = self.begin_write(FAIL.operation).await?;
         let current = fetch_run(write.conn(), &self.namespace, run_id, FAIL.operation).await?;
@@ -417,7 +413,6 @@ impl LeaseStore for SqliteStore {
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
         check::release_run(worker_id, delay, &reason)?;
-
         let set = RELEASED.set_sql(
             "?4",
             &[
@@ -435,7 +430,6 @@ impl LeaseStore for SqliteStore {
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
         check::worker(worker_id)?;
-
         const OPERATION: Operation = Operation::Heartbeat;
         let mut write = self.begin_write(OPERATION).await?;
         let stale_at = write.now_plus(stale_after)?;
@@ -470,7 +464,6 @@ impl LeaseStore for SqliteStore {
 
     async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
         check::worker(worker_id)?;
-
         const OPERATION: Operation = Operation::RemoveWorker;
         let mut write = self.begin_write(OPERATION).await?;
         sqlx::query("DELETE FROM tasks_workers WHERE namespace = ?1 AND worker_id = ?2")

@@ -250,7 +250,6 @@ impl SqliteStore {
 impl RunStore for SqliteStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
         check::create_run(&self.namespace, &params)?;
-
         const OPERATION: Operation = Operation::CreateRun;
         let mut write = self.begin_write(OPERATION).await?;
         let (row, created) = match self.insert_run(&mut write, &params).await? {
@@ -289,7 +288,6 @@ impl RunStore for SqliteStore {
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
-
         const OPERATION: Operation = Operation::ListRuns;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(

@@ -155,7 +155,6 @@ async fn fetch_step(
 impl StepStore for SqliteStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         check::create_step_attempt(&params)?;
-
         let operation = CREATE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
         let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
@@ -204,7 +203,6 @@ impl StepStore for SqliteStore {
 
     async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
         check::list_step_attempts(&self.namespace, &params)?;
-
         const OPERATION: Operation = Operation::ListStepAttempts;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(
@@ -265,7 +263,6 @@ impl StepStore for SqliteStore {
         output: Value,
     ) -> StoreResult<StepUpdate> {
         check::complete_step_attempt(worker_id, &output)?;
-
         let operation = COMPLETE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
         let now = write.now();
