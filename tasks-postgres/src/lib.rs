@@ -260,7 +260,7 @@ impl PgStore {
     /// The same store, seeing only `namespace`.
     ///
     /// Errors: a [`LimitError`](tasks_core::LimitError) for a namespace past the
-    /// [`limits`] (longer than
+    /// [`limits`](tasks_core::limits) (longer than
     /// [`MAX_NAMESPACE_BYTES`](tasks_core::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
     /// never holds a namespace that the database could not take.
     pub fn with_namespace(
