@@ -3,7 +3,7 @@
 
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, decode_claimed, decode_run};
-use crate::{PgStore, children, claim, is_expired_row, millis, prefixed, rows};
+use crate::{PgStore, children, claim, millis, prefixed, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -18,8 +18,8 @@ use tasks_core::store::{
 };
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
-    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql, forgettable_workers,
-    gives_up_sql, retry_after,
+    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, deadline_error, either_set_sql,
+    forgettable_workers, gives_up_sql, keyed_candidates, retry_after,
 };
 use uuid::Uuid;
 
@@ -296,4 +296,36 @@ impl LeaseStore for PgStore {
         })
         .await
     }
+}
+
+impl PgStore {
+    /// One claim statement ([`claim::claim_runs_sql`]): the full claim when `limited`, else
+    /// the plain one.
+    async fn claim_with(
+        &self,
+        limited: bool,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
+    ) -> StoreResult<Vec<sqlx::postgres::PgRow>> {
+        sqlx::query(claim::claim_runs_sql(filter.queues.is_some(), limited))
+            .bind(&*self.namespace)
+            .bind(worker_id)
+            .bind(millis(lease))
+            .bind(i64::from(limit))
+            .bind(deadline_error())
+            .bind(keyed_candidates(limit))
+            .bind(filter.queues.as_deref())
+            .bind(filter.workflows.as_deref())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(Operation::ClaimRuns))
+    }
+}
+
+/// Whether a row of a claim statement is a run it failed by its deadline, not a claimed one
+/// (a row that does not say counts as claimed: its decoding reports it).
+fn is_expired_row(row: &sqlx::postgres::PgRow) -> bool {
+    sqlx::Row::try_get::<bool, _>(row, "expired").unwrap_or(false)
 }

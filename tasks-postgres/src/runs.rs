@@ -2,7 +2,7 @@
 
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, RunRow};
-use crate::{PgStore, insert_run, rows};
+use crate::{PgStore, millis, rows};
 use async_trait::async_trait;
 use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
@@ -10,7 +10,7 @@ use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
     CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
 };
-use tasks_core::transition::status_in;
+use tasks_core::transition::{CREATED, status_in};
 use uuid::Uuid;
 
 #[async_trait]
@@ -156,4 +156,77 @@ impl PgStore {
             .map_err(db(Operation::CountRuns))?;
         Ok(tasks_core::store::counts_in_order(statuses, rows))
     }
+}
+
+/// `a.x, a.y, ...` for a column list.
+/// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
+/// a run holds its idempotency key already. A key whose holder's scope has lapsed is
+/// released first (see [`tasks_core::idempotency`]). Announces nothing.
+pub(crate) async fn insert_run(
+    conn: &mut sqlx::PgConnection,
+    namespace: &str,
+    params: &CreateRun,
+) -> StoreResult<Option<RunRow>> {
+    const OPERATION: Operation = Operation::CreateRun;
+    let config = params.stored_config()?;
+    if let Some(key) = &params.idempotency_key {
+        let release =
+            tasks_core::idempotency::release_sql("tasks.workflow_runs", "$1", "$2", "$3", "now()");
+        sqlx::query(&release)
+            .bind(namespace)
+            .bind(&params.workflow_name)
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(db(OPERATION))?;
+    }
+    let (scope, ttl) = params.stored_scope();
+    // A run with a concurrency key brings its key's row (see the claim) in the same
+    // statement, so a claim that sees the run sees the row.
+    let key_row = match params.concurrency {
+        Some(_) => {
+            "WITH key_row AS (
+                INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
+                VALUES ($1, $13) ON CONFLICT DO NOTHING
+             ) "
+        }
+        None => "",
+    };
+    let sql = format!(
+        "{key_row}INSERT INTO tasks.workflow_runs
+             (namespace, id, workflow_name, version, status, idempotency_key, config, context,
+              input, attempts, available_at, deadline_at, created_at, updated_at,
+              priority, concurrency_key, concurrency_limit,
+              idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
+         VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, $8, 0,
+                 COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
+                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18, $19)
+         ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
+         DO NOTHING
+         RETURNING {RUN_COLUMNS}",
+        created = CREATED.as_str(),
+    );
+    sqlx::query_as::<_, RunRow>(&sql)
+        .bind(namespace)
+        .bind(Uuid::now_v7())
+        .bind(&params.workflow_name)
+        .bind(&params.version)
+        .bind(&params.idempotency_key)
+        .bind(&config)
+        .bind(&params.context)
+        .bind(&params.input)
+        .bind(params.available_at)
+        .bind(params.deadline_at)
+        .bind(params.delay.map(millis))
+        .bind(params.priority)
+        .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+        .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
+        .bind(scope)
+        .bind(ttl)
+        .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
+        .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
+        .bind(params.stored_queue())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(OPERATION))
 }

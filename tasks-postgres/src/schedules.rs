@@ -7,8 +7,9 @@
 //! is an `UPDATE` of that row, which under Read Committed re-checks its condition on the
 //! latest committed version of the row.
 
+use crate::PgStore;
 use crate::reconnect::{db, retrying};
-use crate::{PgStore, insert_run};
+use crate::runs::insert_run;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;

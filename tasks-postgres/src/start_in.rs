@@ -1,10 +1,10 @@
 //! Transactional start: a run created inside the caller's own transaction
 //! (the engine's `StartBuilder::in_transaction` is built on it).
 
-use crate::insert_run;
 use crate::notify::{CHANNEL, payload};
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::runs::insert_run;
 use sqlx::PgConnection;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
