@@ -7,7 +7,6 @@ use crate::rows::{RUN_COLUMNS, decode_run};
 use crate::{PgStore, RunQuery, children, notify};
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepStatus, WorkflowRun};
-use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{Notification, StepStore, StepUpdate};
 use tasks_core::transition::{
     Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, explain_step_miss,
