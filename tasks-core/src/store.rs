@@ -100,7 +100,8 @@ pub use crate::state::StateStore;
 /// capabilities. Every store implements it with three traits it requires: [`RunStore`]
 /// (runs as records), [`LeaseStore`] (claims, leases and the end of a run) and
 /// [`StepStore`] (step attempts). The primitives are capabilities, one trait each, that a
-/// store implements when it can and returns from its accessor: [`LifecycleStore`],
+/// store implements when it can and returns from its accessor (all seven at once with
+/// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
 /// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`] and
 /// [`RetentionStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
@@ -205,19 +206,15 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
 /// seven one-line methods. A store that lacks some writes the accessors of those it has by
 /// hand and keeps the defaults ([`StoreError::Unsupported`]) for the others.
 ///
-/// ```
-/// # use tasks_core::{Store, StoreResult, SharedStore, NotificationStream, LimitError};
-/// # struct MyStore;
-/// # macro_rules! skip { ($($t:tt)*) => {} }
-/// # skip! {
+/// ```rust,ignore
 /// #[async_trait::async_trait]
 /// impl Store for MyStore {
-///     fn namespace(&self) -> &str { /* ... */ }
+///     fn namespace(&self) -> &str { &self.namespace }
 ///     fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> { /* ... */ }
 ///     async fn subscribe(&self) -> StoreResult<NotificationStream> { /* ... */ }
+///
 ///     tasks_core::every_capability!();
 /// }
-/// # }
 /// ```
 #[macro_export]
 macro_rules! every_capability {
