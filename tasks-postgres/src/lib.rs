@@ -360,7 +360,7 @@ pub mod __bench {
     /// The claim statement's last parameter for a claim of `limit` runs: how many candidates
     /// with a concurrency key it looks at.
     pub fn claim_keyed_candidates(limit: u32) -> i64 {
-        super::keyed_candidates(limit)
+        tasks_core::transition::keyed_candidates(limit)
     }
 
     /// The statement that writes finished step attempts of many runs.
