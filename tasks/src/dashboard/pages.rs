@@ -11,10 +11,12 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::Markup;
 
 mod runs;
+#[cfg(feature = "schedules")]
 mod schedules;
 mod workflows;
 
 pub(super) use runs::{act, fork, run, runs, send_event};
+#[cfg(feature = "schedules")]
 pub(super) use schedules::{schedule_action, schedules};
 pub(super) use workflows::{start, workflow, workflows};
 

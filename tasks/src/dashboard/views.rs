@@ -7,11 +7,13 @@ use serde_json::Value;
 
 mod run;
 mod runs;
+#[cfg(feature = "schedules")]
 mod schedules;
 mod workflows;
 
 pub(super) use run::{EventForm, RunPage, run};
 pub(super) use runs::{RunFilters, runs};
+#[cfg(feature = "schedules")]
 pub(super) use schedules::schedules;
 pub(super) use workflows::{StartForm, workflow, workflows};
 

@@ -10,14 +10,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-#[cfg(feature = "schedules")]
 #[derive(Deserialize)]
 pub(in crate::dashboard) struct SchedulesQuery {
     done: Option<String>,
 }
 
 /// The schedules of the client's namespace.
-#[cfg(feature = "schedules")]
 pub(in crate::dashboard) async fn schedules(
     base: Base,
     State(state): State<AppState>,
@@ -43,7 +41,6 @@ pub(in crate::dashboard) async fn schedules(
     )
 }
 
-#[cfg(feature = "schedules")]
 #[derive(Deserialize)]
 pub(in crate::dashboard) struct ScheduleForm {
     csrf: String,
@@ -52,7 +49,6 @@ pub(in crate::dashboard) struct ScheduleForm {
 }
 
 /// `pause`, `resume` or `delete` a schedule; back to the schedules when done.
-#[cfg(feature = "schedules")]
 pub(in crate::dashboard) async fn schedule_action(
     base: Base,
     State(state): State<AppState>,

@@ -5,7 +5,6 @@ use crate::display::maybe_time;
 use maud::{Markup, html};
 
 /// The schedules page.
-#[cfg(feature = "schedules")]
 pub(in crate::dashboard) fn schedules(
     base: &Base,
     schedules: &[crate::Schedule],
