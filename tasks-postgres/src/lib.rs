@@ -34,6 +34,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 #[cfg(doc)]
 use tasks_core::RunStore;
+#[cfg(doc)]
+use tasks_core::StoreError;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{DEFAULT_NAMESPACE, NotificationStream, SharedStore, Store};
