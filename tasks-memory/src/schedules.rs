@@ -15,7 +15,9 @@ use tasks_core::schedule::{
 use tasks_core::store::{Notification, ScheduleStore, check};
 
 impl MemoryStore {
-    pub(crate) fn put_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(crate) fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
@@ -94,7 +96,7 @@ impl ScheduleStore for MemoryStore {
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
         check::put_schedule(&self.namespace, &params)?;
-        self.put_schedule_impl(params, first_slot, false)
+        self.write_schedule(params, first_slot, false)
     }
 
     async fn put_schedule(
@@ -103,7 +105,7 @@ impl ScheduleStore for MemoryStore {
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
         check::put_schedule(&self.namespace, &params)?;
-        self.put_schedule_impl(params, first_slot, true)
+        self.write_schedule(params, first_slot, true)
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {

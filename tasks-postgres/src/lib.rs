@@ -378,6 +378,7 @@ pub mod __bench {
 
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
+/// `a.x, a.y, ...` for a column list.
 fn prefixed(alias: &str, columns: &str) -> String {
     columns
         .split(',')

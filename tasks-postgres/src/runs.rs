@@ -91,7 +91,20 @@ impl RunStore for PgStore {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
-        retrying(Operation::CountRuns, || self.count_runs_once(statuses)).await
+        retrying(Operation::CountRuns, move || async move {
+            let sql = format!(
+                "SELECT status, count(*) FROM tasks.workflow_runs
+                  WHERE namespace = $1 AND {} GROUP BY status",
+                status_in("", statuses)
+            );
+            let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+                .bind(&*self.namespace)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(Operation::CountRuns))?;
+            Ok(tasks_core::store::counts_in_order(statuses, rows))
+        })
+        .await
     }
 }
 
@@ -141,24 +154,8 @@ impl PgStore {
             }
         }
     }
-
-    /// One try of [`RunStore::count_runs`] (of some `statuses`).
-    async fn count_runs_once(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
-        let sql = format!(
-            "SELECT status, count(*) FROM tasks.workflow_runs
-              WHERE namespace = $1 AND {} GROUP BY status",
-            status_in("", statuses)
-        );
-        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::CountRuns))?;
-        Ok(tasks_core::store::counts_in_order(statuses, rows))
-    }
 }
 
-/// `a.x, a.y, ...` for a column list.
 /// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
 /// a run holds its idempotency key already. A key whose holder's scope has lapsed is
 /// released first (see [`tasks_core::idempotency`]). Announces nothing.

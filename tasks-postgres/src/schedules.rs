@@ -80,7 +80,9 @@ fn stored_max(catch_up: &CatchUp) -> Option<i32> {
 }
 
 impl PgStore {
-    pub(super) async fn create_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(super) async fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
@@ -207,7 +209,7 @@ impl ScheduleStore for PgStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, false).await
+        self.write_schedule(params, first_slot, false).await
     }
 
     async fn put_schedule(
@@ -215,7 +217,7 @@ impl ScheduleStore for PgStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, true).await
+        self.write_schedule(params, first_slot, true).await
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {

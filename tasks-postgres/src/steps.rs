@@ -206,89 +206,84 @@ impl StepStore for PgStore {
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         check::record_step_attempt(&params)?;
         // Idempotent by the attempt's id: a second try answers with the stored attempt.
-        retrying(RECORD_STEP.operation, || {
-            self.record_step_attempt_once(params.clone())
-        })
-        .await
-    }
-}
-
-impl PgStore {
-    /// One try of [`StepStore::record_step_attempt`] (of checked `params`).
-    async fn record_step_attempt_once(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
-        let operation = RECORD_STEP.operation;
-        // The common case goes through the shared recorder: one statement (and commit) for
-        // every step of every run that finished meanwhile.
-        let params = match self.recorder.record(&self.namespace, params).await? {
-            Ok(attempt) => return Ok(StepUpdate::Recorded(attempt)),
-            Err(refused) => refused,
-        };
-        // The fence refused it: try once more on the single-row path (the run may have
-        // been changed by its own heartbeat), then find out why.
-        let elapsed = i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX);
-        let sql = format!(
-            "INSERT INTO tasks.step_attempts
-                 (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
-                  args, started_at, finished_at, created_at, updated_at)
-             SELECT $1, $3, wr.id, $5, $6, $7, $8, $9, $10, $12,
-                    clock_timestamp() - $11 * INTERVAL '1 microsecond',
-                    clock_timestamp(), clock_timestamp(), clock_timestamp()
-               FROM tasks.workflow_runs wr
-              WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
-             {SKIP_STORED}
-          RETURNING {STEP_COLUMNS}",
-            fence = RECORD_STEP.fence("wr.", "$4"),
-        );
-        let inserted = sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(params.run_id)
-            .bind(params.id)
-            .bind(&params.worker_id)
-            .bind(&params.step_name)
-            .bind(params.kind.as_str())
-            .bind(params.status.as_str())
-            .bind(&params.config)
-            .bind(&params.output)
-            .bind(&params.error)
-            .bind(elapsed)
-            .bind(&params.args)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(operation))?;
-        if let Some(row) = inserted {
-            return Ok(StepUpdate::Recorded(row.into_step(operation)?));
-        }
-        let stored = self.get_step_attempt(params.id).await?;
-        if let Some(step) = stored_again(params.run_id, stored, true)? {
-            return Ok(StepUpdate::Recorded(step));
-        }
         let params = &params;
-        let trace = |mark: StepStatus| async move {
+        retrying(RECORD_STEP.operation, move || async move {
+            let params = params.clone();
+            let operation = RECORD_STEP.operation;
+            // The common case goes through the shared recorder: one statement (and commit) for
+            // every step of every run that finished meanwhile.
+            let params = match self.recorder.record(&self.namespace, params).await? {
+                Ok(attempt) => return Ok(StepUpdate::Recorded(attempt)),
+                Err(refused) => refused,
+            };
+            // The fence refused it: try once more on the single-row path (the run may have
+            // been changed by its own heartbeat), then find out why.
+            let elapsed = i64::try_from(params.elapsed.as_micros()).unwrap_or(i64::MAX);
             let sql = format!(
                 "INSERT INTO tasks.step_attempts
-                     (namespace, id, workflow_run_id, step_name, kind, status, config, args,
-                      started_at, created_at, updated_at)
-                 VALUES ($1, $3, $2, $4, $5, $6, $7, $9,
-                         clock_timestamp() - $8 * INTERVAL '1 microsecond',
-                         clock_timestamp(), clock_timestamp())
-                 {SKIP_STORED}"
+                     (namespace, id, workflow_run_id, step_name, kind, status, config, output, error,
+                      args, started_at, finished_at, created_at, updated_at)
+                 SELECT $1, $3, wr.id, $5, $6, $7, $8, $9, $10, $12,
+                        clock_timestamp() - $11 * INTERVAL '1 microsecond',
+                        clock_timestamp(), clock_timestamp(), clock_timestamp()
+                   FROM tasks.workflow_runs wr
+                  WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
+                 {SKIP_STORED}
+              RETURNING {STEP_COLUMNS}",
+                fence = RECORD_STEP.fence("wr.", "$4"),
             );
-            sqlx::query(&sql)
+            let inserted = sqlx::query_as::<_, StepRow>(&sql)
                 .bind(&*self.namespace)
                 .bind(params.run_id)
                 .bind(params.id)
+                .bind(&params.worker_id)
                 .bind(&params.step_name)
                 .bind(params.kind.as_str())
-                .bind(mark.as_str())
+                .bind(params.status.as_str())
                 .bind(&params.config)
+                .bind(&params.output)
+                .bind(&params.error)
                 .bind(elapsed)
                 .bind(&params.args)
-                .execute(&self.pool)
+                .fetch_optional(&self.pool)
                 .await
                 .map_err(db(operation))?;
-            Ok(true)
-        };
-        self.step_refused(&RECORD_STEP, params.run_id, None, &params.worker_id, trace)
-            .await
+            if let Some(row) = inserted {
+                return Ok(StepUpdate::Recorded(row.into_step(operation)?));
+            }
+            let stored = self.get_step_attempt(params.id).await?;
+            if let Some(step) = stored_again(params.run_id, stored, true)? {
+                return Ok(StepUpdate::Recorded(step));
+            }
+            let params = &params;
+            let trace = |mark: StepStatus| async move {
+                let sql = format!(
+                    "INSERT INTO tasks.step_attempts
+                         (namespace, id, workflow_run_id, step_name, kind, status, config, args,
+                          started_at, created_at, updated_at)
+                     VALUES ($1, $3, $2, $4, $5, $6, $7, $9,
+                             clock_timestamp() - $8 * INTERVAL '1 microsecond',
+                             clock_timestamp(), clock_timestamp())
+                     {SKIP_STORED}"
+                );
+                sqlx::query(&sql)
+                    .bind(&*self.namespace)
+                    .bind(params.run_id)
+                    .bind(params.id)
+                    .bind(&params.step_name)
+                    .bind(params.kind.as_str())
+                    .bind(mark.as_str())
+                    .bind(&params.config)
+                    .bind(elapsed)
+                    .bind(&params.args)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(db(operation))?;
+                Ok(true)
+            };
+            self.step_refused(&RECORD_STEP, params.run_id, None, &params.worker_id, trace)
+                .await
+        })
+        .await
     }
 }

@@ -72,7 +72,9 @@ impl ScheduleRow {
 }
 
 impl SqliteStore {
-    pub(super) async fn create_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(super) async fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
@@ -197,7 +199,7 @@ impl ScheduleStore for SqliteStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, false).await
+        self.write_schedule(params, first_slot, false).await
     }
 
     async fn put_schedule(
@@ -205,7 +207,7 @@ impl ScheduleStore for SqliteStore {
         params: NewSchedule,
         first_slot: NextSlot<'_>,
     ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, true).await
+        self.write_schedule(params, first_slot, true).await
     }
 
     async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
