@@ -63,8 +63,8 @@ pub struct StartChild {
 }
 
 impl StartChild {
-    /// Checks the worker id, the step name and the child's parameters against the
-    /// [`limits`]. Every store calls it before any SQL; a third store should too.
+    /// Checks the worker id, the step name and the child's parameters against the [`limits`]. A
+    /// store reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_step_name(&self.step_name)?;
@@ -120,8 +120,9 @@ pub struct WaitForChildren {
 }
 
 impl WaitForChildren {
-    /// Checks the worker id and the step names against the [`limits`], and that there is at
-    /// least one. Every store calls it before any SQL; a third store should too.
+    /// Checks the worker id and the step names against the [`limits`], and that there is at least
+    /// one. A store reaches it through its operation's function in
+    /// [`store::check`](crate::store::check).
     pub fn check(&self) -> StoreResult<()> {
         limits::check_worker_id(&self.worker_id)?;
         if self.step_names.is_empty() {

@@ -149,8 +149,9 @@ pub struct SendEvent {
 }
 
 impl SendEvent {
-    /// Checks the namespace, the target, the topic, the payload and the key against the
-    /// [`limits`]. Every store calls it before any SQL; a third store should too.
+    /// Checks the namespace, the target, the topic, the payload and the key against the [`limits`].
+    /// A store reaches it through its operation's function in
+    /// [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         if let EventTarget::Key {
@@ -232,8 +233,8 @@ pub struct WaitForEvent {
 }
 
 impl WaitForEvent {
-    /// Checks the worker id, the step name, the topic and the timeout against the
-    /// [`limits`]. Every store calls it before any SQL; a third store should too.
+    /// Checks the worker id, the step name, the topic and the timeout against the [`limits`]. A
+    /// store reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_step_name(&self.step_name)?;

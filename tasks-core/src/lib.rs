@@ -13,7 +13,8 @@
 //!  limits       limits (every size and range a store holds; checked before any write)
 //!  failures     failure (ErrorRecord, WorkflowError, RetryAfter)   retry (RetryPolicy)
 //!       │
-//!  contract     store (the `Store` trait, its parameters and pages, notifications)
+//!  contract     store (the `Store` trait, its parameters and pages, notifications;
+//!               `store::check`: what each operation checks, first, in every store)
 //!               error (StoreError, Operation)   migration (embedded schema migrations)
 //!       │
 //!  policy       transition (each transition's fence, landing and announcement; attempt

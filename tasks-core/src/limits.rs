@@ -1,11 +1,12 @@
 //! What the stores accept: the longest names and keys, the largest and deepest JSON
 //! documents, the instants and durations that every store can hold.
 //!
-//! Every limit is checked before a database sees the value, in one place shared by every
-//! store ([`CreateRun::check`](crate::CreateRun::check), [`ListRuns::check`](crate::ListRuns::check),
-//! [`RecordStepAttempt::check`](crate::RecordStepAttempt::check), ... and the functions
-//! here), so that Postgres, SQLite and any third store refuse exactly the same values, with
-//! the same typed [`LimitError`], and store nothing when they do. A store reports it as
+//! Every limit is checked before a database sees the value, in one place shared by every store:
+//! [`store::check`](crate::store::check) names, for each operation of the contract, what it checks
+//! (with [`CreateRun::check`](crate::CreateRun::check),
+//! [`ListRuns::check`](crate::ListRuns::check), ... and the functions here), so that Postgres,
+//! SQLite and any third store refuse exactly the same values, with the same typed [`LimitError`],
+//! and store nothing when they do. A store reports it as
 //! [`StoreError::Limit`](crate::StoreError::Limit), a client as
 //! `ClientError::Limit`.
 //!

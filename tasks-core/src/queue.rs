@@ -183,8 +183,8 @@ impl QueueOptions {
         self.rate_limit
     }
 
-    /// Checks the name ([`limits::check_queue_name`]) and the limits. Every store calls it
-    /// before writing anything.
+    /// Checks the name ([`limits::check_queue_name`]) and the limits. A store reaches it through
+    /// its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_queue_name(&self.name)?;
         for (field, limit) in [

@@ -97,9 +97,9 @@ impl PurgeRuns {
         self
     }
 
-    /// Checks the namespace, the statuses (terminal only: [`StoreError::NotTerminal`]), the
-    /// batch size and the cutoff against the [`limits`]. Every store calls it before
-    /// touching anything; a third store should too.
+    /// Checks the namespace, the statuses (terminal only: [`StoreError::NotTerminal`]), the batch
+    /// size and the cutoff against the [`limits`]. A store reaches it through its operation's
+    /// function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> StoreResult<()> {
         limits::check_namespace(namespace)?;
         if let Some(status) = self.statuses.iter().find(|status| !status.is_terminal()) {

@@ -164,9 +164,9 @@ pub struct NewSchedule {
 }
 
 impl NewSchedule {
-    /// Checks every value against the [`limits`]. Every store calls it before writing; a
-    /// third store should too. (Whether the cron expression and the timezone mean anything
-    /// is the [`Cadence`]'s business, before the store is called.)
+    /// Checks every value against the [`limits`]. A store reaches it through its operation's
+    /// function in [`store::check`](crate::store::check). (Whether the cron expression and the
+    /// timezone mean anything is the [`Cadence`]'s business, before the store is called.)
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         check_name(&self.name)?;

@@ -75,8 +75,8 @@ pub struct SetState {
 }
 
 impl SetState {
-    /// Checks the worker id, the step name, the key and the value against the [`limits`].
-    /// Every store calls it before any SQL; a third store should too.
+    /// Checks the worker id, the step name, the key and the value against the [`limits`]. A store
+    /// reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_step_name(&self.step_name)?;

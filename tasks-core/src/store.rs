@@ -25,9 +25,9 @@
 //!    there.
 //! 3. Add the method to the trait of the contract it belongs to ([`RunStore`],
 //!    [`LeaseStore`], [`StepStore`], or a capability such as [`EventStore`]), documenting
-//!    its promise and errors. Every value it takes
-//!    is checked against the [`limits`] first, in a `check` method of its
-//!    parameters (or a function of `limits`) that each store calls before any SQL.
+//!    its promise and errors. Every value it takes is checked against the [`limits`]
+//!    first, by the operation's function in [`check`] (the one list of which limit applies
+//!    to which operation), which each store calls before anything else.
 //! 4. In each store, write the `SET` list and pass it to the store's generic helper
 //!    (`PgStore::transition`, `SqliteStore::transition`), which renders the fence, settles a
 //!    miss and sends the announcement.
@@ -44,6 +44,7 @@ use crate::limits::LimitError;
 #[cfg(doc)]
 use crate::{error::Operation, limits, model::StepKind};
 
+pub mod check;
 mod decode;
 mod leases;
 mod lifecycle;
@@ -85,8 +86,7 @@ pub use crate::state::StateStore;
 /// [`StoreError::Corrupt`] when the row's id is unknown) when a run row could not be
 /// decoded, [`StoreError::CorruptStep`] (see [`UndecodableStepRow`]) for a step row,
 /// and [`StoreError::Limit`] for a value past the [`limits`] (checked before the database
-/// sees anything, with the `check` method of the parameters or the functions of
-/// [`limits`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
+/// sees anything, by the operation's function in [`check`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
 /// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
 /// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
 /// is not running; they never change a run they refused.
@@ -100,7 +100,8 @@ pub use crate::state::StateStore;
 /// capabilities. Every store implements it with three traits it requires: [`RunStore`]
 /// (runs as records), [`LeaseStore`] (claims, leases and the end of a run) and
 /// [`StepStore`] (step attempts). The primitives are capabilities, one trait each, that a
-/// store implements when it can and returns from its accessor: [`LifecycleStore`],
+/// store implements when it can and returns from its accessor (all seven at once with
+/// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
 /// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`] and
 /// [`RetentionStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
@@ -198,6 +199,48 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
             self.namespace(),
         ))
     }
+}
+
+/// The accessors of every capability of [`Store`], each answering `Ok(self)`: written inside
+/// the `impl Store` of a store that implements all seven capability traits, instead of
+/// seven one-line methods. A store that lacks some writes the accessors of those it has by
+/// hand and keeps the defaults ([`StoreError::Unsupported`]) for the others.
+///
+/// ```rust,ignore
+/// #[async_trait::async_trait]
+/// impl Store for MyStore {
+///     fn namespace(&self) -> &str { &self.namespace }
+///     fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> { /* ... */ }
+///     async fn subscribe(&self) -> StoreResult<NotificationStream> { /* ... */ }
+///
+///     tasks_core::every_capability!();
+/// }
+/// ```
+#[macro_export]
+macro_rules! every_capability {
+    () => {
+        fn lifecycle(&self) -> $crate::StoreResult<&dyn $crate::LifecycleStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn events(&self) -> $crate::StoreResult<&dyn $crate::EventStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn children(&self) -> $crate::StoreResult<&dyn $crate::ChildStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn published_state(&self) -> $crate::StoreResult<&dyn $crate::StateStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn schedules(&self) -> $crate::StoreResult<&dyn $crate::ScheduleStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn queues(&self) -> $crate::StoreResult<&dyn $crate::QueueStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn retention(&self) -> $crate::StoreResult<&dyn $crate::RetentionStore> {
+            ::core::result::Result::Ok(self)
+        }
+    };
 }
 
 /// A store shared by workers, clients and their tasks: cheap to clone, and what

@@ -5,24 +5,23 @@
 //! parent parking, so the last child always finds its parent parked, or the parent finds
 //! it finished.
 
+use crate::MemoryStore;
+use crate::runs::NewRun;
+use crate::tables::{Space, Tx};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
 use tasks_core::children::{
     ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
 };
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::limits;
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::Notification;
+use tasks_core::store::{ChildStore, Notification, check};
 use tasks_core::transition::{
     CANCELED, CASCADE_FROM, FINISHED, PARKED_ON_CHILDREN, START_CHILD, WAIT_CHILDREN,
     parent_countdown,
 };
-
-use crate::MemoryStore;
-use crate::runs::NewRun;
-use crate::tables::{Space, Tx};
+use uuid::Uuid;
 
 /// Counts down run `parent` by one child that just ended, waking it (available now) when
 /// that was the last child it waits for. Returns the wake-up to announce.
@@ -99,8 +98,10 @@ fn cascading_descendants(space: &Space, root: Uuid) -> Vec<Uuid> {
     found
 }
 
-impl MemoryStore {
-    pub(crate) fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
+#[async_trait]
+impl ChildStore for MemoryStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
+        check::start_child(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::StartChild;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
@@ -172,7 +173,8 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn wait_for_children_impl(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {

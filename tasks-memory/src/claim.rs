@@ -1,85 +1,20 @@
-//! Claims: the deadline sweep, the candidates of a claim and their admission, and the
-//! heartbeat rows that let a claim take the runs of a dead worker.
+//! Claims: the deadline sweep, the candidates of a claim and their admission, and whether a
+//! worker still holds a running run (what lets a claim take the runs of a dead worker).
 
-use std::time::Duration;
-
+use crate::children::wake_parent;
+use crate::tables::{Row, Space, Tx};
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
-use tasks_core::error::StoreResult;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
-    Admission, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Candidate, EXPIRE, EXPIRED, admit_in_order,
-    claimable, claimed_attempts, claimed_started_at, deadline_error, first_execution,
-    forgettable_worker,
+    Admission, CLAIM_ORPHANED, CLAIMED, Candidate, EXPIRE, EXPIRED, admit_in_order, claimable,
+    claimed_attempts, claimed_started_at, deadline_error, first_execution,
 };
-
-use crate::MemoryStore;
-use crate::children::wake_parent;
-use crate::tables::{Heartbeat, Row, Space, Tx};
-
-impl MemoryStore {
-    pub(crate) fn claim_runs_impl(
-        &self,
-        worker_id: &str,
-        lease: Duration,
-        limit: u32,
-        filter: &ClaimFilter,
-    ) -> StoreResult<Vec<ClaimedRun>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.write(|tx| {
-            let lease_end = tx.plus(lease)?;
-            let now = tx.now;
-            expire(tx);
-            let taken = admit(tx.space, worker_id, now, limit, filter);
-            let runs = &mut tx.space.runs;
-            let mut claimed: Vec<ClaimedRun> = taken
-                .into_iter()
-                .filter_map(|id| {
-                    runs.get_mut(&id)
-                        .map(|row| start(row, worker_id, lease_end, now))
-                })
-                .collect();
-            // Oldest first, so callers start work in the order it was queued.
-            claimed.sort_by_key(|claimed| (claimed.run.created_at, claimed.run.id));
-            for claimed in &claimed {
-                tx.notes.extend(CLAIM_PENDING.announcements(&claimed.run));
-            }
-            Ok(claimed)
-        })
-    }
-
-    pub(crate) fn heartbeat_impl(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        self.write(|tx| {
-            let stale_at = tx.plus(stale_after)?;
-            let now = tx.now;
-            let runs = &tx.space.runs;
-            // Forget the namespace's dead workers whose runs were all claimed.
-            tx.space.workers.retain(|worker, heartbeat| {
-                worker == worker_id
-                    || !forgettable_worker(heartbeat.stale_at, now, holds_running(runs, worker))
-            });
-            tx.space
-                .workers
-                .insert(worker_id.to_owned(), Heartbeat { stale_at });
-            Ok(())
-        })
-    }
-
-    pub(crate) fn remove_worker_impl(&self, worker_id: &str) -> StoreResult<()> {
-        self.write(|tx| {
-            tx.space.workers.remove(worker_id);
-            Ok(())
-        })
-    }
-}
+use uuid::Uuid;
 
 /// Fails the runs whose deadline passed ([`EXPIRE`]), waking their parents, and announces
 /// their finish.
-fn expire(tx: &mut Tx<'_>) {
+pub(crate) fn expire(tx: &mut Tx<'_>) {
     let now = tx.now;
     let expired: Vec<Uuid> = tx
         .space
@@ -111,7 +46,7 @@ fn expire(tx: &mut Tx<'_>) {
 
 /// The runs a claim takes, in claim order: the candidates that fit their keys' and queues'
 /// slots and rate windows, up to `limit`. Counts their starts in the rate windows.
-fn admit(
+pub(crate) fn admit(
     space: &mut Space,
     worker_id: &str,
     now: DateTime<Utc>,
@@ -138,7 +73,7 @@ fn admit(
 
 /// Claims `row` for `worker_id` until `lease_end`: a claim counts an attempt, except
 /// waking from a sleep, which continues the attempt; the first claim sets `started_at`.
-fn start(
+pub(crate) fn start(
     row: &mut Row,
     worker_id: &str,
     lease_end: DateTime<Utc>,
@@ -190,7 +125,7 @@ fn candidates(
 }
 
 /// Whether `worker` holds a running run (`transition::forgettable_workers`).
-fn holds_running(runs: &std::collections::BTreeMap<Uuid, Row>, worker: &str) -> bool {
+pub(crate) fn holds_running(runs: &std::collections::BTreeMap<Uuid, Row>, worker: &str) -> bool {
     runs.values().any(|row| {
         CLAIM_ORPHANED.from.contains(&row.run.status)
             && row.run.worker_id.as_deref() == Some(worker)

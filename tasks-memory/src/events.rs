@@ -4,18 +4,18 @@
 //! `transition`'s [`SEND_EVENT`], [`WAKE_ON_EVENT`] and [`WAIT_EVENT`]; the lock
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
-use uuid::Uuid;
-
+use crate::MemoryStore;
+use crate::tables::{Space, Tx};
+use async_trait::async_trait;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
     received_output, timed_out_output, wait_step, wait_until,
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus};
+use tasks_core::store::{EventStore, check};
 use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
-
-use crate::MemoryStore;
-use crate::tables::{Space, Tx};
+use uuid::Uuid;
 
 /// The oldest unconsumed event of a run's topic.
 fn oldest_unconsumed(space: &Space, run_id: Uuid, topic: &str) -> Option<Uuid> {
@@ -29,8 +29,35 @@ fn oldest_unconsumed(space: &Space, run_id: Uuid, topic: &str) -> Option<Uuid> {
         .map(|event| event.id)
 }
 
-impl MemoryStore {
-    pub(crate) fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
+/// Creates the wait's running attempt, with its topic and timeout in its config.
+fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
+    let step = StepAttempt {
+        namespace: tx.namespace.to_owned(),
+        id: Uuid::now_v7(),
+        workflow_run_id: params.run_id,
+        step_name: params.step_name.clone(),
+        kind: StepKind::Event,
+        status: StepStatus::Running,
+        config: params.config(),
+        context: None,
+        output: None,
+        error: None,
+        args: None,
+        child_workflow_run_namespace: None,
+        child_workflow_run_id: None,
+        started_at: Some(tx.now),
+        finished_at: None,
+        created_at: tx.now,
+        updated_at: tx.now,
+    };
+    tx.space.steps.insert(step.id, step.clone());
+    step
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        check::send_event(&self.namespace, &params)?;
         self.write(|tx| {
             let target = match &params.target {
                 EventTarget::Run(run_id) => tx.space.run(*run_id),
@@ -94,7 +121,8 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        check::wait_for_event(&params)?;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
@@ -155,8 +183,8 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn list_events_impl(&self, run_id: Uuid) -> Vec<RunEvent> {
-        self.read(|space| {
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+        Ok(self.read(|space| {
             let mut events: Vec<RunEvent> = space
                 .events
                 .values()
@@ -165,31 +193,6 @@ impl MemoryStore {
                 .collect();
             events.sort_by_key(|event| (event.created_at, event.id));
             events
-        })
+        }))
     }
-}
-
-/// Creates the wait's running attempt, with its topic and timeout in its config.
-fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
-    let step = StepAttempt {
-        namespace: tx.namespace.to_owned(),
-        id: Uuid::now_v7(),
-        workflow_run_id: params.run_id,
-        step_name: params.step_name.clone(),
-        kind: StepKind::Event,
-        status: StepStatus::Running,
-        config: params.config(),
-        context: None,
-        output: None,
-        error: None,
-        args: None,
-        child_workflow_run_namespace: None,
-        child_workflow_run_id: None,
-        started_at: Some(tx.now),
-        finished_at: None,
-        created_at: tx.now,
-        updated_at: tx.now,
-    };
-    tx.space.steps.insert(step.id, step.clone());
-    step
 }

@@ -1,25 +1,27 @@
-//! The in-memory store of `tasks`: the whole [`Store`](tasks_core::Store) contract in one process's memory,
+//! The in-memory store of `tasks`: the whole [`Store`] contract in one process's memory,
 //! behind one lock. For tests, the testing kit and single-process use; nothing survives the
 //! process.
 //!
 //! # The map
 //!
 //! ```text
-//!  MemoryStore      a handle: one namespace, one clock, the shared tables (lib.rs)
-//!       │           the Store trait, checking every value first (store.rs)
+//!  MemoryStore      a handle: one namespace, one clock, the shared tables, the Store
+//!       │           trait (lib.rs); each module implements one trait of the contract,
+//!       │           every method calling `tasks_core::store::check` first
 //!       ▼
 //!  tables           every namespace's rows behind one Mutex; a write is a closure run
 //!                   under it, with the clock read once, and announces after it (tables.rs)
 //!       │
 //!  the path of a run, one module each:
 //!    runs           create (idempotency keys), read, list, count
-//!    claim          deadlines, the candidates of a claim, heartbeat rows
-//!    transitions    lease, sleep, complete, fail, release, cancel, pause, resume
+//!    leases         claim, extend, sleep, complete, fail, release, heartbeat
+//!    claim          deadlines, the candidates of a claim and their admission
+//!    transitions    the fenced transition every run transition goes through
 //!    steps          step attempts: created, recorded, completed, interrupted
 //!    events         a run's mailboxes: send, wait (park, consume, time out)
 //!    children       start a child, wait for children, wake a parent, cascade a cancel
 //!    state          published values of a run
-//!    lifecycle      retry and fork a finished run
+//!    lifecycle      cancel, pause, resume; retry and fork a finished run
 //!    retention      purge finished runs, take the retention turn
 //!    schedules      cron schedules' rows and their compare-and-set firing
 //!    queues         queue configurations
@@ -38,16 +40,16 @@
 //! # Behaviour
 //!
 //! * **Atomicity.** Every operation runs under one [`std::sync::Mutex`] shared by every
-//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`](tasks_core::Store::scoped)), and checks
+//!   handle of the store ([`MemoryStore::with_namespace`], [`Store::scoped`]), and checks
 //!   everything that may fail before it changes anything: a transition is one fenced write,
 //!   and concurrent workers serialize exactly like on SQLite's write lock.
 //! * **Clock.** Every instant comes from the store's [`Clock`] (the system clock by
 //!   default, a [manual clock](Clock::manual) with [`MemoryStore::with_clock`]), read once
 //!   per operation under the lock and truncated to the microsecond like the SQL stores;
 //!   durations added to it (leases, delays, backoffs) count whole milliseconds.
-//! * **Limits.** Every value is checked against `tasks_core::limits` with the same `check`
-//!   calls as the SQL stores, so a value that Postgres or SQLite would refuse is refused
-//!   here too, with the same error.
+//! * **Limits.** Every value is checked first by the operation's function in
+//!   [`tasks_core::store::check`], as in the SQL stores, so a value that Postgres or SQLite
+//!   would refuse is refused here too, with the same error.
 //! * **Notifications.** One `tokio::sync::broadcast` channel per store, filtered per
 //!   namespace by [`namespace_stream`](tasks_core::store::namespace_stream); they are sent
 //!   under the lock, so subscribers see them in commit order.
@@ -74,6 +76,7 @@
 mod children;
 mod claim;
 mod events;
+mod leases;
 mod lifecycle;
 mod queues;
 mod retention;
@@ -81,17 +84,16 @@ mod runs;
 mod schedules;
 mod state;
 mod steps;
-mod store;
 mod tables;
 mod transitions;
 
+use async_trait::async_trait;
 use std::sync::Arc;
-
-use tasks_core::clock::Clock;
-use tasks_core::limits::{self, LimitError};
-use tasks_core::store::{DEFAULT_NAMESPACE, Notification};
-
 use tables::Shared;
+use tasks_core::clock::Clock;
+use tasks_core::error::StoreResult;
+use tasks_core::limits::LimitError;
+use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 
 /// The in-memory store.
 ///
@@ -137,7 +139,7 @@ impl MemoryStore {
     /// the SQL stores refuse it.
     pub fn with_namespace(&self, namespace: impl Into<String>) -> Result<Self, LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(MemoryStore {
             namespace: Arc::from(namespace),
             ..self.clone()
@@ -177,4 +179,21 @@ impl MemoryStore {
             namespace: self.namespace.to_string(),
         });
     }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn scoped(&self, namespace: &str) -> Result<SharedStore, LimitError> {
+        Ok(SharedStore::new(self.with_namespace(namespace)?))
+    }
+
+    async fn subscribe(&self) -> StoreResult<NotificationStream> {
+        Ok(self.notifications())
+    }
+
+    tasks_core::every_capability!();
 }

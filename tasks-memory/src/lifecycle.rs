@@ -1,21 +1,46 @@
-//! A finished run again: retried in place ([`RETRY`]) or forked into a new run that replays
+//! Operators' transitions ([`LifecycleStore`]): cancel, pause and resume a run, and a
+//! finished run again: retried in place ([`RETRY`]) or forked into a new run that replays
 //! the history before a step ([`FORK`]).
-
-use uuid::Uuid;
-
-use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::transition::{CREATED, FORK, RETRIED, RETRY, fork_boundary};
 
 use crate::MemoryStore;
 use crate::tables::Row;
+use async_trait::async_trait;
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::{StepAttempt, WorkflowRun};
+use tasks_core::store::{LifecycleStore, check};
+use tasks_core::transition::{
+    CANCEL, CANCELED, CREATED, FORK, PAUSE, PAUSED, RESUME, RESUMED, RETRIED, RETRY, fork_boundary,
+};
+use uuid::Uuid;
 
-impl MemoryStore {
+#[async_trait]
+impl LifecycleStore for MemoryStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.transition(&CANCEL, run_id, None, |run, tx| {
+            CANCELED.apply(run, tx.now);
+            Ok(())
+        })
+    }
+
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.transition(&PAUSE, run_id, None, |run, tx| {
+            PAUSED.apply(run, tx.now);
+            Ok(())
+        })
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        self.transition(&RESUME, run_id, None, |run, tx| {
+            RESUMED.apply(run, tx.now);
+            Ok(())
+        })
+    }
+
     /// [`RETRY`]: pending now, with its output, error, worker and attempt counter cleared
     /// and `retried_at` set. `started_at` is kept (a run that failed between attempts has
     /// none: it becomes the run's creation time), so the claim sees that the run executed
     /// before and loads its history.
-    pub(crate) fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         self.transition(&RETRY, run_id, None, |run, tx| {
             RETRIED.apply(run, tx.now);
             run.started_at = run.started_at.or(Some(run.created_at));
@@ -27,7 +52,8 @@ impl MemoryStore {
     /// copies of the attempts before the first attempt of `from_step` are stored. The new
     /// run keeps the source's workflow, version, input, config, context, trace context and
     /// queue, and nothing else (no key, deadline, priority or concurrency key).
-    pub(crate) fn fork_run_impl(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
+        check::fork_run(from_step)?;
         self.write(|tx| {
             let source = match tx.space.run(run_id) {
                 Some(run) if FORK.admits(&run, None) => run,

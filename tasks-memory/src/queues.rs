@@ -1,19 +1,22 @@
 //! Queue configurations: their limits, and the rate window a put keeps. The claim reads
 //! them (see `tasks_core::transition::Admission`).
 
+use crate::MemoryStore;
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::queue::{Queue, QueueOptions, RateLimit};
-
-use crate::MemoryStore;
+use tasks_core::store::{QueueStore, check};
 
 /// A rate limit as the SQL stores keep it: its period in whole milliseconds.
 fn as_stored((starts, period_ms): (Option<i32>, Option<i64>)) -> Option<RateLimit> {
     Queue::rate_from_row(starts.map(i64::from), period_ms)
 }
 
-impl MemoryStore {
+#[async_trait]
+impl QueueStore for MemoryStore {
     /// Creates or replaces a queue's limits; its rate window and creation time are kept.
-    pub(crate) fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        check::put_queue(&self.namespace, options)?;
         self.write(|tx| {
             let now = tx.now;
             let existing = tx.space.queues.get(options.name());
@@ -33,15 +36,17 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn get_queue_impl(&self, name: &str) -> Option<Queue> {
-        self.read(|space| space.queues.get(name).cloned())
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        check::queue_name(name)?;
+        Ok(self.read(|space| space.queues.get(name).cloned()))
     }
 
-    pub(crate) fn list_queues_impl(&self) -> Vec<Queue> {
-        self.read(|space| space.queues.values().cloned().collect())
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        Ok(self.read(|space| space.queues.values().cloned().collect()))
     }
 
-    pub(crate) fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
+        check::queue_name(name)?;
         self.write(|tx| match tx.space.queues.remove(name) {
             Some(_) => Ok(()),
             None => Err(StoreError::QueueNotFound {

@@ -2,19 +2,17 @@
 //! the lease that gives one worker of a fleet each periodic purge. The statuses a purge
 //! may delete are [`PURGE`]'s.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
-use tasks_core::error::StoreResult;
-use tasks_core::retention::next_turn;
-use tasks_core::retention::{FinishedBefore, PurgeRuns};
-use tasks_core::transition::{PURGE, purgeable_with_parent, unlink_purged_run, unlink_purged_step};
-
 use crate::MemoryStore;
 use crate::tables::{RetentionLease, Space, stored};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tasks_core::error::StoreResult;
+use tasks_core::retention::{FinishedBefore, PurgeRuns, next_turn};
+use tasks_core::store::{RetentionStore, check};
+use tasks_core::transition::{PURGE, purgeable_with_parent, unlink_purged_run, unlink_purged_step};
+use uuid::Uuid;
 
 /// The runs of a batch: at most `params.batch_size` of its statuses finished before
 /// `cutoff`, without a live parent.
@@ -35,8 +33,10 @@ fn batch(space: &Space, params: &PurgeRuns, cutoff: DateTime<Utc>) -> BTreeSet<U
         .collect()
 }
 
-impl MemoryStore {
-    pub(crate) fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
+#[async_trait]
+impl RetentionStore for MemoryStore {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
+        check::purge_runs(&self.namespace, params)?;
         self.write(|tx| {
             let cutoff = match params.finished_before {
                 FinishedBefore::Instant(at) => stored(at),
@@ -72,11 +72,13 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn take_retention_turn_impl(
+    async fn take_retention_turn(
         &self,
-        _worker_id: &str,
+        worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>> {
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
+        // Any worker may take the turn: the id is only checked.
         self.write(|tx| {
             let next_at = tx.plus(every)?;
             let lease = tx.space.retention.as_ref();

@@ -1,18 +1,17 @@
 //! Runs: creation (with idempotency keys and their scopes), reads, listings and counts.
 
+use crate::MemoryStore;
+use crate::tables::{Row, Tx, absent_if_null, storable, stored};
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
-
 use tasks_core::error::StoreResult;
 use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, counts_in_order,
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check, counts_in_order,
 };
 use tasks_core::transition::CREATED;
-
-use crate::MemoryStore;
-use crate::tables::{Row, Tx, absent_if_null, storable, stored};
+use uuid::Uuid;
 
 /// A run checked and computed, ready to insert: nothing about it can fail any more.
 pub(crate) struct NewRun {
@@ -113,8 +112,41 @@ pub(crate) enum Inserted {
     Held(WorkflowRun),
 }
 
-impl MemoryStore {
-    pub(crate) fn create_run_impl(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+/// Whether an item at `position` is strictly past `cursor` in the page's scan order.
+pub(crate) fn beyond(
+    page: &PageQuery,
+    cursor: Option<Cursor>,
+    position: (DateTime<Utc>, Uuid),
+) -> bool {
+    let Some(cursor) = cursor else {
+        return true;
+    };
+    let cursor = (stored(cursor.created_at()), cursor.id());
+    if page.scan_ascending() {
+        position > cursor
+    } else {
+        position < cursor
+    }
+}
+
+/// Sorts `items` in the page's scan order and keeps the `limit + 1` rows
+/// [`PageQuery::finish`] expects.
+pub(crate) fn scan<T>(
+    page: &PageQuery,
+    items: &mut Vec<T>,
+    key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
+) {
+    items.sort_by_key(key);
+    if !page.scan_ascending() {
+        items.reverse();
+    }
+    items.truncate(page.limit as usize + 1);
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        check::create_run(&self.namespace, &params)?;
         self.write(|tx| {
             let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
             match new.insert(tx) {
@@ -130,7 +162,12 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn list_runs_impl(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
+        Ok(self.read(|space| space.run(run_id)))
+    }
+
+    async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
+        check::list_runs(&self.namespace, &params)?;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let after = params.created_after.map(stored);
         let before = params.created_before.map(stored);
@@ -161,9 +198,9 @@ impl MemoryStore {
         Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
 
-    pub(crate) fn count_runs_impl(&self, statuses: &[RunStatus]) -> Vec<(RunStatus, u64)> {
+    async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
         if statuses.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let rows = self.read(|space| {
             statuses
@@ -174,37 +211,6 @@ impl MemoryStore {
                 })
                 .collect()
         });
-        counts_in_order(statuses, rows)
+        Ok(counts_in_order(statuses, rows))
     }
-}
-
-/// Whether an item at `position` is strictly past `cursor` in the page's scan order.
-pub(crate) fn beyond(
-    page: &PageQuery,
-    cursor: Option<Cursor>,
-    position: (DateTime<Utc>, Uuid),
-) -> bool {
-    let Some(cursor) = cursor else {
-        return true;
-    };
-    let cursor = (stored(cursor.created_at()), cursor.id());
-    if page.scan_ascending() {
-        position > cursor
-    } else {
-        position < cursor
-    }
-}
-
-/// Sorts `items` in the page's scan order and keeps the `limit + 1` rows
-/// [`PageQuery::finish`] expects.
-pub(crate) fn scan<T>(
-    page: &PageQuery,
-    items: &mut Vec<T>,
-    key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
-) {
-    items.sort_by_key(key);
-    if !page.scan_ascending() {
-        items.reverse();
-    }
-    items.truncate(page.limit as usize + 1);
 }

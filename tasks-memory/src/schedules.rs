@@ -3,19 +3,21 @@
 //! decision (`schedule::plan`); the first slot is the caller's function of the store's
 //! clock.
 
+use crate::MemoryStore;
+use crate::runs::{Inserted, NewRun};
+use crate::tables::{storable, stored};
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::schedule::{
     DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, fires, keeps_slot,
 };
-use tasks_core::store::Notification;
-
-use crate::MemoryStore;
-use crate::runs::{Inserted, NewRun};
-use crate::tables::{storable, stored};
+use tasks_core::store::{Notification, ScheduleStore, check};
 
 impl MemoryStore {
-    pub(crate) fn put_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(crate) fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
@@ -66,14 +68,6 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn get_schedule_impl(&self, name: &str) -> Option<Schedule> {
-        self.read(|space| space.schedules.get(name).cloned())
-    }
-
-    pub(crate) fn list_schedules_impl(&self) -> Vec<Schedule> {
-        self.read(|space| space.schedules.values().cloned().collect())
-    }
-
     /// Pauses or resumes a schedule; a repeat changes nothing, not even `updated_at`.
     pub(crate) fn set_schedule_paused(&self, name: &str, paused: bool) -> StoreResult<Schedule> {
         self.write(|tx| {
@@ -92,8 +86,49 @@ impl MemoryStore {
             Ok(schedule.clone())
         })
     }
+}
 
-    pub(crate) fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
+#[async_trait]
+impl ScheduleStore for MemoryStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.write_schedule(params, first_slot, false)
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        check::put_schedule(&self.namespace, &params)?;
+        self.write_schedule(params, first_slot, true)
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        check::schedule_name(name)?;
+        Ok(self.read(|space| space.schedules.get(name).cloned()))
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        Ok(self.read(|space| space.schedules.values().cloned().collect()))
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, true)
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        check::schedule_name(name)?;
+        self.set_schedule_paused(name, false)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
+        check::schedule_name(name)?;
         self.write(|tx| match tx.space.schedules.remove(name) {
             Some(_) => Ok(()),
             None => Err(StoreError::ScheduleNotFound {
@@ -102,7 +137,7 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn due_schedules_impl(&self, limit: u32) -> DueSchedules {
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
         // The clock of a read, as a write would take it.
         let now = stored(self.clock.now());
         let mut schedules: Vec<Schedule> = self.read(|space| {
@@ -117,13 +152,11 @@ impl MemoryStore {
         });
         schedules.sort_by_key(|schedule| schedule.next_slot);
         schedules.truncate(limit as usize);
-        DueSchedules { now, schedules }
+        Ok(DueSchedules { now, schedules })
     }
 
-    pub(crate) fn fire_schedule_impl(
-        &self,
-        params: FireSchedule,
-    ) -> StoreResult<Option<Vec<WorkflowRun>>> {
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
+        check::fire_schedule(&self.namespace, &params)?;
         let slot = storable(params.slot)?;
         let next_slot = params.next_slot.map(storable).transpose()?;
         self.write(|tx| {

@@ -2,17 +2,17 @@
 //! step attempt of kind state in the same write ([`SET_STATE`]); a replay finds the
 //! attempt and publishes nothing.
 
-use uuid::Uuid;
-
+use crate::MemoryStore;
+use crate::tables::Space;
+use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepKind, StepStatus};
 use tasks_core::state::{
     PublishedState, SetState, StateSet, next_version, published_output, state_changed,
 };
+use tasks_core::store::{StateStore, check};
 use tasks_core::transition::SET_STATE;
-
-use crate::MemoryStore;
-use crate::tables::Space;
+use uuid::Uuid;
 
 /// `Ok` when the run exists in the namespace, else [`StoreError::RunNotFound`].
 fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
@@ -23,8 +23,10 @@ fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
     }
 }
 
-impl MemoryStore {
-    pub(crate) fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
+#[async_trait]
+impl StateStore for MemoryStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
+        check::set_state(&params)?;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
@@ -90,18 +92,15 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn get_state_impl(
-        &self,
-        run_id: Uuid,
-        key: &str,
-    ) -> StoreResult<Option<PublishedState>> {
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
+        check::get_state(key)?;
         self.read(|space| match space.state.get(&(run_id, key.to_owned())) {
             Some(state) => Ok(Some(state.clone())),
             None => known_run(space, run_id).map(|()| None),
         })
     }
 
-    pub(crate) fn list_state_impl(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
         self.read(|space| {
             // By key: the map is ordered by (run, key).
             let found: Vec<PublishedState> = space

@@ -2,27 +2,25 @@
 //! when it was paused or canceled meanwhile (`transition::interrupted`). Idempotent by the
 //! attempt's id (`transition::stored_again`).
 
-use serde_json::Value;
-use uuid::Uuid;
-
-use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
-use tasks_core::store::{
-    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepUpdate,
-    complete_separately,
-};
-use tasks_core::transition::{
-    COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
-    explain_step_miss, interrupted, stored_again,
-};
-
 use crate::MemoryStore;
 use crate::runs::{beyond, scan};
 use crate::tables::{Space, Tx, absent_if_null};
-use crate::transitions::complete_in;
+use async_trait::async_trait;
+use serde_json::Value;
+use tasks_core::error::{StoreError, StoreResult};
+use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
+use tasks_core::store::{
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepStore,
+    StepUpdate, check,
+};
+use tasks_core::transition::{
+    COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition, explain_step_miss,
+    interrupted, stored_again,
+};
+use uuid::Uuid;
 
 /// How a step write finds its run.
-enum RunState {
+pub(crate) enum RunState {
     /// Running under the writing worker: the write applies.
     Owned,
     /// Paused or canceled meanwhile: the attempt is kept, marked with this status.
@@ -31,7 +29,12 @@ enum RunState {
     Refused(Option<WorkflowRun>),
 }
 
-fn run_state(space: &Space, transition: &Transition, run_id: Uuid, worker_id: &str) -> RunState {
+pub(crate) fn run_state(
+    space: &Space,
+    transition: &Transition,
+    run_id: Uuid,
+    worker_id: &str,
+) -> RunState {
     match space.run(run_id) {
         Some(run) if transition.admits(&run, Some(worker_id)) => RunState::Owned,
         Some(run) => match interrupted(run.status) {
@@ -44,7 +47,7 @@ fn run_state(space: &Space, transition: &Transition, run_id: Uuid, worker_id: &s
 
 /// The attempt already stored under `params.id`: a finished attempt of the run (a retry
 /// whose first try was stored), else why it is not.
-fn stored_record(space: &Space, params: &RecordStepAttempt) -> StoreResult<StepAttempt> {
+pub(crate) fn stored_record(space: &Space, params: &RecordStepAttempt) -> StoreResult<StepAttempt> {
     let stored = space.steps.get(&params.id).cloned();
     let status = stored.as_ref().map(|step| step.status);
     stored_again(params.run_id, stored, true)?.ok_or_else(|| {
@@ -60,7 +63,7 @@ fn stored_record(space: &Space, params: &RecordStepAttempt) -> StoreResult<StepA
 /// microseconds after the write's time, so that the attempts of one write keep the order
 /// they were given in; with its result, or marked `interrupted_as` without it. Nothing
 /// when the id is taken.
-fn insert_finished(
+pub(crate) fn insert_finished(
     tx: &mut Tx<'_>,
     params: &RecordStepAttempt,
     interrupted_as: Option<StepStatus>,
@@ -103,11 +106,10 @@ fn insert_finished(
     Ok(Some(step))
 }
 
-impl MemoryStore {
-    pub(crate) fn create_step_attempt_impl(
-        &self,
-        params: CreateStepAttempt,
-    ) -> StoreResult<StepAttempt> {
+#[async_trait]
+impl StepStore for MemoryStore {
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        check::create_step_attempt(&params)?;
         let worker = Some(params.worker_id.as_str());
         self.write(|tx| {
             let stored = tx.space.steps.get(&params.id).cloned();
@@ -145,14 +147,12 @@ impl MemoryStore {
         })
     }
 
-    pub(crate) fn get_step_attempt_impl(&self, step_attempt_id: Uuid) -> Option<StepAttempt> {
-        self.read(|space| space.steps.get(&step_attempt_id).cloned())
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        Ok(self.read(|space| space.steps.get(&step_attempt_id).cloned()))
     }
 
-    pub(crate) fn list_step_attempts_impl(
-        &self,
-        params: ListStepAttempts,
-    ) -> StoreResult<Page<StepAttempt>> {
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        check::list_step_attempts(&self.namespace, &params)?;
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut steps: Vec<StepAttempt> = self.read(|space| {
             space
@@ -166,88 +166,18 @@ impl MemoryStore {
         Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
     }
 
-    pub(crate) fn step_history_impl(&self, run_id: Uuid) -> Vec<StepAttempt> {
-        self.read(|space| space.history(run_id).into_iter().cloned().collect())
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        Ok(self.read(|space| space.history(run_id).into_iter().cloned().collect()))
     }
 
-    pub(crate) fn record_step_attempt_impl(
-        &self,
-        params: RecordStepAttempt,
-    ) -> StoreResult<StepUpdate> {
-        params.check_finished()?;
-        let worker = params.worker_id.as_str();
-        self.write(|tx| {
-            let state = run_state(tx.space, &RECORD_STEP, params.run_id, worker);
-            if !matches!(state, RunState::Owned) {
-                // A retry whose first try was stored is answered with what was stored.
-                let stored = tx.space.steps.get(&params.id).cloned();
-                if let Some(step) = stored_again(params.run_id, stored, true)? {
-                    return Ok(StepUpdate::Recorded(step));
-                }
-            }
-            match state {
-                RunState::Owned => match insert_finished(tx, &params, None, 0)? {
-                    Some(step) => Ok(StepUpdate::Recorded(step)),
-                    None => Ok(StepUpdate::Recorded(stored_record(tx.space, &params)?)),
-                },
-                RunState::Interrupted(run, mark) => {
-                    insert_finished(tx, &params, Some(mark), 0)?;
-                    Ok(StepUpdate::Interrupted {
-                        run_status: run.status,
-                    })
-                }
-                RunState::Refused(run) => {
-                    Err(RECORD_STEP.miss(params.run_id, Some(worker), run.as_ref()))
-                }
-            }
-        })
-    }
-
-    /// The run's last attempts and its completion in one write when the run is still this
-    /// worker's; otherwise the separate writes, which keep and report exactly what
-    /// `record_step_attempt` and `complete_run` would.
-    pub(crate) async fn complete_run_with_steps_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-        steps: Vec<RecordStepAttempt>,
-    ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
-        // `None`: the run is not the worker's, and the separate writes classify.
-        let completed = self.write(|tx| {
-            if !matches!(
-                run_state(tx.space, &COMPLETE, run_id, worker_id),
-                RunState::Owned
-            ) {
-                return Ok(None);
-            }
-            // Everything that may fail first: an id stored already must be this run's
-            // finished attempt, and every start must be an instant a store holds.
-            for params in &steps {
-                tx.minus(params.elapsed)?;
-                if tx.space.steps.contains_key(&params.id) {
-                    stored_record(tx.space, params)?;
-                }
-            }
-            for (nth, params) in steps.iter().enumerate() {
-                insert_finished(tx, params, None, nth)?;
-            }
-            complete_in(tx, run_id, worker_id, output.clone()).map(Some)
-        })?;
-        match completed {
-            Some(run) => Ok(run),
-            None => complete_separately(self, run_id, worker_id, output, steps).await,
-        }
-    }
-
-    pub(crate) fn complete_step_attempt_impl(
+    async fn complete_step_attempt(
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
+        check::complete_step_attempt(worker_id, &output)?;
         self.write(|tx| {
             let state = run_state(tx.space, &COMPLETE_STEP, run_id, worker_id);
             let (status, output, from) = match &state {
@@ -293,6 +223,36 @@ impl MemoryStore {
                         run.as_ref(),
                         step,
                     ))
+                }
+            }
+        })
+    }
+
+    async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
+        check::record_step_attempt(&params)?;
+        let worker = params.worker_id.as_str();
+        self.write(|tx| {
+            let state = run_state(tx.space, &RECORD_STEP, params.run_id, worker);
+            if !matches!(state, RunState::Owned) {
+                // A retry whose first try was stored is answered with what was stored.
+                let stored = tx.space.steps.get(&params.id).cloned();
+                if let Some(step) = stored_again(params.run_id, stored, true)? {
+                    return Ok(StepUpdate::Recorded(step));
+                }
+            }
+            match state {
+                RunState::Owned => match insert_finished(tx, &params, None, 0)? {
+                    Some(step) => Ok(StepUpdate::Recorded(step)),
+                    None => Ok(StepUpdate::Recorded(stored_record(tx.space, &params)?)),
+                },
+                RunState::Interrupted(run, mark) => {
+                    insert_finished(tx, &params, Some(mark), 0)?;
+                    Ok(StepUpdate::Interrupted {
+                        run_status: run.status,
+                    })
+                }
+                RunState::Refused(run) => {
+                    Err(RECORD_STEP.miss(params.run_id, Some(worker), run.as_ref()))
                 }
             }
         })

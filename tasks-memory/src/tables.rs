@@ -6,15 +6,12 @@
 //! children it waits for). A [`Space`] holds one namespace's rows; handles of other
 //! namespaces never reach it.
 
+use crate::MemoryStore;
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
-use serde_json::Value;
-use tokio::sync::broadcast;
-use uuid::Uuid;
-
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::events::RunEvent;
 use tasks_core::flow::Concurrency;
@@ -25,8 +22,8 @@ use tasks_core::schedule::Schedule;
 use tasks_core::state::PublishedState;
 use tasks_core::store::{Notification, NotificationStream, namespace_stream};
 use tasks_core::transition::RateWindow;
-
-use crate::MemoryStore;
+use tokio::sync::broadcast;
+use uuid::Uuid;
 
 /// How many notifications a slow subscriber may fall behind before it gets a `Missed`.
 const CAPACITY: usize = 1024;

@@ -1,28 +1,19 @@
-//! The fenced transitions of a run: a worker's (extend its lease, sleep, complete, fail,
-//! release) and an operator's (cancel, pause, resume; retry is in `lifecycle`).
+//! The fenced transition of a run, which a worker's (extend its lease, sleep, complete,
+//! fail, release: `leases`) and an operator's (cancel, pause, resume: `lifecycle`) go
+//! through.
 //!
 //! Each is [`MemoryStore::transition`]: under the lock, the run's [`Transition`] admits it
 //! or settles the miss, the change is applied, a finished run's family is told
 //! ([`after_finish`]) and the transition's announcements are queued.
 
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-use uuid::Uuid;
-
-use tasks_core::error::{Operation, StoreResult};
-use tasks_core::model::WorkflowRun;
-use tasks_core::store::FailRun;
-use tasks_core::transition::{
-    BACKED_OFF, CANCEL, CANCELED, COMPLETE, COMPLETED, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD, PAUSE,
-    PAUSED, RELEASE, RELEASED, RESUME, RESUMED, SLEEP, SLEEPING, Transition, gives_up,
-    released_attempts, retry_after,
-};
-
 use crate::MemoryStore;
 use crate::children::after_finish;
-use crate::tables::{Tx, storable};
+use crate::tables::Tx;
+use serde_json::Value;
+use tasks_core::error::{Operation, StoreResult};
+use tasks_core::model::WorkflowRun;
+use tasks_core::transition::{COMPLETE, COMPLETED, Transition};
+use uuid::Uuid;
 
 impl MemoryStore {
     /// Applies `transition` to run `run_id` in its own write; see [`transition_in`].
@@ -34,106 +25,6 @@ impl MemoryStore {
         change: impl FnOnce(&mut WorkflowRun, &Tx<'_>) -> StoreResult<()>,
     ) -> StoreResult<WorkflowRun> {
         self.write(|tx| transition_in(tx, transition, run_id, worker_id, change))
-    }
-
-    pub(crate) fn extend_lease_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        lease: Duration,
-    ) -> StoreResult<WorkflowRun> {
-        self.transition(&EXTEND_LEASE, run_id, Some(worker_id), |run, tx| {
-            run.available_at = Some(tx.plus(lease)?);
-            Ok(())
-        })
-    }
-
-    pub(crate) fn sleep_run_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        until: DateTime<Utc>,
-    ) -> StoreResult<WorkflowRun> {
-        let until = storable(until)?;
-        self.transition(&SLEEP, run_id, Some(worker_id), |run, tx| {
-            SLEEPING.apply(run, tx.now);
-            run.available_at = Some(until);
-            Ok(())
-        })
-    }
-
-    pub(crate) fn complete_run_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<WorkflowRun> {
-        self.write(|tx| complete_in(tx, run_id, worker_id, output))
-    }
-
-    pub(crate) fn fail_run_impl(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        let worker = Some(params.worker_id.as_str());
-        self.write(|tx| {
-            let current = tx.space.run(params.run_id);
-            let run = match current {
-                Some(run) if FAIL.admits(&run, worker) => run,
-                current => return Err(FAIL.miss(params.run_id, worker, current.as_ref())),
-            };
-            // Decided under the lock, on the attempt just read.
-            let retry_at = retry_after(&run, params.force)
-                .map(|wait| tx.plus(wait))
-                .transpose()?;
-            let retry_at = retry_at.filter(|_| !gives_up(retry_at, run.deadline_at));
-            transition_in(tx, &FAIL, params.run_id, worker, |run, tx| {
-                match retry_at {
-                    Some(at) => {
-                        BACKED_OFF.apply(run, tx.now);
-                        run.available_at = Some(at);
-                    }
-                    None => FAILED_FOR_GOOD.apply(run, tx.now),
-                }
-                run.error = Some(params.error);
-                Ok(())
-            })
-        })
-    }
-
-    pub(crate) fn release_run_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        delay: Duration,
-        reason: Value,
-    ) -> StoreResult<WorkflowRun> {
-        self.transition(&RELEASE, run_id, Some(worker_id), |run, tx| {
-            let available_at = tx.plus(delay)?;
-            RELEASED.apply(run, tx.now);
-            run.available_at = Some(available_at);
-            run.error = Some(reason);
-            run.attempts = released_attempts(run.attempts);
-            Ok(())
-        })
-    }
-
-    pub(crate) fn cancel_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.transition(&CANCEL, run_id, None, |run, tx| {
-            CANCELED.apply(run, tx.now);
-            Ok(())
-        })
-    }
-
-    pub(crate) fn pause_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.transition(&PAUSE, run_id, None, |run, tx| {
-            PAUSED.apply(run, tx.now);
-            Ok(())
-        })
-    }
-
-    pub(crate) fn resume_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.transition(&RESUME, run_id, None, |run, tx| {
-            RESUMED.apply(run, tx.now);
-            Ok(())
-        })
     }
 }
 

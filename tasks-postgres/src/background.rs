@@ -15,7 +15,6 @@
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
-
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -13,28 +13,25 @@
 //! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
+use crate::PgStore;
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
+use sqlx::FromRow as _;
 use sqlx::PgConnection;
-use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use sqlx::Row as _;
+use tasks_core::children::{
+    ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
+};
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
-use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
-use tasks_core::store::ChildStore;
-use tasks_core::store::Notification;
+use tasks_core::limits;
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::store::{ChildStore, Notification, check, status_of};
 use tasks_core::transition::{
-    CANCELED, CREATED, Column, EXPIRE, EXPIRED, PARKED_ON_CHILDREN, status_in,
+    CANCELED, CASCADE_FROM, CREATED, Column, EXPIRE, EXPIRED, FINISHED, PARKED_ON_CHILDREN,
+    START_CHILD, WAIT_CHILDREN, status_in, wake_parent_set,
 };
 use uuid::Uuid;
-
-use sqlx::{FromRow as _, Row as _};
-
-use super::PgStore;
-use tasks_core::children::{ChildOutcome, missing_child};
-use tasks_core::model::StepKind;
-use tasks_core::store::status_of;
-use tasks_core::transition::{CASCADE_FROM, FINISHED, START_CHILD, WAIT_CHILDREN, wake_parent_set};
 
 /// The CTE `woken` of a finishing statement whose finished run is the CTE `done`: the
 /// parent wake-up of [`WAKE_PARENT`](tasks_core::transition::WAKE_PARENT).
@@ -182,10 +179,37 @@ impl PgStore {
             .transpose()
     }
 
-    pub(super) async fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
+    /// Completes the child step `step` with the child's `outcome`.
+    async fn finish_child_step(
+        &self,
+        conn: &mut PgConnection,
+        step: &StepAttempt,
+        outcome: &ChildOutcome,
+    ) -> StoreResult<StepAttempt> {
+        const OPERATION: Operation = Operation::WaitForChildren;
+        let sql = format!(
+            "UPDATE tasks.step_attempts
+                SET status = 'completed', output = $3, finished_at = clock_timestamp(),
+                    updated_at = clock_timestamp()
+              WHERE namespace = $1 AND id = $2
+          RETURNING {STEP_COLUMNS}"
+        );
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(step.id)
+            .bind(outcome.to_output())
+            .fetch_one(conn)
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)
+    }
+}
+
+#[async_trait]
+impl ChildStore for PgStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
         const OPERATION: Operation = Operation::StartChild;
-        params.check(&self.namespace)?;
-        params.check_child()?;
+        check::start_child(&self.namespace, &params)?;
         let config = params.child.stored_config()?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
@@ -315,12 +339,9 @@ impl PgStore {
         })
     }
 
-    pub(super) async fn wait_for_children_impl(
-        &self,
-        params: WaitForChildren,
-    ) -> StoreResult<ChildWait> {
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
-        params.check()?;
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         match self.lock_parent(&mut tx, params.run_id, OPERATION).await? {
@@ -416,41 +437,5 @@ impl PgStore {
         .map_err(db(OPERATION))?;
         tx.commit().await.map_err(db(OPERATION))?;
         Ok(ChildWait::Done(done))
-    }
-
-    /// Completes the child step `step` with the child's `outcome`.
-    async fn finish_child_step(
-        &self,
-        conn: &mut PgConnection,
-        step: &StepAttempt,
-        outcome: &ChildOutcome,
-    ) -> StoreResult<StepAttempt> {
-        const OPERATION: Operation = Operation::WaitForChildren;
-        let sql = format!(
-            "UPDATE tasks.step_attempts
-                SET status = 'completed', output = $3, finished_at = clock_timestamp(),
-                    updated_at = clock_timestamp()
-              WHERE namespace = $1 AND id = $2
-          RETURNING {STEP_COLUMNS}"
-        );
-        sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(step.id)
-            .bind(outcome.to_output())
-            .fetch_one(conn)
-            .await
-            .map_err(db(OPERATION))?
-            .into_step(OPERATION)
-    }
-}
-
-#[async_trait]
-impl ChildStore for PgStore {
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.start_child_impl(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.wait_for_children_impl(params).await
     }
 }

@@ -11,27 +11,24 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::PgStore;
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
-use tasks_core::error::{Operation, StoreResult};
-use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
-use tasks_core::limits::{self};
-use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
-use tasks_core::store::EventStore;
-use uuid::Uuid;
-
 use sqlx::Row as _;
-
-use super::PgStore;
+use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
-    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
+    received_output, timed_out_output, wait_step, wait_until,
 };
-use tasks_core::model::StepKind;
+use tasks_core::limits;
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::store::{EventStore, check};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use uuid::Uuid;
 
 /// Columns of `events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
@@ -189,89 +186,6 @@ impl PgStore {
         })
     }
 
-    pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        const OPERATION: Operation = Operation::WaitForEvent;
-        params.check()?;
-        let worker = Some(params.worker_id.as_str());
-        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
-        let target = EventTarget::Run(params.run_id);
-        match self.lock_run(&mut tx, &target, OPERATION).await? {
-            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
-            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
-        }
-        let attempt = match self.last_wait(&mut tx, &params).await? {
-            Some(attempt) if attempt.status == StepStatus::Completed => {
-                tx.commit().await.map_err(db(OPERATION))?;
-                return Ok(EventWait::Done(attempt));
-            }
-            Some(attempt) if attempt.status == StepStatus::Running => attempt,
-            _ => self.start_wait(&mut tx, &params).await?,
-        };
-        let consume = format!(
-            "UPDATE tasks.events SET consumed_by = $4, consumed_at = clock_timestamp()
-              WHERE namespace = $1 AND id = (
-                    SELECT id FROM tasks.events
-                     WHERE namespace = $1 AND workflow_run_id = $2 AND topic = $3
-                       AND consumed_at IS NULL
-                     ORDER BY created_at, id
-                     LIMIT 1)
-          RETURNING {EVENT_COLUMNS}"
-        );
-        let consumed = sqlx::query_as::<_, EventRow>(&consume)
-            .bind(&*self.namespace)
-            .bind(params.run_id)
-            .bind(&params.topic)
-            .bind(&params.step_name)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db(OPERATION))?;
-        let output = match consumed {
-            Some(row) => received_output(&RunEvent::from(row)),
-            None => {
-                let until = wait_until(&attempt);
-                let now: DateTime<Utc> = sqlx::query("SELECT clock_timestamp()")
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db(OPERATION))?
-                    .try_get(0)
-                    .map_err(db(OPERATION))?;
-                if wait_step(false, until, now) == WaitStep::Park {
-                    let run = self.park(&mut tx, &params, until).await?;
-                    tx.commit().await.map_err(db(OPERATION))?;
-                    self.announce_now(&WAIT_EVENT, &run).await;
-                    return Ok(EventWait::Parked(run));
-                }
-                timed_out_output()
-            }
-        };
-        let finish = format!(
-            "UPDATE tasks.step_attempts
-                SET status = 'completed', output = $3, finished_at = clock_timestamp(),
-                    updated_at = clock_timestamp()
-              WHERE namespace = $1 AND id = $2
-          RETURNING {STEP_COLUMNS}"
-        );
-        let done = sqlx::query_as::<_, StepRow>(&finish)
-            .bind(&*self.namespace)
-            .bind(attempt.id)
-            .bind(&output)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db(OPERATION))?
-            .into_step(OPERATION)?;
-        sqlx::query(
-            "UPDATE tasks.workflow_runs SET wait_topic = NULL
-              WHERE namespace = $1 AND id = $2 AND wait_topic IS NOT NULL",
-        )
-        .bind(&*self.namespace)
-        .bind(params.run_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(OPERATION))?;
-        tx.commit().await.map_err(db(OPERATION))?;
-        Ok(EventWait::Done(done))
-    }
-
     /// The newest attempt of the wait, if any.
     async fn last_wait(
         &self,
@@ -354,28 +268,12 @@ impl PgStore {
             .map_err(db(OPERATION))?;
         decode_run(&row, OPERATION)
     }
-
-    async fn list_events_once(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        const OPERATION: Operation = Operation::ListEvents;
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM tasks.events
-              WHERE namespace = $1 AND workflow_run_id = $2
-              ORDER BY created_at, id"
-        );
-        let rows = sqlx::query_as::<_, EventRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(rows.into_iter().map(RunEvent::from).collect())
-    }
 }
 
 #[async_trait]
 impl EventStore for PgStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        params.check(&self.namespace)?;
+        check::send_event(&self.namespace, &params)?;
         if params.dedup_key.is_some() {
             // A second try finds the first's event by its key, if the first committed, and
             // answers it as a repeat.
@@ -388,10 +286,104 @@ impl EventStore for PgStore {
     }
 
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        self.wait_for_event_impl(params).await
+        const OPERATION: Operation = Operation::WaitForEvent;
+        check::wait_for_event(&params)?;
+        let worker = Some(params.worker_id.as_str());
+        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
+        let target = EventTarget::Run(params.run_id);
+        match self.lock_run(&mut tx, &target, OPERATION).await? {
+            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
+            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
+        }
+        let attempt = match self.last_wait(&mut tx, &params).await? {
+            Some(attempt) if attempt.status == StepStatus::Completed => {
+                tx.commit().await.map_err(db(OPERATION))?;
+                return Ok(EventWait::Done(attempt));
+            }
+            Some(attempt) if attempt.status == StepStatus::Running => attempt,
+            _ => self.start_wait(&mut tx, &params).await?,
+        };
+        let consume = format!(
+            "UPDATE tasks.events SET consumed_by = $4, consumed_at = clock_timestamp()
+              WHERE namespace = $1 AND id = (
+                    SELECT id FROM tasks.events
+                     WHERE namespace = $1 AND workflow_run_id = $2 AND topic = $3
+                       AND consumed_at IS NULL
+                     ORDER BY created_at, id
+                     LIMIT 1)
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let consumed = sqlx::query_as::<_, EventRow>(&consume)
+            .bind(&*self.namespace)
+            .bind(params.run_id)
+            .bind(&params.topic)
+            .bind(&params.step_name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(OPERATION))?;
+        let output = match consumed {
+            Some(row) => received_output(&RunEvent::from(row)),
+            None => {
+                let until = wait_until(&attempt);
+                let now: DateTime<Utc> = sqlx::query("SELECT clock_timestamp()")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db(OPERATION))?
+                    .try_get(0)
+                    .map_err(db(OPERATION))?;
+                if wait_step(false, until, now) == WaitStep::Park {
+                    let run = self.park(&mut tx, &params, until).await?;
+                    tx.commit().await.map_err(db(OPERATION))?;
+                    self.announce_now(&WAIT_EVENT, &run).await;
+                    return Ok(EventWait::Parked(run));
+                }
+                timed_out_output()
+            }
+        };
+        let finish = format!(
+            "UPDATE tasks.step_attempts
+                SET status = 'completed', output = $3, finished_at = clock_timestamp(),
+                    updated_at = clock_timestamp()
+              WHERE namespace = $1 AND id = $2
+          RETURNING {STEP_COLUMNS}"
+        );
+        let done = sqlx::query_as::<_, StepRow>(&finish)
+            .bind(&*self.namespace)
+            .bind(attempt.id)
+            .bind(&output)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)?;
+        sqlx::query(
+            "UPDATE tasks.workflow_runs SET wait_topic = NULL
+              WHERE namespace = $1 AND id = $2 AND wait_topic IS NOT NULL",
+        )
+        .bind(&*self.namespace)
+        .bind(params.run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(OPERATION))?;
+        tx.commit().await.map_err(db(OPERATION))?;
+        Ok(EventWait::Done(done))
     }
 
     async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        retrying(Operation::ListEvents, || self.list_events_once(run_id)).await
+        retrying(Operation::ListEvents, move || async move {
+            const OPERATION: Operation = Operation::ListEvents;
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM tasks.events
+              WHERE namespace = $1 AND workflow_run_id = $2
+              ORDER BY created_at, id"
+            );
+            let rows = sqlx::query_as::<_, EventRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(rows.into_iter().map(RunEvent::from).collect())
+        })
+        .await
     }
 }

@@ -1,15 +1,9 @@
 //! Claims, leases and the end of a run on Postgres: the SQL of
 //! [`LeaseStore`].
 
-use crate::PgStore;
-use crate::children;
-use crate::claim;
-use crate::is_expired_row;
-use crate::millis;
-use crate::prefixed;
 use crate::reconnect::{db, retrying};
-use crate::rows;
 use crate::rows::{RUN_COLUMNS, decode_claimed, decode_run};
+use crate::{PgStore, children, claim, millis, prefixed, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -17,15 +11,15 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self, Field};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
-use tasks_core::store::LeaseStore;
-use tasks_core::store::{ClaimedRun, FailRun, RecordStepAttempt, complete_separately};
+use tasks_core::store::{
+    ClaimedRun, FailRun, LeaseStore, RecordStepAttempt, check, complete_separately,
+};
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
-    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, either_set_sql, forgettable_workers,
-    gives_up_sql, retry_after,
+    RELEASE, RELEASED, RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, deadline_error, either_set_sql,
+    forgettable_workers, gives_up_sql, keyed_candidates, retry_after,
 };
 use uuid::Uuid;
 
@@ -39,8 +33,7 @@ impl LeaseStore for PgStore {
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>> {
         const OPERATION: Operation = Operation::ClaimRuns;
-        limits::check_lease(worker_id, lease)?;
-        filter.check()?;
+        check::claim_runs(worker_id, lease, filter)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -100,7 +93,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_lease(worker_id, lease)?;
+        check::extend_lease(worker_id, lease)?;
         let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
         // A second try sets the lease again (from a later now): tried again on a broken
         // connection.
@@ -118,8 +111,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_time(Field::Sleep, until)?;
+        check::sleep_run(worker_id, until)?;
         let set = SLEEPING.set_sql("now()", &[(Column::AvailableAt, "$4")]);
         self.transition(&SLEEP, &set, run_id, Some(worker_id), |q| q.bind(until))
             .await
@@ -131,8 +123,7 @@ impl LeaseStore for PgStore {
         worker_id: &str,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::WorkflowOutput, &output)?;
+        check::complete_run(worker_id, &output)?;
         // Completions of many runs share one statement and one commit (see `Completer`).
         let batched = self
             .completer
@@ -155,7 +146,7 @@ impl LeaseStore for PgStore {
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
+        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
         if steps.is_empty() {
             return self.complete_run(run_id, worker_id, output).await;
         }
@@ -173,7 +164,7 @@ impl LeaseStore for PgStore {
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
-        params.check()?;
+        check::fail_run(&params)?;
         let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
         let current = self.fetch_run(run_id, FAIL.operation).await?;
         let run = match current {
@@ -242,9 +233,7 @@ impl LeaseStore for PgStore {
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::Delay, delay)?;
-        limits::check_json(Field::Error, &reason)?;
+        check::release_run(worker_id, delay, &reason)?;
         let set = RELEASED.set_sql(
             "now()",
             &[
@@ -260,30 +249,16 @@ impl LeaseStore for PgStore {
     }
 
     async fn heartbeat(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
+        check::worker(worker_id)?;
         // An upsert of the worker's row: tried again on a broken connection.
-        retrying(Operation::Heartbeat, || {
-            self.heartbeat_once(worker_id, stale_after)
-        })
-        .await
-    }
 
-    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
-        // Deleting a row twice leaves it deleted: tried again on a broken connection.
-        retrying(Operation::RemoveWorker, || {
-            self.remove_worker_once(worker_id)
-        })
-        .await
-    }
-}
-
-impl PgStore {
-    async fn heartbeat_once(&self, worker_id: &str, stale_after: Duration) -> StoreResult<()> {
-        const OPERATION: Operation = Operation::Heartbeat;
-        static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                // One statement: forget the namespace's dead workers whose runs were all
-                // claimed, then write this one's row.
-                "WITH forgotten AS (
+        retrying(Operation::Heartbeat, move || async move {
+            const OPERATION: Operation = Operation::Heartbeat;
+            static SQL: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    // One statement: forget the namespace's dead workers whose runs were all
+                    // claimed, then write this one's row.
+                    "WITH forgotten AS (
                     DELETE FROM tasks.workers w
                      WHERE w.namespace = $1 AND w.worker_id <> $2 AND {forgettable}
                  )
@@ -291,26 +266,66 @@ impl PgStore {
                  VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond')
                  ON CONFLICT (namespace, worker_id)
                  DO UPDATE SET beat_at = EXCLUDED.beat_at, stale_at = EXCLUDED.stale_at",
-                forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
-            )
-        });
-        sqlx::query(&SQL)
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .bind(millis(stale_after))
-            .execute(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(())
+                    forgettable = forgettable_workers("tasks.workflow_runs", "now()"),
+                )
+            });
+            sqlx::query(&SQL)
+                .bind(&*self.namespace)
+                .bind(worker_id)
+                .bind(millis(stale_after))
+                .execute(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(())
+        })
+        .await
     }
 
-    async fn remove_worker_once(&self, worker_id: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+    async fn remove_worker(&self, worker_id: &str) -> StoreResult<()> {
+        check::worker(worker_id)?;
+        // Deleting a row twice leaves it deleted: tried again on a broken connection.
+
+        retrying(Operation::RemoveWorker, move || async move {
+            sqlx::query("DELETE FROM tasks.workers WHERE namespace = $1 AND worker_id = $2")
+                .bind(&*self.namespace)
+                .bind(worker_id)
+                .execute(&self.pool)
+                .await
+                .map_err(db(Operation::RemoveWorker))?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl PgStore {
+    /// One claim statement ([`claim::claim_runs_sql`]): the full claim when `limited`, else
+    /// the plain one.
+    async fn claim_with(
+        &self,
+        limited: bool,
+        worker_id: &str,
+        lease: Duration,
+        limit: u32,
+        filter: &ClaimFilter,
+    ) -> StoreResult<Vec<sqlx::postgres::PgRow>> {
+        sqlx::query(claim::claim_runs_sql(filter.queues.is_some(), limited))
             .bind(&*self.namespace)
             .bind(worker_id)
-            .execute(&self.pool)
+            .bind(millis(lease))
+            .bind(i64::from(limit))
+            .bind(deadline_error())
+            .bind(keyed_candidates(limit))
+            .bind(filter.queues.as_deref())
+            .bind(filter.workflows.as_deref())
+            .fetch_all(&self.pool)
             .await
-            .map_err(db(Operation::RemoveWorker))?;
-        Ok(())
+            .map_err(db(Operation::ClaimRuns))
     }
+}
+
+/// Whether a row of a claim statement is a run it failed by its deadline, not a claimed one
+/// (a row that does not say counts as claimed: its decoding reports it).
+fn is_expired_row(row: &sqlx::postgres::PgRow) -> bool {
+    sqlx::Row::try_get::<bool, _>(row, "expired").unwrap_or(false)
 }

@@ -19,20 +19,26 @@ mod stale;
 mod start_in;
 mod state;
 mod steps;
+mod transition;
 
+use crate::reconnect::db;
+use async_trait::async_trait;
+use background::Background;
+use notify::{Batcher, Hub};
+use recorder::{Completer, Recorder};
+use rows::{RUN_COLUMNS, decode_run};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 #[cfg(doc)]
 use tasks_core::RunStore;
-use tasks_core::store::{
-    ChildStore, EventStore, LifecycleStore, QueueStore, RetentionStore, ScheduleStore, StateStore,
-    StepStore,
-};
-
-use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+#[cfg(doc)]
+use tasks_core::StoreError;
+use tasks_core::error::{Operation, StoreResult};
+use tasks_core::model::WorkflowRun;
+use tasks_core::store::{DEFAULT_NAMESPACE, NotificationStream, SharedStore, Store};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
@@ -41,23 +47,6 @@ pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
 /// the engine's transactional start (`StartBuilder::in_transaction`) is of the same version.
 pub use sqlx;
 pub use start_in::create_run_in;
-
-use crate::reconnect::db;
-use background::Background;
-use notify::{Batcher, Hub};
-use recorder::{Completer, Recorder};
-use rows::{RUN_COLUMNS, RunRow, decode_run};
-use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
-use tasks_core::model::{StepStatus, WorkflowRun};
-use tasks_core::queue::ClaimFilter;
-use tasks_core::store::{
-    CreateRun, DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, StepUpdate, Store,
-};
-use tasks_core::transition::{
-    CREATED, Column, EXPIRE, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition, deadline_error,
-    explain_step_miss, interrupted, keyed_candidates, quarantine_error,
-};
 
 /// Connections in the pool of [`PgStore::connect`]; see [`PgStore::pool_options`] to choose
 /// another size.
@@ -266,7 +255,7 @@ impl PgStore {
     /// The same store, seeing only `namespace`.
     ///
     /// Errors: a [`LimitError`](tasks_core::LimitError) for a namespace past the
-    /// [`limits`] (longer than
+    /// [`limits`](tasks_core::limits) (longer than
     /// [`MAX_NAMESPACE_BYTES`](tasks_core::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
     /// never holds a namespace that the database could not take.
     pub fn with_namespace(
@@ -274,7 +263,7 @@ impl PgStore {
         namespace: impl Into<String>,
     ) -> Result<Self, tasks_core::LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(PgStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace),
@@ -339,254 +328,6 @@ impl PgStore {
             .map(|row| decode_run(&row, operation))
             .transpose()
     }
-
-    /// Applies `transition` to a run in one fenced statement:
-    /// `UPDATE .. SET {set}, updated_at = now() WHERE <run> AND <fence> RETURNING <run>`,
-    /// with `$1` the namespace, `$2` the run, `$3` the worker (referenced by the fence of a
-    /// leased transition only); `bind` binds the `SET` list's values from `$4` on. A miss is
-    /// settled by the transition (already done, or why not); a change is announced.
-    async fn transition(
-        &self,
-        transition: &Transition,
-        set: &str,
-        run_id: Uuid,
-        worker_id: Option<&str>,
-        bind: impl for<'q> FnOnce(RunQuery<'q>) -> RunQuery<'q>,
-    ) -> StoreResult<WorkflowRun> {
-        // A transition that may finish the run wakes its parent in the same statement, and
-        // locks the parent first; a cancel also cancels the descendants that cascade (see
-        // `children.rs`).
-        let finishing = transition.wakes_parent();
-        let cascade = transition.operation == Operation::CancelRun;
-        let update = format!(
-            "UPDATE tasks.workflow_runs SET {set}, updated_at = now()
-              WHERE namespace = $1 AND id = $2 AND {fence}{parent_first}
-          RETURNING {RUN_COLUMNS}",
-            fence = transition.fence("", "$3"),
-            parent_first = if finishing {
-                format!(" AND {}", children::PARENT_FIRST)
-            } else {
-                String::new()
-            },
-        );
-        let sql = match (finishing, cascade) {
-            (false, _) => update,
-            (true, false) => format!(
-                "WITH {parent_lock}, done AS ({update}), {woken}
-                 SELECT done.*, ARRAY[]::uuid[] AS cascaded FROM done",
-                parent_lock = children::PARENT_LOCK,
-                woken = children::wake_parent_cte(),
-            ),
-            (true, true) => format!(
-                "WITH RECURSIVE {parent_lock}, done AS ({update}), {woken}, {cascade}
-                 SELECT done.*, ARRAY(SELECT id FROM cascaded) AS cascaded FROM done",
-                parent_lock = children::PARENT_LOCK,
-                woken = children::wake_parent_cte(),
-                cascade = children::cascade_ctes(),
-            ),
-        };
-        let query = sqlx::query(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .bind(worker_id.map(str::to_owned));
-        let updated = bind(query)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(transition.operation))?;
-        match updated {
-            Some(row) => {
-                let run = decode_run(&row, transition.operation)?;
-                self.announce_now(transition, &run).await;
-                if finishing {
-                    let cascaded: Vec<Uuid> =
-                        sqlx::Row::try_get(&row, "cascaded").map_err(db(transition.operation))?;
-                    self.announce_family(&run, &cascaded).await;
-                }
-                Ok(run)
-            }
-            None => {
-                tracing::debug!(%run_id, worker_id, operation = %transition.operation, "fenced update matched no run");
-                let current = self.fetch_run(run_id, transition.operation).await?;
-                transition.settle(run_id, worker_id, current)
-            }
-        }
-    }
-
-    /// Sends what `transition` announces about `run` (after its write committed), and
-    /// returns the run.
-    /// The batched path: the wake-up joins the next batch of the store's wake-up sender.
-    fn announce(&self, transition: &Transition, run: WorkflowRun) -> WorkflowRun {
-        for notification in transition.announcements(&run) {
-            self.batcher.send(&notification);
-        }
-        run
-    }
-
-    /// Sends what `transition` announces about `run` after the transition committed (see
-    /// [`PgStore::notify_now`]): the path of single writes (an operator's cancel, pause or
-    /// resume, a failure), which starts no background task. A wake-up that cannot be sent
-    /// is logged: the run changed, and pollers find it.
-    async fn announce_now(&self, transition: &Transition, run: &WorkflowRun) {
-        let notifications: Vec<Notification> = transition.announcements(run).collect();
-        self.notify_now(&notifications).await;
-    }
-
-    /// Sends `notifications` now: into the store's wake-up sender when a worker already runs
-    /// it, else in one statement of their own.
-    async fn notify_now(&self, notifications: &[Notification]) {
-        if notifications.is_empty() || self.batcher.try_send(notifications) {
-            return;
-        }
-        let payloads: Vec<String> = notifications.iter().map(notify::payload).collect();
-        let sent = sqlx::query(notify::NOTIFY_ALL)
-            .bind(notify::CHANNEL)
-            .bind(payloads)
-            .execute(&self.pool)
-            .await;
-        if let Err(error) = sent {
-            tracing::warn!(%error, "could not send a wake-up; workers and waiters will find the run by polling");
-        }
-    }
-
-    /// Fails for good run `run_id`, just claimed by `worker_id`, whose row did not decode
-    /// ([`QUARANTINE`]): its undecodable JSON `columns` are moved into the error record as
-    /// text and reset, so the row reads again. Like every finishing transition, it wakes the
-    /// run's parent when the run is a child. A failure is logged, not returned: the claim
-    /// goes on with the other runs, and the run's lease brings it back.
-    async fn quarantine(&self, run_id: Uuid, worker_id: &str, reason: &str, columns: &[&str]) {
-        tracing::error!(run.id = %run_id, reason, "a claimed run's stored row cannot be decoded; failing it");
-        // Every right-hand side reads the row as it was; `error` is replaced in any case.
-        let mut moved = Vec::new();
-        let mut resets = String::new();
-        for (column, empty) in JSON_COLUMNS {
-            if columns.contains(column) {
-                moved.push(format!("'{column}', {column}::text"));
-                if *column != "error" {
-                    resets.push_str(&format!(", {column} = {empty}"));
-                }
-            }
-        }
-        let error = format!(
-            "$4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
-            moved.join(", ")
-        );
-        let set = QUARANTINED.set_sql("now()", &[(Column::Error, &error)]) + &resets;
-        let error = quarantine_error(run_id, reason);
-        let failed = self
-            .transition(&QUARANTINE, &set, run_id, Some(worker_id), |q| {
-                q.bind(error)
-            })
-            .await;
-        match failed {
-            Ok(_) => {}
-            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) => {
-                tracing::warn!(run.id = %run_id, "the corrupt run changed before it could be failed")
-            }
-            Err(error) => {
-                tracing::warn!(run.id = %run_id, %error, "could not fail a corrupt run; its lease will bring it back")
-            }
-        }
-    }
-
-    /// Announces run `row`, failed by the claim's deadline sweep ([`EXPIRE`]): its finish,
-    /// and its parent's wake-up when it is a child. A row that does not decode is still
-    /// announced finished, by its id.
-    async fn announce_expired(&self, row: &sqlx::postgres::PgRow) {
-        match decode_run(row, Operation::ClaimRuns) {
-            Ok(run) => {
-                self.announce_now(&EXPIRE, &run).await;
-                self.announce_family(&run, &[]).await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "a run failed by its deadline does not decode");
-                if let Ok(run_id) = sqlx::Row::try_get::<Uuid, _>(row, "id") {
-                    let parent: Option<Uuid> =
-                        sqlx::Row::try_get(row, "parent_run_id").unwrap_or(None);
-                    let mut notifications = vec![Notification::RunFinished {
-                        namespace: self.namespace.to_string(),
-                        run_id,
-                    }];
-                    if parent.is_some() {
-                        notifications.push(Notification::RunAvailable {
-                            namespace: self.namespace.to_string(),
-                        });
-                    }
-                    self.notify_now(&notifications).await;
-                }
-            }
-        }
-    }
-
-    /// A step attempt of `run_id` could not be written because the run is not running under
-    /// `worker_id`. When it was paused or canceled meanwhile, `interrupt` writes the attempt
-    /// marked like the run (returning whether it could) and the outcome is an interruption;
-    /// otherwise the miss is explained.
-    async fn step_refused<'a, F>(
-        &'a self,
-        transition: &Transition,
-        run_id: Uuid,
-        step_id: Option<Uuid>,
-        worker_id: &str,
-        interrupt: impl FnOnce(StepStatus) -> F,
-    ) -> StoreResult<StepUpdate>
-    where
-        F: std::future::Future<Output = StoreResult<bool>> + 'a,
-    {
-        let operation = transition.operation;
-        let run = self.fetch_run(run_id, operation).await?;
-        if let Some(run) = &run
-            && let Some(mark) = interrupted(run.status)
-            && interrupt(mark).await?
-        {
-            return Ok(StepUpdate::Interrupted {
-                run_status: run.status,
-            });
-        }
-        let Some(step_id) = step_id else {
-            return Err(transition.miss(run_id, Some(worker_id), run.as_ref()));
-        };
-        let step = self.get_step_attempt(step_id).await?;
-        Err(explain_step_miss(
-            transition,
-            run_id,
-            step_id,
-            worker_id,
-            run.as_ref(),
-            step.as_ref(),
-        ))
-    }
-}
-
-impl PgStore {
-    /// One claim statement ([`claim::claim_runs_sql`]): the full claim when `limited`, else
-    /// the plain one.
-    async fn claim_with(
-        &self,
-        limited: bool,
-        worker_id: &str,
-        lease: Duration,
-        limit: u32,
-        filter: &ClaimFilter,
-    ) -> StoreResult<Vec<sqlx::postgres::PgRow>> {
-        sqlx::query(claim::claim_runs_sql(filter.queues.is_some(), limited))
-            .bind(&*self.namespace)
-            .bind(worker_id)
-            .bind(millis(lease))
-            .bind(i64::from(limit))
-            .bind(deadline_error())
-            .bind(keyed_candidates(limit))
-            .bind(filter.queues.as_deref())
-            .bind(filter.workflows.as_deref())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::ClaimRuns))
-    }
-}
-
-/// Whether a row of a claim statement is a run it failed by its deadline, not a claimed one
-/// (a row that does not say counts as claimed: its decoding reports it).
-fn is_expired_row(row: &sqlx::postgres::PgRow) -> bool {
-    sqlx::Row::try_get::<bool, _>(row, "expired").unwrap_or(false)
 }
 
 /// The texts of the Postgres store's batch statements, for the benchmark, which measures
@@ -621,7 +362,7 @@ pub mod __bench {
     /// The claim statement's last parameter for a claim of `limit` runs: how many candidates
     /// with a concurrency key it looks at.
     pub fn claim_keyed_candidates(limit: u32) -> i64 {
-        super::keyed_candidates(limit)
+        tasks_core::transition::keyed_candidates(limit)
     }
 
     /// The statement that writes finished step attempts of many runs.
@@ -638,78 +379,6 @@ pub mod __bench {
 type RunQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `a.x, a.y, ...` for a column list.
-/// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
-/// a run holds its idempotency key already. A key whose holder's scope has lapsed is
-/// released first (see [`tasks_core::idempotency`]). Announces nothing.
-async fn insert_run(
-    conn: &mut sqlx::PgConnection,
-    namespace: &str,
-    params: &CreateRun,
-) -> StoreResult<Option<RunRow>> {
-    const OPERATION: Operation = Operation::CreateRun;
-    let config = params.stored_config()?;
-    if let Some(key) = &params.idempotency_key {
-        let release =
-            tasks_core::idempotency::release_sql("tasks.workflow_runs", "$1", "$2", "$3", "now()");
-        sqlx::query(&release)
-            .bind(namespace)
-            .bind(&params.workflow_name)
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(db(OPERATION))?;
-    }
-    let (scope, ttl) = params.stored_scope();
-    // A run with a concurrency key brings its key's row (see the claim) in the same
-    // statement, so a claim that sees the run sees the row.
-    let key_row = match params.concurrency {
-        Some(_) => {
-            "WITH key_row AS (
-                INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
-                VALUES ($1, $13) ON CONFLICT DO NOTHING
-             ) "
-        }
-        None => "",
-    };
-    let sql = format!(
-        "{key_row}INSERT INTO tasks.workflow_runs
-             (namespace, id, workflow_name, version, status, idempotency_key, config, context,
-              input, attempts, available_at, deadline_at, created_at, updated_at,
-              priority, concurrency_key, concurrency_limit,
-              idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
-         VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, $8, 0,
-                 COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
-                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18, $19)
-         ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
-         DO NOTHING
-         RETURNING {RUN_COLUMNS}",
-        created = CREATED.as_str(),
-    );
-    sqlx::query_as::<_, RunRow>(&sql)
-        .bind(namespace)
-        .bind(Uuid::now_v7())
-        .bind(&params.workflow_name)
-        .bind(&params.version)
-        .bind(&params.idempotency_key)
-        .bind(&config)
-        .bind(&params.context)
-        .bind(&params.input)
-        .bind(params.available_at)
-        .bind(params.deadline_at)
-        .bind(params.delay.map(millis))
-        .bind(params.priority)
-        .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
-        .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
-        .bind(scope)
-        .bind(ttl)
-        .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
-        .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
-        .bind(params.stored_queue())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db(OPERATION))
-}
-
 fn prefixed(alias: &str, columns: &str) -> String {
     columns
         .split(',')
@@ -736,31 +405,5 @@ impl Store for PgStore {
         self.hub.subscribe(self.namespace.to_string()).await
     }
 
-    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
-        Ok(self)
-    }
-
-    fn events(&self) -> StoreResult<&dyn EventStore> {
-        Ok(self)
-    }
-
-    fn children(&self) -> StoreResult<&dyn ChildStore> {
-        Ok(self)
-    }
-
-    fn published_state(&self) -> StoreResult<&dyn StateStore> {
-        Ok(self)
-    }
-
-    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
-        Ok(self)
-    }
-
-    fn queues(&self) -> StoreResult<&dyn QueueStore> {
-        Ok(self)
-    }
-
-    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
-        Ok(self)
-    }
+    tasks_core::every_capability!();
 }

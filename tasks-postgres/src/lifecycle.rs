@@ -3,28 +3,41 @@
 //! The policies are [`RETRY`] and [`FORK`]; this module only writes them in Postgres'
 //! dialect.
 
+use crate::PgStore;
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, decode_run};
 use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
-use tasks_core::store::LifecycleStore;
+use tasks_core::store::{LifecycleStore, check};
 use tasks_core::transition::{
-    CANCEL, CANCELED, CREATED, Column, PAUSE, PAUSED, RESUME, RESUMED, RETRIED,
+    CANCEL, CANCELED, CREATED, Column, FORK, PAUSE, PAUSED, RESUME, RESUMED, RETRIED, RETRY,
 };
 use uuid::Uuid;
 
-use super::PgStore;
-use tasks_core::transition::{FORK, RETRY};
+#[async_trait]
+impl LifecycleStore for PgStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = CANCELED.set_sql("now()", &[]);
+        self.transition(&CANCEL, &set, run_id, None, |q| q).await
+    }
 
-impl PgStore {
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = PAUSED.set_sql("now()", &[]);
+        self.transition(&PAUSE, &set, run_id, None, |q| q).await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = RESUMED.set_sql("now()", &[]);
+        self.transition(&RESUME, &set, run_id, None, |q| q).await
+    }
+
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`].
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
     /// run's creation time): the claim then sees that the run executed before and loads its
     /// history, which a first execution skips.
-    pub(super) async fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         let set = RETRIED.set_sql(
             "now()",
             &[(Column::StartedAt, "COALESCE(started_at, created_at)")],
@@ -37,13 +50,9 @@ impl PgStore {
     /// attempt of `from_step` are inserted together, or nothing is. The source is locked
     /// (`FOR KEY SHARE`) so that a concurrent purge cannot delete it under the fork: the
     /// purge skips it, or the fork waits for the purge and finds the run gone.
-    pub(super) async fn fork_run_impl(
-        &self,
-        run_id: Uuid,
-        from_step: &str,
-    ) -> StoreResult<WorkflowRun> {
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
         let operation = FORK.operation;
-        limits::check_step_name(from_step)?;
+        check::fork_run(from_step)?;
         let sql = format!(
             "WITH src AS (
                  SELECT * FROM tasks.workflow_runs
@@ -101,31 +110,5 @@ impl PgStore {
             }),
             current => Err(FORK.miss(run_id, None, current.as_ref())),
         }
-    }
-}
-
-#[async_trait]
-impl LifecycleStore for PgStore {
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = CANCELED.set_sql("now()", &[]);
-        self.transition(&CANCEL, &set, run_id, None, |q| q).await
-    }
-
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = PAUSED.set_sql("now()", &[]);
-        self.transition(&PAUSE, &set, run_id, None, |q| q).await
-    }
-
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        let set = RESUMED.set_sql("now()", &[]);
-        self.transition(&RESUME, &set, run_id, None, |q| q).await
-    }
-
-    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.retry_run_impl(run_id).await
-    }
-
-    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.fork_run_impl(run_id, from_step).await
     }
 }

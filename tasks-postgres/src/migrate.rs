@@ -3,7 +3,8 @@
 //! We do not use `sqlx::migrate!`: its bookkeeping table lives in the application's search
 //! path and would collide with the application's own `_sqlx_migrations`.
 
-use sqlx::{Executor as _, PgPool, Row};
+use sqlx::Executor as _;
+use sqlx::{PgPool, Row};
 pub use tasks_core::migration::{MigrateError, Migration};
 use tasks_core::migration::{database, pending};
 

@@ -4,21 +4,19 @@
 //! namespace. When the listener connection drops, it reconnects and sends every subscriber a
 //! synthetic "run available" so that nothing waits on a notification that was lost.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
-
+use crate::background::{Background, Task};
+use crate::reconnect::db;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{Mutex, broadcast};
-use tokio::task::JoinHandle;
-use uuid::Uuid;
-
-use super::background::{Background, Task};
-use crate::reconnect::db;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::RunStatus;
 use tasks_core::store::{Notification, NotificationStream, namespace_stream};
+use tokio::sync::{Mutex, broadcast};
+use tokio::task::JoinHandle;
+use uuid::Uuid;
 
 /// The channel every notification of ours travels on.
 pub(crate) const CHANNEL: &str = "tasks_events";

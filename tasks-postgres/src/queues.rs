@@ -1,15 +1,13 @@
 //! Named queues on Postgres: the SQL of the queue methods of [`Store`](tasks_core::Store). The
 //! claim reads the rows written here (see the claim statement in the parent module).
 
+use crate::PgStore;
 use crate::reconnect::{db, retrying};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
-use tasks_core::store::QueueStore;
-
-use super::PgStore;
+use tasks_core::store::{QueueStore, check};
 
 /// Columns of `queues`, in the order of [`QueueRow`].
 const QUEUE_COLUMNS: &str = "name, concurrency, rate_limit, rate_period_ms, key_rate_limit, \
@@ -51,15 +49,17 @@ impl From<QueueRow> for Queue {
     }
 }
 
-impl PgStore {
-    pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        const OPERATION: Operation = Operation::PutQueue;
-        limits::check_namespace(&self.namespace)?;
-        options.check()?;
-        let (rate_limit, rate_period_ms) = options.stored_rate();
-        let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
-        let sql = format!(
-            "INSERT INTO tasks.queues
+#[async_trait]
+impl QueueStore for PgStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
+        check::put_queue(&self.namespace, options)?; // An upsert of the same values: tried again on a broken connection, like a read.
+
+        retrying(Operation::PutQueue, move || async move {
+            const OPERATION: Operation = Operation::PutQueue;
+            let (rate_limit, rate_period_ms) = options.stored_rate();
+            let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
+            let sql = format!(
+                "INSERT INTO tasks.queues
                  (namespace, name, concurrency, rate_limit, rate_period_ms, key_rate_limit,
                   key_rate_period_ms, key_concurrency, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now())
@@ -73,51 +73,61 @@ impl PgStore {
                     -- queue (its row changed since), like after a concurrent claim.
                     claims = tasks.queues.claims + 1
           RETURNING {QUEUE_COLUMNS}"
-        );
-        let row: QueueRow = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .bind(options.name())
-            .bind(options.stored_concurrency())
-            .bind(rate_limit)
-            .bind(rate_period_ms)
-            .bind(key_rate_limit)
-            .bind(key_rate_period_ms)
-            .bind(options.stored_key_concurrency())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(row.into())
+            );
+            let row: QueueRow = sqlx::query_as(&sql)
+                .bind(&*self.namespace)
+                .bind(options.name())
+                .bind(options.stored_concurrency())
+                .bind(rate_limit)
+                .bind(rate_period_ms)
+                .bind(key_rate_limit)
+                .bind(key_rate_period_ms)
+                .bind(options.stored_key_concurrency())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(row.into())
+        })
+        .await
     }
 
-    pub(super) async fn get_queue_impl(&self, name: &str) -> StoreResult<Option<Queue>> {
-        const OPERATION: Operation = Operation::GetQueue;
-        limits::check_queue_name(name)?;
-        let sql =
-            format!("SELECT {QUEUE_COLUMNS} FROM tasks.queues WHERE namespace = $1 AND name = $2");
-        let row: Option<QueueRow> = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(row.map(Queue::from))
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
+        check::queue_name(name)?;
+        retrying(Operation::GetQueue, move || async move {
+            const OPERATION: Operation = Operation::GetQueue;
+            let sql = format!(
+                "SELECT {QUEUE_COLUMNS} FROM tasks.queues WHERE namespace = $1 AND name = $2"
+            );
+            let row: Option<QueueRow> = sqlx::query_as(&sql)
+                .bind(&*self.namespace)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(row.map(Queue::from))
+        })
+        .await
     }
 
-    pub(super) async fn list_queues_impl(&self) -> StoreResult<Vec<Queue>> {
-        const OPERATION: Operation = Operation::GetQueue;
-        let sql =
-            format!("SELECT {QUEUE_COLUMNS} FROM tasks.queues WHERE namespace = $1 ORDER BY name");
-        let rows: Vec<QueueRow> = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        Ok(rows.into_iter().map(Queue::from).collect())
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
+        retrying(Operation::GetQueue, move || async move {
+            const OPERATION: Operation = Operation::GetQueue;
+            let sql = format!(
+                "SELECT {QUEUE_COLUMNS} FROM tasks.queues WHERE namespace = $1 ORDER BY name"
+            );
+            let rows: Vec<QueueRow> = sqlx::query_as(&sql)
+                .bind(&*self.namespace)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            Ok(rows.into_iter().map(Queue::from).collect())
+        })
+        .await
     }
 
-    pub(super) async fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let deleted = sqlx::query("DELETE FROM tasks.queues WHERE namespace = $1 AND name = $2")
             .bind(&*self.namespace)
             .bind(name)
@@ -131,25 +141,5 @@ impl PgStore {
             });
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl QueueStore for PgStore {
-    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        // An upsert of the same values: tried again on a broken connection, like a read.
-        retrying(Operation::PutQueue, || self.put_queue_impl(options)).await
-    }
-
-    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        retrying(Operation::GetQueue, || self.get_queue_impl(name)).await
-    }
-
-    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        retrying(Operation::GetQueue, || self.list_queues_impl()).await
-    }
-
-    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        self.delete_queue_impl(name).await
     }
 }

@@ -27,14 +27,13 @@
 //! Only a connection that broke is a reason to run a statement again: a query the server
 //! refused (a constraint, a cancellation, a timeout) would be refused again.
 
+use crate::CONNECT_TIMEOUT;
+use sqlx::Connection as _;
+use sqlx::PgConnection;
+use sqlx::postgres::PgConnectOptions;
 use std::future::Future;
 use std::time::{Duration, Instant};
-
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection as _, PgConnection};
 use tasks_core::error::{BoxError, Operation, StoreError, StoreResult};
-
-use crate::CONNECT_TIMEOUT;
 
 /// How long a safe statement is tried again after its connection broke, counted from its
 /// first try: a server restart takes a few seconds (the pool waits for the server to accept

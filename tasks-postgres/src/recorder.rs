@@ -18,22 +18,19 @@
 //! writers: a run changed after the statement's snapshot has a new address, is not updated,
 //! and goes back to the caller like any other refusal.
 
+use crate::background::{Background, Task};
+use crate::reconnect::BatchFailed;
+use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use futures::future::BoxFuture;
+use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
-
-use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
-
-use futures::future::BoxFuture;
-
-use super::background::{Background, Task};
-use super::reconnect::BatchFailed;
-use super::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::RecordStepAttempt;
 use tasks_core::transition::{COMPLETE, COMPLETED, Column, RECORD_STEP};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
 
 /// Most records in one statement.
 const BATCH: usize = 256;

@@ -5,22 +5,18 @@
 //! Postgres' dialect.
 
 use crate::reconnect::db;
+use crate::{PgStore, millis};
 use async_trait::async_trait;
+use sqlx::Row as _;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreResult};
-use tasks_core::limits::{self, Field};
-use tasks_core::retention::PurgeRuns;
-use tasks_core::store::RetentionStore;
-use tasks_core::transition::status_in;
+use tasks_core::retention::{FinishedBefore, PurgeRuns};
+use tasks_core::store::{RetentionStore, check};
+use tasks_core::transition::{PURGE, purgeable_family, status_in};
 use uuid::Uuid;
 
-use sqlx::Row as _;
-
-use super::{PgStore, millis};
-use tasks_core::retention::FinishedBefore;
-use tasks_core::transition::{PURGE, purgeable_family};
-
-impl PgStore {
+#[async_trait]
+impl RetentionStore for PgStore {
     /// [`RetentionStore::purge_runs`]: one transaction of two statements.
     ///
     /// The first locks up to a batch of candidates (`FOR UPDATE SKIP LOCKED`: rows a retry,
@@ -32,9 +28,9 @@ impl PgStore {
     /// locks: a fork of a deleted run that committed while the first statement waited is
     /// seen and unlinked, and a fork that starts later waits on the lock of its source
     /// (`FOR KEY SHARE`) and then finds it gone.
-    pub(super) async fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
         const OPERATION: Operation = Operation::PurgeRuns;
-        params.check(&self.namespace)?;
+        check::purge_runs(&self.namespace, params)?;
         let (instant, age) = match params.finished_before {
             FinishedBefore::Instant(at) => (Some(at), 0),
             FinishedBefore::Age(age) => (None, millis(age)),
@@ -97,15 +93,13 @@ impl PgStore {
     /// an upsert of the namespace's lease row that only changes it when its turn is due.
     /// Concurrent callers serialize on the row; the later ones see the moved `next_at` and
     /// change nothing.
-    pub(super) async fn take_retention_turn_impl(
+    async fn take_retention_turn(
         &self,
         worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         const OPERATION: Operation = Operation::RetentionTurn;
-        limits::check_namespace(&self.namespace)?;
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::RetentionInterval, every)?;
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
         let turn: Option<i64> = sqlx::query_scalar(
             "INSERT INTO tasks.retention_leases (namespace, worker_id, taken_at, next_at, turns)
              VALUES ($1, $2, now(), now() + $3 * INTERVAL '1 millisecond', 1)
@@ -122,20 +116,5 @@ impl PgStore {
         .await
         .map_err(db(OPERATION))?;
         Ok(turn.map(|turn| turn as u64))
-    }
-}
-
-#[async_trait]
-impl RetentionStore for PgStore {
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.purge_runs_impl(params).await
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.take_retention_turn_impl(worker_id, every).await
     }
 }

@@ -4,12 +4,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
-use uuid::Uuid;
-
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, UnknownStatus, WorkflowRun};
 use tasks_core::store::{ClaimedRun, UndecodableStepRow, status_of, step_column};
 use tasks_core::transition::JSON_COLUMNS;
+use uuid::Uuid;
 
 /// Columns of `workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \

@@ -1,23 +1,22 @@
 //! Runs as records on Postgres: the SQL of [`RunStore`].
 
-use crate::PgStore;
-use crate::insert_run;
 use crate::reconnect::{db, retrying};
-use crate::rows;
 use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::{PgStore, millis, rows};
 use async_trait::async_trait;
 use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{RunStatus, WorkflowRun};
-use tasks_core::store::RunStore;
-use tasks_core::store::{CreateRun, Cursor, ListRuns, Notification, Page, PageQuery};
-use tasks_core::transition::status_in;
+use tasks_core::store::{
+    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+};
+use tasks_core::transition::{CREATED, status_in};
 use uuid::Uuid;
 
 #[async_trait]
 impl RunStore for PgStore {
     async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
-        params.check(&self.namespace)?;
+        check::create_run(&self.namespace, &params)?;
         if params.idempotency_key.is_some() {
             // A second try finds the first's run by its key, if the first committed.
             retrying(Operation::CreateRun, || self.create_run_once(&params)).await
@@ -33,15 +32,79 @@ impl RunStore for PgStore {
     }
 
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        params.check(&self.namespace)?;
-        retrying(Operation::ListRuns, || self.list_runs_once(&params)).await
+        check::list_runs(&self.namespace, &params)?;
+        let params = &params;
+        retrying(Operation::ListRuns, move || async move {
+            const OPERATION: Operation = Operation::ListRuns;
+            let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+            let mut query = QueryBuilder::<Postgres>::new(format!(
+                "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
+            ));
+            query.push_bind(&*self.namespace);
+            if let Some(cursor) = page.cursor {
+                query.push(format_args!(
+                    " AND (created_at, id) {} (",
+                    page.cursor_operator()
+                ));
+                query
+                    .push_bind(cursor.created_at())
+                    .push(", ")
+                    .push_bind(cursor.id())
+                    .push(")");
+            }
+            if !params.statuses.is_empty() {
+                let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
+                query
+                    .push(" AND status = ANY(")
+                    .push_bind(statuses)
+                    .push(")");
+            }
+            if let Some(name) = &params.workflow_name {
+                query.push(" AND workflow_name = ").push_bind(name);
+            }
+            if let Some(parent) = params.parent_run_id {
+                query.push(" AND parent_run_id = ").push_bind(parent);
+            }
+            if let Some(after) = params.created_after {
+                query.push(" AND created_at >= ").push_bind(after);
+            }
+            if let Some(before) = params.created_before {
+                query.push(" AND created_at <= ").push_bind(before);
+            }
+            let direction = page.sql_direction();
+            query.push(format_args!(
+                " ORDER BY created_at {direction}, id {direction} LIMIT "
+            ));
+            query.push_bind(i64::from(page.limit) + 1);
+            let rows = query
+                .build()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            let runs = rows::runs(&rows, OPERATION)?;
+            Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
+        })
+        .await
     }
 
     async fn count_runs(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
-        retrying(Operation::CountRuns, || self.count_runs_once(statuses)).await
+        retrying(Operation::CountRuns, move || async move {
+            let sql = format!(
+                "SELECT status, count(*) FROM tasks.workflow_runs
+                  WHERE namespace = $1 AND {} GROUP BY status",
+                status_in("", statuses)
+            );
+            let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+                .bind(&*self.namespace)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(Operation::CountRuns))?;
+            Ok(tasks_core::store::counts_in_order(statuses, rows))
+        })
+        .await
     }
 }
 
@@ -91,71 +154,76 @@ impl PgStore {
             }
         }
     }
+}
 
-    /// One try of [`RunStore::list_runs`] (of checked `params`).
-    async fn list_runs_once(&self, params: &ListRuns) -> StoreResult<Page<WorkflowRun>> {
-        const OPERATION: Operation = Operation::ListRuns;
-        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs WHERE namespace = "
-        ));
-        query.push_bind(&*self.namespace);
-        if let Some(cursor) = page.cursor {
-            query.push(format_args!(
-                " AND (created_at, id) {} (",
-                page.cursor_operator()
-            ));
-            query
-                .push_bind(cursor.created_at())
-                .push(", ")
-                .push_bind(cursor.id())
-                .push(")");
-        }
-        if !params.statuses.is_empty() {
-            let statuses: Vec<&str> = params.statuses.iter().map(|s| s.as_str()).collect();
-            query
-                .push(" AND status = ANY(")
-                .push_bind(statuses)
-                .push(")");
-        }
-        if let Some(name) = &params.workflow_name {
-            query.push(" AND workflow_name = ").push_bind(name);
-        }
-        if let Some(parent) = params.parent_run_id {
-            query.push(" AND parent_run_id = ").push_bind(parent);
-        }
-        if let Some(after) = params.created_after {
-            query.push(" AND created_at >= ").push_bind(after);
-        }
-        if let Some(before) = params.created_before {
-            query.push(" AND created_at <= ").push_bind(before);
-        }
-        let direction = page.sql_direction();
-        query.push(format_args!(
-            " ORDER BY created_at {direction}, id {direction} LIMIT "
-        ));
-        query.push_bind(i64::from(page.limit) + 1);
-        let rows = query
-            .build()
-            .fetch_all(&self.pool)
+/// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
+/// a run holds its idempotency key already. A key whose holder's scope has lapsed is
+/// released first (see [`tasks_core::idempotency`]). Announces nothing.
+pub(crate) async fn insert_run(
+    conn: &mut sqlx::PgConnection,
+    namespace: &str,
+    params: &CreateRun,
+) -> StoreResult<Option<RunRow>> {
+    const OPERATION: Operation = Operation::CreateRun;
+    let config = params.stored_config()?;
+    if let Some(key) = &params.idempotency_key {
+        let release =
+            tasks_core::idempotency::release_sql("tasks.workflow_runs", "$1", "$2", "$3", "now()");
+        sqlx::query(&release)
+            .bind(namespace)
+            .bind(&params.workflow_name)
+            .bind(key)
+            .execute(&mut *conn)
             .await
             .map_err(db(OPERATION))?;
-        let runs = rows::runs(&rows, OPERATION)?;
-        Ok(page.finish(runs, |run| Cursor::new(run.created_at, run.id)))
     }
-
-    /// One try of [`RunStore::count_runs`] (of some `statuses`).
-    async fn count_runs_once(&self, statuses: &[RunStatus]) -> StoreResult<Vec<(RunStatus, u64)>> {
-        let sql = format!(
-            "SELECT status, count(*) FROM tasks.workflow_runs
-              WHERE namespace = $1 AND {} GROUP BY status",
-            status_in("", statuses)
-        );
-        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::CountRuns))?;
-        Ok(tasks_core::store::counts_in_order(statuses, rows))
-    }
+    let (scope, ttl) = params.stored_scope();
+    // A run with a concurrency key brings its key's row (see the claim) in the same
+    // statement, so a claim that sees the run sees the row.
+    let key_row = match params.concurrency {
+        Some(_) => {
+            "WITH key_row AS (
+                INSERT INTO tasks.concurrency_keys (namespace, concurrency_key)
+                VALUES ($1, $13) ON CONFLICT DO NOTHING
+             ) "
+        }
+        None => "",
+    };
+    let sql = format!(
+        "{key_row}INSERT INTO tasks.workflow_runs
+             (namespace, id, workflow_name, version, status, idempotency_key, config, context,
+              input, attempts, available_at, deadline_at, created_at, updated_at,
+              priority, concurrency_key, concurrency_limit,
+              idempotency_scope, idempotency_expires_at, traceparent, tracestate, queue)
+         VALUES ($1, $2, $3, $4, '{created}', $5, $6, $7, $8, 0,
+                 COALESCE($9, now() + $11 * INTERVAL '1 millisecond', now()), $10, now(), now(),
+                 $12, $13, $14, $15, now() + $16 * INTERVAL '1 millisecond', $17, $18, $19)
+         ON CONFLICT (namespace, workflow_name, idempotency_key) WHERE idempotency_key IS NOT NULL
+         DO NOTHING
+         RETURNING {RUN_COLUMNS}",
+        created = CREATED.as_str(),
+    );
+    sqlx::query_as::<_, RunRow>(&sql)
+        .bind(namespace)
+        .bind(Uuid::now_v7())
+        .bind(&params.workflow_name)
+        .bind(&params.version)
+        .bind(&params.idempotency_key)
+        .bind(&config)
+        .bind(&params.context)
+        .bind(&params.input)
+        .bind(params.available_at)
+        .bind(params.deadline_at)
+        .bind(params.delay.map(millis))
+        .bind(params.priority)
+        .bind(params.concurrency.as_ref().map(|c| c.key().to_owned()))
+        .bind(params.concurrency.as_ref().map(|c| c.stored_limit()))
+        .bind(scope)
+        .bind(ttl)
+        .bind(params.trace_context.as_ref().map(|t| t.traceparent()))
+        .bind(params.trace_context.as_ref().and_then(|t| t.tracestate()))
+        .bind(params.stored_queue())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(OPERATION))
 }

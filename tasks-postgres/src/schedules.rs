@@ -7,20 +7,19 @@
 //! is an `UPDATE` of that row, which under Read Committed re-checks its condition on the
 //! latest committed version of the row.
 
+use crate::PgStore;
 use crate::reconnect::{db, retrying};
+use crate::runs::insert_run;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::Row as _;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
-use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
-use tasks_core::store::Notification;
-use tasks_core::store::ScheduleStore;
-
-use sqlx::Row as _;
-
-use super::{PgStore, insert_run};
-use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
+use tasks_core::schedule::{
+    CatchUp, DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, keeps_slot,
+};
+use tasks_core::store::{Notification, ScheduleStore, check};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `schedules`, in the order of [`ScheduleRow`].
@@ -81,14 +80,16 @@ fn stored_max(catch_up: &CatchUp) -> Option<i32> {
 }
 
 impl PgStore {
-    pub(super) async fn create_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(super) async fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
         replace: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::CreateSchedule;
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
             .fetch_one(&mut *tx)
@@ -172,44 +173,13 @@ impl PgStore {
         row.into_schedule(OPERATION)
     }
 
-    pub(super) async fn get_schedule_impl(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        const OPERATION: Operation = Operation::GetSchedule;
-        check_name(name)?;
-        let sql = format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules WHERE namespace = $1 AND name = $2"
-        );
-        sqlx::query_as::<_, ScheduleRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?
-            .map(|row| row.into_schedule(OPERATION))
-            .transpose()
-    }
-
-    pub(super) async fn list_schedules_impl(&self) -> StoreResult<Vec<Schedule>> {
-        const OPERATION: Operation = Operation::GetSchedule;
-        let sql = format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules WHERE namespace = $1 ORDER BY name"
-        );
-        sqlx::query_as::<_, ScheduleRow>(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?
-            .into_iter()
-            .map(|row| row.into_schedule(OPERATION))
-            .collect()
-    }
-
     pub(super) async fn set_schedule_paused(
         &self,
         name: &str,
         paused: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::PauseSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         // A repeat changes nothing, not even `updated_at`.
         let sql = format!(
             "UPDATE tasks.schedules
@@ -230,10 +200,81 @@ impl PgStore {
             })?
             .into_schedule(OPERATION)
     }
+}
 
-    pub(super) async fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
+#[async_trait]
+impl ScheduleStore for PgStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write_schedule(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write_schedule(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        check::schedule_name(name)?;
+        retrying(Operation::GetSchedule, move || async move {
+            const OPERATION: Operation = Operation::GetSchedule;
+            let sql = format!(
+                "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules WHERE namespace = $1 AND name = $2"
+            );
+            sqlx::query_as::<_, ScheduleRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db(OPERATION))?
+                .map(|row| row.into_schedule(OPERATION))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        retrying(Operation::GetSchedule, move || async move {
+            const OPERATION: Operation = Operation::GetSchedule;
+            let sql = format!(
+                "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules WHERE namespace = $1 ORDER BY name"
+            );
+            sqlx::query_as::<_, ScheduleRow>(&sql)
+                .bind(&*self.namespace)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?
+                .into_iter()
+                .map(|row| row.into_schedule(OPERATION))
+                .collect()
+        })
+        .await
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        // A repeat changes nothing: tried again on a broken connection, like a read.
+        retrying(Operation::PauseSchedule, || {
+            self.set_schedule_paused(name, true)
+        })
+        .await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        retrying(Operation::PauseSchedule, || {
+            self.set_schedule_paused(name, false)
+        })
+        .await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let deleted = sqlx::query("DELETE FROM tasks.schedules WHERE namespace = $1 AND name = $2")
             .bind(&*self.namespace)
             .bind(name)
@@ -248,39 +289,39 @@ impl PgStore {
         Ok(())
     }
 
-    pub(super) async fn due_schedules_impl(&self, limit: u32) -> StoreResult<DueSchedules> {
-        const OPERATION: Operation = Operation::FireSchedule;
-        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
-        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db(OPERATION))?;
-        let sql = format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
+        retrying(Operation::FireSchedule, move || async move {
+            const OPERATION: Operation = Operation::FireSchedule;
+            let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
+            let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db(OPERATION))?;
+            let sql = format!(
+                "SELECT {SCHEDULE_COLUMNS} FROM tasks.schedules
               WHERE namespace = $1 AND NOT paused AND next_slot IS NOT NULL AND next_slot <= $2
               ORDER BY next_slot LIMIT $3"
-        );
-        let rows = sqlx::query_as::<_, ScheduleRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db(OPERATION))?;
-        tx.commit().await.map_err(db(OPERATION))?;
-        let schedules = rows
-            .into_iter()
-            .map(|row| row.into_schedule(OPERATION))
-            .collect::<StoreResult<_>>()?;
-        Ok(DueSchedules { now, schedules })
+            );
+            let rows = sqlx::query_as::<_, ScheduleRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db(OPERATION))?;
+            tx.commit().await.map_err(db(OPERATION))?;
+            let schedules = rows
+                .into_iter()
+                .map(|row| row.into_schedule(OPERATION))
+                .collect::<StoreResult<_>>()?;
+            Ok(DueSchedules { now, schedules })
+        })
+        .await
     }
 
-    pub(super) async fn fire_schedule_impl(
-        &self,
-        params: FireSchedule,
-    ) -> StoreResult<Option<Vec<WorkflowRun>>> {
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         const OPERATION: Operation = Operation::FireSchedule;
-        params.check(&self.namespace)?;
+        check::fire_schedule(&self.namespace, &params)?;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let sql = format!(
             "UPDATE tasks.schedules SET next_slot = $4, updated_at = now()
@@ -313,59 +354,5 @@ impl PgStore {
             self.notify_now(&[wake_up]).await;
         }
         Ok(Some(runs))
-    }
-}
-
-#[async_trait]
-impl ScheduleStore for PgStore {
-    async fn create_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, false).await
-    }
-
-    async fn put_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, true).await
-    }
-
-    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        retrying(Operation::GetSchedule, || self.get_schedule_impl(name)).await
-    }
-
-    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        retrying(Operation::GetSchedule, || self.list_schedules_impl()).await
-    }
-
-    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        // A repeat changes nothing: tried again on a broken connection, like a read.
-        retrying(Operation::PauseSchedule, || {
-            self.set_schedule_paused(name, true)
-        })
-        .await
-    }
-
-    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        retrying(Operation::PauseSchedule, || {
-            self.set_schedule_paused(name, false)
-        })
-        .await
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        self.delete_schedule_impl(name).await
-    }
-
-    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        retrying(Operation::FireSchedule, || self.due_schedules_impl(limit)).await
-    }
-
-    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        self.fire_schedule_impl(params).await
     }
 }

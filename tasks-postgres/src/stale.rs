@@ -29,7 +29,6 @@
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
-
 use tokio::runtime::{Handle, Id};
 
 /// When each runtime that opened or acquired a pooled connection was first and last seen.

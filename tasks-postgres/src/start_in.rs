@@ -1,12 +1,11 @@
 //! Transactional start: a run created inside the caller's own transaction
 //! (the engine's `StartBuilder::in_transaction` is built on it).
 
-use sqlx::PgConnection;
-
-use super::insert_run;
-use super::notify::{CHANNEL, payload};
-use super::rows::{RUN_COLUMNS, RunRow};
+use crate::notify::{CHANNEL, payload};
 use crate::reconnect::db;
+use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::runs::insert_run;
+use sqlx::PgConnection;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{CreateRun, Notification};

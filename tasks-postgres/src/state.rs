@@ -10,22 +10,21 @@
 //! [`StateStore::get_state`]: tasks_core::StateStore::get_state
 //! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
+use crate::PgStore;
 use crate::reconnect::{db, retrying};
 use crate::rows::{STEP_COLUMNS, StepRow};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tasks_core::error::{Operation, StoreError, StoreResult};
-use tasks_core::limits::{self};
-use tasks_core::state::{PublishedState, SetState, StateSet};
-use tasks_core::store::StateStore;
-use uuid::Uuid;
-
-use super::PgStore;
 use tasks_core::events::EventTarget;
 use tasks_core::model::StepKind;
-use tasks_core::state::{published_output, state_changed, version_of};
+use tasks_core::state::{
+    PublishedState, SetState, StateSet, published_output, state_changed, version_of,
+};
+use tasks_core::store::{StateStore, check};
 use tasks_core::transition::SET_STATE;
+use uuid::Uuid;
 
 /// Columns of `run_state`, in the order of [`StateRow`].
 const STATE_COLUMNS: &str = "workflow_run_id, key, value, version, updated_at";
@@ -54,9 +53,29 @@ impl From<StateRow> for PublishedState {
 }
 
 impl PgStore {
-    pub(super) async fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
+    /// `Ok` when the run exists in this namespace, else [`StoreError::RunNotFound`].
+    async fn known_run(&self, run_id: Uuid, operation: Operation) -> StoreResult<()> {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2)",
+        )
+        .bind(&*self.namespace)
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db(operation))?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::RunNotFound { id: run_id })
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for PgStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
-        params.check()?;
+        check::set_state(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let target = EventTarget::Run(params.run_id);
@@ -136,78 +155,48 @@ impl PgStore {
         })
     }
 
-    pub(super) async fn get_state_impl(
-        &self,
-        run_id: Uuid,
-        key: &str,
-    ) -> StoreResult<Option<PublishedState>> {
-        const OPERATION: Operation = Operation::GetState;
-        limits::check_state_key(key)?;
-        let sql = format!(
-            "SELECT {STATE_COLUMNS} FROM tasks.run_state
-              WHERE namespace = $1 AND workflow_run_id = $2 AND key = $3"
-        );
-        let found = sqlx::query_as::<_, StateRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        match found {
-            Some(row) => Ok(Some(row.into())),
-            None => self.known_run(run_id, OPERATION).await.map(|()| None),
-        }
-    }
-
-    pub(super) async fn list_state_impl(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        const OPERATION: Operation = Operation::GetState;
-        let sql = format!(
-            "SELECT {STATE_COLUMNS} FROM tasks.run_state
-              WHERE namespace = $1 AND workflow_run_id = $2
-              ORDER BY key"
-        );
-        let found = sqlx::query_as::<_, StateRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(run_id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        if found.is_empty() {
-            self.known_run(run_id, OPERATION).await?;
-        }
-        Ok(found.into_iter().map(PublishedState::from).collect())
-    }
-
-    /// `Ok` when the run exists in this namespace, else [`StoreError::RunNotFound`].
-    async fn known_run(&self, run_id: Uuid, operation: Operation) -> StoreResult<()> {
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM tasks.workflow_runs WHERE namespace = $1 AND id = $2)",
-        )
-        .bind(&*self.namespace)
-        .bind(run_id)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db(operation))?;
-        if exists {
-            Ok(())
-        } else {
-            Err(StoreError::RunNotFound { id: run_id })
-        }
-    }
-}
-
-#[async_trait]
-impl StateStore for PgStore {
-    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
-        self.set_state_impl(params).await
-    }
-
     async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        retrying(Operation::GetState, || self.get_state_impl(run_id, key)).await
+        check::get_state(key)?;
+        retrying(Operation::GetState, move || async move {
+            const OPERATION: Operation = Operation::GetState;
+            let sql = format!(
+                "SELECT {STATE_COLUMNS} FROM tasks.run_state
+              WHERE namespace = $1 AND workflow_run_id = $2 AND key = $3"
+            );
+            let found = sqlx::query_as::<_, StateRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(run_id)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            match found {
+                Some(row) => Ok(Some(row.into())),
+                None => self.known_run(run_id, OPERATION).await.map(|()| None),
+            }
+        })
+        .await
     }
 
     async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        retrying(Operation::GetState, || self.list_state_impl(run_id)).await
+        retrying(Operation::GetState, move || async move {
+            const OPERATION: Operation = Operation::GetState;
+            let sql = format!(
+                "SELECT {STATE_COLUMNS} FROM tasks.run_state
+              WHERE namespace = $1 AND workflow_run_id = $2
+              ORDER BY key"
+            );
+            let found = sqlx::query_as::<_, StateRow>(&sql)
+                .bind(&*self.namespace)
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(OPERATION))?;
+            if found.is_empty() {
+                self.known_run(run_id, OPERATION).await?;
+            }
+            Ok(found.into_iter().map(PublishedState::from).collect())
+        })
+        .await
     }
 }

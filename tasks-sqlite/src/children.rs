@@ -11,24 +11,21 @@
 //! [`ChildStore::start_child`]: tasks_core::ChildStore::start_child
 //! [`ChildStore::wait_for_children`]: tasks_core::ChildStore::wait_for_children
 
-use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
-use tasks_core::children::{ChildWait, StartChild, StartedChild, WaitForChildren};
+use tasks_core::children::{
+    ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
+};
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::store::ChildStore;
-use tasks_core::store::Notification;
-use uuid::Uuid;
-
-use super::rows::{self, STEP_COLUMNS, StepRow};
-use super::{SqliteStore, Write, fetch_run};
-use tasks_core::children::{ChildOutcome, missing_child};
-use tasks_core::model::{StepKind, StepStatus};
+use tasks_core::limits;
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::store::{ChildStore, Notification, check};
 use tasks_core::transition::{
     CANCELED, CASCADE_FROM, CREATED, Column, FINISHED, PARKED_ON_CHILDREN, START_CHILD,
     WAIT_CHILDREN, status_in, wake_parent_set,
 };
+use uuid::Uuid;
 
 impl SqliteStore {
     /// In the transaction of a transition that just left `run` as it is: when `run` is a
@@ -112,10 +109,38 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn start_child_impl(&self, params: StartChild) -> StoreResult<StartedChild> {
+    /// Completes the child step `step` with the child's `outcome`.
+    async fn finish_child_step(
+        &self,
+        write: &mut Write<'_>,
+        step: &StepAttempt,
+        outcome: &ChildOutcome,
+    ) -> StoreResult<StepAttempt> {
+        const OPERATION: Operation = Operation::WaitForChildren;
+        let sql = format!(
+            "UPDATE tasks_step_attempts
+                SET status = 'completed', output = ?3, finished_at = ?4, updated_at = ?4
+              WHERE namespace = ?1 AND id = ?2
+          RETURNING {STEP_COLUMNS}"
+        );
+        let now = write.now();
+        sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(step.id))
+            .bind(rows::json(&outcome.to_output()))
+            .bind(&now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)
+    }
+}
+
+#[async_trait]
+impl ChildStore for SqliteStore {
+    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
         const OPERATION: Operation = Operation::StartChild;
-        params.check(&self.namespace)?;
-        params.check_child()?;
+        check::start_child(&self.namespace, &params)?;
         let config = params.child.stored_config()?;
         let available_at = rows::ts_opt(params.child.available_at)?;
         let deadline_at = rows::ts_opt(params.child.deadline_at)?;
@@ -233,12 +258,9 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn wait_for_children_impl(
-        &self,
-        params: WaitForChildren,
-    ) -> StoreResult<ChildWait> {
+    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
-        params.check()?;
+        check::wait_for_children(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
@@ -329,42 +351,5 @@ impl SqliteStore {
         .map_err(db(OPERATION))?;
         write.commit().await?;
         Ok(ChildWait::Done(done))
-    }
-
-    /// Completes the child step `step` with the child's `outcome`.
-    async fn finish_child_step(
-        &self,
-        write: &mut Write<'_>,
-        step: &StepAttempt,
-        outcome: &ChildOutcome,
-    ) -> StoreResult<StepAttempt> {
-        const OPERATION: Operation = Operation::WaitForChildren;
-        let sql = format!(
-            "UPDATE tasks_step_attempts
-                SET status = 'completed', output = ?3, finished_at = ?4, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2
-          RETURNING {STEP_COLUMNS}"
-        );
-        let now = write.now();
-        sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(rows::id(step.id))
-            .bind(rows::json(&outcome.to_output()))
-            .bind(&now)
-            .fetch_one(write.conn())
-            .await
-            .map_err(db(OPERATION))?
-            .into_step(OPERATION)
-    }
-}
-
-#[async_trait]
-impl ChildStore for SqliteStore {
-    async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
-        self.start_child_impl(params).await
-    }
-
-    async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
-        self.wait_for_children_impl(params).await
     }
 }

@@ -10,23 +10,20 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
-use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::events::{EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::store::EventStore;
-use uuid::Uuid;
-
-use super::rows::{self, STEP_COLUMNS, StepRow};
-use super::{SqliteStore, Write, fetch_run};
 use tasks_core::events::{
-    EventTarget, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
+    received_output, timed_out_output, wait_step, wait_until,
 };
-use tasks_core::model::{StepKind, StepStatus};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::store::{EventStore, check};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use uuid::Uuid;
 
 /// Columns of `tasks_events`, in the order of [`EventRow`].
 const EVENT_COLUMNS: &str = "namespace, id, workflow_run_id, topic, payload, dedup_key, \
@@ -96,171 +93,6 @@ impl SqliteStore {
                     .transpose()
             }
         }
-    }
-
-    pub(super) async fn send_event_impl(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        const OPERATION: Operation = Operation::SendEvent;
-        params.check(&self.namespace)?;
-        let mut write = self.begin_write(OPERATION).await?;
-        let run = match self
-            .target_run(write.conn(), &params.target, OPERATION)
-            .await?
-        {
-            Some(run) if SEND_EVENT.admits(&run, None) => run,
-            Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
-            None => return Err(not_found(&params.target)),
-        };
-        let now = write.now();
-        let insert = format!(
-            "INSERT INTO tasks_events
-                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
-                 WHERE dedup_key IS NOT NULL DO NOTHING
-          RETURNING {EVENT_COLUMNS}"
-        );
-        let inserted = sqlx::query_as::<_, EventRow>(&insert)
-            .bind(&*self.namespace)
-            .bind(rows::id(Uuid::now_v7()))
-            .bind(rows::id(run.id))
-            .bind(&params.topic)
-            .bind(rows::json(&params.payload))
-            .bind(&params.dedup_key)
-            .bind(&now)
-            .fetch_optional(write.conn())
-            .await
-            .map_err(db(OPERATION))?;
-        let (event, duplicate) = match inserted {
-            Some(row) => (row.into_event(OPERATION)?, false),
-            None => {
-                let first = format!(
-                    "SELECT {EVENT_COLUMNS} FROM tasks_events
-                      WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
-                        AND dedup_key = ?4"
-                );
-                let row = sqlx::query_as::<_, EventRow>(&first)
-                    .bind(&*self.namespace)
-                    .bind(rows::id(run.id))
-                    .bind(&params.topic)
-                    .bind(&params.dedup_key)
-                    .fetch_one(write.conn())
-                    .await
-                    .map_err(db(OPERATION))?;
-                (row.into_event(OPERATION)?, true)
-            }
-        };
-        let woken = if duplicate {
-            None
-        } else {
-            let wake = format!(
-                "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
-                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
-              RETURNING {RUN_COLUMNS}",
-                fence = WAKE_ON_EVENT.fence("", "NULL"),
-            );
-            sqlx::query_as::<_, RunRow>(&wake)
-                .bind(&*self.namespace)
-                .bind(rows::id(run.id))
-                .bind(&now)
-                .bind(&params.topic)
-                .fetch_optional(write.conn())
-                .await
-                .map_err(db(OPERATION))?
-                .map(|row| row.into_run(OPERATION))
-                .transpose()?
-        };
-        write.commit().await?;
-        for notification in woken
-            .iter()
-            .flat_map(|run| WAKE_ON_EVENT.announcements(run))
-        {
-            self.notify(notification);
-        }
-        Ok(SentEvent {
-            event,
-            duplicate,
-            woke: woken.is_some(),
-        })
-    }
-
-    pub(super) async fn wait_for_event_impl(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        const OPERATION: Operation = Operation::WaitForEvent;
-        params.check()?;
-        let worker = Some(params.worker_id.as_str());
-        let mut write = self.begin_write(OPERATION).await?;
-        match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
-            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
-            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
-        }
-        let attempt = match self.last_wait(write.conn(), &params).await? {
-            Some(attempt) if attempt.status == StepStatus::Completed => {
-                write.commit().await?;
-                return Ok(EventWait::Done(attempt));
-            }
-            Some(attempt) if attempt.status == StepStatus::Running => attempt,
-            _ => self.start_wait(&mut write, &params).await?,
-        };
-        let now = write.now();
-        let consume = format!(
-            "UPDATE tasks_events SET consumed_by = ?4, consumed_at = ?5
-              WHERE namespace = ?1 AND id = (
-                    SELECT id FROM tasks_events
-                     WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
-                       AND consumed_at IS NULL
-                     ORDER BY created_at, id
-                     LIMIT 1)
-          RETURNING {EVENT_COLUMNS}"
-        );
-        let consumed = sqlx::query_as::<_, EventRow>(&consume)
-            .bind(&*self.namespace)
-            .bind(rows::id(params.run_id))
-            .bind(&params.topic)
-            .bind(&params.step_name)
-            .bind(&now)
-            .fetch_optional(write.conn())
-            .await
-            .map_err(db(OPERATION))?;
-        let output = match consumed {
-            Some(row) => received_output(&row.into_event(OPERATION)?),
-            None => {
-                let until = wait_until(&attempt);
-                if wait_step(false, until, write.now) == WaitStep::Park {
-                    let run = self.park(&mut write, &params, until).await?;
-                    write.commit().await?;
-                    for notification in WAIT_EVENT.announcements(&run) {
-                        self.notify(notification);
-                    }
-                    return Ok(EventWait::Parked(run));
-                }
-                timed_out_output()
-            }
-        };
-        let finish = format!(
-            "UPDATE tasks_step_attempts
-                SET status = 'completed', output = ?3, finished_at = ?4, updated_at = ?4
-              WHERE namespace = ?1 AND id = ?2
-          RETURNING {STEP_COLUMNS}"
-        );
-        let done = sqlx::query_as::<_, StepRow>(&finish)
-            .bind(&*self.namespace)
-            .bind(rows::id(attempt.id))
-            .bind(rows::json(&output))
-            .bind(&now)
-            .fetch_one(write.conn())
-            .await
-            .map_err(db(OPERATION))?
-            .into_step(OPERATION)?;
-        sqlx::query(
-            "UPDATE tasks_workflow_runs SET wait_topic = NULL
-              WHERE namespace = ?1 AND id = ?2 AND wait_topic IS NOT NULL",
-        )
-        .bind(&*self.namespace)
-        .bind(rows::id(params.run_id))
-        .execute(write.conn())
-        .await
-        .map_err(db(OPERATION))?;
-        write.commit().await?;
-        Ok(EventWait::Done(done))
     }
 
     /// The newest attempt of the wait, if any.
@@ -347,8 +179,176 @@ impl SqliteStore {
             .map_err(db(OPERATION))?
             .into_run(OPERATION)
     }
+}
 
-    pub(super) async fn list_events_impl(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
+        const OPERATION: Operation = Operation::SendEvent;
+        check::send_event(&self.namespace, &params)?;
+        let mut write = self.begin_write(OPERATION).await?;
+        let run = match self
+            .target_run(write.conn(), &params.target, OPERATION)
+            .await?
+        {
+            Some(run) if SEND_EVENT.admits(&run, None) => run,
+            Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+            None => return Err(not_found(&params.target)),
+        };
+        let now = write.now();
+        let insert = format!(
+            "INSERT INTO tasks_events
+                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
+                 WHERE dedup_key IS NOT NULL DO NOTHING
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let inserted = sqlx::query_as::<_, EventRow>(&insert)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(run.id))
+            .bind(&params.topic)
+            .bind(rows::json(&params.payload))
+            .bind(&params.dedup_key)
+            .bind(&now)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        let (event, duplicate) = match inserted {
+            Some(row) => (row.into_event(OPERATION)?, false),
+            None => {
+                let first = format!(
+                    "SELECT {EVENT_COLUMNS} FROM tasks_events
+                      WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
+                        AND dedup_key = ?4"
+                );
+                let row = sqlx::query_as::<_, EventRow>(&first)
+                    .bind(&*self.namespace)
+                    .bind(rows::id(run.id))
+                    .bind(&params.topic)
+                    .bind(&params.dedup_key)
+                    .fetch_one(write.conn())
+                    .await
+                    .map_err(db(OPERATION))?;
+                (row.into_event(OPERATION)?, true)
+            }
+        };
+        let woken = if duplicate {
+            None
+        } else {
+            let wake = format!(
+                "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
+                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
+              RETURNING {RUN_COLUMNS}",
+                fence = WAKE_ON_EVENT.fence("", "NULL"),
+            );
+            sqlx::query_as::<_, RunRow>(&wake)
+                .bind(&*self.namespace)
+                .bind(rows::id(run.id))
+                .bind(&now)
+                .bind(&params.topic)
+                .fetch_optional(write.conn())
+                .await
+                .map_err(db(OPERATION))?
+                .map(|row| row.into_run(OPERATION))
+                .transpose()?
+        };
+        write.commit().await?;
+        for notification in woken
+            .iter()
+            .flat_map(|run| WAKE_ON_EVENT.announcements(run))
+        {
+            self.notify(notification);
+        }
+        Ok(SentEvent {
+            event,
+            duplicate,
+            woke: woken.is_some(),
+        })
+    }
+
+    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
+        const OPERATION: Operation = Operation::WaitForEvent;
+        check::wait_for_event(&params)?;
+        let worker = Some(params.worker_id.as_str());
+        let mut write = self.begin_write(OPERATION).await?;
+        match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
+            Some(run) if WAIT_EVENT.admits(&run, worker) => {}
+            current => return Err(WAIT_EVENT.miss(params.run_id, worker, current.as_ref())),
+        }
+        let attempt = match self.last_wait(write.conn(), &params).await? {
+            Some(attempt) if attempt.status == StepStatus::Completed => {
+                write.commit().await?;
+                return Ok(EventWait::Done(attempt));
+            }
+            Some(attempt) if attempt.status == StepStatus::Running => attempt,
+            _ => self.start_wait(&mut write, &params).await?,
+        };
+        let now = write.now();
+        let consume = format!(
+            "UPDATE tasks_events SET consumed_by = ?4, consumed_at = ?5
+              WHERE namespace = ?1 AND id = (
+                    SELECT id FROM tasks_events
+                     WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
+                       AND consumed_at IS NULL
+                     ORDER BY created_at, id
+                     LIMIT 1)
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let consumed = sqlx::query_as::<_, EventRow>(&consume)
+            .bind(&*self.namespace)
+            .bind(rows::id(params.run_id))
+            .bind(&params.topic)
+            .bind(&params.step_name)
+            .bind(&now)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(OPERATION))?;
+        let output = match consumed {
+            Some(row) => received_output(&row.into_event(OPERATION)?),
+            None => {
+                let until = wait_until(&attempt);
+                if wait_step(false, until, write.now) == WaitStep::Park {
+                    let run = self.park(&mut write, &params, until).await?;
+                    write.commit().await?;
+                    for notification in WAIT_EVENT.announcements(&run) {
+                        self.notify(notification);
+                    }
+                    return Ok(EventWait::Parked(run));
+                }
+                timed_out_output()
+            }
+        };
+        let finish = format!(
+            "UPDATE tasks_step_attempts
+                SET status = 'completed', output = ?3, finished_at = ?4, updated_at = ?4
+              WHERE namespace = ?1 AND id = ?2
+          RETURNING {STEP_COLUMNS}"
+        );
+        let done = sqlx::query_as::<_, StepRow>(&finish)
+            .bind(&*self.namespace)
+            .bind(rows::id(attempt.id))
+            .bind(rows::json(&output))
+            .bind(&now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(OPERATION))?
+            .into_step(OPERATION)?;
+        sqlx::query(
+            "UPDATE tasks_workflow_runs SET wait_topic = NULL
+              WHERE namespace = ?1 AND id = ?2 AND wait_topic IS NOT NULL",
+        )
+        .bind(&*self.namespace)
+        .bind(rows::id(params.run_id))
+        .execute(write.conn())
+        .await
+        .map_err(db(OPERATION))?;
+        write.commit().await?;
+        Ok(EventWait::Done(done))
+    }
+
+    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
         const OPERATION: Operation = Operation::ListEvents;
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM tasks_events
@@ -365,20 +365,5 @@ impl SqliteStore {
             .into_iter()
             .map(|row| row.into_event(OPERATION))
             .collect()
-    }
-}
-
-#[async_trait]
-impl EventStore for SqliteStore {
-    async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
-        self.send_event_impl(params).await
-    }
-
-    async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
-        self.wait_for_event_impl(params).await
-    }
-
-    async fn list_events(&self, run_id: Uuid) -> StoreResult<Vec<RunEvent>> {
-        self.list_events_impl(run_id).await
     }
 }

@@ -37,28 +37,22 @@ mod schedules;
 mod state;
 mod steps;
 
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use notify::Shared;
+use rows::{RUN_COLUMNS, RunRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tasks_core::store::{
-    ChildStore, EventStore, LifecycleStore, QueueStore, RetentionStore, ScheduleStore, StateStore,
-};
-
-use async_trait::async_trait;
-use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
+use tasks_core::clock::Clock;
+use tasks_core::error::{Operation, StoreError, StoreResult, db};
+use tasks_core::model::WorkflowRun;
+use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, migrate};
-
-use notify::Shared;
-use rows::{RUN_COLUMNS, RunRow};
-use tasks_core::clock::Clock;
-use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
-use tasks_core::model::WorkflowRun;
-use tasks_core::store::{DEFAULT_NAMESPACE, Notification, NotificationStream, SharedStore, Store};
 
 /// How long a write waits for another process to release SQLite's write lock before it
 /// fails with a "database is locked" [`StoreError::Database`].
@@ -189,7 +183,7 @@ impl SqliteStore {
     /// The same store, seeing only `namespace`.
     ///
     /// Errors: a [`LimitError`](tasks_core::LimitError) for a namespace past the
-    /// [`limits`] (longer than
+    /// [`limits`](tasks_core::limits) (longer than
     /// [`MAX_NAMESPACE_BYTES`](tasks_core::limits::MAX_NAMESPACE_BYTES), or with NUL): a store
     /// never holds a namespace that the database could not take.
     pub fn with_namespace(
@@ -197,7 +191,7 @@ impl SqliteStore {
         namespace: impl Into<String>,
     ) -> Result<Self, tasks_core::LimitError> {
         let namespace = namespace.into();
-        limits::check_namespace(&namespace)?;
+        tasks_core::store::check::namespace(&namespace)?;
         Ok(SqliteStore {
             pool: self.pool.clone(),
             namespace: Arc::from(namespace),
@@ -411,31 +405,5 @@ impl Store for SqliteStore {
         Ok(self.shared.subscribe(self.namespace.to_string()))
     }
 
-    fn lifecycle(&self) -> StoreResult<&dyn LifecycleStore> {
-        Ok(self)
-    }
-
-    fn events(&self) -> StoreResult<&dyn EventStore> {
-        Ok(self)
-    }
-
-    fn children(&self) -> StoreResult<&dyn ChildStore> {
-        Ok(self)
-    }
-
-    fn published_state(&self) -> StoreResult<&dyn StateStore> {
-        Ok(self)
-    }
-
-    fn schedules(&self) -> StoreResult<&dyn ScheduleStore> {
-        Ok(self)
-    }
-
-    fn queues(&self) -> StoreResult<&dyn QueueStore> {
-        Ok(self)
-    }
-
-    fn retention(&self) -> StoreResult<&dyn RetentionStore> {
-        Ok(self)
-    }
+    tasks_core::every_capability!();
 }

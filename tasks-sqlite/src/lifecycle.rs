@@ -1,28 +1,48 @@
-//! Lifecycle transitions of the SQLite store: retry from the failure, fork.
+//! Lifecycle transitions of the SQLite store: cancel, pause, resume, retry from the failure,
+//! fork.
 //!
-//! The policies are [`RETRY`] and [`FORK`]; this module only writes them in SQLite's
-//! dialect.
+//! The policies are [`CANCEL`], [`PAUSE`], [`RESUME`], [`RETRY`] and [`FORK`]; this module
+//! only writes them in SQLite's dialect.
 
 use crate::rows::{RUN_COLUMNS, RunRow};
+use crate::{SqliteStore, fetch_run, rows};
 use async_trait::async_trait;
 use tasks_core::error::{StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::model::WorkflowRun;
-use tasks_core::store::LifecycleStore;
+use tasks_core::store::{LifecycleStore, check};
+use tasks_core::transition::{
+    CANCEL, CANCELED, CREATED, Column, FORK, PAUSE, PAUSED, RESUME, RESUMED, RETRIED, RETRY,
+    fork_boundary,
+};
 use uuid::Uuid;
 
-use super::rows::{self};
-use super::{SqliteStore, fetch_run};
-use tasks_core::transition::{CREATED, Column, FORK, RETRIED, RETRY, fork_boundary};
+#[async_trait]
+impl LifecycleStore for SqliteStore {
+    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = CANCELED.set_sql("?4", &[]);
+        self.transition(&CANCEL, &set, run_id, None, |q, _| Ok(q))
+            .await
+    }
 
-impl SqliteStore {
+    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = PAUSED.set_sql("?4", &[]);
+        self.transition(&PAUSE, &set, run_id, None, |q, _| Ok(q))
+            .await
+    }
+
+    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+        let set = RESUMED.set_sql("?4", &[]);
+        self.transition(&RESUME, &set, run_id, None, |q, _| Ok(q))
+            .await
+    }
+
     /// [`LifecycleStore::retry_run`], fenced by [`RETRY`], under the write
     /// lock.
     ///
     /// `started_at` is kept (a run that failed between attempts has none: it becomes the
     /// run's creation time): the claim then sees that the run executed before and loads its
     /// history, which a first execution skips.
-    pub(super) async fn retry_run_impl(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
+    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
         let set = RETRIED.set_sql(
             "?4",
             &[(Column::StartedAt, "COALESCE(started_at, created_at)")],
@@ -36,13 +56,9 @@ impl SqliteStore {
     /// run is checked against [`FORK`] under the write lock, then the new run and the copies
     /// of the attempts before the first attempt of `from_step` are inserted; on any miss
     /// nothing is written.
-    pub(super) async fn fork_run_impl(
-        &self,
-        run_id: Uuid,
-        from_step: &str,
-    ) -> StoreResult<WorkflowRun> {
+    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
         let operation = FORK.operation;
-        limits::check_step_name(from_step)?;
+        check::fork_run(from_step)?;
         let mut write = self.begin_write(operation).await?;
         let source = fetch_run(write.conn(), &self.namespace, run_id, operation).await?;
         match &source {
@@ -113,28 +129,5 @@ impl SqliteStore {
             self.notify(notification);
         }
         Ok(forked)
-    }
-}
-
-#[async_trait]
-impl LifecycleStore for SqliteStore {
-    async fn cancel_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.cancel_run_impl(run_id).await
-    }
-
-    async fn pause_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.pause_run_impl(run_id).await
-    }
-
-    async fn resume_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.resume_run_impl(run_id).await
-    }
-
-    async fn retry_run(&self, run_id: Uuid) -> StoreResult<WorkflowRun> {
-        self.retry_run_impl(run_id).await
-    }
-
-    async fn fork_run(&self, run_id: Uuid, from_step: &str) -> StoreResult<WorkflowRun> {
-        self.fork_run_impl(run_id, from_step).await
     }
 }

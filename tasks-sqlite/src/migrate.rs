@@ -3,7 +3,8 @@
 //! Like the Postgres migrations, these do not use `sqlx::migrate!`, whose bookkeeping table
 //! would collide with an application's own `_sqlx_migrations` in the same file.
 
-use sqlx::{Executor as _, Row, SqlitePool};
+use sqlx::Executor as _;
+use sqlx::{Row, SqlitePool};
 pub use tasks_core::migration::{MigrateError, Migration};
 use tasks_core::migration::{database, pending};
 

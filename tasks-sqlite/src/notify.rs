@@ -14,10 +14,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-
-use tokio::sync::broadcast;
-
 use tasks_core::store::{Notification, NotificationStream, namespace_stream};
+use tokio::sync::broadcast;
 
 /// How many notifications a slow subscriber may fall behind before it gets a `Missed`.
 const CAPACITY: usize = 1024;

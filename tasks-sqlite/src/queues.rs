@@ -1,13 +1,11 @@
 //! Named queues on SQLite: the SQL of the queue methods of [`Store`](tasks_core::Store), and the
 //! queue limits a claim reads under the write lock.
 
+use crate::{SqliteStore, Write, rows};
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
 use tasks_core::queue::{Queue, QueueOptions};
-use tasks_core::store::QueueStore;
-
-use super::{SqliteStore, Write, rows};
+use tasks_core::store::{QueueStore, check};
 use tasks_core::transition::{RateWindow, queue_slots_held};
 
 /// Columns of `tasks_queues`, in the order of [`QueueRow`].
@@ -254,11 +252,13 @@ impl SqliteStore {
         }
         Ok(())
     }
+}
 
-    pub(super) async fn put_queue_impl(&self, options: &QueueOptions) -> StoreResult<Queue> {
+#[async_trait]
+impl QueueStore for SqliteStore {
+    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
         const OPERATION: Operation = Operation::PutQueue;
-        limits::check_namespace(&self.namespace)?;
-        options.check()?;
+        check::put_queue(&self.namespace, options)?;
         let (rate_limit, rate_period_ms) = options.stored_rate();
         let (key_rate_limit, key_rate_period_ms) = options.stored_key_rate();
         let mut write = self.begin_write(OPERATION).await?;
@@ -294,9 +294,9 @@ impl SqliteStore {
         row.into_queue(OPERATION)
     }
 
-    pub(super) async fn get_queue_impl(&self, name: &str) -> StoreResult<Option<Queue>> {
+    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let sql =
             format!("SELECT {QUEUE_COLUMNS} FROM tasks_queues WHERE namespace = ?1 AND name = ?2");
         sqlx::query_as::<_, QueueRow>(&sql)
@@ -309,7 +309,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    pub(super) async fn list_queues_impl(&self) -> StoreResult<Vec<Queue>> {
+    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
         const OPERATION: Operation = Operation::GetQueue;
         let sql =
             format!("SELECT {QUEUE_COLUMNS} FROM tasks_queues WHERE namespace = ?1 ORDER BY name");
@@ -323,9 +323,9 @@ impl SqliteStore {
             .collect()
     }
 
-    pub(super) async fn delete_queue_impl(&self, name: &str) -> StoreResult<()> {
+    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteQueue;
-        limits::check_queue_name(name)?;
+        check::queue_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let deleted = sqlx::query("DELETE FROM tasks_queues WHERE namespace = ?1 AND name = ?2")
             .bind(&*self.namespace)
@@ -341,24 +341,5 @@ impl SqliteStore {
             });
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl QueueStore for SqliteStore {
-    async fn put_queue(&self, options: &QueueOptions) -> StoreResult<Queue> {
-        self.put_queue_impl(options).await
-    }
-
-    async fn get_queue(&self, name: &str) -> StoreResult<Option<Queue>> {
-        self.get_queue_impl(name).await
-    }
-
-    async fn list_queues(&self) -> StoreResult<Vec<Queue>> {
-        self.list_queues_impl().await
-    }
-
-    async fn delete_queue(&self, name: &str) -> StoreResult<()> {
-        self.delete_queue_impl(name).await
     }
 }

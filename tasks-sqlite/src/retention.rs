@@ -4,31 +4,28 @@
 //! The policy (which statuses may be deleted) is [`PURGE`]; this module writes it in
 //! SQLite's dialect.
 
+use crate::{SqliteStore, rows};
 use async_trait::async_trait;
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreResult, db};
-use tasks_core::limits::{self, Field};
-use tasks_core::retention::PurgeRuns;
-use tasks_core::store::RetentionStore;
-
-use super::SqliteStore;
-use super::rows;
-use tasks_core::retention::FinishedBefore;
+use tasks_core::retention::{FinishedBefore, PurgeRuns};
+use tasks_core::store::{RetentionStore, check};
 use tasks_core::transition::{PURGE, purgeable_family, status_in};
 
 /// The ids of the batch, bound as one JSON array: `IN (SELECT value FROM json_each(?2))`.
 const BATCH: &str = "(SELECT value FROM json_each(?2))";
 
-impl SqliteStore {
+#[async_trait]
+impl RetentionStore for SqliteStore {
     /// [`RetentionStore::purge_runs`] in one write transaction: selects a
     /// batch of candidates, clears the links other runs keep to them, deletes their events
     /// and step attempts, then the runs, fenced by [`PURGE`]. The dependent rows are
     /// deleted explicitly rather than left to the cascading foreign keys, which SQLite
     /// enforces only on connections that turned them on (a pool the application built
     /// may not have).
-    pub(super) async fn purge_runs_impl(&self, params: &PurgeRuns) -> StoreResult<u64> {
+    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
         const OPERATION: Operation = Operation::PurgeRuns;
-        params.check(&self.namespace)?;
+        check::purge_runs(&self.namespace, params)?;
         let mut write = self.begin_write(OPERATION).await?;
         let cutoff = match params.finished_before {
             FinishedBefore::Instant(at) => rows::ts_bound(at),
@@ -104,15 +101,13 @@ impl SqliteStore {
     /// [`RetentionStore::take_retention_turn`] in one write
     /// transaction: an upsert of the namespace's lease row that only changes it when its
     /// turn is due.
-    pub(super) async fn take_retention_turn_impl(
+    async fn take_retention_turn(
         &self,
         worker_id: &str,
         every: Duration,
     ) -> StoreResult<Option<u64>> {
         const OPERATION: Operation = Operation::RetentionTurn;
-        limits::check_namespace(&self.namespace)?;
-        limits::check_worker_id(worker_id)?;
-        limits::check_duration(Field::RetentionInterval, every)?;
+        check::take_retention_turn(&self.namespace, worker_id, every)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let next = write.now_plus(every)?;
@@ -134,20 +129,5 @@ impl SqliteStore {
         .map_err(db(OPERATION))?;
         write.commit().await?;
         Ok(turn.map(|turn| turn as u64))
-    }
-}
-
-#[async_trait]
-impl RetentionStore for SqliteStore {
-    async fn purge_runs(&self, params: &PurgeRuns) -> StoreResult<u64> {
-        self.purge_runs_impl(params).await
-    }
-
-    async fn take_retention_turn(
-        &self,
-        worker_id: &str,
-        every: Duration,
-    ) -> StoreResult<Option<u64>> {
-        self.take_retention_turn_impl(worker_id, every).await
     }
 }

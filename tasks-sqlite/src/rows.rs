@@ -15,12 +15,11 @@
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SubsecRound, Utc};
 use serde_json::Value;
-use uuid::Uuid;
-
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, UnknownStatus, WorkflowRun};
 use tasks_core::store::{ClaimedRun, UndecodableStepRow, status_of, step_column};
 use tasks_core::transition::JSON_COLUMNS;
+use uuid::Uuid;
 
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \

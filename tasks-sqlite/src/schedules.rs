@@ -4,16 +4,15 @@
 //! put and a fire of one schedule, in this process or another, never interleave; the time is
 //! the transaction's ([`Write::now`](super::Write)).
 
+use crate::rows::{parse_json, parse_ts};
+use crate::{SqliteStore, rows};
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::WorkflowRun;
-use tasks_core::schedule::{DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule};
-use tasks_core::store::Notification;
-use tasks_core::store::ScheduleStore;
-
-use super::SqliteStore;
-use super::rows::{self, parse_json, parse_ts};
-use tasks_core::schedule::{CatchUp, check_name, keeps_slot};
+use tasks_core::schedule::{
+    CatchUp, DueSchedules, FireSchedule, NewSchedule, NextSlot, Schedule, keeps_slot,
+};
+use tasks_core::store::{Notification, ScheduleStore, check};
 use tasks_core::transition::schedule_fence;
 
 /// Columns of `tasks_schedules`, in the order of [`ScheduleRow`].
@@ -73,14 +72,16 @@ impl ScheduleRow {
 }
 
 impl SqliteStore {
-    pub(super) async fn create_schedule_impl(
+    /// Creates the schedule, or with `replace` creates or replaces it: the body of
+    /// [`ScheduleStore::create_schedule`] and [`ScheduleStore::put_schedule`].
+    pub(super) async fn write_schedule(
         &self,
         params: NewSchedule,
         first_slot: NextSlot<'_>,
         replace: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::CreateSchedule;
-        params.check(&self.namespace)?;
+        check::put_schedule(&self.namespace, &params)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         let existing: Option<(String, String, Option<String>)> = sqlx::query_as(
@@ -158,44 +159,13 @@ impl SqliteStore {
         row.into_schedule(OPERATION)
     }
 
-    pub(super) async fn get_schedule_impl(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        const OPERATION: Operation = Operation::GetSchedule;
-        check_name(name)?;
-        let sql = format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules WHERE namespace = ?1 AND name = ?2"
-        );
-        sqlx::query_as::<_, ScheduleRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(OPERATION))?
-            .map(|row| row.into_schedule(OPERATION))
-            .transpose()
-    }
-
-    pub(super) async fn list_schedules_impl(&self) -> StoreResult<Vec<Schedule>> {
-        const OPERATION: Operation = Operation::GetSchedule;
-        let sql = format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules WHERE namespace = ?1 ORDER BY name"
-        );
-        sqlx::query_as::<_, ScheduleRow>(&sql)
-            .bind(&*self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?
-            .into_iter()
-            .map(|row| row.into_schedule(OPERATION))
-            .collect()
-    }
-
     pub(super) async fn set_schedule_paused(
         &self,
         name: &str,
         paused: bool,
     ) -> StoreResult<Schedule> {
         const OPERATION: Operation = Operation::PauseSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let now = write.now();
         // A repeat changes nothing, not even `updated_at`.
@@ -220,10 +190,68 @@ impl SqliteStore {
         write.commit().await?;
         row.into_schedule(OPERATION)
     }
+}
 
-    pub(super) async fn delete_schedule_impl(&self, name: &str) -> StoreResult<()> {
+#[async_trait]
+impl ScheduleStore for SqliteStore {
+    async fn create_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write_schedule(params, first_slot, false).await
+    }
+
+    async fn put_schedule(
+        &self,
+        params: NewSchedule,
+        first_slot: NextSlot<'_>,
+    ) -> StoreResult<Schedule> {
+        self.write_schedule(params, first_slot, true).await
+    }
+
+    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
+        const OPERATION: Operation = Operation::GetSchedule;
+        check::schedule_name(name)?;
+        let sql = format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules WHERE namespace = ?1 AND name = ?2"
+        );
+        sqlx::query_as::<_, ScheduleRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db(OPERATION))?
+            .map(|row| row.into_schedule(OPERATION))
+            .transpose()
+    }
+
+    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
+        const OPERATION: Operation = Operation::GetSchedule;
+        let sql = format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM tasks_schedules WHERE namespace = ?1 ORDER BY name"
+        );
+        sqlx::query_as::<_, ScheduleRow>(&sql)
+            .bind(&*self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?
+            .into_iter()
+            .map(|row| row.into_schedule(OPERATION))
+            .collect()
+    }
+
+    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, true).await
+    }
+
+    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
+        self.set_schedule_paused(name, false).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
         const OPERATION: Operation = Operation::DeleteSchedule;
-        check_name(name)?;
+        check::schedule_name(name)?;
         let mut write = self.begin_write(OPERATION).await?;
         let deleted = sqlx::query("DELETE FROM tasks_schedules WHERE namespace = ?1 AND name = ?2")
             .bind(&*self.namespace)
@@ -239,7 +267,7 @@ impl SqliteStore {
         write.commit().await
     }
 
-    pub(super) async fn due_schedules_impl(&self, limit: u32) -> StoreResult<DueSchedules> {
+    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
         const OPERATION: Operation = Operation::FireSchedule;
         // The clock of a read, as a write would take it: the store's clock, to the
         // microsecond.
@@ -263,12 +291,9 @@ impl SqliteStore {
         Ok(DueSchedules { now, schedules })
     }
 
-    pub(super) async fn fire_schedule_impl(
-        &self,
-        params: FireSchedule,
-    ) -> StoreResult<Option<Vec<WorkflowRun>>> {
+    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
         const OPERATION: Operation = Operation::FireSchedule;
-        params.check(&self.namespace)?;
+        check::fire_schedule(&self.namespace, &params)?;
         let slot = rows::ts(params.slot)?;
         let next_slot = rows::ts_opt(params.next_slot)?;
         let mut write = self.begin_write(OPERATION).await?;
@@ -304,52 +329,5 @@ impl SqliteStore {
             });
         }
         Ok(Some(runs))
-    }
-}
-
-#[async_trait]
-impl ScheduleStore for SqliteStore {
-    async fn create_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, false).await
-    }
-
-    async fn put_schedule(
-        &self,
-        params: NewSchedule,
-        first_slot: NextSlot<'_>,
-    ) -> StoreResult<Schedule> {
-        self.create_schedule_impl(params, first_slot, true).await
-    }
-
-    async fn get_schedule(&self, name: &str) -> StoreResult<Option<Schedule>> {
-        self.get_schedule_impl(name).await
-    }
-
-    async fn list_schedules(&self) -> StoreResult<Vec<Schedule>> {
-        self.list_schedules_impl().await
-    }
-
-    async fn pause_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, true).await
-    }
-
-    async fn resume_schedule(&self, name: &str) -> StoreResult<Schedule> {
-        self.set_schedule_paused(name, false).await
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<()> {
-        self.delete_schedule_impl(name).await
-    }
-
-    async fn due_schedules(&self, limit: u32) -> StoreResult<DueSchedules> {
-        self.due_schedules_impl(limit).await
-    }
-
-    async fn fire_schedule(&self, params: FireSchedule) -> StoreResult<Option<Vec<WorkflowRun>>> {
-        self.fire_schedule_impl(params).await
     }
 }

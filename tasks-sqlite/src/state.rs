@@ -10,18 +10,17 @@
 //! [`StateStore::get_state`]: tasks_core::StateStore::get_state
 //! [`StateStore::list_state`]: tasks_core::StateStore::list_state
 
+use crate::rows::{STEP_COLUMNS, StepRow};
+use crate::{SqliteStore, fetch_run, rows};
 use async_trait::async_trait;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self};
-use tasks_core::state::{PublishedState, SetState, StateSet};
-use tasks_core::store::StateStore;
-use uuid::Uuid;
-
-use super::rows::{self, STEP_COLUMNS, StepRow};
-use super::{SqliteStore, fetch_run};
 use tasks_core::model::StepKind;
-use tasks_core::state::{published_output, state_changed, version_of};
+use tasks_core::state::{
+    PublishedState, SetState, StateSet, published_output, state_changed, version_of,
+};
+use tasks_core::store::{StateStore, check};
 use tasks_core::transition::SET_STATE;
+use uuid::Uuid;
 
 /// Columns of `tasks_run_state`, in the order of [`StateRow`].
 const STATE_COLUMNS: &str = "workflow_run_id, key, value, version, updated_at";
@@ -50,9 +49,29 @@ impl StateRow {
 }
 
 impl SqliteStore {
-    pub(super) async fn set_state_impl(&self, params: SetState) -> StoreResult<StateSet> {
+    /// `Ok` when the run exists in this namespace, else [`StoreError::RunNotFound`].
+    async fn known_run(&self, run_id: Uuid, operation: Operation) -> StoreResult<()> {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2)",
+        )
+        .bind(&*self.namespace)
+        .bind(rows::id(run_id))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db(operation))?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::RunNotFound { id: run_id })
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for SqliteStore {
+    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
-        params.check()?;
+        check::set_state(&params)?;
         let worker = Some(params.worker_id.as_str());
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
@@ -132,13 +151,9 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn get_state_impl(
-        &self,
-        run_id: Uuid,
-        key: &str,
-    ) -> StoreResult<Option<PublishedState>> {
+    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
         const OPERATION: Operation = Operation::GetState;
-        limits::check_state_key(key)?;
+        check::get_state(key)?;
         let sql = format!(
             "SELECT {STATE_COLUMNS} FROM tasks_run_state
               WHERE namespace = ?1 AND workflow_run_id = ?2 AND key = ?3"
@@ -156,7 +171,7 @@ impl SqliteStore {
         }
     }
 
-    pub(super) async fn list_state_impl(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
+    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
         const OPERATION: Operation = Operation::GetState;
         let sql = format!(
             "SELECT {STATE_COLUMNS} FROM tasks_run_state
@@ -176,37 +191,5 @@ impl SqliteStore {
             .into_iter()
             .map(|row| row.into_state(OPERATION))
             .collect()
-    }
-
-    /// `Ok` when the run exists in this namespace, else [`StoreError::RunNotFound`].
-    async fn known_run(&self, run_id: Uuid, operation: Operation) -> StoreResult<()> {
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM tasks_workflow_runs WHERE namespace = ?1 AND id = ?2)",
-        )
-        .bind(&*self.namespace)
-        .bind(rows::id(run_id))
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db(operation))?;
-        if exists {
-            Ok(())
-        } else {
-            Err(StoreError::RunNotFound { id: run_id })
-        }
-    }
-}
-
-#[async_trait]
-impl StateStore for SqliteStore {
-    async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
-        self.set_state_impl(params).await
-    }
-
-    async fn get_state(&self, run_id: Uuid, key: &str) -> StoreResult<Option<PublishedState>> {
-        self.get_state_impl(run_id, key).await
-    }
-
-    async fn list_state(&self, run_id: Uuid) -> StoreResult<Vec<PublishedState>> {
-        self.list_state_impl(run_id).await
     }
 }

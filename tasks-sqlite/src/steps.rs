@@ -4,29 +4,25 @@
 //! Every write reads the run under the write lock and checks the step transition's fence
 //! on it ([`Transition::admits`]), so a fence holds for the whole transaction.
 
+use crate::rows::{STEP_COLUMNS, StepRow};
+use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::Sqlite;
+use sqlx::{QueryBuilder, Sqlite};
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
-use tasks_core::limits::{self, Field};
-use tasks_core::model::{StepAttempt, WorkflowRun};
-use tasks_core::store::StepStore;
-use tasks_core::store::{CreateStepAttempt, ListStepAttempts, Page, RecordStepAttempt, StepUpdate};
+use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
+use tasks_core::store::{
+    CreateStepAttempt, Cursor, ListStepAttempts, Page, PageQuery, RecordStepAttempt, StepStore,
+    StepUpdate, check,
+};
+use tasks_core::transition::{
+    COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition, explain_step_miss,
+    interrupted, step_status_in, stored_again,
+};
 use uuid::Uuid;
 
-use sqlx::QueryBuilder;
-
-use super::rows::{self, STEP_COLUMNS, StepRow};
-use super::{SqliteStore, Write, fetch_run};
-use tasks_core::model::StepStatus;
-use tasks_core::store::{Cursor, PageQuery, complete_separately};
-use tasks_core::transition::{
-    COMPLETE, COMPLETE_STEP, CREATE_STEP, MARKABLE_STEP, RECORD_STEP, Transition,
-    explain_step_miss, interrupted, step_status_in, stored_again,
-};
-
 /// How a step write found the run, read under the write lock.
-enum RunState {
+pub(crate) enum RunState {
     /// Running under the writing worker: the write applies.
     Owned(WorkflowRun),
     /// Paused or canceled meanwhile: the attempt is kept, marked with this status.
@@ -37,7 +33,7 @@ enum RunState {
 
 impl SqliteStore {
     /// Reads the run of a step write in `write` and classifies it for `transition`.
-    async fn run_state(
+    pub(crate) async fn run_state(
         &self,
         write: &mut Write<'_>,
         transition: &Transition,
@@ -55,155 +51,9 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn create_step_attempt_impl(
-        &self,
-        params: CreateStepAttempt,
-    ) -> StoreResult<StepAttempt> {
-        let operation = CREATE_STEP.operation;
-        let mut write = self.begin_write(operation).await?;
-        let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
-        if let Some(step) = stored_again(params.run_id, stored, false)? {
-            return Ok(step);
-        }
-        let run = fetch_run(write.conn(), &self.namespace, params.run_id, operation).await?;
-        if !run
-            .as_ref()
-            .is_some_and(|run| CREATE_STEP.admits(run, Some(&params.worker_id)))
-        {
-            return Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
-        }
-        // Every attempt gets the time of its own write transaction, taken under the write
-        // lock, so attempts of a run have increasing `created_at`; `id` (UUIDv7) breaks any
-        // remaining tie.
-        let sql = format!(
-            "INSERT INTO tasks_step_attempts
-                 (namespace, id, workflow_run_id, step_name, kind, status, config, context,
-                  started_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8, ?8)
-          RETURNING {STEP_COLUMNS}"
-        );
-        let now = write.now();
-        let row = sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(rows::id(params.id))
-            .bind(rows::id(params.run_id))
-            .bind(&params.step_name)
-            .bind(params.kind.as_str())
-            .bind(rows::json(&params.config))
-            .bind(rows::json_opt(params.context.as_ref()))
-            .bind(now)
-            .fetch_one(write.conn())
-            .await
-            .map_err(db(operation))?;
-        write.commit().await?;
-        row.into_step(operation)
-    }
-
-    pub(super) async fn get_step_attempt_impl(
-        &self,
-        step_attempt_id: Uuid,
-    ) -> StoreResult<Option<StepAttempt>> {
-        const OPERATION: Operation = Operation::GetStepAttempt;
-        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
-        fetch_step(&mut conn, &self.namespace, step_attempt_id, OPERATION).await
-    }
-
-    pub(super) async fn list_step_attempts_impl(
-        &self,
-        params: ListStepAttempts,
-    ) -> StoreResult<Page<StepAttempt>> {
-        const OPERATION: Operation = Operation::ListStepAttempts;
-        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
-        let mut query = QueryBuilder::<Sqlite>::new(format!(
-            "SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = "
-        ));
-        query.push_bind(self.namespace.to_string());
-        query
-            .push(" AND workflow_run_id = ")
-            .push_bind(rows::id(params.workflow_run_id));
-        if let Some(cursor) = page.cursor {
-            query.push(format_args!(
-                " AND (created_at, id) {} (",
-                page.cursor_operator()
-            ));
-            query
-                .push_bind(rows::ts_bound(cursor.created_at()))
-                .push(", ")
-                .push_bind(rows::id(cursor.id()))
-                .push(")");
-        }
-        let direction = page.sql_direction();
-        query.push(format_args!(
-            " ORDER BY created_at {direction}, id {direction} LIMIT "
-        ));
-        query.push_bind(i64::from(page.limit) + 1);
-        let rows = query
-            .build_query_as::<StepRow>()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        let steps = rows::steps(rows, OPERATION)?;
-        Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
-    }
-
-    pub(super) async fn step_history_impl(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        const OPERATION: Operation = Operation::StepHistory;
-        let sql = format!(
-            "SELECT {STEP_COLUMNS} FROM tasks_step_attempts
-              WHERE namespace = ?1 AND workflow_run_id = ?2
-              ORDER BY created_at, id"
-        );
-        let rows = sqlx::query_as::<_, StepRow>(&sql)
-            .bind(&*self.namespace)
-            .bind(rows::id(run_id))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(OPERATION))?;
-        rows::steps(rows, OPERATION)
-    }
-
-    /// Records a finished attempt in one write transaction, fenced on its run running
-    /// under the worker; an interrupted attempt is kept, marked like its run.
-    pub(super) async fn record_step_attempt_impl(
-        &self,
-        params: RecordStepAttempt,
-    ) -> StoreResult<StepUpdate> {
-        let operation = RECORD_STEP.operation;
-        params.check_finished()?;
-        let mut write = self.begin_write(operation).await?;
-        let state = self
-            .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
-            .await?;
-        if !matches!(state, RunState::Owned(_)) {
-            // A retry whose first try was stored is answered with what was stored.
-            let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
-            if let Some(step) = stored_again(params.run_id, stored, true)? {
-                return Ok(StepUpdate::Recorded(step));
-            }
-        }
-        let update = match state {
-            RunState::Owned(_) => match self.insert_finished(&mut write, &params, None).await? {
-                Some(row) => StepUpdate::Recorded(row.into_step(operation)?),
-                None => StepUpdate::Recorded(self.stored_record(&mut write, &params).await?),
-            },
-            RunState::Interrupted(run, mark) => {
-                self.insert_finished(&mut write, &params, Some(mark))
-                    .await?;
-                StepUpdate::Interrupted {
-                    run_status: run.status,
-                }
-            }
-            RunState::Refused(run) => {
-                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
-            }
-        };
-        write.commit().await?;
-        Ok(update)
-    }
-
     /// The attempt stored under `params.id` when inserting it found the id taken: a finished
     /// attempt of the run (a retry whose first try was stored), else the reason it is not.
-    async fn stored_record(
+    pub(crate) async fn stored_record(
         &self,
         write: &mut Write<'_>,
         params: &RecordStepAttempt,
@@ -236,7 +86,7 @@ impl SqliteStore {
     /// [`Self::insert_finished`] for the `nth` attempt (from 0) written by one transaction:
     /// created `nth` microseconds after the transaction's time, so that the attempts of one
     /// write keep the order they were given in (their ids are the caller's).
-    async fn insert_finished_nth(
+    pub(crate) async fn insert_finished_nth(
         &self,
         write: &mut Write<'_>,
         params: &RecordStepAttempt,
@@ -280,52 +130,139 @@ impl SqliteStore {
             .await
             .map_err(db(RECORD_STEP.operation))
     }
+}
 
-    /// The run's last attempts and its completion in one write transaction when the run is
-    /// still this worker's; otherwise the separate writes, which keep and report exactly
-    /// what `record_step_attempt` and `complete_run` would.
-    pub(super) async fn complete_run_with_steps_impl(
-        &self,
-        run_id: Uuid,
-        worker_id: &str,
-        output: Value,
-        steps: Vec<RecordStepAttempt>,
-    ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
-        if steps.is_empty() {
-            return self.complete_run_impl(run_id, worker_id, output).await;
+/// Reads a step attempt on `conn` (a pooled connection or a write transaction).
+async fn fetch_step(
+    conn: &mut sqlx::SqliteConnection,
+    namespace: &str,
+    step_attempt_id: Uuid,
+    operation: Operation,
+) -> StoreResult<Option<StepAttempt>> {
+    let sql =
+        format!("SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = ?1 AND id = ?2");
+    sqlx::query_as::<_, StepRow>(&sql)
+        .bind(namespace)
+        .bind(rows::id(step_attempt_id))
+        .fetch_optional(conn)
+        .await
+        .map_err(db(operation))?
+        .map(|row| row.into_step(operation))
+        .transpose()
+}
+
+#[async_trait]
+impl StepStore for SqliteStore {
+    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
+        check::create_step_attempt(&params)?;
+        let operation = CREATE_STEP.operation;
+        let mut write = self.begin_write(operation).await?;
+        let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
+        if let Some(step) = stored_again(params.run_id, stored, false)? {
+            return Ok(step);
         }
-        let mut write = self.begin_write(COMPLETE.operation).await?;
-        let state = self
-            .run_state(&mut write, &COMPLETE, run_id, worker_id)
-            .await?;
-        if !matches!(state, RunState::Owned(_)) {
-            // Nothing written yet: give the lock back and let the single writes classify.
-            drop(write);
-            return complete_separately(self, run_id, worker_id, output, steps).await;
+        let run = fetch_run(write.conn(), &self.namespace, params.run_id, operation).await?;
+        if !run
+            .as_ref()
+            .is_some_and(|run| CREATE_STEP.admits(run, Some(&params.worker_id)))
+        {
+            return Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
         }
-        for (nth, params) in steps.iter().enumerate() {
-            if self
-                .insert_finished_nth(&mut write, params, None, nth)
-                .await?
-                .is_none()
-            {
-                // Stored by an earlier try: it must be this run's finished attempt.
-                self.stored_record(&mut write, params).await?;
-            }
+        // Every attempt gets the time of its own write transaction, taken under the write
+        // lock, so attempts of a run have increasing `created_at`; `id` (UUIDv7) breaks any
+        // remaining tie.
+        let sql = format!(
+            "INSERT INTO tasks_step_attempts
+                 (namespace, id, workflow_run_id, step_name, kind, status, config, context,
+                  started_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8, ?8)
+          RETURNING {STEP_COLUMNS}"
+        );
+        let now = write.now();
+        let row = sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(params.id))
+            .bind(rows::id(params.run_id))
+            .bind(&params.step_name)
+            .bind(params.kind.as_str())
+            .bind(rows::json(&params.config))
+            .bind(rows::json_opt(params.context.as_ref()))
+            .bind(now)
+            .fetch_one(write.conn())
+            .await
+            .map_err(db(operation))?;
+        write.commit().await?;
+        row.into_step(operation)
+    }
+
+    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
+        const OPERATION: Operation = Operation::GetStepAttempt;
+        let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
+        fetch_step(&mut conn, &self.namespace, step_attempt_id, OPERATION).await
+    }
+
+    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
+        check::list_step_attempts(&self.namespace, &params)?;
+        const OPERATION: Operation = Operation::ListStepAttempts;
+        let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
+        let mut query = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = "
+        ));
+        query.push_bind(self.namespace.to_string());
+        query
+            .push(" AND workflow_run_id = ")
+            .push_bind(rows::id(params.workflow_run_id));
+        if let Some(cursor) = page.cursor {
+            query.push(format_args!(
+                " AND (created_at, id) {} (",
+                page.cursor_operator()
+            ));
+            query
+                .push_bind(rows::ts_bound(cursor.created_at()))
+                .push(", ")
+                .push_bind(rows::id(cursor.id()))
+                .push(")");
         }
-        self.complete_in(write, run_id, worker_id, &output).await
+        let direction = page.sql_direction();
+        query.push(format_args!(
+            " ORDER BY created_at {direction}, id {direction} LIMIT "
+        ));
+        query.push_bind(i64::from(page.limit) + 1);
+        let rows = query
+            .build_query_as::<StepRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        let steps = rows::steps(rows, OPERATION)?;
+        Ok(page.finish(steps, |step| Cursor::new(step.created_at, step.id)))
+    }
+
+    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
+        const OPERATION: Operation = Operation::StepHistory;
+        let sql = format!(
+            "SELECT {STEP_COLUMNS} FROM tasks_step_attempts
+              WHERE namespace = ?1 AND workflow_run_id = ?2
+              ORDER BY created_at, id"
+        );
+        let rows = sqlx::query_as::<_, StepRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(run_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db(OPERATION))?;
+        rows::steps(rows, OPERATION)
     }
 
     /// Completes a running attempt (a durable sleep) with `output`, fenced on its run
     /// running under `worker_id`, all in one write transaction.
-    pub(super) async fn complete_step_attempt_impl(
+    async fn complete_step_attempt(
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
         worker_id: &str,
         output: Value,
     ) -> StoreResult<StepUpdate> {
+        check::complete_step_attempt(worker_id, &output)?;
         let operation = COMPLETE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
         let now = write.now();
@@ -384,61 +321,40 @@ impl SqliteStore {
         write.commit().await?;
         Ok(outcome)
     }
-}
 
-/// Reads a step attempt on `conn` (a pooled connection or a write transaction).
-async fn fetch_step(
-    conn: &mut sqlx::SqliteConnection,
-    namespace: &str,
-    step_attempt_id: Uuid,
-    operation: Operation,
-) -> StoreResult<Option<StepAttempt>> {
-    let sql =
-        format!("SELECT {STEP_COLUMNS} FROM tasks_step_attempts WHERE namespace = ?1 AND id = ?2");
-    sqlx::query_as::<_, StepRow>(&sql)
-        .bind(namespace)
-        .bind(rows::id(step_attempt_id))
-        .fetch_optional(conn)
-        .await
-        .map_err(db(operation))?
-        .map(|row| row.into_step(operation))
-        .transpose()
-}
-
-#[async_trait]
-impl StepStore for SqliteStore {
-    async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
-        params.check()?;
-        self.create_step_attempt_impl(params).await
-    }
-
-    async fn get_step_attempt(&self, step_attempt_id: Uuid) -> StoreResult<Option<StepAttempt>> {
-        self.get_step_attempt_impl(step_attempt_id).await
-    }
-
-    async fn list_step_attempts(&self, params: ListStepAttempts) -> StoreResult<Page<StepAttempt>> {
-        params.check(&self.namespace)?;
-        self.list_step_attempts_impl(params).await
-    }
-
-    async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>> {
-        self.step_history_impl(run_id).await
-    }
-
-    async fn complete_step_attempt(
-        &self,
-        run_id: Uuid,
-        step_attempt_id: Uuid,
-        worker_id: &str,
-        output: Value,
-    ) -> StoreResult<StepUpdate> {
-        limits::check_worker_id(worker_id)?;
-        limits::check_json(Field::StepOutput, &output)?;
-        self.complete_step_attempt_impl(run_id, step_attempt_id, worker_id, output)
-            .await
-    }
-
+    /// Records a finished attempt in one write transaction, fenced on its run running
+    /// under the worker; an interrupted attempt is kept, marked like its run.
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
-        self.record_step_attempt_impl(params).await
+        let operation = RECORD_STEP.operation;
+        check::record_step_attempt(&params)?;
+        let mut write = self.begin_write(operation).await?;
+        let state = self
+            .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
+            .await?;
+        if !matches!(state, RunState::Owned(_)) {
+            // A retry whose first try was stored is answered with what was stored.
+            let stored = fetch_step(write.conn(), &self.namespace, params.id, operation).await?;
+            if let Some(step) = stored_again(params.run_id, stored, true)? {
+                return Ok(StepUpdate::Recorded(step));
+            }
+        }
+        let update = match state {
+            RunState::Owned(_) => match self.insert_finished(&mut write, &params, None).await? {
+                Some(row) => StepUpdate::Recorded(row.into_step(operation)?),
+                None => StepUpdate::Recorded(self.stored_record(&mut write, &params).await?),
+            },
+            RunState::Interrupted(run, mark) => {
+                self.insert_finished(&mut write, &params, Some(mark))
+                    .await?;
+                StepUpdate::Interrupted {
+                    run_status: run.status,
+                }
+            }
+            RunState::Refused(run) => {
+                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
+            }
+        };
+        write.commit().await?;
+        Ok(update)
     }
 }

@@ -53,8 +53,8 @@ pub struct ListRuns {
 }
 
 impl ListRuns {
-    /// Checks the namespace, the filters and the cursors against the [`limits`].
-    /// Every store calls it before querying; a third store should too.
+    /// Checks the namespace, the filters and the cursors against the [`limits`]. A store reaches it
+    /// through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         if let Some(name) = &self.workflow_name {
@@ -98,8 +98,8 @@ pub struct ListStepAttempts {
 }
 
 impl ListStepAttempts {
-    /// Checks the namespace and the cursors against the [`limits`]. Every
-    /// store calls it before querying; a third store should too.
+    /// Checks the namespace and the cursors against the [`limits`]. A store reaches it through its
+    /// operation's function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         check_cursors(self.after, self.before)

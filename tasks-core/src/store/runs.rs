@@ -95,9 +95,9 @@ impl CreateRun {
         Ok(Value::Object(config))
     }
 
-    /// Checks every value against the [`limits`]: the namespace the run goes
-    /// to, the names, the key, the JSON documents, the instants, the delay and the retry
-    /// policy. Every store calls it before writing anything; a third store should too.
+    /// Checks every value against the [`limits`]: the namespace the run goes to, the names, the
+    /// key, the JSON documents, the instants, the delay and the retry policy. A store reaches it
+    /// through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         limits::check_text(
@@ -173,8 +173,8 @@ pub struct FailRun {
 }
 
 impl FailRun {
-    /// Checks the worker id and the error against the [`limits`]. Every store
-    /// calls it before writing; a third store should too.
+    /// Checks the worker id and the error against the [`limits`]. A store reaches it through its
+    /// operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_json(Field::Error, &self.error)

@@ -41,8 +41,8 @@ pub struct CreateStepAttempt {
 
 impl CreateStepAttempt {
     /// Checks the worker id, the step name and the JSON documents against the
-    /// [`limits`]. Every store calls it before writing; a third store should
-    /// too.
+    /// [`limits`]. A store reaches it through its operation's function in
+    /// [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_step_name(&self.step_name)?;
@@ -89,8 +89,8 @@ pub struct RecordStepAttempt {
 
 impl RecordStepAttempt {
     /// Checks the worker id, the step name, the JSON documents and the running time
-    /// against the [`limits`]. Every store calls it before writing; a third
-    /// store should too.
+    /// against the [`limits`]. A store reaches it through its operation's function in
+    /// [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
         limits::check_worker_id(&self.worker_id)?;
         limits::check_step_name(&self.step_name)?;

@@ -2,20 +2,21 @@
 //! `timeout = "..."` and `record_args = false` (steps), `events(...)`, the schedule's keys
 //! and `concurrency(...)` (workflows) and `crate = "..."`.
 //!
+//! The keys of `retry(...)` are parsed in `retry`, duration values in `duration`.
+//!
 //! Every key has one setter that rejects duplicates on the repeated key (as tokio-macros
 //! does), and every problem is collected rather than returned on the first one.
 
-use std::time::Duration;
-
-use proc_macro2::{Literal, Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token, UnOp};
+use syn::{Expr, Ident, Lit, LitStr, Meta, Path, Token};
 
 use super::concurrency::{ConcurrencyOptions, parse_concurrency};
-use super::duration::parse_duration;
+use super::duration::{DurationValue, duration};
 use super::meta::{Seen, key_of, name_value, parse_metas};
+use super::retry::{RetryOptions, parse_retry};
 use super::schedule::{
     ScheduleOptions, check_cron, check_timezone, parse_catch_up, without_schedule,
 };
@@ -55,37 +56,6 @@ impl Options {
             .unwrap_or_else(|| LitStr::new(&ident.unraw().to_string(), ident.span()))
     }
 }
-
-/// The keys given in `retry(...)`; missing keys fall back to the runtime's default policy.
-#[derive(Default)]
-pub(crate) struct RetryOptions {
-    /// `max_attempts = 5`: a `u32` of at least 1, or any `u32` expression.
-    pub max_attempts: Option<TokenStream>,
-    /// `initial_interval = "1s"`.
-    pub initial_interval: Option<DurationValue>,
-    /// `backoff = 2.0`: a number of at least 1, or any `f64` expression.
-    pub backoff: Option<TokenStream>,
-    /// `max_interval = "5m"`.
-    pub max_interval: Option<DurationValue>,
-}
-
-/// A duration option: a string parsed at compile time, or a `Duration` expression kept as is.
-pub(crate) enum DurationValue {
-    /// A string literal such as `"1m30s"`, already parsed.
-    Parsed {
-        /// The parsed value.
-        value: Duration,
-        /// The string as written, for messages.
-        text: String,
-        /// The literal's span.
-        span: Span,
-    },
-    /// Any other expression; the compiler checks that it is a `const` `Duration`.
-    Expr(Expr),
-}
-
-/// The keys `retry(...)` accepts, for messages.
-const RETRY_KEYS: &str = "`max_attempts`, `initial_interval`, `backoff` or `max_interval`";
 
 /// Parses the attribute arguments of `kind`, recording every problem in `errors`.
 pub(crate) fn parse_options(kind: MacroKind, args: TokenStream, errors: &mut Errors) -> Options {
@@ -431,196 +401,4 @@ fn crate_path(meta: &Meta, errors: &mut Errors) -> Option<Path> {
             None
         }
     }
-}
-
-/// `retry(max_attempts = .., initial_interval = .., backoff = .., max_interval = ..)`.
-fn parse_retry(meta: &Meta, errors: &mut Errors) -> Option<RetryOptions> {
-    let Meta::List(list) = meta else {
-        errors.spanned(
-            meta,
-            "expected `retry(...)`, as in `retry(max_attempts = 5, initial_interval = \"1s\")`",
-        );
-        return None;
-    };
-    let metas = parse_metas(list.tokens.clone(), errors)?;
-    let mut retry = RetryOptions::default();
-    let mut seen = Seen::default();
-    for meta in metas {
-        let key = key_of(meta.path()).unwrap_or_default();
-        let fresh = match key.as_str() {
-            "max_attempts" | "initial_interval" | "backoff" | "max_interval" => {
-                seen.first(meta.path(), errors)
-            }
-            "backoff_coefficient" => {
-                errors.spanned(
-                    meta.path(),
-                    "unknown `retry` key `backoff_coefficient`; it is spelled `backoff`",
-                );
-                continue;
-            }
-            _ => {
-                let key = meta.path().to_token_stream().to_string();
-                errors.spanned(
-                    meta.path(),
-                    format_args!("unknown `retry` key `{key}`; expected {RETRY_KEYS}"),
-                );
-                continue;
-            }
-        };
-        let Some(expr) = name_value(&meta, "...", errors) else {
-            continue;
-        };
-        match key.as_str() {
-            "max_attempts" => {
-                keep_first(fresh, &mut retry.max_attempts, max_attempts(expr, errors))
-            }
-            "backoff" => keep_first(fresh, &mut retry.backoff, backoff(expr, errors)),
-            "initial_interval" => keep_first(
-                fresh,
-                &mut retry.initial_interval,
-                duration(&key, expr, errors),
-            ),
-            _ => keep_first(fresh, &mut retry.max_interval, duration(&key, expr, errors)),
-        }
-    }
-    if let (
-        Some(DurationValue::Parsed {
-            value: initial,
-            text: initial_text,
-            ..
-        }),
-        Some(DurationValue::Parsed {
-            value: max,
-            text: max_text,
-            span,
-        }),
-    ) = (&retry.initial_interval, &retry.max_interval)
-        && initial > max
-    {
-        errors.at(
-            *span,
-            format_args!(
-                "`max_interval` ({max_text}) is shorter than `initial_interval` ({initial_text})"
-            ),
-        );
-    }
-    Some(retry)
-}
-
-/// Stores `value` unless the key was a duplicate (the first value given wins).
-fn keep_first<T>(fresh: bool, slot: &mut Option<T>, value: Option<T>) {
-    if fresh {
-        *slot = value;
-    }
-}
-
-/// `max_attempts`: an integer literal of at least 1 (re-emitted unsuffixed), or an expression.
-fn max_attempts(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
-    const AT_LEAST_ONE: &str = "`max_attempts` counts the first attempt too: it must be at least 1";
-    match expr {
-        Expr::Lit(syn::ExprLit {
-            lit: Lit::Int(lit), ..
-        }) => match lit.base10_parse::<u32>() {
-            Ok(0) => {
-                errors.spanned(lit, AT_LEAST_ONE);
-                None
-            }
-            Ok(value) => {
-                let mut literal = Literal::u32_unsuffixed(value);
-                literal.set_span(lit.span());
-                Some(literal.into_token_stream())
-            }
-            Err(_) => {
-                errors.spanned(lit, "`max_attempts` must fit in a `u32`");
-                None
-            }
-        },
-        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => {
-            errors.spanned(expr, AT_LEAST_ONE);
-            None
-        }
-        Expr::Lit(_) => {
-            errors.spanned(
-                expr,
-                "`max_attempts` must be a whole number, as in `max_attempts = 5`",
-            );
-            None
-        }
-        _ => Some(expr.to_token_stream()),
-    }
-}
-
-/// `backoff`: a number of at least 1 (ints are accepted and re-emitted as `f64`), or an
-/// expression.
-fn backoff(expr: &Expr, errors: &mut Errors) -> Option<TokenStream> {
-    const BACKOFF_AT_LEAST_ONE: &str =
-        "`backoff` multiplies the delay after each failed attempt: it must be at least 1.0";
-    let value = match expr {
-        Expr::Lit(syn::ExprLit {
-            lit: Lit::Float(lit),
-            ..
-        }) => lit.base10_parse::<f64>(),
-        Expr::Lit(syn::ExprLit {
-            lit: Lit::Int(lit), ..
-        }) => lit.base10_parse::<f64>(),
-        Expr::Lit(_) => {
-            errors.spanned(expr, "`backoff` must be a number, as in `backoff = 2.0`");
-            return None;
-        }
-        Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => {
-            errors.spanned(expr, BACKOFF_AT_LEAST_ONE);
-            return None;
-        }
-        _ => return Some(expr.to_token_stream()),
-    };
-    match value {
-        Ok(value) if value.is_finite() && value >= 1.0 => {
-            let mut literal = Literal::f64_unsuffixed(value);
-            literal.set_span(expr_span(expr));
-            Some(literal.into_token_stream())
-        }
-        _ => {
-            errors.spanned(expr, BACKOFF_AT_LEAST_ONE);
-            None
-        }
-    }
-}
-
-/// A duration: a string literal parsed now, or any other expression kept as is.
-fn duration(key: &str, expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
-    match expr {
-        Expr::Lit(syn::ExprLit {
-            lit: Lit::Str(lit), ..
-        }) => match parse_duration(&lit.value()) {
-            Ok(value) => Some(DurationValue::Parsed {
-                value,
-                text: lit.value(),
-                span: lit.span(),
-            }),
-            Err(reason) => {
-                errors.spanned(
-                    lit,
-                    format_args!("invalid duration {:?}: {reason}", lit.value()),
-                );
-                None
-            }
-        },
-        Expr::Lit(_) => {
-            errors.spanned(
-                expr,
-                format_args!(
-                    "`{key}` must be a duration string such as \"250ms\", \"1s\" or \"1m30s\", or a `std::time::Duration` expression"
-                ),
-            );
-            None
-        }
-        _ => Some(DurationValue::Expr(expr.clone())),
-    }
-}
-
-fn expr_span(expr: &Expr) -> Span {
-    expr.to_token_stream()
-        .into_iter()
-        .next()
-        .map_or_else(Span::call_site, |token| token.span())
 }

@@ -1,7 +1,60 @@
-//! Compile-time parsing of duration strings such as `"250ms"`, `"1s"` or `"1m30s"`.
+//! Compile-time parsing of duration strings such as `"250ms"`, `"1s"` or `"1m30s"`, and
+//! the duration options they give (a string parsed here, or a `Duration` expression).
 
 use std::fmt;
 use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Expr, Lit};
+
+use crate::errors::Errors;
+
+/// A duration option: a string parsed at compile time, or a `Duration` expression kept as is.
+pub(crate) enum DurationValue {
+    /// A string literal such as `"1m30s"`, already parsed.
+    Parsed {
+        /// The parsed value.
+        value: Duration,
+        /// The string as written, for messages.
+        text: String,
+        /// The literal's span.
+        span: Span,
+    },
+    /// Any other expression; the compiler checks that it is a `const` `Duration`.
+    Expr(Expr),
+}
+
+/// A duration: a string literal parsed now, or any other expression kept as is.
+pub(super) fn duration(key: &str, expr: &Expr, errors: &mut Errors) -> Option<DurationValue> {
+    match expr {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => match parse_duration(&lit.value()) {
+            Ok(value) => Some(DurationValue::Parsed {
+                value,
+                text: lit.value(),
+                span: lit.span(),
+            }),
+            Err(reason) => {
+                errors.spanned(
+                    lit,
+                    format_args!("invalid duration {:?}: {reason}", lit.value()),
+                );
+                None
+            }
+        },
+        Expr::Lit(_) => {
+            errors.spanned(
+                expr,
+                format_args!(
+                    "`{key}` must be a duration string such as \"250ms\", \"1s\" or \"1m30s\", or a `std::time::Duration` expression"
+                ),
+            );
+            None
+        }
+        _ => Some(DurationValue::Expr(expr.clone())),
+    }
+}
 
 /// The units a duration string may use, largest first, with their length in milliseconds.
 const UNITS: [(&str, u64); 5] = [

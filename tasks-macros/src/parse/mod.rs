@@ -6,11 +6,14 @@ mod concurrency;
 mod duration;
 mod item;
 mod meta;
+mod retry;
 mod schedule;
 
-pub(crate) use attr::{DurationValue, Options, RetryOptions};
+pub(crate) use attr::Options;
 pub(crate) use concurrency::{ConcurrencyOptions, LimitValue, first_span, key_text};
+pub(crate) use duration::DurationValue;
 pub(crate) use item::ItemFn;
+pub(crate) use retry::RetryOptions;
 pub(crate) use schedule::{CatchUpValue, ScheduleOptions};
 
 use proc_macro2::TokenStream;
