@@ -259,8 +259,10 @@ impl WaitForEvent {
 }
 
 /// When the wait of `attempt` times out: its creation plus the timeout stored in its config
-/// (so a replay keeps the first execution's deadline), or [`limits::LATEST`] without one.
-/// The run parks until then.
+/// (so a replay keeps the first execution's deadline), or [`limits::LATEST`] without one
+/// or when the sum would pass it. The run parks until then: the instant is always inside
+/// the stores' range ([`limits::EARLIEST`]..=[`limits::LATEST`], given an attempt created
+/// inside it), so a store writes it without a check of its own.
 pub fn wait_until(attempt: &StepAttempt) -> DateTime<Utc> {
     attempt
         .config
@@ -421,6 +423,42 @@ mod tests {
             timeout: Some(limits::MAX_DURATION + Duration::from_secs(1)),
         };
         assert_eq!(wait.check().unwrap_err().field(), Field::EventTimeout);
+    }
+
+    #[test]
+    fn a_wait_ends_inside_the_stores_range() {
+        let attempt = |created_at: DateTime<Utc>, config: Value| StepAttempt {
+            namespace: "n".into(),
+            id: Uuid::now_v7(),
+            workflow_run_id: Uuid::now_v7(),
+            step_name: "event/t".into(),
+            kind: crate::StepKind::Event,
+            status: crate::model::StepStatus::Running,
+            config,
+            context: None,
+            output: None,
+            error: None,
+            args: None,
+            child_workflow_run_namespace: None,
+            child_workflow_run_id: None,
+            started_at: None,
+            finished_at: None,
+            created_at,
+            updated_at: created_at,
+        };
+        let now = Utc::now();
+        let hour = json!({ "timeoutMs": 3_600_000u64 });
+        assert_eq!(
+            wait_until(&attempt(now, hour.clone())),
+            now + chrono::TimeDelta::hours(1)
+        );
+        assert_eq!(wait_until(&attempt(now, json!({}))), limits::LATEST);
+        // A timeout that would pass the last instant a store can hold parks until that one.
+        let late = limits::LATEST - chrono::TimeDelta::minutes(1);
+        assert_eq!(wait_until(&attempt(late, hour)), limits::LATEST);
+        let longest = json!({ "timeoutMs": limits::MAX_DURATION.as_millis() as u64 });
+        let until = wait_until(&attempt(late, longest));
+        assert!(limits::check_time(Field::EventTimeout, until).is_ok());
     }
 
     #[test]

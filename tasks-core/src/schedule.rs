@@ -20,6 +20,12 @@
 //!
 //! [`ScheduleStore::due_schedules`]: crate::ScheduleStore::due_schedules
 //! [`ScheduleStore::fire_schedule`]: crate::ScheduleStore::fire_schedule
+// Without the `schedules` feature `plan` and `Cadence` do not exist: their names then
+// point at this module, so that the docs build with any set of features.
+#![cfg_attr(
+    not(feature = "schedules"),
+    doc = "\n[`plan`]: self\n[`Cadence`]: self"
+)]
 
 #[cfg(doc)]
 use crate::{Notification, StoreError};
@@ -166,7 +172,8 @@ pub struct NewSchedule {
 impl NewSchedule {
     /// Checks every value against the [`limits`]. A store reaches it through its operation's
     /// function in [`store::check`](crate::store::check). (Whether the cron expression and the
-    /// timezone mean anything is the [`Cadence`]'s business, before the store is called.)
+    /// timezone mean anything is decided before the store is called, by `Cadence`, which
+    /// the `schedules` feature brings.)
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
         limits::check_namespace(namespace)?;
         check_name(&self.name)?;

@@ -24,7 +24,6 @@ use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
     received_output, timed_out_output, wait_step, wait_until,
 };
-use tasks_core::limits;
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::{EventStore, check};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
@@ -239,7 +238,8 @@ impl PgStore {
             .into_step(OPERATION)
     }
 
-    /// Parks the locked run until `until`, waiting on the wait's topic.
+    /// Parks the locked run until `until` (from [`wait_until`], inside the store's range),
+    /// waiting on the wait's topic.
     async fn park(
         &self,
         conn: &mut PgConnection,
@@ -247,7 +247,6 @@ impl PgStore {
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
         const OPERATION: Operation = Operation::WaitForEvent;
-        limits::check_time(limits::Field::EventTimeout, until)?;
         let sql = format!(
             "UPDATE tasks.workflow_runs
                 SET {parked}, updated_at = now()
