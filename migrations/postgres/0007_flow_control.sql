@@ -1,4 +1,4 @@
--- Flow control (issue #12): priorities and per-key concurrency limits.
+-- Flow control: priorities and per-key concurrency limits.
 --
 -- `priority`: higher is claimed first among pending runs (then `available_at`, `created_at`).
 -- `concurrency_key` / `concurrency_limit`: at most `concurrency_limit` runs of one key are

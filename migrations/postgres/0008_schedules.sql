@@ -1,4 +1,4 @@
--- Schedules (issue #12): a workflow started on a cron expression in a timezone. Every
+-- Schedules: a workflow started on a cron expression in a timezone. Every
 -- worker's scheduler tick fires the due slots with a compare-and-set on `next_slot`, so
 -- each slot fires once however many workers run (see `tasks_runtime::schedule`).
 CREATE TABLE tasks.schedules (

@@ -1,4 +1,4 @@
--- Retention (issue #14): purging terminal runs in bounded batches, and the lease that makes
+-- Retention: purging terminal runs in bounded batches, and the lease that makes
 -- a worker fleet purge once per period.
 --
 -- Every foreign key that points at a run or a step attempt has its ON DELETE action

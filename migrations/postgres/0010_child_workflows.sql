@@ -1,4 +1,4 @@
--- Child workflows (issue #11): a run started by a step of another run.
+-- Child workflows: a run started by a step of another run.
 --
 -- `parent_run_id`: the run whose step started this one (its step is
 -- `parent_step_attempt_id`, already there since 0001). Listings filter on it.

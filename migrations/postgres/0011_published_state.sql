@@ -1,7 +1,7 @@
--- Published state (issue #11): the latest value a run published under each key, with a
+-- Published state: the latest value a run published under each key, with a
 -- version that grows by one with every publication. A publication is also a step attempt of
--- its own kind, so a replay finds it and publishes nothing. Patch markers (issue #16,
--- `ctx.patched`) are step attempts of their own kind too.
+-- its own kind, so a replay finds it and publishes nothing. Patch markers (`ctx.patched`)
+-- are step attempts of their own kind too.
 ALTER TABLE tasks.step_attempts DROP CONSTRAINT step_attempts_kind_check;
 ALTER TABLE tasks.step_attempts ADD CONSTRAINT step_attempts_kind_check
     CHECK (kind IN ('function', 'sleep', 'event', 'child', 'state', 'patch'));

@@ -1,4 +1,4 @@
--- Traces (issue #13): the W3C trace context of the caller of a run's start, which every
+-- Traces: the W3C trace context of the caller of a run's start, which every
 -- execution of the run joins (see `tasks_runtime::trace`).
 --
 -- `traceparent`: the `traceparent` header value (`00-<trace id>-<parent id>-<flags>`),

@@ -1,4 +1,4 @@
--- Idempotency scopes (issue #12): how long a run holds its idempotency key.
+-- Idempotency scopes: how long a run holds its idempotency key.
 -- NULL scope: for ever (every run before this migration). 'while_active': until the run has
 -- finished. 'ttl': until idempotency_expires_at. A start whose key is held by a run whose
 -- scope has lapsed moves the key to released_idempotency_key on that run, then inserts.

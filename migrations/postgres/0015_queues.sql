@@ -1,4 +1,4 @@
--- Named queues and queue limits (issue #12).
+-- Named queues and queue limits.
 --
 -- `queue`: the queue a run belongs to ('default' when the start named none, and for every
 -- run before this migration). A worker may serve chosen queues only; its claim reads the

@@ -1,4 +1,4 @@
--- A queue's concurrency limit per key (issue #12): at most `key_concurrency` runs of one
+-- A queue's concurrency limit per key: at most `key_concurrency` runs of one
 -- concurrency key running at once, for the keyed runs of the queue. A keyed run of the queue
 -- is claimed only while its key's running runs (counted across the namespace, through
 -- `workflow_runs_key_running`, as for the run's own `concurrency_limit`) are fewer than the

@@ -1,4 +1,4 @@
--- Events sent to a run (issue #11): a FIFO mailbox per (run, topic), consumed by the run's
+-- Events sent to a run: a FIFO mailbox per (run, topic), consumed by the run's
 -- event waits, which are step attempts of their own kind. Encodings as in 0001_initial.sql.
 
 -- Event waits (and, later, child starts) are step attempts of their own kinds. SQLite cannot

@@ -1,4 +1,4 @@
--- Flow control (issue #12): priorities and per-key concurrency limits; see the Postgres
+-- Flow control: priorities and per-key concurrency limits; see the Postgres
 -- migration 0007_flow_control.sql. SQLite has one writer, so a claim counts a key's running
 -- runs under the write lock and needs no per-key row.
 ALTER TABLE tasks_workflow_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;

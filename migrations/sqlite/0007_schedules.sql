@@ -1,4 +1,4 @@
--- Schedules (issue #12); see the Postgres migration 0008_schedules.sql. Encodings as in
+-- Schedules; see the Postgres migration 0008_schedules.sql. Encodings as in
 -- 0001_initial.sql (timestamps and JSON as text, booleans as 0/1).
 CREATE TABLE tasks_schedules (
     namespace      TEXT    NOT NULL,

@@ -1,7 +1,7 @@
--- Published state (issue #11); see the Postgres migration 0011_published_state.sql.
+-- Published state; see the Postgres migration 0011_published_state.sql.
 -- Encodings as in 0001_initial.sql.
 
--- Publications, and patch markers (issue #16, `ctx.patched`), are step attempts of their own
+-- Publications, and patch markers (`ctx.patched`), are step attempts of their own
 -- kinds. SQLite cannot change a CHECK
 -- constraint in place, so the table is rebuilt (create, copy, drop, rename, index), as in
 -- 0004_events.sql. Dropping the old table runs its ON DELETE SET NULL actions, which would

@@ -1,2 +1,2 @@
--- Step arguments (issue #14); see the Postgres migration 0012_step_args.sql.
+-- Step arguments; see the Postgres migration 0012_step_args.sql.
 ALTER TABLE tasks_step_attempts ADD COLUMN args TEXT;

@@ -1,4 +1,4 @@
--- Named queues and queue limits (issue #12); see the Postgres migration 0015_queues.sql.
+-- Named queues and queue limits; see the Postgres migration 0015_queues.sql.
 -- SQLite has one writer, so a claim counts a queue's running runs under the write lock and
 -- needs no `claims` counter. Timestamps as text, as in 0001_initial.sql.
 ALTER TABLE tasks_workflow_runs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';

@@ -10,6 +10,19 @@ pub struct Migration {
     pub name: &'static str,
     /// The SQL, run in one transaction.
     pub sql: &'static str,
+    /// Checksums that databases migrated by earlier builds may have recorded for this
+    /// migration, when its file had other comments around the same statements. A recorded
+    /// checksum among them is accepted as [`checksum`] of `sql` is; anything else is
+    /// [`MigrateError::Changed`]. Empty for a migration whose text never changed.
+    pub earlier_checksums: &'static [&'static str],
+}
+
+impl Migration {
+    /// Whether `recorded`, the checksum a database recorded when it applied this
+    /// migration, is one of this migration's: that of its SQL, or an earlier one.
+    pub fn accepts(&self, recorded: &str) -> bool {
+        recorded == checksum(self.sql) || self.earlier_checksums.contains(&recorded)
+    }
 }
 
 /// Why migrating a store's schema failed.
@@ -91,7 +104,7 @@ pub fn pending(
     for migration in migrations {
         let expected = checksum(migration.sql);
         match applied.iter().find(|(v, _)| *v == migration.version) {
-            Some((_, recorded)) if *recorded != expected => {
+            Some((_, recorded)) if !migration.accepts(recorded) => {
                 return Err(MigrateError::Changed {
                     version: migration.version,
                     name: migration.name,
@@ -115,11 +128,13 @@ mod tests {
             version: 1,
             name: "one",
             sql: "SELECT 1",
+            earlier_checksums: &[],
         },
         Migration {
             version: 2,
             name: "two",
-            sql: "SELECT 2",
+            sql: "-- two\nSELECT 2",
+            earlier_checksums: &["0123456789abcdef"],
         },
     ];
 
@@ -138,6 +153,19 @@ mod tests {
                 applied: 3,
                 known: 2
             })
+        ));
+    }
+
+    #[test]
+    fn an_earlier_checksum_is_accepted_and_no_other() {
+        let both = [(1, checksum("SELECT 1")), (2, "0123456789abcdef".into())];
+        assert!(pending(MIGRATIONS, &both).unwrap().is_empty());
+        let current = [(1, checksum("SELECT 1")), (2, checksum("-- two\nSELECT 2"))];
+        assert!(pending(MIGRATIONS, &current).unwrap().is_empty());
+        // Another migration's earlier checksum is not this one's.
+        assert!(matches!(
+            pending(MIGRATIONS, &[(1, "0123456789abcdef".into())]),
+            Err(MigrateError::Changed { version: 1, .. })
         ));
     }
 
