@@ -395,7 +395,7 @@ mod tests {
             assert_eq!(PURGE.from.contains(&status), status.is_terminal());
         }
         assert_eq!(
-            PURGE.fence("r.", "NULL"),
+            PURGE.fence("r.", "NULL", "NULL"),
             "r.status IN ('completed', 'failed', 'canceled')"
         );
         assert_eq!(
