@@ -135,7 +135,7 @@ impl LeaseStore for MemoryStore {
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         check::fail_run(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             let current = tx.space.run(params.run_id);
             let run = match current {

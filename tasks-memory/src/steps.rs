@@ -110,7 +110,7 @@ pub(crate) fn insert_finished(
 impl StepStore for MemoryStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         check::create_step_attempt(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             let stored = tx.space.steps.get(&params.id).cloned();
             if let Some(step) = stored_again(params.run_id, stored, false)? {
