@@ -594,7 +594,7 @@ impl tasks::store::LeaseStore for Flaky {
     async fn extend_lease(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         lease: Duration,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         if let Some(slow) = self.slow_extend {
@@ -602,40 +602,40 @@ impl tasks::store::LeaseStore for Flaky {
         }
         self.inner
             .contract()
-            .extend_lease(run_id, worker_id, lease)
+            .extend_lease(run_id, holder, lease)
             .await
     }
 
     async fn sleep_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         until: chrono::DateTime<chrono::Utc>,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::store::Operation::SleepRun)?;
         self.inner
             .contract()
-            .sleep_run(run_id, worker_id, until)
+            .sleep_run(run_id, holder, until)
             .await
     }
 
     async fn complete_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::store::Operation::CompleteRun)?;
         self.inner
             .contract()
-            .complete_run(run_id, worker_id, output)
+            .complete_run(run_id, holder, output)
             .await
     }
 
     async fn complete_run_with_steps(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
         steps: Vec<tasks::store::RecordStepAttempt>,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
@@ -645,7 +645,7 @@ impl tasks::store::LeaseStore for Flaky {
         }
         self.inner
             .contract()
-            .complete_run_with_steps(run_id, worker_id, output, steps)
+            .complete_run_with_steps(run_id, holder, output, steps)
             .await
     }
 
@@ -660,13 +660,13 @@ impl tasks::store::LeaseStore for Flaky {
     async fn release_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         delay: Duration,
         reason: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner
             .contract()
-            .release_run(run_id, worker_id, delay, reason)
+            .release_run(run_id, holder, delay, reason)
             .await
     }
 
@@ -723,13 +723,13 @@ impl tasks::store::StepStore for Flaky {
         &self,
         run_id: uuid::Uuid,
         step_attempt_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::store::StepUpdate> {
         self.fail(tasks::store::Operation::CompleteStepAttempt)?;
         self.inner
             .contract()
-            .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
+            .complete_step_attempt(run_id, step_attempt_id, holder, output)
             .await
     }
 
