@@ -173,7 +173,11 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
         "the parked parent is not claimable while its child runs"
     );
     store
-        .complete_run(running_child.id, &holder(&running_child), json!({ "sum": 3 }))
+        .complete_run(
+            running_child.id,
+            &holder(&running_child),
+            json!({ "sum": 3 }),
+        )
         .await
         .unwrap();
 

@@ -571,7 +571,10 @@ pub async fn send_does_not_wake_a_durable_sleep(setup: impl Setup) {
             .unwrap(),
     );
     let until = chrono::Utc::now() + chrono::Duration::seconds(60);
-    store.sleep_run(run.id, &holder(&again), until).await.unwrap();
+    store
+        .sleep_run(run.id, &holder(&again), until)
+        .await
+        .unwrap();
     let sent = store
         .events()
         .unwrap()

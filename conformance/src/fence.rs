@@ -7,9 +7,8 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use tasks_core::{
-    CreateRun, FailRun, LeaseStore, ParentCancel, RecordStepAttempt, RunStatus, RunStore,
-    SetState, StartChild, StepKind, StepStatus, StepStore, Store, StoreError, WaitForChildren,
-    WaitForEvent,
+    CreateRun, FailRun, LeaseStore, ParentCancel, RecordStepAttempt, RunStatus, RunStore, SetState,
+    StartChild, StepKind, StepStatus, StepStore, Store, StoreError, WaitForChildren, WaitForEvent,
 };
 use uuid::Uuid;
 
@@ -40,7 +39,11 @@ pub async fn every_claim_takes_a_new_epoch(setup: impl Setup) {
     let created = create_pending(&store).await;
     assert_eq!(created.claim_epoch, 0, "a run never claimed");
     let worker = new_worker();
-    let first = store.claim_run(&worker, SHORT_LEASE).await.unwrap().unwrap();
+    let first = store
+        .claim_run(&worker, SHORT_LEASE)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.id, created.id);
     assert_eq!(first.claim_epoch, 1, "the first claim");
     let extended = store
@@ -50,7 +53,10 @@ pub async fn every_claim_takes_a_new_epoch(setup: impl Setup) {
     assert_eq!(extended.claim_epoch, 1, "an extension is no claim");
     tokio::time::sleep(PAST_SHORT_LEASE).await;
     let taken_over = store.claim_run(&worker, LONG_LEASE).await.unwrap().unwrap();
-    assert_eq!(taken_over.claim_epoch, 2, "the takeover of an expired lease");
+    assert_eq!(
+        taken_over.claim_epoch, 2,
+        "the takeover of an expired lease"
+    );
     let slept = store
         .sleep_run(taken_over.id, &holder(&taken_over), Utc::now())
         .await
@@ -66,8 +72,16 @@ pub async fn every_claim_takes_a_new_epoch(setup: impl Setup) {
         .await
         .unwrap();
     assert_eq!(failed.claim_epoch, 3);
-    let retried = store.lifecycle().unwrap().retry_run(failed.id).await.unwrap();
-    assert_eq!(retried.claim_epoch, 3, "an operator's retry never lowers it");
+    let retried = store
+        .lifecycle()
+        .unwrap()
+        .retry_run(failed.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        retried.claim_epoch, 3,
+        "an operator's retry never lowers it"
+    );
     let again = store.claim_run(&worker, LONG_LEASE).await.unwrap().unwrap();
     assert_eq!(again.claim_epoch, 4);
     assert_eq!(store.get_run(again.id).await.unwrap(), Some(again));
@@ -81,14 +95,21 @@ pub async fn a_stale_claim_of_the_same_worker_cannot_write(setup: impl Setup) {
     let store = setup.store().await;
     create_pending(&store).await;
     let worker = new_worker();
-    let first = store.claim_run(&worker, SHORT_LEASE).await.unwrap().unwrap();
+    let first = store
+        .claim_run(&worker, SHORT_LEASE)
+        .await
+        .unwrap()
+        .unwrap();
     let id = first.id;
     // Written under the first claim: a running attempt (a durable sleep's) to finish later.
     let started = start_step(&store, &first, "sleep").await;
     tokio::time::sleep(PAST_SHORT_LEASE).await;
     let second = store.claim_run(&worker, LONG_LEASE).await.unwrap().unwrap();
     assert_eq!(second.id, id);
-    assert_eq!(second.worker_id, first.worker_id, "the same worker claimed it again");
+    assert_eq!(
+        second.worker_id, first.worker_id,
+        "the same worker claimed it again"
+    );
     assert!(second.claim_epoch > first.claim_epoch);
 
     let (stale, current) = (holder(&first), holder(&second));
@@ -109,12 +130,7 @@ pub async fn a_stale_claim_of_the_same_worker_cannot_write(setup: impl Setup) {
     lease_lost!(store.complete_run(id, &stale, json!("stale")).await);
     lease_lost!(
         store
-            .complete_run_with_steps(
-                id,
-                &stale,
-                json!("stale"),
-                vec![record(id, &stale, "last")]
-            )
+            .complete_run_with_steps(id, &stale, json!("stale"), vec![record(id, &stale, "last")])
             .await
     );
     for force in [false, true] {
@@ -185,7 +201,13 @@ pub async fn a_stale_claim_of_the_same_worker_cannot_write(setup: impl Setup) {
         holder: holder.clone(),
         step_names: vec!["child/a".into()],
     };
-    lease_lost!(store.children().unwrap().wait_for_children(wait(&stale)).await);
+    lease_lost!(
+        store
+            .children()
+            .unwrap()
+            .wait_for_children(wait(&stale))
+            .await
+    );
 
     // Nothing changed.
     assert_eq!(store.get_run(id).await.unwrap(), Some(before));
@@ -251,5 +273,8 @@ pub async fn a_stale_claim_of_the_same_worker_cannot_write(setup: impl Setup) {
         .into_iter()
         .map(|step| step.step_name)
         .collect();
-    assert_eq!(names, ["sleep", "charge", "state/progress", "child/a", "last"]);
+    assert_eq!(
+        names,
+        ["sleep", "charge", "state/progress", "child/a", "last"]
+    );
 }

@@ -381,10 +381,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
         store.create_step_attempt(create_step).await,
         Field::StepName,
     );
-    assert_limit(
-        store.extend_lease(run.id, &held, huge).await,
-        Field::Lease,
-    );
+    assert_limit(store.extend_lease(run.id, &held, huge).await, Field::Lease);
     assert_limit(
         store
             .sleep_run(run.id, &held, DateTime::<Utc>::MAX_UTC)

@@ -311,7 +311,10 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
     let run = store.get_run(id).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Running);
     assert_eq!(run.worker_id.as_deref(), Some(w2.as_str()));
-    assert!(run.claim_epoch > stale.claim_epoch, "a takeover is a new claim");
+    assert!(
+        run.claim_epoch > stale.claim_epoch,
+        "a takeover is a new claim"
+    );
 
     let s2 = start_step(&store, &current, "s2").await;
     let done = recorded(

@@ -2,9 +2,9 @@
 //! state, and assertions on timestamps and delays.
 
 use std::time::Duration;
+pub(crate) use tasks_core::Holder;
 #[cfg(doc)]
 use tasks_core::LeaseStore;
-pub(crate) use tasks_core::Holder;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};

@@ -21,8 +21,8 @@ use crate::{Notification, StepKind};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::holder::Holder;
 use crate::error::{StoreError, StoreResult};
+use crate::holder::Holder;
 use crate::limits::{self, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::store::runs::CreateRun;

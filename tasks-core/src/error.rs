@@ -246,7 +246,9 @@ pub enum StoreError {
     /// The run is running, but not under the writer's claim: another worker holds it, or
     /// it was claimed again since (by another worker or by the same one, whose earlier
     /// execution's writes are then refused; see [`Holder`](crate::Holder)).
-    #[error("worker {worker_id} (claim {claim_epoch}) no longer holds the lease on workflow run {id}")]
+    #[error(
+        "worker {worker_id} (claim {claim_epoch}) no longer holds the lease on workflow run {id}"
+    )]
     LeaseLost {
         /// The run.
         id: Uuid,

@@ -18,9 +18,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::holder::Holder;
 use crate::error::StoreError;
 use crate::error::StoreResult;
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{StepAttempt, WorkflowRun};
 

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::holder::Holder;
 use crate::error::StoreResult;
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::StepAttempt;
 use crate::store::notify::Notification;

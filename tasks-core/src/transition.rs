@@ -17,6 +17,17 @@
 //! [`released_attempts`], the claim's admission [`Admission`]: the stores only execute
 //! them.
 //!
+//! # The fence is the claim
+//!
+//! A leased transition (a worker's write) is fenced by the claim its execution began with,
+//! not by its worker id: every claim increments the run's claim epoch ([`claimed_epoch`],
+//! in the claim's own statement), and the write carries a [`Holder`] (the worker id and
+//! that epoch). [`Transition::fence`] renders `worker_id = $w AND claim_epoch = $e` beside
+//! the statuses, [`Transition::admits`] checks the same in code, and a running run held by
+//! any other claim (another worker's, or a later claim of the same worker) is
+//! [`StoreError::LeaseLost`]. So an execution whose run was claimed again has every late
+//! write refused by the store itself, whatever its process remembers.
+//!
 //! Statuses are the crate's own constants ([`RunStatus::as_str`]): they are rendered into the
 //! statement text once, which keeps the partial claim indexes usable. Every value a caller
 //! supplies is a bound parameter.
@@ -380,7 +391,10 @@ mod tests {
     fn admits_matches_the_fence() {
         assert!(COMPLETE.admits(&held("w", 3), Some(&w(3))));
         assert!(!COMPLETE.admits(&held("x", 3), Some(&w(3))));
-        assert!(!COMPLETE.admits(&held("w", 4), Some(&w(3))), "a later claim");
+        assert!(
+            !COMPLETE.admits(&held("w", 4), Some(&w(3))),
+            "a later claim"
+        );
         assert!(!COMPLETE.admits(&held("w", 3), None));
         assert!(!COMPLETE.admits(&run(Sleeping, None), Some(&w(3))));
         assert!(CANCEL.admits(&run(Sleeping, None), None));

@@ -28,8 +28,8 @@ use std::sync::LazyLock;
 use tasks_core::model::RunStatus;
 use tasks_core::transition::{
     CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Column, PENDING_ORDER,
-    admitted, claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, first_execution_sql, pending_order,
-    slots_held, stale_workers, status_in,
+    admitted, claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, first_execution_sql,
+    pending_order, slots_held, stale_workers, status_in,
 };
 
 #[cfg(doc)]

@@ -157,9 +157,7 @@ impl PgStore {
         let set = QUARANTINED.set_sql("now()", &[(Column::Error, &error)]) + &resets;
         let error = quarantine_error(run_id, reason);
         let failed = self
-            .transition(&QUARANTINE, &set, run_id, Some(holder), |q| {
-                q.bind(error)
-            })
+            .transition(&QUARANTINE, &set, run_id, Some(holder), |q| q.bind(error))
             .await;
         match failed {
             Ok(_) => {}

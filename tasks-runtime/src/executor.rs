@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
+use crate::Holder;
 use crate::context::{ExecutionLimits, WorkflowContext};
 use crate::definition::WorkflowDefinition;
-use crate::Holder;
 use crate::error::StoreError;
 use crate::failure::ErrorRecord;
 use crate::liveness::BeatClock;
@@ -91,12 +91,7 @@ impl Executor {
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
     ) -> Outcome {
-        // Every write of this execution is fenced on its claim.
-        let holder = claimed.holder();
-        let ClaimedRun {
-            run,
-            first_execution,
-        } = claimed;
+        let run = &claimed.run;
         // One span per execution: its `replay` and `step` spans are its children, and it
         // joins the trace of the run's start (see `crate::trace`).
         let span = tracing::info_span!(
@@ -107,33 +102,29 @@ impl Executor {
             attempt = run.attempts,
             worker.id = %self.worker_id,
             claim.epoch = run.claim_epoch,
-            replay = !first_execution,
+            replay = !claimed.first_execution,
             trace.parent = tracing::field::Empty,
         );
         crate::trace::adopt(&span, run.trace_context.as_ref());
-        self.execute_inner(
-            run,
-            holder,
-            first_execution,
-            claimed_at,
-            definition,
-            shutdown,
-            returned,
-        )
-        .instrument(span)
-        .await
+        self.execute_inner(claimed, claimed_at, definition, shutdown, returned)
+            .instrument(span)
+            .await
     }
 
     async fn execute_inner(
         &self,
-        run: WorkflowRun,
-        holder: Holder,
-        first_execution: bool,
+        claimed: ClaimedRun,
         claimed_at: std::time::Instant,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
     ) -> Outcome {
+        // Every write of this execution is fenced on its claim.
+        let holder = claimed.holder();
+        let ClaimedRun {
+            run,
+            first_execution,
+        } = claimed;
         let run_id = run.id;
         let history = if first_execution {
             // Nothing can have been recorded yet: skip the round trip.

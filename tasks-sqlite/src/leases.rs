@@ -19,9 +19,10 @@ use tasks_core::transition::{
     BACKED_OFF, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, COMPLETE, Column,
     EXPIRE, EXPIRED, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD, PENDING_ORDER, RELEASE, RELEASED,
     RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, TAKES_QUEUE_SLOT, TAKES_SLOT, admitted,
-    claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, deadline_error, either_set_sql,
-    first_execution_sql, forgettable_workers, gives_up_sql, is_start, key_limit, keyed_candidates,
-    pending_order, rate_starts_left_sql, retry_after, slots_held, stale_workers, status_in,
+    claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, deadline_error,
+    either_set_sql, first_execution_sql, forgettable_workers, gives_up_sql, is_start, key_limit,
+    keyed_candidates, pending_order, rate_starts_left_sql, retry_after, slots_held, stale_workers,
+    status_in,
 };
 use uuid::Uuid;
 
@@ -325,10 +326,8 @@ impl LeaseStore for SqliteStore {
         check::sleep_run(holder, until)?;
         let until = rows::ts(until)?;
         let set = SLEEPING.set_sql("?4", &[(Column::AvailableAt, "?6")]);
-        self.transition(&SLEEP, &set, run_id, Some(holder), |q, _| {
-            Ok(q.bind(until))
-        })
-        .await
+        self.transition(&SLEEP, &set, run_id, Some(holder), |q, _| Ok(q.bind(until)))
+            .await
     }
 
     async fn complete_run(

@@ -111,9 +111,7 @@ impl Reopen {
 /// run again: its step record is refused (`LeaseLost`), it writes nothing and starts no
 /// further step. The run then completes once, through its current claim, and each step is
 /// recorded once.
-async fn a_frozen_workers_late_writes_are_refused_after_its_run_is_handed_back(
-    backend: Backend,
-) {
+async fn a_frozen_workers_late_writes_are_refused_after_its_run_is_handed_back(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
     let reopen = match backend {
@@ -173,7 +171,11 @@ async fn a_frozen_workers_late_writes_are_refused_after_its_run_is_handed_back(
     rescuer.shutdown().await;
 
     // The run is handed back to the frozen worker's id, by a new claim.
-    let successor = worker(&store).worker_id(FROZEN_WORKER).build().unwrap().spawn();
+    let successor = worker(&store)
+        .worker_id(FROZEN_WORKER)
+        .build()
+        .unwrap()
+        .spawn();
     eventually!(
         Duration::from_secs(30),
         (calls(id, "frozen") == 3).then_some(())
@@ -207,7 +209,11 @@ async fn a_frozen_workers_late_writes_are_refused_after_its_run_is_handed_back(
         ["fence_first", "state/first"],
         "the stale execution recorded nothing"
     );
-    assert_eq!(calls(id, "last"), 0, "the stale execution started no further step");
+    assert_eq!(
+        calls(id, "last"),
+        0,
+        "the stale execution started no further step"
+    );
     let still = run.run().await.unwrap();
     assert_eq!(still.status, RunStatus::Running);
     assert_eq!(still.claim_epoch, handed.claim_epoch);
@@ -231,7 +237,10 @@ async fn a_frozen_workers_late_writes_are_refused_after_its_run_is_handed_back(
     assert_eq!(calls(id, "last"), 1);
     let done = run.run().await.unwrap();
     assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(done.claim_epoch, handed.claim_epoch, "completed by the current claim");
+    assert_eq!(
+        done.claim_epoch, handed.claim_epoch,
+        "completed by the current claim"
+    );
 }
 
 every_store! {

@@ -648,10 +648,7 @@ impl tasks::store::LeaseStore for Flaky {
         until: chrono::DateTime<chrono::Utc>,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::store::Operation::SleepRun)?;
-        self.inner
-            .contract()
-            .sleep_run(run_id, holder, until)
-            .await
+        self.inner.contract().sleep_run(run_id, holder, until).await
     }
 
     async fn complete_run(

@@ -150,9 +150,7 @@ fn a_store_outlives_the_runtime_that_first_used_it() {
             .iter()
             .find(|c| c.run.id == run.id)
             .expect("claimed");
-        let recorded = store
-            .record_step_attempt(finished_step(ours))
-            .await;
+        let recorded = store.record_step_attempt(finished_step(ours)).await;
         assert!(
             recorded.is_ok(),
             "the step recorder runs again: {recorded:?}"

@@ -126,7 +126,11 @@ mod tests {
             "wr.attempts + CASE WHEN wr.status IN ('sleeping') THEN 0 ELSE 1 END"
         );
         assert_eq!(claimed_epoch(0), 1);
-        assert_eq!(claimed_epoch(7), 8, "every claim, whatever the status it takes");
+        assert_eq!(
+            claimed_epoch(7),
+            8,
+            "every claim, whatever the status it takes"
+        );
         assert_eq!(claimed_epoch_sql("wr."), "wr.claim_epoch + 1");
         assert_eq!(released_attempts(1), 0);
         assert_eq!(released_attempts(0), 0);

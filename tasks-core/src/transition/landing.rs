@@ -444,8 +444,15 @@ mod tests {
             &RETRIED,
             &EXPIRED,
         ] {
-            let writes = landing.clears.iter().chain(landing.stamps).chain(landing.sets);
-            assert!(!writes.clone().any(|column| *column == ClaimEpoch), "{landing:?}");
+            let writes = landing
+                .clears
+                .iter()
+                .chain(landing.stamps)
+                .chain(landing.sets);
+            assert!(
+                !writes.clone().any(|column| *column == ClaimEpoch),
+                "{landing:?}"
+            );
         }
         assert!(CLAIMED.sets.contains(&ClaimEpoch));
     }
