@@ -467,6 +467,7 @@ mod tests {
             ("lifecycle", include_str!("lifecycle.rs")),
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
+            ("fence", include_str!("fence.rs")),
             ("record", include_str!("record.rs")),
             ("retry", include_str!("retry.rs")),
             ("retention", include_str!("retention.rs")),
