@@ -21,6 +21,10 @@ use crate::stats::Summary;
 /// The worker id the ceiling's runs are leased to, so that the fences match.
 const WORKER_ID: &str = "tasks-bench-ceiling";
 
+/// The claim epoch the ceiling's runs are held by (inserted running, never claimed: the
+/// column's default), so that the fences match.
+const CLAIM_EPOCH: i64 = 0;
+
 /// Columns returned by the step statements: `STEP_COLUMNS` of
 /// `tasks-runtime/src/postgres/rows.rs`.
 const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -40,6 +44,7 @@ fn record_step_attempt_sql() -> String {
                     clock_timestamp(), clock_timestamp(), clock_timestamp()
                FROM tasks.workflow_runs wr
               WHERE wr.namespace = $1 AND wr.id = $2 AND wr.status = 'running' AND wr.worker_id = $4
+                AND wr.claim_epoch = $12
           RETURNING {STEP_COLUMNS}"
     )
 }
@@ -55,6 +60,7 @@ fn create_step_attempt_sql() -> String {
              SELECT $1, $3, wr.id, $5, $6, 'running', $7, $8, now(), clock_timestamp(), now()
                FROM tasks.workflow_runs wr
               WHERE wr.namespace = $1 AND wr.id = $2 AND wr.status = 'running' AND wr.worker_id = $4
+                AND wr.claim_epoch = $9
           RETURNING {STEP_COLUMNS}"
     )
 }
@@ -75,7 +81,7 @@ fn complete_step_attempt_sql() -> String {
               WHERE sa.namespace = $1 AND sa.workflow_run_id = $2 AND sa.id = $3
                 AND sa.status = 'running'
                 AND wr.namespace = sa.namespace AND wr.id = sa.workflow_run_id
-                AND wr.status = 'running' AND wr.worker_id = $7
+                AND wr.status = 'running' AND wr.worker_id = $7 AND wr.claim_epoch = $8
           RETURNING {returning}"
     )
 }
@@ -153,7 +159,7 @@ where
     (tx, writers)
 }
 
-/// Binds the recorder's twelve arrays for completed no-op function steps, given as (run id,
+/// Binds the recorder's thirteen arrays for completed no-op function steps, given as (run id,
 /// attempt id, step name), filled as the recorder fills them.
 fn bind_noop_steps<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -175,6 +181,7 @@ fn bind_noop_steps<'q>(
         .bind(vec![None::<&str>; n])
         .bind(vec![None::<&str>; n])
         .bind(vec![0_i64; n])
+        .bind(vec![CLAIM_EPOCH; n])
 }
 
 /// The ids in the `id` column of `rows`.
@@ -413,6 +420,7 @@ async fn measure_in(url: &str, admin: &PgPool, spec: &Spec, namespace: &str) -> 
                                 .bind(Some(Value::Null))
                                 .bind(None::<Value>)
                                 .bind(1_i64)
+                                .bind(CLAIM_EPOCH)
                                 .fetch_optional(&pool)
                                 .await?
                                 .ok_or(sqlx::Error::RowNotFound)?;
@@ -428,6 +436,7 @@ async fn measure_in(url: &str, admin: &PgPool, spec: &Spec, namespace: &str) -> 
                                 .bind("function")
                                 .bind(&config)
                                 .bind(None::<Value>)
+                                .bind(CLAIM_EPOCH)
                                 .fetch_optional(&pool)
                                 .await?
                                 .ok_or(sqlx::Error::RowNotFound)?;
@@ -439,6 +448,7 @@ async fn measure_in(url: &str, admin: &PgPool, spec: &Spec, namespace: &str) -> 
                                 .bind(Some(Value::Null))
                                 .bind(None::<Value>)
                                 .bind(WORKER_ID)
+                                .bind(CLAIM_EPOCH)
                                 .fetch_optional(&pool)
                                 .await?
                                 .ok_or(sqlx::Error::RowNotFound)?;

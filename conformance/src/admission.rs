@@ -192,14 +192,20 @@ async fn run_case(setup: &impl Setup, case: &str, steps: Vec<Step>) {
                 }
             }
             Release(count) => {
-                let held: Vec<(Uuid, String)> = known
+                let held: Vec<Uuid> = known
                     .iter()
-                    .filter_map(|run| run.worker.clone().map(|worker| (run.id, worker)))
+                    .filter(|run| run.worker.is_some())
+                    .map(|run| run.id)
                     .take(count)
                     .collect();
-                for (id, worker) in held {
+                for id in held {
                     store
-                        .release_run(id, &worker, Duration::ZERO, json!({ "released": true }))
+                        .release_run(
+                            id,
+                            &held_by(&store, id).await,
+                            Duration::ZERO,
+                            json!({ "released": true }),
+                        )
                         .await
                         .unwrap();
                     if let Some(run) = known.iter_mut().find(|run| run.id == id) {

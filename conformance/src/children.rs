@@ -21,7 +21,7 @@ fn start(parent: &WorkflowRun, step_name: &str, policy: ParentCancel) -> StartCh
     StartChild {
         call: None,
         run_id: parent.id,
-        worker_id: owner(parent).to_owned(),
+        holder: holder(parent),
         step_name: step_name.to_owned(),
         child: CreateRun {
             input: Some(json!({ "n": 1 })),
@@ -35,7 +35,7 @@ fn start(parent: &WorkflowRun, step_name: &str, policy: ParentCancel) -> StartCh
 fn wait(parent: &WorkflowRun, steps: &[&str]) -> WaitForChildren {
     WaitForChildren {
         run_id: parent.id,
-        worker_id: owner(parent).to_owned(),
+        holder: holder(parent),
         step_names: steps.iter().map(|s| (*s).to_owned()).collect(),
     }
 }
@@ -119,7 +119,7 @@ pub async fn child_start_is_fenced(setup: impl Setup) {
     let store = setup.store().await;
     let parent = create_claimed(&store).await;
     let mut stranger = start(&parent, "child/a", ParentCancel::Cascade);
-    stranger.worker_id = new_worker();
+    stranger.holder = Holder::new(new_worker(), parent.claim_epoch);
     assert_err!(
         store.children().unwrap().start_child(stranger).await,
         StoreError::LeaseLost { .. }
@@ -173,7 +173,11 @@ pub async fn child_completion_wakes_the_parent(setup: impl Setup) {
         "the parked parent is not claimable while its child runs"
     );
     store
-        .complete_run(running_child.id, owner(&running_child), json!({ "sum": 3 }))
+        .complete_run(
+            running_child.id,
+            &holder(&running_child),
+            json!({ "sum": 3 }),
+        )
         .await
         .unwrap();
 
@@ -227,7 +231,7 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
     let children = store.claim_runs(&worker, LONG_LEASE, 10).await.unwrap();
     assert_eq!(children.len(), 2, "both children, not the parent");
     store
-        .complete_run(a.child.id, &worker, json!("a"))
+        .complete_run(a.child.id, &held_by(&store, a.child.id).await, json!("a"))
         .await
         .unwrap();
     assert!(
@@ -241,7 +245,7 @@ pub async fn parent_wakes_after_its_last_child(setup: impl Setup) {
     let failed = store
         .fail_run(FailRun {
             run_id: b.child.id,
-            worker_id: worker.clone(),
+            holder: held_by(&store, b.child.id).await,
             error: json!({ "message": "boom" }),
             force: true,
         })
@@ -309,7 +313,7 @@ pub async fn wait_for_finished_children_does_not_park(setup: impl Setup) {
         StoreError::InvalidArgument(_)
     );
     let mut stranger = wait(&parent, &["child/a"]);
-    stranger.worker_id = new_worker();
+    stranger.holder = Holder::new(new_worker(), parent.claim_epoch);
     assert_err!(
         store.children().unwrap().wait_for_children(stranger).await,
         StoreError::LeaseLost { .. }
@@ -368,7 +372,11 @@ pub async fn cancel_cascades_to_children(setup: impl Setup) {
         .expect("the child was claimed");
     let grandchild = started(&store, start(&running, "child/g", ParentCancel::Cascade)).await;
     store
-        .complete_run(finished.child.id, &worker, json!("done"))
+        .complete_run(
+            finished.child.id,
+            &held_by(&store, finished.child.id).await,
+            json!("done"),
+        )
         .await
         .unwrap();
 
@@ -394,7 +402,7 @@ pub async fn cancel_cascades_to_children(setup: impl Setup) {
     // The canceled child's worker finds out at its next write.
     assert_err!(
         store
-            .complete_run(child.child.id, &worker, json!(null))
+            .complete_run(child.child.id, &holder(&running), json!(null))
             .await,
         StoreError::WrongState { .. }
     );
@@ -533,7 +541,7 @@ pub async fn a_cancel_racing_finishing_children_never_fails(setup: impl Setup) {
                 let store = store.clone();
                 tokio::spawn(async move {
                     store
-                        .complete_run(child.id, owner(&child), json!(round))
+                        .complete_run(child.id, &holder(&child), json!(round))
                         .await
                 })
             })

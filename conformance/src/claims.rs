@@ -281,7 +281,7 @@ pub async fn extend_lease_pushes_expiry(setup: impl Setup) {
         .unwrap();
     let before = Utc::now();
     let extended = store
-        .extend_lease(claimed.id, &worker, Duration::from_secs(60))
+        .extend_lease(claimed.id, &holder(&claimed), Duration::from_secs(60))
         .await
         .unwrap();
     let after = Utc::now();
@@ -312,7 +312,7 @@ pub async fn extend_lease_of_paused_or_canceled_run_is_wrong_state(setup: impl S
         .await
         .unwrap();
     assert_err!(
-        store.extend_lease(paused.id, owner(&paused), LONG_LEASE).await,
+        store.extend_lease(paused.id, &holder(&paused), LONG_LEASE).await,
         StoreError::WrongState { id, status: RunStatus::Paused, .. } if *id == paused.id
     );
 
@@ -324,18 +324,18 @@ pub async fn extend_lease_of_paused_or_canceled_run_is_wrong_state(setup: impl S
         .await
         .unwrap();
     assert_err!(
-        store.extend_lease(canceled.id, owner(&canceled), LONG_LEASE).await,
+        store.extend_lease(canceled.id, &holder(&canceled), LONG_LEASE).await,
         StoreError::WrongState { id, status: RunStatus::Canceled, .. } if *id == canceled.id
     );
 
     let completed = create_claimed(&store).await;
     store
-        .complete_run(completed.id, owner(&completed), json!(null))
+        .complete_run(completed.id, &holder(&completed), json!(null))
         .await
         .unwrap();
     assert_err!(
         store
-            .extend_lease(completed.id, owner(&completed), LONG_LEASE)
+            .extend_lease(completed.id, &holder(&completed), LONG_LEASE)
             .await,
         StoreError::WrongState {
             status: RunStatus::Completed,
@@ -359,16 +359,23 @@ pub async fn extend_lease_after_takeover_is_lease_lost(setup: impl Setup) {
     assert_eq!(second.id, first.id);
 
     assert_err!(
-        store.extend_lease(first.id, &w1, LONG_LEASE).await,
-        StoreError::LeaseLost { id, worker_id } if *id == first.id && *worker_id == w1
+        store.extend_lease(first.id, &holder(&first), LONG_LEASE).await,
+        StoreError::LeaseLost { id, worker_id, .. } if *id == first.id && *worker_id == w1
     );
     assert_err!(
         store
-            .extend_lease(first.id, "never-owned-it", LONG_LEASE)
+            .extend_lease(
+                first.id,
+                &Holder::new("never-owned-it", second.claim_epoch),
+                LONG_LEASE
+            )
             .await,
         StoreError::LeaseLost { .. }
     );
-    let extended = store.extend_lease(first.id, &w2, LONG_LEASE).await.unwrap();
+    let extended = store
+        .extend_lease(first.id, &holder(&second), LONG_LEASE)
+        .await
+        .unwrap();
     assert_eq!(extended.worker_id.as_deref(), Some(w2.as_str()));
 }
 
@@ -378,7 +385,7 @@ pub async fn sleep_parks_run_until_time(setup: impl Setup) {
     let claimed = create_claimed(&store).await;
     let until = Utc::now() + chrono::Duration::seconds(5);
     let sleeping = store
-        .sleep_run(claimed.id, owner(&claimed), until)
+        .sleep_run(claimed.id, &holder(&claimed), until)
         .await
         .unwrap();
 
@@ -396,7 +403,7 @@ pub async fn sleeping_run_is_claimable_after_wake_time(setup: impl Setup) {
     let claimed = create_claimed(&store).await;
     let until = Utc::now() + chrono::Duration::seconds(1);
     store
-        .sleep_run(claimed.id, owner(&claimed), until)
+        .sleep_run(claimed.id, &holder(&claimed), until)
         .await
         .unwrap();
     assert_eq!(store.claim_run("w", LONG_LEASE).await.unwrap(), None);
@@ -420,11 +427,11 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
 
     let completed = create_claimed(&store).await;
     store
-        .complete_run(completed.id, owner(&completed), json!(null))
+        .complete_run(completed.id, &holder(&completed), json!(null))
         .await
         .unwrap();
     assert_err!(
-        store.sleep_run(completed.id, owner(&completed), later()).await,
+        store.sleep_run(completed.id, &holder(&completed), later()).await,
         StoreError::WrongState { id, status: RunStatus::Completed, .. } if *id == completed.id
     );
 
@@ -437,7 +444,7 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
         .await
         .unwrap();
     assert_err!(
-        store.sleep_run(failed.id, owner(&failed), later()).await,
+        store.sleep_run(failed.id, &holder(&failed), later()).await,
         StoreError::WrongState {
             status: RunStatus::Failed,
             ..
@@ -453,7 +460,7 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
         .unwrap();
     assert_err!(
         store
-            .sleep_run(canceled.id, owner(&canceled), later())
+            .sleep_run(canceled.id, &holder(&canceled), later())
             .await,
         StoreError::WrongState {
             status: RunStatus::Canceled,
@@ -463,7 +470,13 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
 
     let other = create_claimed(&store).await;
     assert_err!(
-        store.sleep_run(other.id, "not-the-owner", later()).await,
+        store
+            .sleep_run(
+                other.id,
+                &Holder::new("not-the-owner", other.claim_epoch),
+                later()
+            )
+            .await,
         StoreError::LeaseLost { .. }
     );
     assert_eq!(
@@ -481,7 +494,7 @@ pub async fn sleep_is_refused_unless_running(setup: impl Setup) {
     assert_eq!(pending.status, RunStatus::Pending);
     assert_err!(
         store
-            .sleep_run(rescheduled.id, owner(&rescheduled), later())
+            .sleep_run(rescheduled.id, &holder(&rescheduled), later())
             .await,
         StoreError::WrongState {
             status: RunStatus::Pending,

@@ -38,7 +38,7 @@ fn wait(
     WaitForEvent {
         call: None,
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         step_name: step_name.to_owned(),
         topic: topic.to_owned(),
         timeout,
@@ -470,7 +470,7 @@ pub async fn wait_is_fenced(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let stranger = WaitForEvent {
         call: None,
-        worker_id: new_worker(),
+        holder: Holder::new(new_worker(), run.claim_epoch),
         ..wait(&run, "event/t", "t", None)
     };
     assert_err!(
@@ -571,7 +571,10 @@ pub async fn send_does_not_wake_a_durable_sleep(setup: impl Setup) {
             .unwrap(),
     );
     let until = chrono::Utc::now() + chrono::Duration::seconds(60);
-    store.sleep_run(run.id, owner(&again), until).await.unwrap();
+    store
+        .sleep_run(run.id, &holder(&again), until)
+        .await
+        .unwrap();
     let sent = store
         .events()
         .unwrap()

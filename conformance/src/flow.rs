@@ -80,7 +80,7 @@ pub async fn claim_respects_the_key_limit(setup: impl Setup) {
 
     let done = first.iter().find(|run| run.id == runs[0].id).unwrap();
     store
-        .complete_run(done.id, owner(done), json!(null))
+        .complete_run(done.id, &holder(done), json!(null))
         .await
         .unwrap();
     let next = claim(&store, 10).await;
@@ -114,7 +114,7 @@ pub async fn sleeping_run_holds_no_slot(setup: impl Setup) {
     assert_eq!(ids(&claimed), [first.id]);
     let wake = Utc::now() + chrono::Duration::milliseconds(300);
     store
-        .sleep_run(first.id, owner(&claimed[0]), wake)
+        .sleep_run(first.id, &holder(&claimed[0]), wake)
         .await
         .unwrap();
     let running = claim(&store, 10).await;
@@ -125,7 +125,7 @@ pub async fn sleeping_run_holds_no_slot(setup: impl Setup) {
         "the woken run waits for a free slot"
     );
     store
-        .complete_run(second.id, owner(&running[0]), json!(null))
+        .complete_run(second.id, &holder(&running[0]), json!(null))
         .await
         .unwrap();
     let woken = claim(&store, 10).await;

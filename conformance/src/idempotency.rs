@@ -66,7 +66,7 @@ pub async fn idempotency_while_active_frees_the_key_once_the_run_finished(setup:
     assert_eq!(repeat.id, first.id, "a running run holds its key");
 
     store
-        .complete_run(first.id, owner(&claimed), json!(null))
+        .complete_run(first.id, &holder(&claimed), json!(null))
         .await
         .unwrap();
     let second = store

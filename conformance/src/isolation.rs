@@ -46,12 +46,12 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
     assert_ne!(a.namespace(), b.namespace());
 
     let running = create_claimed(&a).await;
-    let worker = owner(&running).to_owned();
+    let worker = holder(&running);
     let step = a
         .create_step_attempt(CreateStepAttempt {
             id: Uuid::now_v7(),
             run_id: running.id,
-            worker_id: worker.clone(),
+            holder: worker.clone(),
             step_name: "s".into(),
             kind: StepKind::Function,
             config: json!({}),
@@ -191,7 +191,7 @@ pub async fn namespaces_are_isolated(setup: impl Setup) {
             .create_step_attempt(CreateStepAttempt {
                 id: Uuid::now_v7(),
                 run_id: running.id,
-                worker_id: worker.clone(),
+                holder: worker.clone(),
                 step_name: "intruder".into(),
                 kind: StepKind::Function,
                 config: json!({}),
@@ -300,7 +300,9 @@ pub async fn subscribers_get_their_namespace_notifications(setup: impl Setup) {
 
     let claimed = a.claim_run("w", LONG_LEASE).await.unwrap().unwrap();
     assert_eq!(claimed.id, first.id);
-    a.complete_run(first.id, "w", json!(1)).await.unwrap();
+    a.complete_run(first.id, &holder(&claimed), json!(1))
+        .await
+        .unwrap();
     assert_eq!(
         next_notification(&mut a_events, "complete").await,
         finished(first.id)

@@ -55,6 +55,7 @@ pub mod admission;
 pub mod children;
 pub mod claims;
 pub mod events;
+pub mod fence;
 pub mod flow;
 pub mod idempotency;
 pub mod isolation;
@@ -114,7 +115,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -275,6 +276,10 @@ macro_rules! conformance_suite {
             step_finished_after_cancel_is_interrupted,
             create_step_attempt_is_fenced,
             stale_worker_cannot_write_after_takeover,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, fence {
+            every_claim_takes_a_new_epoch,
+            a_stale_claim_of_the_same_worker_cannot_write,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, record {
             record_step_attempt_stores_a_completed_attempt,
@@ -462,6 +467,7 @@ mod tests {
             ("lifecycle", include_str!("lifecycle.rs")),
             ("steps", include_str!("steps.rs")),
             ("step_outcomes", include_str!("step_outcomes.rs")),
+            ("fence", include_str!("fence.rs")),
             ("record", include_str!("record.rs")),
             ("retry", include_str!("retry.rs")),
             ("retention", include_str!("retention.rs")),

@@ -35,11 +35,11 @@ fn assert_paused(run: &WorkflowRun, id: Uuid) {
 }
 
 /// Parameters of a step attempt for `worker`.
-fn step(run_id: Uuid, worker: &str) -> CreateStepAttempt {
+fn step(run_id: Uuid, worker: &Holder) -> CreateStepAttempt {
     CreateStepAttempt {
         id: Uuid::now_v7(),
         run_id,
-        worker_id: worker.to_owned(),
+        holder: worker.clone(),
         step_name: "step".into(),
         kind: StepKind::Function,
         config: json!({}),
@@ -75,7 +75,7 @@ pub async fn cancel_running_run(setup: impl Setup) {
 
     assert_err!(
         store
-            .complete_run(claimed.id, owner(&claimed), json!(1))
+            .complete_run(claimed.id, &holder(&claimed), json!(1))
             .await,
         StoreError::WrongState {
             status: RunStatus::Canceled,
@@ -240,7 +240,7 @@ pub async fn pause_running_run(setup: impl Setup) {
     assert_eq!(paused.attempts, 1);
     assert_err!(
         store
-            .complete_run(claimed.id, owner(&claimed), json!(1))
+            .complete_run(claimed.id, &holder(&claimed), json!(1))
             .await,
         StoreError::WrongState {
             status: RunStatus::Paused,
@@ -394,7 +394,7 @@ pub async fn unknown_run_is_not_found_for_every_operation(setup: impl Setup) {
     let store = setup.store().await;
     create_claimed(&store).await;
     let id = Uuid::new_v4();
-    let w = "w";
+    let w = &Holder::new("w", 1);
     let later = Utc::now() + chrono::Duration::seconds(60);
     macro_rules! not_found {
         ($call:expr) => {
@@ -408,7 +408,7 @@ pub async fn unknown_run_is_not_found_for_every_operation(setup: impl Setup) {
         store
             .fail_run(FailRun {
                 run_id: id,
-                worker_id: w.into(),
+                holder: w.clone(),
                 error: error_value("x"),
                 force: false,
             })
@@ -434,15 +434,11 @@ pub async fn finished_run_is_wrong_state_for_every_worker_operation(setup: impl 
     let pending = create_pending(&store).await;
     let later = Utc::now() + chrono::Duration::seconds(60);
     for (run, worker, status) in [
-        (
-            &completed,
-            owner(&completed).to_owned(),
-            RunStatus::Completed,
-        ),
-        (&pending, new_worker(), RunStatus::Pending),
+        (&completed, holder(&completed), RunStatus::Completed),
+        (&pending, Holder::new(new_worker(), 1), RunStatus::Pending),
     ] {
         let id = run.id;
-        let w = worker.as_str();
+        let w = &worker;
         macro_rules! wrong_state {
             ($call:expr) => {
                 assert_err!(
@@ -458,7 +454,7 @@ pub async fn finished_run_is_wrong_state_for_every_worker_operation(setup: impl 
             store
                 .fail_run(FailRun {
                     run_id: id,
-                    worker_id: w.into(),
+                    holder: w.clone(),
                     error: error_value("x"),
                     force: true,
                 })

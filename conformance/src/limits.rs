@@ -319,12 +319,13 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
     );
     let run = store.claim_run(&worker, LONG_LEASE).await.unwrap().unwrap();
     assert_eq!(run.id, created.id);
+    let held = holder(&run);
 
     let record = |edit: fn(&mut RecordStepAttempt)| {
         let mut params = RecordStepAttempt {
             id: Uuid::now_v7(),
             run_id: run.id,
-            worker_id: worker.clone(),
+            holder: held.clone(),
             step_name: "step".into(),
             kind: StepKind::Function,
             config: json!({}),
@@ -370,7 +371,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
     let create_step = CreateStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: worker.clone(),
+        holder: held.clone(),
         step_name: "s\0".into(),
         kind: StepKind::Sleep,
         config: json!({}),
@@ -380,38 +381,35 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
         store.create_step_attempt(create_step).await,
         Field::StepName,
     );
-    assert_limit(
-        store.extend_lease(run.id, &worker, huge).await,
-        Field::Lease,
-    );
+    assert_limit(store.extend_lease(run.id, &held, huge).await, Field::Lease);
     assert_limit(
         store
-            .sleep_run(run.id, &worker, DateTime::<Utc>::MAX_UTC)
+            .sleep_run(run.id, &held, DateTime::<Utc>::MAX_UTC)
             .await,
         Field::Sleep,
     );
     assert_limit(
         store
-            .release_run(run.id, &worker, huge, json!({ "message": "x" }))
+            .release_run(run.id, &held, huge, json!({ "message": "x" }))
             .await,
         Field::Delay,
     );
     let fail = FailRun {
         run_id: run.id,
-        worker_id: worker.clone(),
+        holder: held.clone(),
         error: json!({ "message": "a\u{0}" }),
         force: false,
     };
     assert_limit(store.fail_run(fail).await, Field::Error);
     assert_limit(
         store
-            .complete_run(run.id, &worker, nested(limits::MAX_JSON_DEPTH + 1))
+            .complete_run(run.id, &held, nested(limits::MAX_JSON_DEPTH + 1))
             .await,
         Field::WorkflowOutput,
     );
     assert_limit(
         store
-            .complete_run_with_steps(run.id, &worker, json!("\u{0}"), Vec::new())
+            .complete_run_with_steps(run.id, &held, json!("\u{0}"), Vec::new())
             .await,
         Field::WorkflowOutput,
     );
@@ -419,7 +417,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
         store
             .complete_run_with_steps(
                 run.id,
-                &worker,
+                &held,
                 json!(1),
                 vec![record(|p| p.output = Some(json!("\u{0}")))],
             )
@@ -444,7 +442,7 @@ pub async fn worker_writes_past_the_limits_are_refused(setup: impl Setup) {
     assert_eq!(history[0].step_name, at_limit.step_name);
     let output = nested(limits::MAX_JSON_DEPTH);
     let done = store
-        .complete_run(run.id, &worker, output.clone())
+        .complete_run(run.id, &held, output.clone())
         .await
         .unwrap();
     assert_eq!(done.output, Some(output.clone()));

@@ -212,7 +212,7 @@ pub async fn list_runs_filters_by_status(setup: impl Setup) {
     let running = create_claimed(&store).await;
     let completed = create_claimed(&store).await;
     let completed = store
-        .complete_run(completed.id, owner(&completed), json!(1))
+        .complete_run(completed.id, &holder(&completed), json!(1))
         .await
         .unwrap();
     let paused = create_pending(&store).await;
@@ -451,7 +451,7 @@ pub async fn count_runs_by_status(setup: impl Setup) {
     let running = create_claimed(&store).await;
     let completed = create_claimed(&store).await;
     store
-        .complete_run(completed.id, owner(&completed), json!(1))
+        .complete_run(completed.id, &holder(&completed), json!(1))
         .await
         .unwrap();
     let paused = create_pending(&store).await;

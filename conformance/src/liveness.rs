@@ -22,11 +22,11 @@ async fn held_run<S: Store + ?Sized>(store: &S) -> WorkflowRun {
 }
 
 /// A completed step attempt of `run` written by `worker`.
-fn finished_step(run: &WorkflowRun, worker: &str, name: &str) -> RecordStepAttempt {
+fn finished_step(run: &WorkflowRun, worker: &Holder, name: &str) -> RecordStepAttempt {
     RecordStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: worker.to_owned(),
+        holder: worker.clone(),
         step_name: name.to_owned(),
         kind: StepKind::Function,
         config: json!({}),
@@ -43,9 +43,9 @@ fn finished_step(run: &WorkflowRun, worker: &str, name: &str) -> RecordStepAttem
 pub async fn stale_heartbeat_makes_runs_claimable(setup: impl Setup) {
     let store = setup.store().await;
     let run = held_run(&store).await;
-    let dead = owner(&run).to_owned();
+    let dead = holder(&run);
     store
-        .heartbeat(&dead, Duration::from_millis(1))
+        .heartbeat(&dead.worker_id, Duration::from_millis(1))
         .await
         .expect("heartbeat");
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -17,7 +17,7 @@ pub async fn complete_run_marks_completed(setup: impl Setup) {
     let claimed = create_claimed(&store).await;
     let output = json!({ "ok": true });
     let completed = store
-        .complete_run(claimed.id, owner(&claimed), output.clone())
+        .complete_run(claimed.id, &holder(&claimed), output.clone())
         .await
         .unwrap();
 
@@ -35,8 +35,14 @@ pub async fn complete_run_is_fenced_on_owner_and_status(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
     assert_err!(
-        store.complete_run(claimed.id, "not-the-owner", json!(1)).await,
-        StoreError::LeaseLost { id, worker_id } if *id == claimed.id && worker_id == "not-the-owner"
+        store
+            .complete_run(
+                claimed.id,
+                &Holder::new("not-the-owner", claimed.claim_epoch),
+                json!(1)
+            )
+            .await,
+        StoreError::LeaseLost { id, worker_id, .. } if *id == claimed.id && worker_id == "not-the-owner"
     );
     assert_eq!(
         store.get_run(claimed.id).await.unwrap(),
@@ -44,12 +50,12 @@ pub async fn complete_run_is_fenced_on_owner_and_status(setup: impl Setup) {
     );
 
     let completed = store
-        .complete_run(claimed.id, owner(&claimed), json!(1))
+        .complete_run(claimed.id, &holder(&claimed), json!(1))
         .await
         .unwrap();
     assert_err!(
         store
-            .complete_run(claimed.id, owner(&claimed), json!(2))
+            .complete_run(claimed.id, &holder(&claimed), json!(2))
             .await,
         StoreError::WrongState {
             status: RunStatus::Completed,
@@ -60,7 +66,9 @@ pub async fn complete_run_is_fenced_on_owner_and_status(setup: impl Setup) {
 
     let pending = create_pending(&store).await;
     assert_err!(
-        store.complete_run(pending.id, "w", json!(1)).await,
+        store
+            .complete_run(pending.id, &Holder::new("w", 1), json!(1))
+            .await,
         StoreError::WrongState { id, status: RunStatus::Pending, .. } if *id == pending.id
     );
 }
@@ -185,7 +193,12 @@ pub async fn release_run_returns_run_to_pending(setup: impl Setup) {
     let reason = json!({ "message": "workflow not registered on this worker" });
     assert_err!(
         store
-            .release_run(claimed.id, "not-the-owner", Duration::ZERO, reason.clone())
+            .release_run(
+                claimed.id,
+                &Holder::new("not-the-owner", claimed.claim_epoch),
+                Duration::ZERO,
+                reason.clone()
+            )
             .await,
         StoreError::LeaseLost { .. }
     );
@@ -194,7 +207,7 @@ pub async fn release_run_returns_run_to_pending(setup: impl Setup) {
     let released = store
         .release_run(
             claimed.id,
-            owner(&claimed),
+            &holder(&claimed),
             Duration::from_secs(1),
             reason.clone(),
         )
@@ -292,7 +305,7 @@ pub async fn claim_fails_running_runs_past_deadline(setup: impl Setup) {
     let sleeping = store
         .sleep_run(
             sleeper.id,
-            owner(&sleeper),
+            &holder(&sleeper),
             Utc::now() + chrono::Duration::seconds(60),
         )
         .await
@@ -311,7 +324,7 @@ pub async fn claim_fails_running_runs_past_deadline(setup: impl Setup) {
     }
     assert_err!(
         store
-            .complete_run(running.id, owner(&running), json!(1))
+            .complete_run(running.id, &holder(&running), json!(1))
             .await,
         StoreError::WrongState {
             status: RunStatus::Failed,

@@ -65,7 +65,7 @@ pub async fn event_waits_follow_the_core_rule(setup: impl Setup) {
             .wait_for_event(WaitForEvent {
                 call: None,
                 run_id: run.id,
-                worker_id: owner(&run).to_owned(),
+                holder: holder(&run),
                 step_name: "event/t".into(),
                 topic: "t".into(),
                 timeout,
@@ -106,7 +106,7 @@ pub async fn state_versions_follow_the_core_rule(setup: impl Setup) {
         let set = state
             .set_state(SetState {
                 run_id: run.id,
-                worker_id: owner(&run).to_owned(),
+                holder: holder(&run),
                 step_name: format!("state/{step}"),
                 key: format!("key-{key}"),
                 value: json!(step),
@@ -209,7 +209,7 @@ pub async fn parent_countdown_follows_the_core_rule(setup: impl Setup) {
             .start_child(StartChild {
                 call: None,
                 run_id: parent.id,
-                worker_id: owner(&parent).to_owned(),
+                holder: holder(&parent),
                 step_name: step.to_owned(),
                 child: CreateRun::new(workflow.clone()),
                 on_parent_cancel: ParentCancel::Cascade,
@@ -221,7 +221,7 @@ pub async fn parent_countdown_follows_the_core_rule(setup: impl Setup) {
     let parked = match children
         .wait_for_children(WaitForChildren {
             run_id: parent.id,
-            worker_id: owner(&parent).to_owned(),
+            holder: holder(&parent),
             step_names: steps.iter().map(|step| (*step).to_owned()).collect(),
         })
         .await
@@ -237,7 +237,7 @@ pub async fn parent_countdown_follows_the_core_rule(setup: impl Setup) {
         match index {
             0 => {
                 store
-                    .complete_run(child.id, owner(&child), json!(1))
+                    .complete_run(child.id, &holder(&child), json!(1))
                     .await
                     .unwrap();
             }
@@ -297,7 +297,7 @@ pub async fn idempotency_keys_lapse_as_the_core_rule_says(setup: impl Setup) {
         if finish {
             let claimed = claim_of(&store, &workflow).await;
             store
-                .complete_run(claimed.id, owner(&claimed), json!(null))
+                .complete_run(claimed.id, &super::support::holder(&claimed), json!(null))
                 .await
                 .unwrap();
         }

@@ -274,7 +274,7 @@ pub async fn claim_filters_by_queue_and_workflow(setup: impl Setup) {
     // A run of b whose sleep ended is not woken by a claim serving a only.
     let wake = Utc::now() + chrono::Duration::milliseconds(200);
     store
-        .sleep_run(b.id, owner(&b_running(&store, b.id).await), wake)
+        .sleep_run(b.id, &holder(&b_running(&store, b.id).await), wake)
         .await
         .unwrap();
     sleep_past(wake).await;
@@ -326,7 +326,7 @@ pub async fn claim_respects_the_queue_limit(setup: impl Setup) {
     );
     let done = first.iter().find(|run| run.id == runs[0].id).unwrap();
     store
-        .complete_run(done.id, owner(done), json!(null))
+        .complete_run(done.id, &holder(done), json!(null))
         .await
         .unwrap();
     assert_eq!(
@@ -438,7 +438,7 @@ pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
     assert_eq!(ids(&claimed), [first.id]);
     let wake = Utc::now() + chrono::Duration::milliseconds(300);
     store
-        .sleep_run(first.id, owner(&claimed[0]), wake)
+        .sleep_run(first.id, &holder(&claimed[0]), wake)
         .await
         .unwrap();
     let running = claim(&store, 10).await;
@@ -458,7 +458,7 @@ pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
     assert_eq!(ids(&woken), [first.id], "a paused run holds no slot");
     assert_eq!(woken[0].attempts, 1, "waking continues the attempt");
     store
-        .complete_run(first.id, owner(&woken[0]), json!(null))
+        .complete_run(first.id, &holder(&woken[0]), json!(null))
         .await
         .unwrap();
 
@@ -482,7 +482,7 @@ pub async fn queue_slots_follow_the_running_status(setup: impl Setup) {
     assert!(claim(&store, 10).await.is_empty());
     let done = taken.iter().find(|run| run.id == k1.id).unwrap();
     store
-        .complete_run(done.id, owner(done), json!(null))
+        .complete_run(done.id, &holder(done), json!(null))
         .await
         .unwrap();
     assert_eq!(ids(&claim(&store, 10).await), [k2.id]);
@@ -529,7 +529,7 @@ pub async fn rate_limit_spreads_starts_over_windows(setup: impl Setup) {
     // A resume after a sleep is not a start: it is claimed although no start is left.
     let sleeper = first.iter().find(|run| run.id == runs[0].id).unwrap();
     store
-        .sleep_run(sleeper.id, owner(sleeper), Utc::now())
+        .sleep_run(sleeper.id, &holder(sleeper), Utc::now())
         .await
         .unwrap();
     let resumed = claim(&store, 10).await;
@@ -594,7 +594,7 @@ pub async fn per_key_rate_limit_spreads_each_keys_starts(setup: impl Setup) {
     );
     let sleeper = first.iter().find(|run| run.id == a[0].id).unwrap();
     store
-        .sleep_run(sleeper.id, owner(sleeper), Utc::now())
+        .sleep_run(sleeper.id, &holder(sleeper), Utc::now())
         .await
         .unwrap();
     let mut later = ids(&claim(&store, 10).await);
@@ -717,13 +717,13 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
     // queue's run ends.
     let done = first.iter().find(|run| run.id == elsewhere.id).unwrap();
     store
-        .complete_run(done.id, owner(done), json!(null))
+        .complete_run(done.id, &holder(done), json!(null))
         .await
         .unwrap();
     assert!(claim(&store, 20).await.is_empty(), "key a holds two slots");
     let done = first.iter().find(|run| run.id == a[0].id).unwrap();
     store
-        .complete_run(done.id, owner(done), json!(null))
+        .complete_run(done.id, &holder(done), json!(null))
         .await
         .unwrap();
     let next = claim(&store, 20).await;
@@ -742,7 +742,7 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
     let sleeper = b_running(&store, a[1].id).await;
     let wake = Utc::now() + chrono::Duration::milliseconds(300);
     store
-        .sleep_run(sleeper.id, owner(&sleeper), wake)
+        .sleep_run(sleeper.id, &holder(&sleeper), wake)
         .await
         .unwrap();
     let a4 = create_in(&store, "per-key", Some(("a", 10))).await;
@@ -765,7 +765,7 @@ pub async fn per_key_concurrency_caps_each_keys_running_runs(setup: impl Setup) 
         .unwrap();
     let done = b_running(&store, a4.id).await;
     store
-        .complete_run(done.id, owner(&done), json!(null))
+        .complete_run(done.id, &holder(&done), json!(null))
         .await
         .unwrap();
     assert!(claim(&store, 20).await.is_empty(), "key a still holds two");

@@ -15,13 +15,13 @@ use super::support::*;
 
 fn record_params(
     run: &tasks_core::WorkflowRun,
-    worker: &str,
+    holder: &Holder,
     status: StepStatus,
 ) -> RecordStepAttempt {
     RecordStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: worker.to_owned(),
+        holder: holder.clone(),
         step_name: "charge".into(),
         kind: StepKind::Function,
         config: json!({ "attempt": 1 }),
@@ -39,7 +39,7 @@ pub async fn record_step_attempt_stores_a_completed_attempt(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let attempt = recorded(
         store
-            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Completed))
+            .record_step_attempt(record_params(&run, &holder(&run), StepStatus::Completed))
             .await
             .unwrap(),
     );
@@ -73,7 +73,7 @@ pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
             .record_step_attempt(RecordStepAttempt {
                 id: Uuid::now_v7(),
                 config: json!({ "attempt": 1, "call": call }),
-                ..record_params(&run, owner(&run), StepStatus::Completed)
+                ..record_params(&run, &holder(&run), StepStatus::Completed)
             })
             .await
             .unwrap(),
@@ -86,7 +86,7 @@ pub async fn recorded_kinds_and_call_identities_round_trip(setup: impl Setup) {
                 kind: StepKind::Patch,
                 config: json!({ "patch": "fraud-check" }),
                 output: Some(json!(null)),
-                ..record_params(&run, owner(&run), StepStatus::Completed)
+                ..record_params(&run, &holder(&run), StepStatus::Completed)
             })
             .await
             .unwrap(),
@@ -113,21 +113,21 @@ fn recorded_arguments() -> serde_json::Value {
 pub async fn recorded_arguments_round_trip(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    let mut params = record_params(&run, owner(&run), StepStatus::Failed);
+    let mut params = record_params(&run, &holder(&run), StepStatus::Failed);
     params.args = Some(recorded_arguments());
     let attempt = recorded(store.record_step_attempt(params).await.unwrap());
     assert_eq!(attempt.args, Some(recorded_arguments()));
 
-    let mut last = record_params(&run, owner(&run), StepStatus::Completed);
+    let mut last = record_params(&run, &holder(&run), StepStatus::Completed);
     last.step_name = "ship".into();
     last.args = Some(json!([{ "name": "to", "value": "Zürich" }]));
     let unrecorded = RecordStepAttempt {
         id: Uuid::now_v7(),
         step_name: "secret".into(),
-        ..record_params(&run, owner(&run), StepStatus::Completed)
+        ..record_params(&run, &holder(&run), StepStatus::Completed)
     };
     store
-        .complete_run_with_steps(run.id, owner(&run), json!(1), vec![last, unrecorded])
+        .complete_run_with_steps(run.id, &holder(&run), json!(1), vec![last, unrecorded])
         .await
         .unwrap();
     let history = store.step_history(run.id).await.unwrap();
@@ -145,7 +145,7 @@ pub async fn recorded_arguments_round_trip(setup: impl Setup) {
 pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    let mut params = record_params(&run, owner(&run), StepStatus::Completed);
+    let mut params = record_params(&run, &holder(&run), StepStatus::Completed);
     params.args = Some(
         json!([{ "name": "blob", "value": "x".repeat(tasks_core::limits::MAX_PAYLOAD_BYTES) }]),
     );
@@ -159,7 +159,7 @@ pub async fn recorded_arguments_past_the_limits_are_refused(setup: impl Setup) {
         }
         other => panic!("expected a limit error, got {other:?}"),
     }
-    let mut params = record_params(&run, owner(&run), StepStatus::Completed);
+    let mut params = record_params(&run, &holder(&run), StepStatus::Completed);
     params.args = Some(json!([{ "name": "nul", "value": "a\u{0}b" }]));
     assert_err!(
         store.record_step_attempt(params).await,
@@ -174,7 +174,7 @@ pub async fn record_step_attempt_stores_a_failed_attempt(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let attempt = recorded(
         store
-            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Failed))
+            .record_step_attempt(record_params(&run, &holder(&run), StepStatus::Failed))
             .await
             .unwrap(),
     );
@@ -189,7 +189,7 @@ pub async fn record_step_attempt_rejects_unfinished_statuses(setup: impl Setup) 
     let run = create_claimed(&store).await;
     assert_err!(
         store
-            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Running))
+            .record_step_attempt(record_params(&run, &holder(&run), StepStatus::Running))
             .await,
         StoreError::InvalidArgument(_)
     );
@@ -203,7 +203,11 @@ pub async fn record_step_attempt_is_fenced(setup: impl Setup) {
     let run = create_claimed(&store).await;
     assert_err!(
         store
-            .record_step_attempt(record_params(&run, "someone-else", StepStatus::Completed))
+            .record_step_attempt(record_params(
+                &run,
+                &Holder::new("someone-else", run.claim_epoch),
+                StepStatus::Completed
+            ))
             .await,
         StoreError::LeaseLost { id, .. } if *id == run.id
     );
@@ -212,7 +216,7 @@ pub async fn record_step_attempt_is_fenced(setup: impl Setup) {
         store
             .record_step_attempt(record_params(
                 &completed,
-                owner(&completed),
+                &holder(&completed),
                 StepStatus::Completed
             ))
             .await,
@@ -225,7 +229,7 @@ pub async fn record_step_attempt_is_fenced(setup: impl Setup) {
     ghost.id = Uuid::now_v7();
     assert_err!(
         store
-            .record_step_attempt(record_params(&ghost, owner(&run), StepStatus::Completed))
+            .record_step_attempt(record_params(&ghost, &holder(&run), StepStatus::Completed))
             .await,
         StoreError::RunNotFound { .. }
     );
@@ -248,7 +252,7 @@ pub async fn record_step_attempt_after_pause_or_cancel_is_interrupted(setup: imp
             store.lifecycle().unwrap().cancel_run(run.id).await.unwrap();
         }
         let update = store
-            .record_step_attempt(record_params(&run, owner(&run), StepStatus::Completed))
+            .record_step_attempt(record_params(&run, &holder(&run), StepStatus::Completed))
             .await
             .unwrap();
         assert_eq!(update, StepUpdate::Interrupted { run_status: status });
@@ -285,7 +289,7 @@ pub async fn first_claim_is_recognisable(setup: impl Setup) {
     let claimed = first.run;
     let until = chrono::Utc::now() + chrono::Duration::milliseconds(300);
     store
-        .sleep_run(claimed.id, owner(&claimed), until)
+        .sleep_run(claimed.id, &holder(&claimed), until)
         .await
         .unwrap();
     sleep_past(until).await;
@@ -319,16 +323,16 @@ pub async fn first_claim_is_recognisable(setup: impl Setup) {
 pub async fn complete_run_with_steps_writes_steps_and_completes(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    let mut second = record_params(&run, owner(&run), StepStatus::Completed);
+    let mut second = record_params(&run, &holder(&run), StepStatus::Completed);
     second.step_name = "ship".into();
     second.output = Some(json!("shipped"));
     let done = store
         .complete_run_with_steps(
             run.id,
-            owner(&run),
+            &holder(&run),
             json!({ "receipt": 7 }),
             vec![
-                record_params(&run, owner(&run), StepStatus::Completed),
+                record_params(&run, &holder(&run), StepStatus::Completed),
                 second,
             ],
         )
@@ -347,7 +351,7 @@ pub async fn complete_run_with_steps_writes_steps_and_completes(setup: impl Setu
     // Without steps it is a plain completion.
     let plain = create_claimed(&store).await;
     let done = store
-        .complete_run_with_steps(plain.id, owner(&plain), json!(1), Vec::new())
+        .complete_run_with_steps(plain.id, &holder(&plain), json!(1), Vec::new())
         .await
         .unwrap();
     assert_eq!(done.status, RunStatus::Completed);
@@ -364,9 +368,13 @@ pub async fn complete_run_with_steps_is_fenced(setup: impl Setup) {
         store
             .complete_run_with_steps(
                 run.id,
-                "someone-else",
+                &Holder::new("someone-else", run.claim_epoch),
                 json!(1),
-                vec![record_params(&run, "someone-else", StepStatus::Completed)],
+                vec![record_params(
+                    &run,
+                    &Holder::new("someone-else", run.claim_epoch),
+                    StepStatus::Completed
+                )],
             )
             .await,
         StoreError::LeaseLost { id, .. } if *id == run.id
@@ -382,9 +390,9 @@ pub async fn complete_run_with_steps_is_fenced(setup: impl Setup) {
         store
             .complete_run_with_steps(
                 run.id,
-                owner(&run),
+                &holder(&run),
                 json!(1),
-                vec![record_params(&run, owner(&run), StepStatus::Completed)],
+                vec![record_params(&run, &holder(&run), StepStatus::Completed)],
             )
             .await,
         StoreError::WrongState {
@@ -409,19 +417,29 @@ pub async fn complete_run_with_steps_rejects_bad_attempts(setup: impl Setup) {
     let run = create_claimed(&store).await;
     let other = create_claimed(&store).await;
     let bad = [
-        record_params(&run, owner(&run), StepStatus::Running),
-        record_params(&other, owner(&run), StepStatus::Completed),
-        record_params(&run, "someone-else", StepStatus::Completed),
+        record_params(&run, &holder(&run), StepStatus::Running),
+        record_params(&other, &holder(&run), StepStatus::Completed),
+        record_params(
+            &run,
+            &Holder::new("someone-else", run.claim_epoch),
+            StepStatus::Completed,
+        ),
+        // The same worker by another claim.
+        record_params(
+            &run,
+            &Holder::new(owner(&run), run.claim_epoch + 1),
+            StepStatus::Completed,
+        ),
     ];
     for attempt in bad {
         assert_err!(
             store
                 .complete_run_with_steps(
                     run.id,
-                    owner(&run),
+                    &holder(&run),
                     json!(1),
                     vec![
-                        record_params(&run, owner(&run), StepStatus::Completed),
+                        record_params(&run, &holder(&run), StepStatus::Completed),
                         attempt
                     ],
                 )
@@ -443,7 +461,7 @@ pub async fn complete_run_with_steps_rejects_bad_attempts(setup: impl Setup) {
 pub async fn a_repeated_record_is_stored_once(setup: impl Setup) {
     let store = setup.store().await;
     let run = create_claimed(&store).await;
-    let params = record_params(&run, owner(&run), StepStatus::Completed);
+    let params = record_params(&run, &holder(&run), StepStatus::Completed);
     let first = recorded(store.record_step_attempt(params.clone()).await.unwrap());
     assert_eq!(
         first.id, params.id,
@@ -457,7 +475,7 @@ pub async fn a_repeated_record_is_stored_once(setup: impl Setup) {
     );
 
     store
-        .complete_run(run.id, owner(&run), json!(1))
+        .complete_run(run.id, &holder(&run), json!(1))
         .await
         .unwrap();
     let late = recorded(store.record_step_attempt(params).await.unwrap());
@@ -469,7 +487,7 @@ pub async fn a_repeated_record_is_stored_once(setup: impl Setup) {
 
     // A failed attempt likewise.
     let failing = create_claimed(&store).await;
-    let params = record_params(&failing, owner(&failing), StepStatus::Failed);
+    let params = record_params(&failing, &holder(&failing), StepStatus::Failed);
     let first = recorded(store.record_step_attempt(params.clone()).await.unwrap());
     let again = recorded(store.record_step_attempt(params).await.unwrap());
     assert_eq!(again, first);
@@ -481,9 +499,9 @@ pub async fn a_record_with_another_runs_attempt_id_is_refused(setup: impl Setup)
     let store = setup.store().await;
     let run = create_claimed(&store).await;
     let other = create_claimed(&store).await;
-    let params = record_params(&run, owner(&run), StepStatus::Completed);
+    let params = record_params(&run, &holder(&run), StepStatus::Completed);
     store.record_step_attempt(params.clone()).await.unwrap();
-    let mut stolen = record_params(&other, owner(&other), StepStatus::Completed);
+    let mut stolen = record_params(&other, &holder(&other), StepStatus::Completed);
     stolen.id = params.id;
     assert_err!(
         store.record_step_attempt(stolen.clone()).await,
@@ -514,7 +532,7 @@ pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
         .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,
-            worker_id: owner(&parent).to_owned(),
+            holder: holder(&parent),
             step_name: "child/a".into(),
             child: tasks_core::CreateRun::new(unique_name()),
             on_parent_cancel: tasks_core::ParentCancel::Cascade,
@@ -529,14 +547,14 @@ pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
         }
     };
     for run in [plain, child] {
-        let last = record_params(&run, owner(&run), StepStatus::Completed);
-        let mut ship = record_params(&run, owner(&run), StepStatus::Completed);
+        let last = record_params(&run, &holder(&run), StepStatus::Completed);
+        let mut ship = record_params(&run, &holder(&run), StepStatus::Completed);
         ship.step_name = "ship".into();
         // The first try stored its first step, then failed.
         store.record_step_attempt(last.clone()).await.unwrap();
         let steps = vec![last.clone(), ship.clone()];
         let done = store
-            .complete_run_with_steps(run.id, owner(&run), json!(2), steps.clone())
+            .complete_run_with_steps(run.id, &holder(&run), json!(2), steps.clone())
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed);
@@ -548,7 +566,7 @@ pub async fn a_retried_completion_stores_its_steps_once(setup: impl Setup) {
         );
         // The completion committed, and its answer was lost: the retry stores nothing.
         let _ = store
-            .complete_run_with_steps(run.id, owner(&run), json!(2), steps)
+            .complete_run_with_steps(run.id, &holder(&run), json!(2), steps)
             .await;
         assert_eq!(store.step_history(run.id).await.unwrap(), history);
         assert_eq!(

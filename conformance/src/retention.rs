@@ -36,7 +36,7 @@ fn completed_step(run: &WorkflowRun, step_name: &str) -> RecordStepAttempt {
     RecordStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         step_name: step_name.into(),
         kind: StepKind::Function,
         config: json!({}),
@@ -182,7 +182,7 @@ pub async fn purge_removes_steps_events_and_links(setup: impl Setup) {
         .await
         .unwrap();
     store
-        .complete_run(claimed.id, owner(&claimed), json!("out"))
+        .complete_run(claimed.id, &holder(&claimed), json!("out"))
         .await
         .unwrap();
     let fork = store
@@ -505,7 +505,7 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
         .start_child(tasks_core::StartChild {
             call: None,
             run_id: parent.id,
-            worker_id: owner(&parent).to_owned(),
+            holder: holder(&parent),
             step_name: "child".into(),
             child: tasks_core::CreateRun::new(unique_name()),
             on_parent_cancel: tasks_core::ParentCancel::Cascade,
@@ -537,7 +537,7 @@ pub async fn purge_keeps_children_of_live_parents(setup: impl Setup) {
     );
 
     store
-        .complete_run(parent.id, owner(&parent), json!("out"))
+        .complete_run(parent.id, &holder(&parent), json!("out"))
         .await
         .unwrap();
     assert_eq!(

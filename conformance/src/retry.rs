@@ -37,7 +37,7 @@ fn record(run: &WorkflowRun, step_name: &str, status: StepStatus) -> RecordStepA
     RecordStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         step_name: step_name.into(),
         kind: StepKind::Function,
         config: json!({}),
@@ -65,7 +65,7 @@ pub async fn retry_failed_run_keeps_its_history(setup: impl Setup) {
     store
         .fail_run(tasks_core::FailRun {
             run_id: claimed.id,
-            worker_id: owner(&claimed).to_owned(),
+            holder: holder(&claimed),
             error: json!({ "message": "boom" }),
             force: true,
         })
@@ -208,7 +208,7 @@ async fn finished_with_history<S: Store + ?Sized>(store: &S) -> WorkflowRun {
             .unwrap();
     }
     store
-        .complete_run(claimed.id, owner(&claimed), json!("done"))
+        .complete_run(claimed.id, &holder(&claimed), json!("done"))
         .await
         .unwrap()
 }

@@ -46,14 +46,14 @@ pub async fn transitions_land_where_the_core_says(setup: impl Setup) {
     assert_landed(&claimed, &CLAIMED, "a claim");
     let until = Utc::now() + TimeDelta::seconds(60);
     let slept = store
-        .sleep_run(claimed.id, owner(&claimed), until)
+        .sleep_run(claimed.id, &holder(&claimed), until)
         .await
         .unwrap();
     assert_landed(&slept, &SLEEPING, "a sleep");
 
     let claimed = create_claimed(&store).await;
     let completed = store
-        .complete_run(claimed.id, owner(&claimed), json!({ "ok": true }))
+        .complete_run(claimed.id, &holder(&claimed), json!({ "ok": true }))
         .await
         .unwrap();
     assert_landed(&completed, &COMPLETED, "a completion");
@@ -73,7 +73,7 @@ pub async fn transitions_land_where_the_core_says(setup: impl Setup) {
 
     let claimed = create_claimed(&store).await;
     let released = store
-        .release_run(claimed.id, owner(&claimed), Duration::ZERO, json!({}))
+        .release_run(claimed.id, &holder(&claimed), Duration::ZERO, json!({}))
         .await
         .unwrap();
     assert_landed(&released, &RELEASED, "a release");
@@ -190,7 +190,7 @@ pub async fn attempts_count_as_the_core_rule_says(setup: impl Setup) {
     let first = claim(&before).await;
     assert!(first.first_execution);
     let released = store
-        .release_run(run.id, owner(&first.run), Duration::ZERO, json!({}))
+        .release_run(run.id, &holder(&first.run), Duration::ZERO, json!({}))
         .await
         .unwrap();
     assert_eq!(released.attempts, released_attempts(first.run.attempts));
@@ -199,7 +199,7 @@ pub async fn attempts_count_as_the_core_rule_says(setup: impl Setup) {
     assert!(!again.first_execution, "a claim after a release");
     let until = Utc::now() + TimeDelta::milliseconds(200);
     before = store
-        .sleep_run(run.id, owner(&again.run), until)
+        .sleep_run(run.id, &holder(&again.run), until)
         .await
         .unwrap();
     sleep_past(until).await;
@@ -223,7 +223,7 @@ pub async fn fork_copies_what_the_core_boundary_says(setup: impl Setup) {
             .record_step_attempt(RecordStepAttempt {
                 id: Uuid::now_v7(),
                 run_id: run.id,
-                worker_id: owner(&run).to_owned(),
+                holder: holder(&run),
                 step_name: name.into(),
                 kind: StepKind::Function,
                 config: json!({}),
@@ -239,7 +239,7 @@ pub async fn fork_copies_what_the_core_boundary_says(setup: impl Setup) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     store
-        .complete_run(run.id, owner(&run), json!(null))
+        .complete_run(run.id, &holder(&run), json!(null))
         .await
         .unwrap();
     for from in ["a", "b", "c:1", "c", "d"] {
@@ -276,7 +276,7 @@ pub async fn purge_unlinks_as_the_core_rule_says(setup: impl Setup) {
         .record_step_attempt(RecordStepAttempt {
             id: Uuid::now_v7(),
             run_id: run.id,
-            worker_id: owner(&run).to_owned(),
+            holder: holder(&run),
             step_name: "a".into(),
             kind: StepKind::Function,
             config: json!({}),
@@ -289,7 +289,7 @@ pub async fn purge_unlinks_as_the_core_rule_says(setup: impl Setup) {
         .await
         .unwrap();
     let source = store
-        .complete_run(run.id, owner(&run), json!(null))
+        .complete_run(run.id, &holder(&run), json!(null))
         .await
         .unwrap();
     let fork = store

@@ -60,6 +60,7 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         parent_step_attempt_namespace: None,
         parent_step_attempt_id: None,
         worker_id: None,
+        claim_epoch: 0,
         available_at: Some(micros(in_a_year)),
         deadline_at: Some(micros(in_a_year)),
         started_at: None,

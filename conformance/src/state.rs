@@ -24,7 +24,7 @@ fn set(run: &WorkflowRun, step_name: &str, key: &str, value: Value) -> SetState 
     SetState {
         call: None,
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         step_name: step_name.to_owned(),
         key: key.to_owned(),
         value,
@@ -183,7 +183,7 @@ pub async fn publication_is_fenced(setup: impl Setup) {
             .unwrap()
             .set_state(SetState {
                 call: None,
-                worker_id: new_worker(),
+                holder: Holder::new(new_worker(), run.claim_epoch),
                 ..set(&run, "state/p", "p", json!(1))
             })
             .await,
@@ -201,7 +201,7 @@ pub async fn publication_is_fenced(setup: impl Setup) {
         StoreError::RunNotFound { id } if *id == unknown
     );
     store
-        .complete_run(run.id, owner(&run), json!(null))
+        .complete_run(run.id, &holder(&run), json!(null))
         .await
         .unwrap();
     assert_err!(
@@ -279,7 +279,7 @@ pub async fn purge_removes_published_state(setup: impl Setup) {
         .await
         .unwrap();
     store
-        .complete_run(run.id, owner(&run), json!(null))
+        .complete_run(run.id, &holder(&run), json!(null))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -79,7 +79,7 @@ pub async fn sleeps_and_event_waits_announce_sleeping(setup: impl Setup) {
     let sleeper = create_claimed(&store).await;
     let until = chrono::Utc::now() + chrono::Duration::seconds(60);
     store
-        .sleep_run(sleeper.id, owner(&sleeper), until)
+        .sleep_run(sleeper.id, &holder(&sleeper), until)
         .await
         .unwrap();
     expect_status(
@@ -98,7 +98,7 @@ pub async fn sleeps_and_event_waits_announce_sleeping(setup: impl Setup) {
         .wait_for_event(WaitForEvent {
             call: None,
             run_id: waiter.id,
-            worker_id: owner(&waiter).to_owned(),
+            holder: holder(&waiter),
             step_name: "event/t".to_owned(),
             topic: "t".to_owned(),
             timeout: None,
@@ -167,7 +167,7 @@ pub async fn claims_announce_running(setup: impl Setup) {
     let napping = create_claimed(&store).await;
     let until = chrono::Utc::now() + chrono::Duration::milliseconds(500);
     let sleeping = store
-        .sleep_run(napping.id, owner(&napping), until)
+        .sleep_run(napping.id, &holder(&napping), until)
         .await
         .unwrap();
     sleep_past(until).await;
@@ -220,7 +220,7 @@ pub async fn retries_and_releases_announce_pending(setup: impl Setup) {
     store
         .release_run(
             released.id,
-            owner(&released),
+            &holder(&released),
             Duration::from_secs(60),
             json!({"message": "not here"}),
         )
@@ -265,7 +265,7 @@ pub async fn finishes_are_not_status_changes(setup: impl Setup) {
 
     let completed = create_claimed(&store).await;
     store
-        .complete_run(completed.id, owner(&completed), json!(1))
+        .complete_run(completed.id, &holder(&completed), json!(1))
         .await
         .unwrap();
     let heard = until_finished(&mut notifications, completed.id).await;

@@ -42,7 +42,7 @@ pub async fn complete_step_attempt_when_run_not_running_is_wrong_state(setup: im
     let run = create_claimed(&store).await;
     let step = start_step(&store, &run, "s").await;
     store
-        .complete_run(run.id, owner(&run), json!(null))
+        .complete_run(run.id, &holder(&run), json!(null))
         .await
         .unwrap();
 
@@ -62,7 +62,7 @@ pub async fn complete_unknown_step_attempt_is_not_found(setup: impl Setup) {
     let unknown = Uuid::new_v4();
     assert_err!(
         store
-            .complete_step_attempt(run.id, unknown, owner(&run), json!({ "foo": "bar" }))
+            .complete_step_attempt(run.id, unknown, &holder(&run), json!({ "foo": "bar" }))
             .await,
         StoreError::StepNotFound { id } if *id == unknown
     );
@@ -77,7 +77,7 @@ pub async fn step_attempt_of_another_run_is_not_found(setup: impl Setup) {
     let step = start_step(&store, &a, "a-step").await;
 
     assert_err!(
-        store.complete_step_attempt(b.id, step.id, owner(&b), json!(1)).await,
+        store.complete_step_attempt(b.id, step.id, &holder(&b), json!(1)).await,
         StoreError::StepNotFound { id } if *id == step.id
     );
     assert_eq!(store.get_step_attempt(step.id).await.unwrap(), Some(step));
@@ -163,7 +163,7 @@ pub async fn step_finished_after_pause_is_interrupted(setup: impl Setup) {
     let unknown = Uuid::new_v4();
     assert_err!(
         store
-            .complete_step_attempt(run.id, unknown, owner(&run), json!(1))
+            .complete_step_attempt(run.id, unknown, &holder(&run), json!(1))
             .await,
         StoreError::StepNotFound { id } if *id == unknown
     );
@@ -224,11 +224,11 @@ pub async fn create_step_attempt_is_fenced(setup: impl Setup) {
         store
             .create_step_attempt(CreateStepAttempt {
                 id: Uuid::now_v7(),
-                worker_id: "not-the-owner".into(),
+                holder: Holder::new("not-the-owner", running.claim_epoch),
                 ..step_params(&running, "s")
             })
             .await,
-        StoreError::LeaseLost { id, worker_id } if *id == running.id && worker_id == "not-the-owner"
+        StoreError::LeaseLost { id, worker_id, .. } if *id == running.id && worker_id == "not-the-owner"
     );
     assert_err!(
         store.create_step_attempt(step_params(&asleep, "s")).await,
@@ -249,7 +249,7 @@ pub async fn create_step_attempt_is_fenced(setup: impl Setup) {
             .create_step_attempt(CreateStepAttempt {
                 id: Uuid::now_v7(),
                 run_id: pending.id,
-                worker_id: new_worker(),
+                holder: Holder::new(new_worker(), 1),
                 ..step_params(&running, "s")
             })
             .await,
@@ -274,6 +274,7 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
         .unwrap()
         .unwrap();
     let s1 = start_step(&store, &stale, "s1").await;
+    let w1 = holder(&stale);
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let current = store.claim_run(&w2, LONG_LEASE).await.unwrap().unwrap();
     assert_eq!(current.id, stale.id);
@@ -284,7 +285,7 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
         ($call:expr) => {
             assert_err!(
                 $call,
-                StoreError::LeaseLost { id: got, worker_id } if *got == id && *worker_id == w1
+                StoreError::LeaseLost { id: got, worker_id, .. } if *got == id && *worker_id == w1.worker_id
             )
         };
     }
@@ -310,6 +311,10 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
     let run = store.get_run(id).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Running);
     assert_eq!(run.worker_id.as_deref(), Some(w2.as_str()));
+    assert!(
+        run.claim_epoch > stale.claim_epoch,
+        "a takeover is a new claim"
+    );
 
     let s2 = start_step(&store, &current, "s2").await;
     let done = recorded(
@@ -318,7 +323,10 @@ pub async fn stale_worker_cannot_write_after_takeover(setup: impl Setup) {
             .unwrap(),
     );
     assert_eq!(done.output, Some(json!("fresh")));
-    let completed = store.complete_run(id, &w2, json!("fresh")).await.unwrap();
+    let completed = store
+        .complete_run(id, &holder(&current), json!("fresh"))
+        .await
+        .unwrap();
     assert_eq!(completed.status, RunStatus::Completed);
     assert_eq!(completed.output, Some(json!("fresh")));
 }

@@ -2,6 +2,7 @@
 //! state, and assertions on timestamps and delays.
 
 use std::time::Duration;
+pub(crate) use tasks_core::Holder;
 #[cfg(doc)]
 use tasks_core::LeaseStore;
 
@@ -120,11 +121,29 @@ pub(crate) fn owner(run: &WorkflowRun) -> &str {
         .expect("a claimed run has a worker")
 }
 
+/// The holder of run `id` as it is stored now, which must be held: for a test whose claim
+/// returned several runs, or that is not about the fence.
+pub(crate) async fn held_by<S: Store + ?Sized>(store: &S, id: Uuid) -> Holder {
+    holder(
+        &store
+            .get_run(id)
+            .await
+            .expect("get_run")
+            .expect("the run exists"),
+    )
+}
+
+/// The holder of a claimed run as the claim left it: its worker and its claim epoch, the
+/// fence of every write of that claim.
+pub(crate) fn holder(run: &WorkflowRun) -> Holder {
+    Holder::of(run).expect("a claimed run has a worker")
+}
+
 /// Creates, claims and completes a run.
 pub(crate) async fn create_completed<S: Store + ?Sized>(store: &S) -> WorkflowRun {
     let claimed = create_claimed(store).await;
     let completed = store
-        .complete_run(claimed.id, owner(&claimed), json!({ "done": true }))
+        .complete_run(claimed.id, &holder(&claimed), json!({ "done": true }))
         .await
         .expect("complete_run");
     assert_eq!(completed.status, RunStatus::Completed);
@@ -137,7 +156,7 @@ pub(crate) async fn create_failed<S: Store + ?Sized>(store: &S) -> WorkflowRun {
     let failed = store
         .fail_run(FailRun {
             run_id: claimed.id,
-            worker_id: owner(&claimed).to_owned(),
+            holder: holder(&claimed),
             error: json!({ "message": "boom" }),
             force: true,
         })
@@ -166,7 +185,7 @@ pub(crate) async fn create_sleeping<S: Store + ?Sized>(store: &S) -> (WorkflowRu
     let claimed = create_claimed(store).await;
     let until = Utc::now() + chrono::Duration::seconds(60);
     let sleeping = store
-        .sleep_run(claimed.id, owner(&claimed), until)
+        .sleep_run(claimed.id, &holder(&claimed), until)
         .await
         .expect("sleep_run");
     assert_eq!(sleeping.status, RunStatus::Sleeping);
@@ -182,7 +201,7 @@ pub(crate) fn error_value(message: &str) -> Value {
 pub(crate) fn fail_params(run: &WorkflowRun, message: &str) -> FailRun {
     FailRun {
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         error: error_value(message),
         force: false,
     }
@@ -281,7 +300,7 @@ pub(crate) fn step_params(run: &WorkflowRun, name: &str) -> CreateStepAttempt {
     CreateStepAttempt {
         id: Uuid::now_v7(),
         run_id: run.id,
-        worker_id: owner(run).to_owned(),
+        holder: holder(run),
         step_name: name.to_owned(),
         kind: StepKind::Function,
         config: json!({}),
@@ -327,7 +346,7 @@ pub(crate) async fn complete_step<S: Store + ?Sized>(
     output: Value,
 ) -> Result<StepUpdate, StoreError> {
     store
-        .complete_step_attempt(run.id, step.id, owner(run), output)
+        .complete_step_attempt(run.id, step.id, &holder(run), output)
         .await
 }
 

@@ -99,7 +99,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
         .unwrap()
         .start_child(StartChild {
             run_id: parent.id,
-            worker_id: owner(&parent).to_owned(),
+            holder: holder(&parent),
             step_name: "child".to_owned(),
             child: CreateRun {
                 trace_context: Some(child_trace.clone()),
@@ -125,7 +125,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
         .record_step_attempt(RecordStepAttempt {
             id: Uuid::now_v7(),
             run_id: parent.id,
-            worker_id: owner(&parent).to_owned(),
+            holder: holder(&parent),
             step_name: "a".into(),
             kind: StepKind::Function,
             config: json!({}),
@@ -138,7 +138,7 @@ pub async fn children_and_forks_keep_their_trace_context(setup: impl Setup) {
         .await
         .unwrap();
     let completed = store
-        .complete_run(parent.id, owner(&parent), json!("done"))
+        .complete_run(parent.id, &holder(&parent), json!("done"))
         .await
         .unwrap();
     let forked = store

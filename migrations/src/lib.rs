@@ -122,6 +122,12 @@ pub const POSTGRES: &[Migration] = &[
         sql: include_str!("../postgres/0018_running_worker_index.sql"),
         earlier_checksums: &[],
     },
+    Migration {
+        version: 19,
+        name: "claim epoch",
+        sql: include_str!("../postgres/0019_claim_epoch.sql"),
+        earlier_checksums: &[],
+    },
 ];
 
 /// The SQLite store's migrations, in order.
@@ -215,6 +221,12 @@ pub const SQLITE: &[Migration] = &[
         name: "queue key concurrency",
         sql: include_str!("../sqlite/0015_queue_key_concurrency.sql"),
         earlier_checksums: &["f64c912cbde9b308"],
+    },
+    Migration {
+        version: 16,
+        name: "claim epoch",
+        sql: include_str!("../sqlite/0016_claim_epoch.sql"),
+        earlier_checksums: &[],
     },
 ];
 

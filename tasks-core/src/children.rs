@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
+use crate::holder::Holder;
 use crate::limits::{self, LimitError};
 use crate::model::{RunStatus, StepAttempt, WorkflowRun};
 use crate::store::runs::CreateRun;
@@ -47,10 +48,10 @@ impl ParentCancel {
 /// Parameters of [`ChildStore::start_child`].
 #[derive(Debug, Clone)]
 pub struct StartChild {
-    /// The parent run, which must be running under `worker_id`.
+    /// The parent run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the parent's lease.
-    pub worker_id: String,
+    /// The claim that must hold the parent's lease.
+    pub holder: Holder,
     /// The resolved step name of the start in the parent.
     pub step_name: String,
     /// The child run. It may not carry an idempotency key: the step name is the key.
@@ -63,10 +64,10 @@ pub struct StartChild {
 }
 
 impl StartChild {
-    /// Checks the worker id, the step name and the child's parameters against the [`limits`]. A
+    /// Checks the holder's worker id, the step name and the child's parameters against the [`limits`]. A
     /// store reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self, namespace: &str) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_step_name(&self.step_name)?;
         self.child.check(namespace)
     }
@@ -111,10 +112,10 @@ pub struct StartedChild {
 /// Parameters of [`ChildStore::wait_for_children`].
 #[derive(Debug, Clone)]
 pub struct WaitForChildren {
-    /// The parent run, which must be running under `worker_id`.
+    /// The parent run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the parent's lease.
-    pub worker_id: String,
+    /// The claim that must hold the parent's lease.
+    pub holder: Holder,
     /// The resolved step names of the child starts to wait for (at least one).
     pub step_names: Vec<String>,
 }
@@ -124,7 +125,7 @@ impl WaitForChildren {
     /// one. A store reaches it through its operation's function in
     /// [`store::check`](crate::store::check).
     pub fn check(&self) -> StoreResult<()> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         if self.step_names.is_empty() {
             return Err(StoreError::InvalidArgument(
                 "a wait for children names at least one child step".into(),
@@ -231,8 +232,8 @@ pub fn missing_child() -> ChildOutcome {
 /// [`Store::children`](crate::Store::children).
 #[async_trait::async_trait]
 pub trait ChildStore: Send + Sync {
-    /// Starts a child run from the step `params.step_name` of a run that `params.worker_id`
-    /// is running, in one transaction fenced on that lease: creates the step attempt (kind
+    /// Starts a child run from the step `params.step_name` of a run that `params.holder`
+    /// holds, in one transaction fenced on that lease: creates the step attempt (kind
     /// [`StepKind::Child`], running, with the child's workflow in its config and the child's
     /// id in `child_workflow_run_id`) and the child run (pending now, unless `params.child`
     /// says otherwise; with `parent_run_id`, `parent_step_attempt_id` and
@@ -246,7 +247,7 @@ pub trait ChildStore: Send + Sync {
     /// errors (about the parent). Nothing is written then.
     async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild>;
 
-    /// The wait of a run that `params.worker_id` is running for the children started by
+    /// The wait of a run that `params.holder` holds for the children started by
     /// the steps `params.step_names`, in one transaction fenced on that lease: completes
     /// the step attempt of every child that has finished with the child's outcome
     /// ([`ChildOutcome::to_output`](crate::ChildOutcome::to_output)), then, when all have
@@ -284,7 +285,7 @@ mod tests {
     fn a_wait_names_a_child() {
         let wait = WaitForChildren {
             run_id: Uuid::now_v7(),
-            worker_id: "w".into(),
+            holder: crate::Holder::new("w", 1),
             step_names: vec![],
         };
         assert!(matches!(wait.check(), Err(StoreError::InvalidArgument(_))));

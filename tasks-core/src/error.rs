@@ -243,13 +243,19 @@ pub enum StoreError {
         /// The status the run is in.
         status: RunStatus,
     },
-    /// The run is running, but under another worker's lease (or its lease was taken over).
-    #[error("worker {worker_id} no longer holds the lease on workflow run {id}")]
+    /// The run is running, but not under the writer's claim: another worker holds it, or
+    /// it was claimed again since (by another worker or by the same one, whose earlier
+    /// execution's writes are then refused; see [`Holder`](crate::Holder)).
+    #[error(
+        "worker {worker_id} (claim {claim_epoch}) no longer holds the lease on workflow run {id}"
+    )]
     LeaseLost {
         /// The run.
         id: Uuid,
         /// The worker that thought it held the lease.
         worker_id: String,
+        /// The claim epoch it thought it held the run by.
+        claim_epoch: i64,
     },
     /// The step attempt exists but is no longer running, so it cannot be finished again.
     #[error("step attempt {id} is already {status}")]

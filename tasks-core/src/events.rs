@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::error::StoreResult;
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{StepAttempt, WorkflowRun};
 
@@ -216,10 +217,10 @@ pub struct SentEvent {
 /// Parameters of [`EventStore::wait_for_event`].
 #[derive(Debug, Clone)]
 pub struct WaitForEvent {
-    /// The run, which must be running under `worker_id`.
+    /// The run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the lease.
-    pub worker_id: String,
+    /// The claim that must hold the run's lease.
+    pub holder: Holder,
     /// The resolved step name of the wait.
     pub step_name: String,
     /// The mailbox.
@@ -233,10 +234,10 @@ pub struct WaitForEvent {
 }
 
 impl WaitForEvent {
-    /// Checks the worker id, the step name, the topic and the timeout against the [`limits`]. A
+    /// Checks the holder's worker id, the step name, the topic and the timeout against the [`limits`]. A
     /// store reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_step_name(&self.step_name)?;
         limits::check_topic(&self.topic)?;
         if let Some(timeout) = self.timeout {
@@ -339,7 +340,7 @@ pub trait EventStore: Send + Sync {
     /// run. Nothing is stored then.
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent>;
 
-    /// The event wait `params.step_name` of a run that `params.worker_id` is running, in one
+    /// The event wait `params.step_name` of a run that `params.holder` holds, in one
     /// transaction that first locks the run: creates the wait's running step attempt (kind
     /// [`StepKind::Event`], with the topic and timeout in its config) unless it exists, then
     /// consumes the oldest unconsumed event of the topic, marking it consumed by the step,
@@ -417,7 +418,7 @@ mod tests {
         let wait = WaitForEvent {
             call: None,
             run_id: Uuid::now_v7(),
-            worker_id: "w".into(),
+            holder: crate::Holder::new("w", 1),
             step_name: "event/t".into(),
             topic: "t".into(),
             timeout: Some(limits::MAX_DURATION + Duration::from_secs(1)),

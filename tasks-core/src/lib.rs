@@ -7,7 +7,8 @@
 //! # The map
 //!
 //! ```text
-//!  records      model (runs, step attempts, statuses)   events   children   state
+//!  records      model (runs, step attempts, statuses)   holder (who holds a run, by which
+//!               claim)   events   children   state
 //!               queue   schedule   retention   idempotency   flow (concurrency keys)
 //!       │
 //!  limits       limits (every size and range a store holds; checked before any write)
@@ -35,8 +36,8 @@
 //! 1. A client checks a start ([`CreateRun::check`]) and calls [`RunStore::create_run`].
 //! 2. A worker claims it with [`LeaseStore::claim_runs`]: the claim order and the slot rules of
 //!    [`transition`] decide which runs it gets; the run is now `running` under the
-//!    worker's lease.
-//! 3. Each step is recorded ([`StepStore::record_step_attempt`]) under the lease's fence, once
+//!    worker's lease, by a new claim epoch: its [`Holder`] fences the execution's writes.
+//! 3. Each step is recorded ([`StepStore::record_step_attempt`]) under the claim's fence, once
 //!    per attempt id whatever the retries.
 //! 4. The run ends with [`LeaseStore::complete_run`] or [`LeaseStore::fail_run`] (the retry decision
 //!    is [`transition::retry_after`]), or parks ([`LeaseStore::sleep_run`], an event or child
@@ -50,6 +51,7 @@ pub mod events;
 pub mod failure;
 mod finite;
 pub mod flow;
+pub mod holder;
 pub mod idempotency;
 pub mod limits;
 pub mod migration;
@@ -72,6 +74,7 @@ pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
+pub use holder::Holder;
 pub use idempotency::IdempotencyScope;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};

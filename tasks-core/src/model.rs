@@ -236,6 +236,12 @@ pub struct WorkflowRun {
     pub parent_step_attempt_id: Option<Uuid>,
     /// The worker holding the lease while running.
     pub worker_id: Option<String>,
+    /// How many times the run has been claimed, ever: every claim (a start, a wake-up, the
+    /// takeover of an expired lease or of a dead worker's run) increments it, and nothing
+    /// decreases it. With `worker_id` it names the claim that holds the run
+    /// ([`Holder`](crate::Holder)), the fence of every leased write.
+    #[serde(default)]
+    pub claim_epoch: i64,
     /// When the run becomes claimable (or, while running, when its lease expires).
     pub available_at: Option<DateTime<Utc>>,
     /// After this instant the run is failed instead of executed.
@@ -348,6 +354,7 @@ impl WorkflowRun {
             parent_step_attempt_namespace: None,
             parent_step_attempt_id: None,
             worker_id,
+            claim_epoch: 0,
             available_at: None,
             deadline_at: None,
             started_at: None,

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::error::StoreResult;
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::StepAttempt;
 use crate::store::notify::Notification;
@@ -59,10 +60,10 @@ impl PublishedState<Value> {
 /// Parameters of [`StateStore::set_state`].
 #[derive(Debug, Clone)]
 pub struct SetState {
-    /// The run, which must be running under `worker_id`.
+    /// The run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the lease.
-    pub worker_id: String,
+    /// The claim that must hold the run's lease.
+    pub holder: Holder,
     /// The resolved step name of the publication (`state/{key}`, `state/{key}:1`, ...).
     pub step_name: String,
     /// The key.
@@ -75,10 +76,10 @@ pub struct SetState {
 }
 
 impl SetState {
-    /// Checks the worker id, the step name, the key and the value against the [`limits`]. A store
+    /// Checks the holder's worker id, the step name, the key and the value against the [`limits`]. A store
     /// reaches it through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_step_name(&self.step_name)?;
         limits::check_state_key(&self.key)?;
         limits::check_json(Field::StateValue, &self.value)?;
@@ -131,7 +132,7 @@ pub fn version_of(stored: i64) -> u64 {
 #[async_trait::async_trait]
 pub trait StateStore: Send + Sync {
     /// The publication `params.step_name` of a value under `params.key` by a run that
-    /// `params.worker_id` is running, in one transaction that first locks the run, fenced
+    /// `params.holder` holds, in one transaction that first locks the run, fenced
     /// on that lease: records the step attempt (kind [`StepKind::State`], completed, with
     /// the key in its config and `{"version": n}` as output) and makes `params.value` the
     /// latest value of (run, key), with version `n` one more than the key's last (1 for
@@ -171,7 +172,7 @@ mod tests {
         let set = SetState {
             call: None,
             run_id: Uuid::now_v7(),
-            worker_id: "w".into(),
+            holder: crate::Holder::new("w", 1),
             step_name: "state/k".into(),
             key: "k".repeat(limits::MAX_TOPIC_BYTES + 1),
             value: json!(1),

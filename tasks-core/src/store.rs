@@ -86,9 +86,10 @@ pub use crate::state::StateStore;
 /// [`StoreError::Corrupt`] when the row's id is unknown) when a run row could not be
 /// decoded, [`StoreError::CorruptStep`] (see [`UndecodableStepRow`]) for a step row,
 /// and [`StoreError::Limit`] for a value past the [`limits`] (checked before the database
-/// sees anything, by the operation's function in [`check`]; nothing is written). Worker-side transitions (those taking a `worker_id`) fail with
-/// [`StoreError::RunNotFound`] for an unknown run, [`StoreError::LeaseLost`] when the run is
-/// running under another worker, and [`StoreError::WrongState`] (naming the status) when it
+/// sees anything, by the operation's function in [`check`]; nothing is written). Worker-side transitions (those taking a [`Holder`](crate::Holder): a worker and its
+/// claim) fail with [`StoreError::RunNotFound`] for an unknown run,
+/// [`StoreError::LeaseLost`] when the run is running under another claim (another worker's,
+/// or a later claim of the same worker), and [`StoreError::WrongState`] (naming the status) when it
 /// is not running; they never change a run they refused.
 ///
 /// The conformance suite (`tasks-conformance`) specifies every method by example; a store

@@ -17,6 +17,17 @@
 //! [`released_attempts`], the claim's admission [`Admission`]: the stores only execute
 //! them.
 //!
+//! # The fence is the claim
+//!
+//! A leased transition (a worker's write) is fenced by the claim its execution began with,
+//! not by its worker id: every claim increments the run's claim epoch ([`claimed_epoch`],
+//! in the claim's own statement), and the write carries a [`Holder`] (the worker id and
+//! that epoch). [`Transition::fence`] renders `worker_id = $w AND claim_epoch = $e` beside
+//! the statuses, [`Transition::admits`] checks the same in code, and a running run held by
+//! any other claim (another worker's, or a later claim of the same worker) is
+//! [`StoreError::LeaseLost`]. So an execution whose run was claimed again has every late
+//! write refused by the store itself, whatever its process remembers.
+//!
 //! Statuses are the crate's own constants ([`RunStatus::as_str`]): they are rendered into the
 //! statement text once, which keeps the partial claim indexes usable. Every value a caller
 //! supplies is a bound parameter.
@@ -75,6 +86,7 @@
 use uuid::Uuid;
 
 use crate::error::{Operation, StoreError, StoreResult};
+use crate::holder::Holder;
 use crate::model::{RunStatus, StepStatus, WorkflowRun};
 use crate::store::notify::Notification;
 
@@ -90,9 +102,9 @@ mod steps;
 
 pub use admission::{Admission, Candidate, ClaimOrder, admit_in_order, claimable, key_slots};
 pub use attempts::{
-    RELEASED_ATTEMPTS_SQL, claimed_attempts, claimed_attempts_sql, claimed_started_at,
-    claimed_started_at_sql, first_execution, first_execution_sql, gives_up, gives_up_sql,
-    released_attempts,
+    RELEASED_ATTEMPTS_SQL, claimed_attempts, claimed_attempts_sql, claimed_epoch,
+    claimed_epoch_sql, claimed_started_at, claimed_started_at_sql, first_execution,
+    first_execution_sql, gives_up, gives_up_sql, released_attempts,
 };
 pub use claim::{
     HOLDS_QUEUE_SLOT, HOLDS_SLOT, PENDING_ORDER, RateWindow, TAKES_QUEUE_SLOT, TAKES_SLOT,
@@ -139,7 +151,8 @@ pub struct Transition {
     pub operation: Operation,
     /// The statuses the run may be in for the transition to apply.
     pub from: &'static [RunStatus],
-    /// The caller must hold the run's lease: the run is running under the caller's worker id.
+    /// The caller must hold the run's lease: the run is running under the caller's claim
+    /// ([`Holder`]: its worker id and its claim epoch).
     pub leased: bool,
     /// Statuses in which a repeat of the transition is already done: the run is returned as
     /// it is instead of an error.
@@ -186,22 +199,30 @@ impl Transition {
     }
 
     /// The statement condition on the run's status, and on its lease holder for a leased
-    /// transition: `{alias}status IN ('running') AND {alias}worker_id = {worker_param}`.
-    /// `alias` is a table alias with its dot (or empty), `worker_param` the placeholder the
-    /// caller binds the worker id to; statuses are rendered from [`RunStatus::as_str`].
-    pub fn fence(&self, alias: &str, worker_param: &str) -> String {
+    /// transition: `{alias}status IN ('running') AND {alias}worker_id = {worker_param}
+    /// AND {alias}claim_epoch = {epoch_param}`. `alias` is a table alias with its dot (or
+    /// empty), `worker_param` and `epoch_param` the placeholders (or column references) the
+    /// caller binds the [`Holder`]'s worker id and claim epoch to; a transition that is not
+    /// leased references neither. Statuses are rendered from [`RunStatus::as_str`].
+    ///
+    /// The claim epoch is what makes the fence a fence of the claim, not of the worker: a
+    /// worker whose run was claimed again (even by itself) has the writes of its earlier
+    /// execution refused.
+    pub fn fence(&self, alias: &str, worker_param: &str, epoch_param: &str) -> String {
         let mut fence = status_in(alias, self.from);
         if self.leased {
-            fence.push_str(&format!(" AND {alias}worker_id = {worker_param}"));
+            fence.push_str(&format!(
+                " AND {alias}worker_id = {worker_param} AND {alias}claim_epoch = {epoch_param}"
+            ));
         }
         fence
     }
 
     /// Whether the fence holds for `run` (for a store that checks it in code, under its
-    /// write lock).
-    pub fn admits(&self, run: &WorkflowRun, worker_id: Option<&str>) -> bool {
+    /// write lock): its status, and for a leased transition its holder ([`Holder::holds`]).
+    pub fn admits(&self, run: &WorkflowRun, holder: Option<&Holder>) -> bool {
         self.from.contains(&run.status)
-            && (!self.leased || (run.worker_id.is_some() && run.worker_id.as_deref() == worker_id))
+            && (!self.leased || holder.is_some_and(|holder| holder.holds(run)))
     }
 
     /// The outcome of a transition whose fence matched no row, given the run as it is now
@@ -210,12 +231,12 @@ impl Transition {
     pub fn settle(
         &self,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         current: Option<WorkflowRun>,
     ) -> StoreResult<WorkflowRun> {
         match current {
             Some(run) if self.done.contains(&run.status) => Ok(run),
-            current => Err(self.miss(run_id, worker_id, current.as_ref())),
+            current => Err(self.miss(run_id, holder, current.as_ref())),
         }
     }
 
@@ -225,26 +246,25 @@ impl Transition {
     pub fn miss(
         &self,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         current: Option<&WorkflowRun>,
     ) -> StoreError {
         match current {
             None => StoreError::RunNotFound { id: run_id },
-            Some(run) => self.refusal(run_id, worker_id, run),
+            Some(run) => self.refusal(run_id, holder, run),
         }
     }
 
-    /// Why the transition does not apply to `run`, which the fence refused.
-    fn refusal(&self, run_id: Uuid, worker_id: Option<&str>, run: &WorkflowRun) -> StoreError {
-        match worker_id {
-            Some(worker)
-                if self.leased
-                    && run.status == Running
-                    && run.worker_id.as_deref() != Some(worker) =>
-            {
+    /// Why the transition does not apply to `run`, which the fence refused: a running run
+    /// that another claim holds (another worker's, or a later claim of the same worker) is
+    /// [`StoreError::LeaseLost`]; any other status is [`StoreError::WrongState`].
+    fn refusal(&self, run_id: Uuid, holder: Option<&Holder>, run: &WorkflowRun) -> StoreError {
+        match holder {
+            Some(holder) if self.leased && run.status == Running && !holder.holds(run) => {
                 StoreError::LeaseLost {
                     id: run_id,
-                    worker_id: worker.to_owned(),
+                    worker_id: holder.worker_id.clone(),
+                    claim_epoch: holder.claim_epoch,
                 }
             }
             _ => StoreError::WrongState {
@@ -307,14 +327,25 @@ mod tests {
         WorkflowRun::for_tests(status, worker.map(str::to_owned))
     }
 
+    /// A run held by `worker` by the claim that left it at `epoch`.
+    fn held(worker: &str, epoch: i64) -> WorkflowRun {
+        let mut run = run(Running, Some(worker));
+        run.claim_epoch = epoch;
+        run
+    }
+
+    fn w(epoch: i64) -> Holder {
+        Holder::new("w", epoch)
+    }
+
     #[test]
     fn fences_render_statuses_and_the_lease_holder() {
         assert_eq!(
-            COMPLETE.fence("wr.", "$3"),
-            "wr.status IN ('running') AND wr.worker_id = $3"
+            COMPLETE.fence("wr.", "$3", "$4"),
+            "wr.status IN ('running') AND wr.worker_id = $3 AND wr.claim_epoch = $4"
         );
         assert_eq!(
-            CANCEL.fence("", "?3"),
+            CANCEL.fence("", "?3", "?4"),
             "status IN ('pending', 'running', 'sleeping', 'paused')"
         );
     }
@@ -323,15 +354,20 @@ mod tests {
     fn a_miss_is_explained_once_for_every_store() {
         let id = Uuid::now_v7();
         assert!(matches!(
-            COMPLETE.settle(id, Some("w"), None),
+            COMPLETE.settle(id, Some(&w(1)), None),
             Err(StoreError::RunNotFound { .. })
         ));
         assert!(matches!(
-            COMPLETE.settle(id, Some("w"), Some(run(Running, Some("other")))),
+            COMPLETE.settle(id, Some(&w(1)), Some(held("other", 1))),
             Err(StoreError::LeaseLost { .. })
         ));
+        // The same worker, by a later claim: the earlier claim's write is refused.
         assert!(matches!(
-            COMPLETE.settle(id, Some("w"), Some(run(Paused, None))),
+            COMPLETE.settle(id, Some(&w(1)), Some(held("w", 2))),
+            Err(StoreError::LeaseLost { worker_id, claim_epoch: 1, .. }) if worker_id == "w"
+        ));
+        assert!(matches!(
+            COMPLETE.settle(id, Some(&w(1)), Some(run(Paused, None))),
             Err(StoreError::WrongState {
                 operation: Operation::CompleteRun,
                 status: Paused,
@@ -353,9 +389,14 @@ mod tests {
 
     #[test]
     fn admits_matches_the_fence() {
-        assert!(COMPLETE.admits(&run(Running, Some("w")), Some("w")));
-        assert!(!COMPLETE.admits(&run(Running, Some("x")), Some("w")));
-        assert!(!COMPLETE.admits(&run(Sleeping, None), Some("w")));
+        assert!(COMPLETE.admits(&held("w", 3), Some(&w(3))));
+        assert!(!COMPLETE.admits(&held("x", 3), Some(&w(3))));
+        assert!(
+            !COMPLETE.admits(&held("w", 4), Some(&w(3))),
+            "a later claim"
+        );
+        assert!(!COMPLETE.admits(&held("w", 3), None));
+        assert!(!COMPLETE.admits(&run(Sleeping, None), Some(&w(3))));
         assert!(CANCEL.admits(&run(Sleeping, None), None));
     }
 

@@ -103,7 +103,7 @@ impl ChildStore for MemoryStore {
     async fn start_child(&self, params: StartChild) -> StoreResult<StartedChild> {
         check::start_child(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::StartChild;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             let (step_id, child_id) = (Uuid::now_v7(), Uuid::now_v7());
             let mut child = NewRun::prepare(tx, &params.child, child_id)?;
@@ -175,7 +175,7 @@ impl ChildStore for MemoryStore {
 
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         check::wait_for_children(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
                 Some(row) if WAIT_CHILDREN.admits(&row.run, worker) => {}

@@ -8,7 +8,7 @@ use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{ClaimedRun, Notification};
 use tasks_core::transition::{
     Admission, CLAIM_ORPHANED, CLAIMED, Candidate, EXPIRE, EXPIRED, admit_in_order, claimable,
-    claimed_attempts, claimed_started_at, deadline_error, first_execution,
+    claimed_attempts, claimed_epoch, claimed_started_at, deadline_error, first_execution,
 };
 use uuid::Uuid;
 
@@ -71,8 +71,9 @@ pub(crate) fn admit(
     taken
 }
 
-/// Claims `row` for `worker_id` until `lease_end`: a claim counts an attempt, except
-/// waking from a sleep, which continues the attempt; the first claim sets `started_at`.
+/// Claims `row` for `worker_id` until `lease_end`, by a new claim epoch: a claim counts an
+/// attempt, except waking from a sleep, which continues the attempt; the first claim sets
+/// `started_at`.
 pub(crate) fn start(
     row: &mut Row,
     worker_id: &str,
@@ -83,6 +84,7 @@ pub(crate) fn start(
     let attempts = claimed_attempts(run.status, run.attempts);
     CLAIMED.apply(run, now);
     run.worker_id = Some(worker_id.to_owned());
+    run.claim_epoch = claimed_epoch(run.claim_epoch);
     run.available_at = Some(lease_end);
     run.attempts = attempts;
     run.started_at = claimed_started_at(run.started_at, now);

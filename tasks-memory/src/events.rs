@@ -123,7 +123,7 @@ impl EventStore for MemoryStore {
 
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
         check::wait_for_event(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
                 Some(row) if WAIT_EVENT.admits(&row.run, worker) => {}

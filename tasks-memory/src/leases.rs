@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::time::Duration;
+use tasks_core::Holder;
 use tasks_core::error::StoreResult;
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
@@ -60,11 +61,11 @@ impl LeaseStore for MemoryStore {
     async fn extend_lease(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        check::extend_lease(worker_id, lease)?;
-        self.transition(&EXTEND_LEASE, run_id, Some(worker_id), |run, tx| {
+        check::extend_lease(holder, lease)?;
+        self.transition(&EXTEND_LEASE, run_id, Some(holder), |run, tx| {
             run.available_at = Some(tx.plus(lease)?);
             Ok(())
         })
@@ -73,12 +74,12 @@ impl LeaseStore for MemoryStore {
     async fn sleep_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        check::sleep_run(worker_id, until)?;
+        check::sleep_run(holder, until)?;
         let until = storable(until)?;
-        self.transition(&SLEEP, run_id, Some(worker_id), |run, tx| {
+        self.transition(&SLEEP, run_id, Some(holder), |run, tx| {
             SLEEPING.apply(run, tx.now);
             run.available_at = Some(until);
             Ok(())
@@ -88,28 +89,28 @@ impl LeaseStore for MemoryStore {
     async fn complete_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run(worker_id, &output)?;
-        self.write(|tx| complete_in(tx, run_id, worker_id, output))
+        check::complete_run(holder, &output)?;
+        self.write(|tx| complete_in(tx, run_id, holder, output))
     }
 
     /// The run's last attempts and its completion in one write when the run is still this
-    /// worker's; otherwise the separate writes, which keep and report exactly what
+    /// claim's; otherwise the separate writes, which keep and report exactly what
     /// `record_step_attempt` and `complete_run` would.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
-        // `None`: the run is not the worker's, and the separate writes classify.
+        check::complete_run_with_steps(run_id, holder, &output, &steps)?;
+        // `None`: the run is not this claim's, and the separate writes classify.
         let completed = self.write(|tx| {
             if !matches!(
-                run_state(tx.space, &COMPLETE, run_id, worker_id),
+                run_state(tx.space, &COMPLETE, run_id, holder),
                 RunState::Owned
             ) {
                 return Ok(None);
@@ -125,17 +126,17 @@ impl LeaseStore for MemoryStore {
             for (nth, params) in steps.iter().enumerate() {
                 insert_finished(tx, params, None, nth)?;
             }
-            complete_in(tx, run_id, worker_id, output.clone()).map(Some)
+            complete_in(tx, run_id, holder, output.clone()).map(Some)
         })?;
         match completed {
             Some(run) => Ok(run),
-            None => complete_separately(self, run_id, worker_id, output, steps).await,
+            None => complete_separately(self, run_id, holder, output, steps).await,
         }
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         check::fail_run(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             let current = tx.space.run(params.run_id);
             let run = match current {
@@ -164,12 +165,12 @@ impl LeaseStore for MemoryStore {
     async fn release_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::release_run(worker_id, delay, &reason)?;
-        self.transition(&RELEASE, run_id, Some(worker_id), |run, tx| {
+        check::release_run(holder, delay, &reason)?;
+        self.transition(&RELEASE, run_id, Some(holder), |run, tx| {
             let available_at = tx.plus(delay)?;
             RELEASED.apply(run, tx.now);
             run.available_at = Some(available_at);

@@ -79,6 +79,7 @@ impl LifecycleStore for MemoryStore {
                 parent_step_attempt_namespace: None,
                 parent_step_attempt_id: None,
                 worker_id: None,
+                claim_epoch: 0,
                 available_at: Some(now),
                 deadline_at: None,
                 started_at: None,

@@ -52,6 +52,7 @@ impl NewRun {
             parent_step_attempt_namespace: None,
             parent_step_attempt_id: None,
             worker_id: None,
+            claim_epoch: 0,
             available_at: Some(available_at),
             deadline_at,
             started_at: None,

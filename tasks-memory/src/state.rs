@@ -27,7 +27,7 @@ fn known_run(space: &Space, run_id: Uuid) -> StoreResult<()> {
 impl StateStore for MemoryStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         check::set_state(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             match tx.space.runs.get(&params.run_id) {
                 Some(row) if SET_STATE.admits(&row.run, worker) => {}

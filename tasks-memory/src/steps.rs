@@ -7,6 +7,7 @@ use crate::runs::{beyond, scan};
 use crate::tables::{Space, Tx, absent_if_null};
 use async_trait::async_trait;
 use serde_json::Value;
+use tasks_core::Holder;
 use tasks_core::error::{StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::{
@@ -21,7 +22,7 @@ use uuid::Uuid;
 
 /// How a step write finds its run.
 pub(crate) enum RunState {
-    /// Running under the writing worker: the write applies.
+    /// Running under the writer's claim: the write applies.
     Owned,
     /// Paused or canceled meanwhile: the attempt is kept, marked with this status.
     Interrupted(WorkflowRun, StepStatus),
@@ -33,10 +34,10 @@ pub(crate) fn run_state(
     space: &Space,
     transition: &Transition,
     run_id: Uuid,
-    worker_id: &str,
+    holder: &Holder,
 ) -> RunState {
     match space.run(run_id) {
-        Some(run) if transition.admits(&run, Some(worker_id)) => RunState::Owned,
+        Some(run) if transition.admits(&run, Some(holder)) => RunState::Owned,
         Some(run) => match interrupted(run.status) {
             Some(mark) => RunState::Interrupted(run, mark),
             None => RunState::Refused(Some(run)),
@@ -110,7 +111,7 @@ pub(crate) fn insert_finished(
 impl StepStore for MemoryStore {
     async fn create_step_attempt(&self, params: CreateStepAttempt) -> StoreResult<StepAttempt> {
         check::create_step_attempt(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         self.write(|tx| {
             let stored = tx.space.steps.get(&params.id).cloned();
             if let Some(step) = stored_again(params.run_id, stored, false)? {
@@ -174,12 +175,12 @@ impl StepStore for MemoryStore {
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<StepUpdate> {
-        check::complete_step_attempt(worker_id, &output)?;
+        check::complete_step_attempt(holder, &output)?;
         self.write(|tx| {
-            let state = run_state(tx.space, &COMPLETE_STEP, run_id, worker_id);
+            let state = run_state(tx.space, &COMPLETE_STEP, run_id, holder);
             let (status, output, from) = match &state {
                 RunState::Owned => (
                     StepStatus::Completed,
@@ -188,7 +189,7 @@ impl StepStore for MemoryStore {
                 ),
                 RunState::Interrupted(_, mark) => (*mark, None, MARKABLE_STEP),
                 RunState::Refused(run) => {
-                    return Err(COMPLETE_STEP.miss(run_id, Some(worker_id), run.as_ref()));
+                    return Err(COMPLETE_STEP.miss(run_id, Some(holder), run.as_ref()));
                 }
             };
             let now = tx.now;
@@ -219,7 +220,7 @@ impl StepStore for MemoryStore {
                         &COMPLETE_STEP,
                         run_id,
                         step_attempt_id,
-                        worker_id,
+                        holder,
                         run.as_ref(),
                         step,
                     ))
@@ -230,7 +231,7 @@ impl StepStore for MemoryStore {
 
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         check::record_step_attempt(&params)?;
-        let worker = params.worker_id.as_str();
+        let worker = &params.holder;
         self.write(|tx| {
             let state = run_state(tx.space, &RECORD_STEP, params.run_id, worker);
             if !matches!(state, RunState::Owned) {

@@ -10,6 +10,7 @@ use crate::MemoryStore;
 use crate::children::after_finish;
 use crate::tables::Tx;
 use serde_json::Value;
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::transition::{COMPLETE, COMPLETED, Transition};
@@ -21,21 +22,21 @@ impl MemoryStore {
         &self,
         transition: &Transition,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         change: impl FnOnce(&mut WorkflowRun, &Tx<'_>) -> StoreResult<()>,
     ) -> StoreResult<WorkflowRun> {
-        self.write(|tx| transition_in(tx, transition, run_id, worker_id, change))
+        self.write(|tx| transition_in(tx, transition, run_id, holder, change))
     }
 }
 
-/// Completes run `run_id` for `worker_id` with `output` in the write `tx` ([`COMPLETE`]).
+/// Completes run `run_id` for `holder` with `output` in the write `tx` ([`COMPLETE`]).
 pub(crate) fn complete_in(
     tx: &mut Tx<'_>,
     run_id: Uuid,
-    worker_id: &str,
+    holder: &Holder,
     output: Value,
 ) -> StoreResult<WorkflowRun> {
-    transition_in(tx, &COMPLETE, run_id, Some(worker_id), |run, tx| {
+    transition_in(tx, &COMPLETE, run_id, Some(holder), |run, tx| {
         COMPLETED.apply(run, tx.now);
         run.output = Some(output);
         Ok(())
@@ -43,7 +44,7 @@ pub(crate) fn complete_in(
 }
 
 /// Applies `transition` to run `run_id` in the write `tx`: when its fence admits the run
-/// (for `worker_id`, if the transition is leased), `change` changes a copy of it, which
+/// (for `holder`, if the transition is leased), `change` changes a copy of it, which
 /// is stored with `updated_at` now; a run it finished wakes its parent (and, for a cancel,
 /// cancels its cascading descendants); its announcements are queued. When the fence does
 /// not admit the run, the transition settles the miss: the run as it is when the
@@ -53,12 +54,12 @@ pub(crate) fn transition_in(
     tx: &mut Tx<'_>,
     transition: &Transition,
     run_id: Uuid,
-    worker_id: Option<&str>,
+    holder: Option<&Holder>,
     change: impl FnOnce(&mut WorkflowRun, &Tx<'_>) -> StoreResult<()>,
 ) -> StoreResult<WorkflowRun> {
     let mut run = match tx.space.run(run_id) {
-        Some(run) if transition.admits(&run, worker_id) => run,
-        current => return transition.settle(run_id, worker_id, current),
+        Some(run) if transition.admits(&run, holder) => run,
+        current => return transition.settle(run_id, holder, current),
     };
     change(&mut run, tx)?;
     run.updated_at = tx.now;

@@ -211,7 +211,7 @@ impl ChildStore for PgStore {
         const OPERATION: Operation = Operation::StartChild;
         check::start_child(&self.namespace, &params)?;
         let config = params.child.stored_config()?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         match self.lock_parent(&mut tx, params.run_id, OPERATION).await? {
             Some(run) if START_CHILD.admits(&run, worker) => {}
@@ -342,7 +342,7 @@ impl ChildStore for PgStore {
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
         check::wait_for_children(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         match self.lock_parent(&mut tx, params.run_id, OPERATION).await? {
             Some(run) if WAIT_CHILDREN.admits(&run, worker) => {}

@@ -28,8 +28,8 @@ use std::sync::LazyLock;
 use tasks_core::model::RunStatus;
 use tasks_core::transition::{
     CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, Column, PENDING_ORDER,
-    admitted, claimed_attempts_sql, claimed_started_at_sql, first_execution_sql, pending_order,
-    slots_held, stale_workers, status_in,
+    admitted, claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, first_execution_sql,
+    pending_order, slots_held, stale_workers, status_in,
 };
 
 #[cfg(doc)]
@@ -225,6 +225,7 @@ pub(super) fn claimed_tail() -> String {
             "now()",
             &[
                 (Column::WorkerId, "$2"),
+                (Column::ClaimEpoch, &claimed_epoch_sql("wr.")),
                 (Column::AvailableAt, "now() + $3 * INTERVAL '1 millisecond'"),
                 (Column::Attempts, &claimed_attempts_sql("wr.")),
                 (Column::StartedAt, &claimed_started_at_sql("wr.", "now()")),

@@ -162,7 +162,7 @@ impl PgStore {
                 "UPDATE tasks.workflow_runs SET available_at = clock_timestamp(), updated_at = now()
                   WHERE namespace = $1 AND id = $2 AND {fence} AND wait_topic = $3
               RETURNING {RUN_COLUMNS}",
-                fence = WAKE_ON_EVENT.fence("", "NULL"),
+                fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
             );
             sqlx::query(&wake)
                 .bind(&*self.namespace)
@@ -287,7 +287,7 @@ impl EventStore for PgStore {
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
         const OPERATION: Operation = Operation::WaitForEvent;
         check::wait_for_event(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let target = EventTarget::Run(params.run_id);
         match self.lock_run(&mut tx, &target, OPERATION).await? {

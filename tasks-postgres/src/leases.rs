@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
@@ -69,7 +70,11 @@ impl LeaseStore for PgStore {
                 Ok(claimed) => runs.push(claimed),
                 // A poison row must not strand the batch: fail it and go on with the others.
                 Err(StoreError::CorruptRun { id, reason, .. }) => {
-                    self.quarantine(id, worker_id, &reason, &rows::undecodable_json(row))
+                    // The claim epoch is a plain integer: it reads when JSON does not.
+                    let epoch: i64 =
+                        sqlx::Row::try_get(row, "claim_epoch").map_err(db(OPERATION))?;
+                    let holder = Holder::new(worker_id, epoch);
+                    self.quarantine(id, &holder, &reason, &rows::undecodable_json(row))
                         .await;
                 }
                 Err(error) => return Err(error),
@@ -90,15 +95,15 @@ impl LeaseStore for PgStore {
     async fn extend_lease(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        check::extend_lease(worker_id, lease)?;
-        let set = "available_at = now() + $4 * INTERVAL '1 millisecond'";
+        check::extend_lease(holder, lease)?;
+        let set = "available_at = now() + $5 * INTERVAL '1 millisecond'";
         // A second try sets the lease again (from a later now): tried again on a broken
         // connection.
         retrying(EXTEND_LEASE.operation, || {
-            self.transition(&EXTEND_LEASE, set, run_id, Some(worker_id), |q| {
+            self.transition(&EXTEND_LEASE, set, run_id, Some(holder), |q| {
                 q.bind(millis(lease))
             })
         })
@@ -108,78 +113,78 @@ impl LeaseStore for PgStore {
     async fn sleep_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        check::sleep_run(worker_id, until)?;
-        let set = SLEEPING.set_sql("now()", &[(Column::AvailableAt, "$4")]);
-        self.transition(&SLEEP, &set, run_id, Some(worker_id), |q| q.bind(until))
+        check::sleep_run(holder, until)?;
+        let set = SLEEPING.set_sql("now()", &[(Column::AvailableAt, "$5")]);
+        self.transition(&SLEEP, &set, run_id, Some(holder), |q| q.bind(until))
             .await
     }
 
     async fn complete_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run(worker_id, &output)?;
+        check::complete_run(holder, &output)?;
         // Completions of many runs share one statement and one commit (see `Completer`).
         let batched = self
             .completer
-            .complete(&self.namespace, run_id, worker_id, &output, Vec::new())
+            .complete(&self.namespace, run_id, holder, &output, Vec::new())
             .await?;
         if let Ok(run) = batched {
             return Ok(self.announce(&COMPLETE, run));
         }
         // The batch refuses a run that changed while it ran (a heartbeat extending the
         // lease, say); this statement re-checks the fence on the run's newest version.
-        let set = COMPLETED.set_sql("now()", &[(Column::Output, "$4")]);
-        self.transition(&COMPLETE, &set, run_id, Some(worker_id), |q| q.bind(output))
+        let set = COMPLETED.set_sql("now()", &[(Column::Output, "$5")]);
+        self.transition(&COMPLETE, &set, run_id, Some(holder), |q| q.bind(output))
             .await
     }
 
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
+        check::complete_run_with_steps(run_id, holder, &output, &steps)?;
         if steps.is_empty() {
-            return self.complete_run(run_id, worker_id, output).await;
+            return self.complete_run(run_id, holder, output).await;
         }
         // The steps and the completion in the completion's statement: one commit.
         match self
             .completer
-            .complete(&self.namespace, run_id, worker_id, &output, steps)
+            .complete(&self.namespace, run_id, holder, &output, steps)
             .await?
         {
             Ok(run) => Ok(self.announce(&COMPLETE, run)),
             // Refused: nothing was written. The separate writes say why (or succeed, if the
             // run was only being changed at that moment and is still ours).
-            Err(steps) => complete_separately(self, run_id, worker_id, output, steps).await,
+            Err(steps) => complete_separately(self, run_id, holder, output, steps).await,
         }
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         check::fail_run(&params)?;
-        let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
+        let (run_id, holder) = (params.run_id, &params.holder);
         let current = self.fetch_run(run_id, FAIL.operation).await?;
         let run = match current {
-            Some(run) if FAIL.admits(&run, Some(worker_id)) => run,
-            current => return Err(FAIL.miss(run_id, Some(worker_id), current.as_ref())),
+            Some(run) if FAIL.admits(&run, Some(holder)) => run,
+            current => return Err(FAIL.miss(run_id, Some(holder), current.as_ref())),
         };
         // The decision was made on the attempt just read: the write applies only to it.
         let retry = retry_after(&run, params.force).map(millis);
-        let retry_at = "(now() + $5::bigint * INTERVAL '1 millisecond')";
+        let retry_at = "(now() + $6::bigint * INTERVAL '1 millisecond')";
         let set = either_set_sql(
             "d.give_up",
-            (&FAILED_FOR_GOOD, &[(Column::Error, "$4")]),
+            (&FAILED_FOR_GOOD, &[(Column::Error, "$5")]),
             (
                 &BACKED_OFF,
-                &[(Column::Error, "$4"), (Column::AvailableAt, retry_at)],
+                &[(Column::Error, "$5"), (Column::AvailableAt, retry_at)],
             ),
             "now()",
         );
@@ -190,7 +195,7 @@ impl LeaseStore for PgStore {
              ), done AS (
              UPDATE tasks.workflow_runs wr SET {set}, updated_at = now()
                FROM d
-              WHERE wr.namespace = $1 AND wr.id = $2 AND wr.attempts = $6 AND {fence}
+              WHERE wr.namespace = $1 AND wr.id = $2 AND wr.attempts = $7 AND {fence}
                 AND {parent_first}
           RETURNING {returning}
              ), {woken}
@@ -198,14 +203,15 @@ impl LeaseStore for PgStore {
             parent_lock = children::PARENT_LOCK,
             parent_first = children::PARENT_FIRST,
             give_up = gives_up_sql(retry_at, "deadline_at"),
-            fence = FAIL.fence("wr.", "$3"),
+            fence = FAIL.fence("wr.", "$3", "$4"),
             returning = prefixed("wr", RUN_COLUMNS),
             woken = children::wake_parent_cte(),
         );
         let updated = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
-            .bind(worker_id)
+            .bind(&holder.worker_id)
+            .bind(holder.claim_epoch)
             .bind(&params.error)
             .bind(retry)
             .bind(run.attempts)
@@ -221,7 +227,7 @@ impl LeaseStore for PgStore {
             }
             None => {
                 let current = self.fetch_run(run_id, FAIL.operation).await?;
-                Err(FAIL.miss(run_id, Some(worker_id), current.as_ref()))
+                Err(FAIL.miss(run_id, Some(holder), current.as_ref()))
             }
         }
     }
@@ -229,20 +235,20 @@ impl LeaseStore for PgStore {
     async fn release_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::release_run(worker_id, delay, &reason)?;
+        check::release_run(holder, delay, &reason)?;
         let set = RELEASED.set_sql(
             "now()",
             &[
-                (Column::AvailableAt, "now() + $4 * INTERVAL '1 millisecond'"),
-                (Column::Error, "$5"),
+                (Column::AvailableAt, "now() + $5 * INTERVAL '1 millisecond'"),
+                (Column::Error, "$6"),
                 (Column::Attempts, RELEASED_ATTEMPTS_SQL),
             ],
         );
-        self.transition(&RELEASE, &set, run_id, Some(worker_id), |q| {
+        self.transition(&RELEASE, &set, run_id, Some(holder), |q| {
             q.bind(millis(delay)).bind(reason)
         })
         .await

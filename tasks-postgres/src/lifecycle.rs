@@ -86,7 +86,7 @@ impl LifecycleStore for PgStore {
                     AND (s.created_at, s.id) < (b.created_at, b.id)
              )
              SELECT {RUN_COLUMNS} FROM forked",
-            fence = FORK.fence("", "NULL"),
+            fence = FORK.fence("", "NULL", "NULL"),
             created = CREATED.as_str(),
         );
         let row = sqlx::query(&sql)

@@ -4,9 +4,9 @@
 //! at once, alone, so latency does not suffer.
 //!
 //! The batch insert is fenced per row exactly like the single-row path: a row is inserted
-//! only if its run is running under its worker. Rows the fence refused are handed back to
-//! the caller, which takes the single-row path to classify the miss (interrupted, lease
-//! lost, not found).
+//! only if its run is running under its claim (the worker and the claim epoch). Rows the
+//! fence refused are handed back to the caller, which takes the single-row path to classify
+//! the miss (interrupted, lease lost, not found).
 //!
 //! Both statements find each run by its primary key in a `LATERAL` subquery that the
 //! planner may not flatten (`OFFSET 0`), and the completion updates the rows it found by
@@ -25,6 +25,7 @@ use futures::future::BoxFuture;
 use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepAttempt, WorkflowRun};
 use tasks_core::store::RecordStepAttempt;
@@ -186,7 +187,7 @@ impl Recorder {
 struct Completion {
     namespace: String,
     run_id: Uuid,
-    worker_id: String,
+    holder: Holder,
     output: String,
     steps: Vec<StepRecord>,
 }
@@ -205,14 +206,14 @@ impl Completer {
         ))
     }
 
-    /// Writes `steps` (finished attempts of this run) and completes the run owned by
-    /// `worker_id`, in one statement shared with other completions. `Ok(Err(steps))`: the
+    /// Writes `steps` (finished attempts of this run) and completes the run held by
+    /// `holder`, in one statement shared with other completions. `Ok(Err(steps))`: the
     /// fence refused it and nothing was written.
     pub(crate) async fn complete(
         &self,
         namespace: &str,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: &serde_json::Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<Result<WorkflowRun, Vec<RecordStepAttempt>>> {
@@ -229,7 +230,7 @@ impl Completer {
             .submit(Completion {
                 namespace: namespace.to_owned(),
                 run_id,
-                worker_id: worker_id.to_owned(),
+                holder: holder.clone(),
                 output: output.to_string(),
                 steps,
             })
@@ -252,8 +253,9 @@ async fn complete(
 ) -> Result<HashMap<Uuid, WorkflowRun>, StoreError> {
     let namespaces: Vec<&str> = batch.iter().map(|c| c.namespace.as_str()).collect();
     let run_ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
-    let workers: Vec<&str> = batch.iter().map(|c| c.worker_id.as_str()).collect();
+    let workers: Vec<&str> = batch.iter().map(|c| c.holder.worker_id.as_str()).collect();
     let outputs: Vec<&str> = batch.iter().map(|c| c.output.as_str()).collect();
+    let epochs: Vec<i64> = batch.iter().map(|c| c.holder.claim_epoch).collect();
     let steps = StepArrays::of(batch.iter().flat_map(|c| &c.steps));
     let sql = complete_runs_sql();
     let rows = steps
@@ -262,7 +264,8 @@ async fn complete(
                 .bind(namespaces)
                 .bind(run_ids)
                 .bind(workers)
-                .bind(outputs),
+                .bind(outputs)
+                .bind(epochs),
         )
         .fetch_all(pool)
         .await
@@ -273,8 +276,8 @@ async fn complete(
 }
 
 /// Finished step attempts as the parallel arrays both statements take: namespace, id, run
-/// id, worker id, step name, kind, status, config, output, error, args (JSON as text) and
-/// elapsed microseconds.
+/// id, worker id, step name, kind, status, config, output, error, args (JSON as text),
+/// elapsed microseconds and the holder's claim epoch.
 struct StepArrays {
     namespaces: Vec<String>,
     ids: Vec<Uuid>,
@@ -288,6 +291,7 @@ struct StepArrays {
     errors: Vec<Option<String>>,
     args: Vec<Option<String>>,
     elapsed: Vec<i64>,
+    epochs: Vec<i64>,
 }
 
 impl StepArrays {
@@ -307,13 +311,15 @@ impl StepArrays {
             errors: Vec::with_capacity(n),
             args: Vec::with_capacity(n),
             elapsed: Vec::with_capacity(n),
+            epochs: Vec::with_capacity(n),
         };
         for record in records {
             let params = &record.params;
             arrays.namespaces.push(record.namespace.clone());
             arrays.ids.push(record.id);
             arrays.run_ids.push(params.run_id);
-            arrays.workers.push(params.worker_id.clone());
+            arrays.workers.push(params.holder.worker_id.clone());
+            arrays.epochs.push(params.holder.claim_epoch);
             arrays.names.push(params.step_name.clone());
             arrays.kinds.push(params.kind.as_str());
             arrays.statuses.push(params.status.as_str());
@@ -334,7 +340,7 @@ impl StepArrays {
         arrays
     }
 
-    /// Binds the twelve arrays, in order, after whatever `query` already binds.
+    /// Binds the thirteen arrays, in order, after whatever `query` already binds.
     fn bind<'q, O>(
         self,
         query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
@@ -352,6 +358,7 @@ impl StepArrays {
             .bind(self.errors)
             .bind(self.args)
             .bind(self.elapsed)
+            .bind(self.epochs)
     }
 }
 
@@ -371,13 +378,13 @@ async fn insert(
         .collect()
 }
 
-/// The finished step attempts of a batch as rows `r`: twelve parallel arrays bound from
+/// The finished step attempts of a batch as rows `r`: thirteen parallel arrays bound from
 /// `$first` on (namespace, id, run id, worker id, step name, kind, status, config, output,
-/// error, args as text, elapsed microseconds; see `StepArrays`).
+/// error, args as text, elapsed microseconds, claim epoch; see `StepArrays`).
 fn step_rows(first: usize) -> String {
     let types = [
         "text", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "text", "text",
-        "bigint",
+        "bigint", "bigint",
     ];
     let arrays: Vec<String> = types
         .iter()
@@ -386,7 +393,7 @@ fn step_rows(first: usize) -> String {
         .collect();
     format!(
         "unnest({}) AS r(namespace, id, run_id, worker_id, step_name, kind, status, config, \
-         output, error, args, elapsed)",
+         output, error, args, elapsed, claim_epoch)",
         arrays.join(", ")
     )
 }
@@ -406,7 +413,7 @@ const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
 /// takes the single-row path, which answers with the stored attempt.
 pub(crate) const SKIP_STORED: &str = "ON CONFLICT (namespace, id) DO NOTHING";
 
-/// The statement that writes a batch of finished step attempts: the twelve arrays of
+/// The statement that writes a batch of finished step attempts: the thirteen arrays of
 /// [`step_rows`] from `$1`; returns the rows written. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).
 pub(crate) fn record_steps_sql() -> &'static str {
@@ -415,23 +422,23 @@ pub(crate) fn record_steps_sql() -> &'static str {
             "{INSERT_STEPS}
                FROM {rows}
               CROSS JOIN LATERAL (
-                    SELECT w.id, w.status, w.worker_id FROM tasks.workflow_runs w
+                    SELECT w.id, w.status, w.worker_id, w.claim_epoch FROM tasks.workflow_runs w
                      WHERE w.namespace = r.namespace AND w.id = r.run_id
                     OFFSET 0) run
               WHERE {fence}
              {SKIP_STORED}
              RETURNING {returning}",
             rows = step_rows(1),
-            fence = RECORD_STEP.fence("run.", "r.worker_id"),
+            fence = RECORD_STEP.fence("run.", "r.worker_id", "r.claim_epoch"),
             returning = super::prefixed("sa", STEP_COLUMNS),
         )
     });
     &SQL
 }
 
-/// The statement that completes a batch of runs: four parallel arrays (namespace, run id,
-/// worker id, output as JSON text), then the runs' last step attempts as the twelve arrays
-/// of [`step_rows`] from `$5`; returns the runs completed. A run's attempts are written only
+/// The statement that completes a batch of runs: five parallel arrays (namespace, run id,
+/// worker id, output as JSON text, claim epoch), then the runs' last step attempts as the
+/// thirteen arrays of [`step_rows`] from `$6`; returns the runs completed. A run's attempts are written only
 /// when the run is completed, in the same transaction. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).
 pub(crate) fn complete_runs_sql() -> &'static str {
@@ -439,10 +446,11 @@ pub(crate) fn complete_runs_sql() -> &'static str {
         format!(
             "WITH targets AS MATERIALIZED (
                  SELECT w.tid, c.output
-                   FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[])
-                        AS c(namespace, run_id, worker_id, output)
+                   FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bigint[])
+                        AS c(namespace, run_id, worker_id, output, claim_epoch)
                   CROSS JOIN LATERAL (
-                        SELECT x.ctid AS tid, x.status, x.worker_id, x.parent_run_id
+                        SELECT x.ctid AS tid, x.status, x.worker_id, x.claim_epoch,
+                               x.parent_run_id
                           FROM tasks.workflow_runs x
                          WHERE x.namespace = c.namespace AND x.id = c.run_id
                         OFFSET 0) w
@@ -463,8 +471,8 @@ pub(crate) fn complete_runs_sql() -> &'static str {
                  {SKIP_STORED}
              )
              SELECT {RUN_COLUMNS} FROM done",
-            rows = step_rows(5),
-            fence = COMPLETE.fence("w.", "c.worker_id"),
+            rows = step_rows(6),
+            fence = COMPLETE.fence("w.", "c.worker_id", "c.claim_epoch"),
             completed = COMPLETED.set_sql("now()", &[(Column::Output, "t.output::jsonb")]),
             returning = super::prefixed("wr", RUN_COLUMNS),
         )

@@ -49,7 +49,7 @@ impl RetentionStore for PgStore {
           RETURNING r.id",
             selected = status_in("r.", params.selected_statuses()),
             family = purgeable_family("r.", "tasks.workflow_runs"),
-            fence = PURGE.fence("r.", "NULL"),
+            fence = PURGE.fence("r.", "NULL", "NULL"),
         );
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let purged: Vec<Uuid> = sqlx::query(&delete)

@@ -13,8 +13,8 @@ use uuid::Uuid;
 /// Columns of `workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
-    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
+    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, claim_epoch, \
+    available_at, deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
     forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent, traceparent, \
     tracestate, queue";
 
@@ -41,6 +41,7 @@ pub(crate) struct RunRow {
     parent_step_attempt_namespace: Option<String>,
     parent_step_attempt_id: Option<Uuid>,
     worker_id: Option<String>,
+    claim_epoch: i64,
     available_at: Option<DateTime<Utc>>,
     deadline_at: Option<DateTime<Utc>>,
     started_at: Option<DateTime<Utc>>,
@@ -125,6 +126,7 @@ impl RunRow {
             parent_step_attempt_namespace: self.parent_step_attempt_namespace,
             parent_step_attempt_id: self.parent_step_attempt_id,
             worker_id: self.worker_id,
+            claim_epoch: self.claim_epoch,
             available_at: self.available_at,
             deadline_at: self.deadline_at,
             started_at: self.started_at,

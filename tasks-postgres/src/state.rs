@@ -76,7 +76,7 @@ impl StateStore for PgStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
         check::set_state(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
         let target = EventTarget::Run(params.run_id);
         match self.lock_run(&mut tx, &target, OPERATION).await? {

@@ -7,6 +7,7 @@ use crate::{PgStore, prefixed, rows};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{Postgres, QueryBuilder};
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{StepAttempt, StepStatus};
 use tasks_core::store::{
@@ -37,17 +38,18 @@ impl StepStore for PgStore {
               WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
              {SKIP_STORED}
           RETURNING {STEP_COLUMNS}",
-                fence = CREATE_STEP.fence("wr.", "$4"),
+                fence = CREATE_STEP.fence("wr.", "$4", "$9"),
             );
             let inserted = sqlx::query_as::<_, StepRow>(&sql)
                 .bind(&*self.namespace)
                 .bind(params.run_id)
                 .bind(params.id)
-                .bind(&params.worker_id)
+                .bind(&params.holder.worker_id)
                 .bind(&params.step_name)
                 .bind(params.kind.as_str())
                 .bind(&params.config)
                 .bind(&params.context)
+                .bind(params.holder.claim_epoch)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(db(operation))?;
@@ -59,7 +61,7 @@ impl StepStore for PgStore {
                         return Ok(step);
                     }
                     let current = self.fetch_run(params.run_id, operation).await?;
-                    Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), current.as_ref()))
+                    Err(CREATE_STEP.miss(params.run_id, Some(&params.holder), current.as_ref()))
                 }
             }
         })
@@ -149,11 +151,11 @@ impl StepStore for PgStore {
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<StepUpdate> {
         let operation = COMPLETE_STEP.operation;
-        check::complete_step_attempt(worker_id, &output)?;
+        check::complete_step_attempt(holder, &output)?;
         let sql = format!(
             "UPDATE tasks.step_attempts sa
                 SET status = 'completed', output = $4, finished_at = now(), updated_at = now()
@@ -162,7 +164,7 @@ impl StepStore for PgStore {
                 AND sa.status = 'running'
                 AND wr.namespace = sa.namespace AND wr.id = sa.workflow_run_id AND {fence}
           RETURNING {returning}",
-            fence = COMPLETE_STEP.fence("wr.", "$5"),
+            fence = COMPLETE_STEP.fence("wr.", "$5", "$6"),
             returning = prefixed("sa", STEP_COLUMNS)
         );
         let updated = sqlx::query_as::<_, StepRow>(&sql)
@@ -170,7 +172,8 @@ impl StepStore for PgStore {
             .bind(run_id)
             .bind(step_attempt_id)
             .bind(&output)
-            .bind(worker_id)
+            .bind(&holder.worker_id)
+            .bind(holder.claim_epoch)
             .fetch_optional(&self.pool)
             .await
             .map_err(db(operation))?;
@@ -197,7 +200,7 @@ impl StepStore for PgStore {
             &COMPLETE_STEP,
             run_id,
             Some(step_attempt_id),
-            worker_id,
+            holder,
             marked,
         )
         .await
@@ -230,13 +233,13 @@ impl StepStore for PgStore {
                   WHERE wr.namespace = $1 AND wr.id = $2 AND {fence}
                  {SKIP_STORED}
               RETURNING {STEP_COLUMNS}",
-                fence = RECORD_STEP.fence("wr.", "$4"),
+                fence = RECORD_STEP.fence("wr.", "$4", "$13"),
             );
             let inserted = sqlx::query_as::<_, StepRow>(&sql)
                 .bind(&*self.namespace)
                 .bind(params.run_id)
                 .bind(params.id)
-                .bind(&params.worker_id)
+                .bind(&params.holder.worker_id)
                 .bind(&params.step_name)
                 .bind(params.kind.as_str())
                 .bind(params.status.as_str())
@@ -245,6 +248,7 @@ impl StepStore for PgStore {
                 .bind(&params.error)
                 .bind(elapsed)
                 .bind(&params.args)
+                .bind(params.holder.claim_epoch)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(db(operation))?;
@@ -281,7 +285,7 @@ impl StepStore for PgStore {
                     .map_err(db(operation))?;
                 Ok(true)
             };
-            self.step_refused(&RECORD_STEP, params.run_id, None, &params.worker_id, trace)
+            self.step_refused(&RECORD_STEP, params.run_id, None, &params.holder, trace)
                 .await
         })
         .await

@@ -5,6 +5,7 @@
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, decode_run};
 use crate::{PgStore, RunQuery, children, notify};
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::{StepStatus, WorkflowRun};
 use tasks_core::store::{Notification, StepStore, StepUpdate};
@@ -17,15 +18,16 @@ use uuid::Uuid;
 impl PgStore {
     /// Applies `transition` to a run in one fenced statement:
     /// `UPDATE .. SET {set}, updated_at = now() WHERE <run> AND <fence> RETURNING <run>`,
-    /// with `$1` the namespace, `$2` the run, `$3` the worker (referenced by the fence of a
-    /// leased transition only); `bind` binds the `SET` list's values from `$4` on. A miss is
-    /// settled by the transition (already done, or why not); a change is announced.
+    /// with `$1` the namespace, `$2` the run, `$3` and `$4` the holder's worker id and claim
+    /// epoch (referenced by the fence of a leased transition only); `bind` binds the `SET`
+    /// list's values from `$5` on. A miss is settled by the transition (already done, or why
+    /// not); a change is announced.
     pub(crate) async fn transition(
         &self,
         transition: &Transition,
         set: &str,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         bind: impl for<'q> FnOnce(RunQuery<'q>) -> RunQuery<'q>,
     ) -> StoreResult<WorkflowRun> {
         // A transition that may finish the run wakes its parent in the same statement, and
@@ -37,7 +39,7 @@ impl PgStore {
             "UPDATE tasks.workflow_runs SET {set}, updated_at = now()
               WHERE namespace = $1 AND id = $2 AND {fence}{parent_first}
           RETURNING {RUN_COLUMNS}",
-            fence = transition.fence("", "$3"),
+            fence = transition.fence("", "$3", "$4"),
             parent_first = if finishing {
                 format!(" AND {}", children::PARENT_FIRST)
             } else {
@@ -63,7 +65,8 @@ impl PgStore {
         let query = sqlx::query(&sql)
             .bind(&*self.namespace)
             .bind(run_id)
-            .bind(worker_id.map(str::to_owned));
+            .bind(holder.map(|holder| holder.worker_id.clone()))
+            .bind(holder.map(|holder| holder.claim_epoch));
         let updated = bind(query)
             .fetch_optional(&self.pool)
             .await
@@ -80,9 +83,9 @@ impl PgStore {
                 Ok(run)
             }
             None => {
-                tracing::debug!(%run_id, worker_id, operation = %transition.operation, "fenced update matched no run");
+                tracing::debug!(%run_id, holder = ?holder, operation = %transition.operation, "fenced update matched no run");
                 let current = self.fetch_run(run_id, transition.operation).await?;
-                transition.settle(run_id, worker_id, current)
+                transition.settle(run_id, holder, current)
             }
         }
     }
@@ -123,7 +126,7 @@ impl PgStore {
         }
     }
 
-    /// Fails for good run `run_id`, just claimed by `worker_id`, whose row did not decode
+    /// Fails for good run `run_id`, just claimed by `holder`, whose row did not decode
     /// ([`QUARANTINE`]): its undecodable JSON `columns` are moved into the error record as
     /// text and reset, so the row reads again. Like every finishing transition, it wakes the
     /// run's parent when the run is a child. A failure is logged, not returned: the claim
@@ -131,7 +134,7 @@ impl PgStore {
     pub(crate) async fn quarantine(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         reason: &str,
         columns: &[&str],
     ) {
@@ -148,15 +151,13 @@ impl PgStore {
             }
         }
         let error = format!(
-            "$4::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
+            "$5::jsonb || jsonb_build_object('quarantined', jsonb_build_object({}))",
             moved.join(", ")
         );
         let set = QUARANTINED.set_sql("now()", &[(Column::Error, &error)]) + &resets;
         let error = quarantine_error(run_id, reason);
         let failed = self
-            .transition(&QUARANTINE, &set, run_id, Some(worker_id), |q| {
-                q.bind(error)
-            })
+            .transition(&QUARANTINE, &set, run_id, Some(holder), |q| q.bind(error))
             .await;
         match failed {
             Ok(_) => {}
@@ -199,7 +200,7 @@ impl PgStore {
     }
 
     /// A step attempt of `run_id` could not be written because the run is not running under
-    /// `worker_id`. When it was paused or canceled meanwhile, `interrupt` writes the attempt
+    /// `holder`'s claim. When it was paused or canceled meanwhile, `interrupt` writes the attempt
     /// marked like the run (returning whether it could) and the outcome is an interruption;
     /// otherwise the miss is explained.
     pub(crate) async fn step_refused<'a, F>(
@@ -207,7 +208,7 @@ impl PgStore {
         transition: &Transition,
         run_id: Uuid,
         step_id: Option<Uuid>,
-        worker_id: &str,
+        holder: &Holder,
         interrupt: impl FnOnce(StepStatus) -> F,
     ) -> StoreResult<StepUpdate>
     where
@@ -224,14 +225,14 @@ impl PgStore {
             });
         }
         let Some(step_id) = step_id else {
-            return Err(transition.miss(run_id, Some(worker_id), run.as_ref()));
+            return Err(transition.miss(run_id, Some(holder), run.as_ref()));
         };
         let step = self.get_step_attempt(step_id).await?;
         Err(explain_step_miss(
             transition,
             run_id,
             step_id,
-            worker_id,
+            holder,
             run.as_ref(),
             step.as_ref(),
         ))

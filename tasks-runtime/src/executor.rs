@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
+use crate::Holder;
 use crate::context::{ExecutionLimits, WorkflowContext};
 use crate::definition::WorkflowDefinition;
 use crate::error::StoreError;
@@ -90,10 +91,7 @@ impl Executor {
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
     ) -> Outcome {
-        let ClaimedRun {
-            run,
-            first_execution,
-        } = claimed;
+        let run = &claimed.run;
         // One span per execution: its `replay` and `step` spans are its children, and it
         // joins the trace of the run's start (see `crate::trace`).
         let span = tracing::info_span!(
@@ -103,31 +101,30 @@ impl Executor {
             workflow.version = run.version.as_deref().unwrap_or(""),
             attempt = run.attempts,
             worker.id = %self.worker_id,
-            replay = !first_execution,
+            claim.epoch = run.claim_epoch,
+            replay = !claimed.first_execution,
             trace.parent = tracing::field::Empty,
         );
         crate::trace::adopt(&span, run.trace_context.as_ref());
-        self.execute_inner(
-            run,
-            first_execution,
-            claimed_at,
-            definition,
-            shutdown,
-            returned,
-        )
-        .instrument(span)
-        .await
+        self.execute_inner(claimed, claimed_at, definition, shutdown, returned)
+            .instrument(span)
+            .await
     }
 
     async fn execute_inner(
         &self,
-        run: WorkflowRun,
-        first_execution: bool,
+        claimed: ClaimedRun,
         claimed_at: std::time::Instant,
         definition: &'static WorkflowDefinition,
         shutdown: CancellationToken,
         returned: impl FnOnce() + Send,
     ) -> Outcome {
+        // Every write of this execution is fenced on its claim.
+        let holder = claimed.holder();
+        let ClaimedRun {
+            run,
+            first_execution,
+        } = claimed;
         let run_id = run.id;
         let history = if first_execution {
             // Nothing can have been recorded yet: skip the round trip.
@@ -150,10 +147,10 @@ impl Executor {
             // A step row of this run that does not decode would fail every execution the
             // same way: the run is failed for good, like a poison run row at its claim.
             Err(StoreError::CorruptRun { id, reason, .. }) if id == run_id => {
-                return self.quarantine(&run, &reason).await;
+                return self.quarantine(&run, &holder, &reason).await;
             }
             Err(error @ StoreError::CorruptStep { run_id: id, .. }) if id == run_id => {
-                return self.quarantine(&run, &error.to_string()).await;
+                return self.quarantine(&run, &holder, &error.to_string()).await;
             }
             Err(error) => {
                 tracing::warn!(%error, "could not load step history; the run will be retried after its lease");
@@ -170,7 +167,7 @@ impl Executor {
         let session = RunSession::new(
             self.store.clone(),
             run_id,
-            self.worker_id.clone(),
+            holder,
             self.lease,
             claimed_at,
             self.beats.clone(),
@@ -318,12 +315,12 @@ impl Executor {
         }
     }
 
-    /// Fails for good `run`, held by this worker, whose step history did not decode
-    /// (`reason` names the step row): with the same non-retryable error of kind `corrupt`,
-    /// naming the run, that a claim gives a run whose own row does not decode, so the run is
-    /// not claimed again after every lease. The step rows are left as they are, for
+    /// Fails for good `run`, held by `holder` (this execution's claim), whose step history
+    /// did not decode (`reason` names the step row): with the same non-retryable error of
+    /// kind `corrupt`, naming the run, that a claim gives a run whose own row does not
+    /// decode, so the run is not claimed again after every lease. The step rows are left as they are, for
     /// inspection; listing them names the run as corrupt.
-    async fn quarantine(&self, run: &WorkflowRun, reason: &str) -> Outcome {
+    async fn quarantine(&self, run: &WorkflowRun, holder: &Holder, reason: &str) -> Outcome {
         tracing::error!(
             reason,
             "the run's step history cannot be decoded; failing it"
@@ -335,7 +332,7 @@ impl Executor {
         };
         let params = FailRun {
             run_id: run.id,
-            worker_id: self.worker_id.clone(),
+            holder: holder.clone(),
             error: crate::transition::quarantine_error(run.id, &reason),
             force: true,
         };

@@ -28,8 +28,8 @@ pub use tasks_postgres as postgres;
 // The records, limits, failures, retry policy and the store contract are `tasks-core`'s,
 // under the paths they have always had here.
 pub use tasks_core::{
-    children, clock, error, events, failure, flow, idempotency, limits, model, queue, retention,
-    retry, schedule, state, store, trace,
+    children, clock, error, events, failure, flow, holder, idempotency, limits, model, queue,
+    retention, retry, schedule, state, store, trace,
 };
 use tasks_core::{migration, transition};
 
@@ -53,6 +53,7 @@ pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
 pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
+pub use holder::Holder;
 pub use idempotency::IdempotencyScope;
 pub use limits::LimitError;
 pub use migration::{MigrateError, Migration};

@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::Holder;
 use crate::error::{StoreError, StoreResult};
 use crate::failure::ErrorRecord;
 use crate::liveness::BeatClock;
@@ -43,11 +44,13 @@ pub(crate) use halt::{Halt, limit_failure, retrying};
 /// normally takes microseconds; this bounds the wait when it does not.
 pub(crate) const HOLD_WINDOW: Duration = Duration::from_millis(2);
 
-/// The writes of one claimed run, under its worker's lease.
+/// The writes of one claimed run, under its claim's lease: every write carries the claim's
+/// [`Holder`] (the worker and the claim epoch), so once the run is claimed again, even by
+/// this same worker, the store refuses them all.
 pub(crate) struct RunSession {
     store: SharedStore,
     run_id: Uuid,
-    worker_id: String,
+    holder: Holder,
     /// How long a write failing on database errors is tried again (the run's lease).
     retry_for: Duration,
     /// Finished function-step attempts not written yet, with when each was held.
@@ -75,13 +78,13 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl RunSession {
-    /// The session of `run_id`, claimed by `worker_id` with a claim sent at `claimed_at`, on
+    /// The session of `run_id`, held by `holder` by a claim sent at `claimed_at`, on
     /// a worker whose heartbeats `beats` records; writes failing on database errors are
     /// tried again for up to `retry_for` (the lease).
     pub(crate) fn new(
         store: SharedStore,
         run_id: Uuid,
-        worker_id: String,
+        holder: Holder,
         retry_for: Duration,
         claimed_at: std::time::Instant,
         beats: Arc<BeatClock>,
@@ -89,7 +92,7 @@ impl RunSession {
         Arc::new(RunSession {
             store,
             run_id,
-            worker_id,
+            holder,
             retry_for,
             held: Mutex::new(Vec::new()),
             lease_from: Mutex::new(claimed_at),
@@ -186,7 +189,7 @@ impl RunSession {
             // Chosen once: every retry of this record carries it.
             id: Uuid::now_v7(),
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_name: step_name.to_owned(),
             kind: StepKind::Function,
             config,
@@ -300,7 +303,7 @@ impl RunSession {
         let params = CreateStepAttempt {
             id: Uuid::now_v7(),
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_name: step_name.to_owned(),
             kind,
             config,
@@ -319,7 +322,7 @@ impl RunSession {
             self.store.contract().complete_step_attempt(
                 self.run_id,
                 attempt_id,
-                &self.worker_id,
+                &self.holder,
                 Value::Null,
             )
         })
@@ -355,7 +358,7 @@ impl RunSession {
     ) -> Result<crate::events::EventWait, Halt> {
         let params = crate::events::WaitForEvent {
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_name: step_name.to_owned(),
             topic: topic.to_owned(),
             timeout,
@@ -377,7 +380,7 @@ impl RunSession {
     ) -> Result<crate::state::StateSet, Halt> {
         let params = crate::state::SetState {
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_name: step_name.to_owned(),
             key: key.to_owned(),
             value,
@@ -409,7 +412,7 @@ impl RunSession {
     ) -> Result<crate::children::StartedChild, Halt> {
         let params = crate::children::StartChild {
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_name: step_name.to_owned(),
             child,
             on_parent_cancel,
@@ -429,7 +432,7 @@ impl RunSession {
     ) -> Result<crate::children::ChildWait, Halt> {
         let params = crate::children::WaitForChildren {
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             step_names,
         };
         let store = self.store.contract().children().map_err(Halt::after)?;
@@ -452,7 +455,7 @@ impl RunSession {
             tries += 1;
             self.store.contract().complete_run_with_steps(
                 self.run_id,
-                &self.worker_id,
+                &self.holder,
                 output.clone(),
                 steps.clone(),
             )
@@ -478,7 +481,7 @@ impl RunSession {
     pub(crate) async fn fail(&self, record: &ErrorRecord, force: bool) -> StoreResult<WorkflowRun> {
         let params = FailRun {
             run_id: self.run_id,
-            worker_id: self.worker_id.clone(),
+            holder: self.holder.clone(),
             error: record.to_json(),
             force,
         };
@@ -493,7 +496,7 @@ impl RunSession {
         retrying(self.retry_for, || {
             self.store
                 .contract()
-                .sleep_run(self.run_id, &self.worker_id, until)
+                .sleep_run(self.run_id, &self.holder, until)
         })
         .await
     }
@@ -504,7 +507,7 @@ impl RunSession {
         let extended = self
             .store
             .contract()
-            .extend_lease(self.run_id, &self.worker_id, lease)
+            .extend_lease(self.run_id, &self.holder, lease)
             .await;
         if extended.is_ok() {
             let mut lease_from = lock(&self.lease_from);

@@ -144,7 +144,7 @@ impl ChildStore for SqliteStore {
         let config = params.child.stored_config()?;
         let available_at = rows::ts_opt(params.child.available_at)?;
         let deadline_at = rows::ts_opt(params.child.deadline_at)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
             Some(run) if START_CHILD.admits(&run, worker) => {}
@@ -261,7 +261,7 @@ impl ChildStore for SqliteStore {
     async fn wait_for_children(&self, params: WaitForChildren) -> StoreResult<ChildWait> {
         const OPERATION: Operation = Operation::WaitForChildren;
         check::wait_for_children(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
             Some(run) if WAIT_CHILDREN.admits(&run, worker) => {}

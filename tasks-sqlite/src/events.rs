@@ -241,7 +241,7 @@ impl EventStore for SqliteStore {
                 "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
                   WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
               RETURNING {RUN_COLUMNS}",
-                fence = WAKE_ON_EVENT.fence("", "NULL"),
+                fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
             );
             sqlx::query_as::<_, RunRow>(&wake)
                 .bind(&*self.namespace)
@@ -271,7 +271,7 @@ impl EventStore for SqliteStore {
     async fn wait_for_event(&self, params: WaitForEvent) -> StoreResult<EventWait> {
         const OPERATION: Operation = Operation::WaitForEvent;
         check::wait_for_event(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
             Some(run) if WAIT_EVENT.admits(&run, worker) => {}

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::time::Duration;
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
@@ -18,9 +19,10 @@ use tasks_core::transition::{
     BACKED_OFF, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, CLAIMED, COMPLETE, Column,
     EXPIRE, EXPIRED, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD, PENDING_ORDER, RELEASE, RELEASED,
     RELEASED_ATTEMPTS_SQL, SLEEP, SLEEPING, TAKES_QUEUE_SLOT, TAKES_SLOT, admitted,
-    claimed_attempts_sql, claimed_started_at_sql, deadline_error, either_set_sql,
-    first_execution_sql, forgettable_workers, gives_up_sql, is_start, key_limit, keyed_candidates,
-    pending_order, rate_starts_left_sql, retry_after, slots_held, stale_workers, status_in,
+    claimed_attempts_sql, claimed_epoch_sql, claimed_started_at_sql, deadline_error,
+    either_set_sql, first_execution_sql, forgettable_workers, gives_up_sql, is_start, key_limit,
+    keyed_candidates, pending_order, rate_starts_left_sql, retry_after, slots_held, stale_workers,
+    status_in,
 };
 use uuid::Uuid;
 
@@ -190,6 +192,7 @@ impl LeaseStore for SqliteStore {
                 "?2",
                 &[
                     (Column::WorkerId, "?3"),
+                    (Column::ClaimEpoch, &claimed_epoch_sql("")),
                     (Column::AvailableAt, "?4"),
                     (Column::Attempts, &claimed_attempts_sql("")),
                     (Column::StartedAt, &claimed_started_at_sql("", "?2")),
@@ -239,13 +242,15 @@ impl LeaseStore for SqliteStore {
                 .into_iter()
                 .map(|(column, text)| (column, text.to_owned()))
                 .collect();
+            let epoch = row.claim_epoch();
             match row.into_claimed(OPERATION) {
                 Ok(claimed) => runs.push(claimed),
                 // A poison row must not strand the batch: fail it, in this transaction, and
                 // go on with the others.
                 Err(StoreError::CorruptRun { id, reason, .. }) => {
+                    let holder = Holder::new(worker_id, epoch);
                     if let Some(parent) = self
-                        .quarantine(&mut write, id, worker_id, &reason, &columns)
+                        .quarantine(&mut write, id, &holder, &reason, &columns)
                         .await?
                     {
                         ended.push(self.wake_parent(&mut write, parent, OPERATION).await?);
@@ -298,15 +303,15 @@ impl LeaseStore for SqliteStore {
     async fn extend_lease(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         lease: Duration,
     ) -> StoreResult<WorkflowRun> {
-        check::extend_lease(worker_id, lease)?;
+        check::extend_lease(holder, lease)?;
         self.transition(
             &EXTEND_LEASE,
-            "available_at = ?5",
+            "available_at = ?6",
             run_id,
-            Some(worker_id),
+            Some(holder),
             |q, w| Ok(q.bind(w.now_plus(lease)?)),
         )
         .await
@@ -315,52 +320,50 @@ impl LeaseStore for SqliteStore {
     async fn sleep_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {
-        check::sleep_run(worker_id, until)?;
+        check::sleep_run(holder, until)?;
         let until = rows::ts(until)?;
-        let set = SLEEPING.set_sql("?4", &[(Column::AvailableAt, "?5")]);
-        self.transition(&SLEEP, &set, run_id, Some(worker_id), |q, _| {
-            Ok(q.bind(until))
-        })
-        .await
+        let set = SLEEPING.set_sql("?4", &[(Column::AvailableAt, "?6")]);
+        self.transition(&SLEEP, &set, run_id, Some(holder), |q, _| Ok(q.bind(until)))
+            .await
     }
 
     async fn complete_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run(worker_id, &output)?;
+        check::complete_run(holder, &output)?;
         let write = self.begin_write(COMPLETE.operation).await?;
-        self.complete_in(write, run_id, worker_id, &output).await
+        self.complete_in(write, run_id, holder, &output).await
     }
 
     /// The run's last attempts and its completion in one write transaction when the run is
-    /// still this worker's; otherwise the separate writes, which keep and report exactly
+    /// still this claim's; otherwise the separate writes, which keep and report exactly
     /// what `record_step_attempt` and `complete_run` would.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        check::complete_run_with_steps(run_id, worker_id, &output, &steps)?;
+        check::complete_run_with_steps(run_id, holder, &output, &steps)?;
         if steps.is_empty() {
             let write = self.begin_write(COMPLETE.operation).await?;
-            return self.complete_in(write, run_id, worker_id, &output).await;
+            return self.complete_in(write, run_id, holder, &output).await;
         }
         let mut write = self.begin_write(COMPLETE.operation).await?;
         let state = self
-            .run_state(&mut write, &COMPLETE, run_id, worker_id)
+            .run_state(&mut write, &COMPLETE, run_id, holder)
             .await?;
         if !matches!(state, RunState::Owned(_)) {
             // Nothing written yet: give the lock back and let the single writes classify.
             drop(write);
-            return complete_separately(self, run_id, worker_id, output, steps).await;
+            return complete_separately(self, run_id, holder, output, steps).await;
         }
         for (nth, params) in steps.iter().enumerate() {
             if self
@@ -372,17 +375,17 @@ impl LeaseStore for SqliteStore {
                 self.stored_record(&mut write, params).await?;
             }
         }
-        self.complete_in(write, run_id, worker_id, &output).await
+        self.complete_in(write, run_id, holder, &output).await
     }
 
     async fn fail_run(&self, params: FailRun) -> StoreResult<WorkflowRun> {
         check::fail_run(&params)?;
-        let (run_id, worker_id) = (params.run_id, params.worker_id.as_str());
+        let (run_id, holder) = (params.run_id, &params.holder);
         let mut write = self.begin_write(FAIL.operation).await?;
         let current = fetch_run(write.conn(), &self.namespace, run_id, FAIL.operation).await?;
         let run = match current {
-            Some(run) if FAIL.admits(&run, Some(worker_id)) => run,
-            current => return Err(FAIL.miss(run_id, Some(worker_id), current.as_ref())),
+            Some(run) if FAIL.admits(&run, Some(holder)) => run,
+            current => return Err(FAIL.miss(run_id, Some(holder), current.as_ref())),
         };
         // Decided under the write lock, on the attempt just read; the statement gives up
         // when the retry would start at or after the deadline.
@@ -390,16 +393,16 @@ impl LeaseStore for SqliteStore {
             .map(|wait| write.now_plus(wait))
             .transpose()?;
         let set = either_set_sql(
-            &gives_up_sql("?5", "deadline_at"),
-            (&FAILED_FOR_GOOD, &[(Column::Error, "?6")]),
+            &gives_up_sql("?6", "deadline_at"),
+            (&FAILED_FOR_GOOD, &[(Column::Error, "?7")]),
             (
                 &BACKED_OFF,
-                &[(Column::Error, "?6"), (Column::AvailableAt, "?5")],
+                &[(Column::Error, "?7"), (Column::AvailableAt, "?6")],
             ),
             "?4",
         );
         let error = rows::json(&params.error);
-        self.transition_in(write, &FAIL, &set, run_id, Some(worker_id), |q, _| {
+        self.transition_in(write, &FAIL, &set, run_id, Some(holder), |q, _| {
             Ok(q.bind(retry_at).bind(error))
         })
         .await
@@ -408,21 +411,21 @@ impl LeaseStore for SqliteStore {
     async fn release_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun> {
-        check::release_run(worker_id, delay, &reason)?;
+        check::release_run(holder, delay, &reason)?;
         let set = RELEASED.set_sql(
             "?4",
             &[
-                (Column::AvailableAt, "?5"),
-                (Column::Error, "?6"),
+                (Column::AvailableAt, "?6"),
+                (Column::Error, "?7"),
                 (Column::Attempts, RELEASED_ATTEMPTS_SQL),
             ],
         );
         let reason = rows::json(&reason);
-        self.transition(&RELEASE, &set, run_id, Some(worker_id), |q, w| {
+        self.transition(&RELEASE, &set, run_id, Some(holder), |q, w| {
             Ok(q.bind(w.now_plus(delay)?).bind(reason))
         })
         .await

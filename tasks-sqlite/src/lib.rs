@@ -255,12 +255,18 @@ impl SqliteStore {
 
     /// Starts a write: queues on this process's gate, then takes SQLite's write lock with
     /// `BEGIN IMMEDIATE`, then reads the clock.
+    ///
+    /// The `BEGIN` runs in a task of its own, so that it completes whatever becomes of the
+    /// caller: a write cancelled while its `BEGIN` was answered but not yet taken (a lease
+    /// extension aborted with its execution, say) would otherwise return its connection to
+    /// the pool inside the transaction, holding SQLite's write lock for good. The task's
+    /// transaction, taken or dropped, is committed or rolled back like any other.
     pub(crate) async fn begin_write(&self, operation: Operation) -> StoreResult<Write<'_>> {
         let gate = self.shared.write_gate.lock().await;
-        let tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let pool = self.pool.clone();
+        let tx = tokio::spawn(async move { pool.begin_with("BEGIN IMMEDIATE").await })
             .await
+            .map_err(|error| StoreError::database(operation, error))?
             .map_err(db(operation))?;
         Ok(Write {
             tx,

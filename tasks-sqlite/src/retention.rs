@@ -85,7 +85,7 @@ impl RetentionStore for SqliteStore {
         }
         let delete = format!(
             "DELETE FROM tasks_workflow_runs WHERE namespace = ?1 AND id IN {BATCH} AND {fence}",
-            fence = PURGE.fence("", "NULL"),
+            fence = PURGE.fence("", "NULL", "NULL"),
         );
         let purged = sqlx::query(&delete)
             .bind(&*self.namespace)

@@ -24,8 +24,8 @@ use uuid::Uuid;
 /// Columns of `tasks_workflow_runs`, in the order of [`RunRow`].
 pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, status, \
     idempotency_key, config, context, input, output, error, attempts, \
-    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, available_at, \
-    deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
+    parent_step_attempt_namespace, parent_step_attempt_id, worker_id, claim_epoch, \
+    available_at, deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
     forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent, traceparent, \
     tracestate, queue";
 
@@ -156,6 +156,7 @@ pub(crate) struct RunRow {
     parent_step_attempt_namespace: Option<String>,
     parent_step_attempt_id: Option<String>,
     worker_id: Option<String>,
+    claim_epoch: i64,
     available_at: Option<String>,
     deadline_at: Option<String>,
     started_at: Option<String>,
@@ -229,6 +230,7 @@ impl RunRow {
             parent_step_attempt_namespace: self.parent_step_attempt_namespace,
             parent_step_attempt_id: parse_id_opt(self.parent_step_attempt_id, op)?,
             worker_id: self.worker_id,
+            claim_epoch: self.claim_epoch,
             available_at: parse_ts_opt(self.available_at, op)?,
             deadline_at: parse_ts_opt(self.deadline_at, op)?,
             started_at: parse_ts_opt(self.started_at, op)?,
@@ -266,6 +268,12 @@ impl ClaimRow {
     /// The row of the claimed run, as stored.
     pub(crate) fn run_row(&self) -> &RunRow {
         &self.run
+    }
+
+    /// The claim epoch the claim left the run at: a plain integer, which reads when the
+    /// row's JSON does not.
+    pub(crate) fn claim_epoch(&self) -> i64 {
+        self.run.claim_epoch
     }
 
     pub(crate) fn into_claimed(self, operation: Operation) -> StoreResult<ClaimedRun> {

@@ -10,6 +10,7 @@ use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
@@ -32,19 +33,19 @@ impl SqliteStore {
         transition: &Transition,
         set: &str,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         bind: impl for<'q> FnOnce(RunQuery<'q>, &Write<'_>) -> StoreResult<RunQuery<'q>>,
     ) -> StoreResult<WorkflowRun> {
         let write = self.begin_write(transition.operation).await?;
-        self.transition_in(write, transition, set, run_id, worker_id, bind)
+        self.transition_in(write, transition, set, run_id, holder, bind)
             .await
     }
 
     /// Applies `transition` to a run in the write transaction `write`, and commits:
     /// `UPDATE .. SET {set}, updated_at = ?4 WHERE <run> AND <fence> RETURNING <run>`, with
-    /// `?1` the namespace, `?2` the run, `?3` the worker (referenced by the fence of a leased
-    /// transition only) and `?4` the transaction's time; `bind` binds the `SET` list's values
-    /// from `?5` on. A miss is settled by the transition on the run as read in the same
+    /// `?1` the namespace, `?2` the run, `?3` and `?5` the holder's worker id and claim epoch
+    /// (referenced by the fence of a leased transition only) and `?4` the transaction's time;
+    /// `bind` binds the `SET` list's values from `?6` on. A miss is settled by the transition on the run as read in the same
     /// transaction; a change is announced.
     pub(super) async fn transition_in(
         &self,
@@ -52,7 +53,7 @@ impl SqliteStore {
         transition: &Transition,
         set: &str,
         run_id: Uuid,
-        worker_id: Option<&str>,
+        holder: Option<&Holder>,
         bind: impl for<'q> FnOnce(RunQuery<'q>, &Write<'_>) -> StoreResult<RunQuery<'q>>,
     ) -> StoreResult<WorkflowRun> {
         let operation = transition.operation;
@@ -60,13 +61,14 @@ impl SqliteStore {
             "UPDATE tasks_workflow_runs SET {set}, updated_at = ?4
               WHERE namespace = ?1 AND id = ?2 AND {fence}
           RETURNING {RUN_COLUMNS}",
-            fence = transition.fence("", "?3"),
+            fence = transition.fence("", "?3", "?5"),
         );
         let query = sqlx::query_as::<_, RunRow>(&sql)
             .bind(self.namespace.to_string())
             .bind(rows::id(run_id))
-            .bind(worker_id.map(str::to_owned))
-            .bind(write.now());
+            .bind(holder.map(|holder| holder.worker_id.clone()))
+            .bind(write.now())
+            .bind(holder.map(|holder| holder.claim_epoch));
         let updated = bind(query, &write)?
             .fetch_optional(write.conn())
             .await
@@ -85,7 +87,7 @@ impl SqliteStore {
                 Ok(run)
             }
             None => {
-                tracing::debug!(%run_id, worker_id, %operation, "fenced update matched no run");
+                tracing::debug!(%run_id, holder = ?holder, %operation, "fenced update matched no run");
                 Err(fetch_run(write.conn(), &self.namespace, run_id, operation).await?)
             }
         };
@@ -100,7 +102,7 @@ impl SqliteStore {
                 }
                 Ok(run)
             }
-            Err(current) => transition.settle(run_id, worker_id, current),
+            Err(current) => transition.settle(run_id, holder, current),
         }
     }
 
@@ -189,7 +191,7 @@ impl SqliteStore {
         &self,
         write: &mut Write<'_>,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         reason: &str,
         columns: &[(&'static str, String)],
     ) -> StoreResult<Option<Uuid>> {
@@ -210,14 +212,15 @@ impl SqliteStore {
             "UPDATE tasks_workflow_runs SET {set}
               WHERE namespace = ?1 AND id = ?2 AND {fence}
           RETURNING parent_run_id",
-            fence = QUARANTINE.fence("", "?3"),
+            fence = QUARANTINE.fence("", "?3", "?6"),
         );
         let parent: Option<Option<String>> = sqlx::query_scalar(&sql)
             .bind(&*self.namespace)
             .bind(rows::id(run_id))
-            .bind(worker_id)
+            .bind(&holder.worker_id)
             .bind(write.now())
             .bind(rows::json(&error))
+            .bind(holder.claim_epoch)
             .fetch_optional(write.conn())
             .await
             .map_err(db(QUARANTINE.operation))?;
@@ -234,12 +237,12 @@ impl SqliteStore {
         &self,
         write: Write<'_>,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: &Value,
     ) -> StoreResult<WorkflowRun> {
-        let set = COMPLETED.set_sql("?4", &[(Column::Output, "?5")]);
+        let set = COMPLETED.set_sql("?4", &[(Column::Output, "?6")]);
         let output = rows::json(output);
-        self.transition_in(write, &COMPLETE, &set, run_id, Some(worker_id), |q, _| {
+        self.transition_in(write, &COMPLETE, &set, run_id, Some(holder), |q, _| {
             Ok(q.bind(output))
         })
         .await

@@ -72,7 +72,7 @@ impl StateStore for SqliteStore {
     async fn set_state(&self, params: SetState) -> StoreResult<StateSet> {
         const OPERATION: Operation = Operation::SetState;
         check::set_state(&params)?;
-        let worker = Some(params.worker_id.as_str());
+        let worker = Some(&params.holder);
         let mut write = self.begin_write(OPERATION).await?;
         match fetch_run(write.conn(), &self.namespace, params.run_id, OPERATION).await? {
             Some(run) if SET_STATE.admits(&run, worker) => {}

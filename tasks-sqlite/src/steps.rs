@@ -9,6 +9,7 @@ use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
+use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreError, StoreResult, db};
 use tasks_core::model::{StepAttempt, StepStatus, WorkflowRun};
 use tasks_core::store::{
@@ -23,7 +24,7 @@ use uuid::Uuid;
 
 /// How a step write found the run, read under the write lock.
 pub(crate) enum RunState {
-    /// Running under the writing worker: the write applies.
+    /// Running under the writer's claim: the write applies.
     Owned(WorkflowRun),
     /// Paused or canceled meanwhile: the attempt is kept, marked with this status.
     Interrupted(WorkflowRun, StepStatus),
@@ -38,11 +39,11 @@ impl SqliteStore {
         write: &mut Write<'_>,
         transition: &Transition,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
     ) -> StoreResult<RunState> {
         let run = fetch_run(write.conn(), &self.namespace, run_id, transition.operation).await?;
         Ok(match run {
-            Some(run) if transition.admits(&run, Some(worker_id)) => RunState::Owned(run),
+            Some(run) if transition.admits(&run, Some(holder)) => RunState::Owned(run),
             Some(run) => match interrupted(run.status) {
                 Some(mark) => RunState::Interrupted(run, mark),
                 None => RunState::Refused(Some(run)),
@@ -164,9 +165,9 @@ impl StepStore for SqliteStore {
         let run = fetch_run(write.conn(), &self.namespace, params.run_id, operation).await?;
         if !run
             .as_ref()
-            .is_some_and(|run| CREATE_STEP.admits(run, Some(&params.worker_id)))
+            .is_some_and(|run| CREATE_STEP.admits(run, Some(&params.holder)))
         {
-            return Err(CREATE_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
+            return Err(CREATE_STEP.miss(params.run_id, Some(&params.holder), run.as_ref()));
         }
         // Every attempt gets the time of its own write transaction, taken under the write
         // lock, so attempts of a run have increasing `created_at`; `id` (UUIDv7) breaks any
@@ -254,20 +255,20 @@ impl StepStore for SqliteStore {
     }
 
     /// Completes a running attempt (a durable sleep) with `output`, fenced on its run
-    /// running under `worker_id`, all in one write transaction.
+    /// running under `holder`'s claim, all in one write transaction.
     async fn complete_step_attempt(
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<StepUpdate> {
-        check::complete_step_attempt(worker_id, &output)?;
+        check::complete_step_attempt(holder, &output)?;
         let operation = COMPLETE_STEP.operation;
         let mut write = self.begin_write(operation).await?;
         let now = write.now();
         let state = self
-            .run_state(&mut write, &COMPLETE_STEP, run_id, worker_id)
+            .run_state(&mut write, &COMPLETE_STEP, run_id, holder)
             .await?;
         let (status, output, from) = match &state {
             RunState::Owned(_) => (
@@ -277,7 +278,7 @@ impl StepStore for SqliteStore {
             ),
             RunState::Interrupted(_, mark) => (*mark, None, MARKABLE_STEP),
             RunState::Refused(run) => {
-                return Err(COMPLETE_STEP.miss(run_id, Some(worker_id), run.as_ref()));
+                return Err(COMPLETE_STEP.miss(run_id, Some(holder), run.as_ref()));
             }
         };
         let sql = format!(
@@ -311,7 +312,7 @@ impl StepStore for SqliteStore {
                     &COMPLETE_STEP,
                     run_id,
                     step_attempt_id,
-                    worker_id,
+                    holder,
                     Some(&run),
                     step.as_ref(),
                 ));
@@ -323,13 +324,13 @@ impl StepStore for SqliteStore {
     }
 
     /// Records a finished attempt in one write transaction, fenced on its run running
-    /// under the worker; an interrupted attempt is kept, marked like its run.
+    /// under the claim; an interrupted attempt is kept, marked like its run.
     async fn record_step_attempt(&self, params: RecordStepAttempt) -> StoreResult<StepUpdate> {
         let operation = RECORD_STEP.operation;
         check::record_step_attempt(&params)?;
         let mut write = self.begin_write(operation).await?;
         let state = self
-            .run_state(&mut write, &RECORD_STEP, params.run_id, &params.worker_id)
+            .run_state(&mut write, &RECORD_STEP, params.run_id, &params.holder)
             .await?;
         if !matches!(state, RunState::Owned(_)) {
             // A retry whose first try was stored is answered with what was stored.
@@ -351,7 +352,7 @@ impl StepStore for SqliteStore {
                 }
             }
             RunState::Refused(run) => {
-                return Err(RECORD_STEP.miss(params.run_id, Some(&params.worker_id), run.as_ref()));
+                return Err(RECORD_STEP.miss(params.run_id, Some(&params.holder), run.as_ref()));
             }
         };
         write.commit().await?;

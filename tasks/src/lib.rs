@@ -139,12 +139,12 @@ pub mod store {
     pub use tasks_runtime::store::*;
     pub use tasks_runtime::{
         BoxError, Capability, ChildOutcome, ChildWait, ClaimFilter, Concurrency,
-        DerivedConcurrency, EventWait, Migration, Operation, ParentCancel, SendEvent, SetState,
-        StartChild, StartedChild, StateSet, StoreResult, WaitForChildren, WaitForEvent,
+        DerivedConcurrency, EventWait, Holder, Migration, Operation, ParentCancel, SendEvent,
+        SetState, StartChild, StartedChild, StateSet, StoreResult, WaitForChildren, WaitForEvent,
     };
     pub use tasks_runtime::{
-        children, clock, error, events, failure, flow, idempotency, model, queue, retention, retry,
-        schedule, state, trace,
+        children, clock, error, events, failure, flow, holder, idempotency, model, queue,
+        retention, retry, schedule, state, trace,
     };
 }
 

@@ -470,18 +470,44 @@ async fn a_killed_workers_runs_are_reclaimed_within_seconds(backend: Backend) {
 
 /// A store that fails the first `failures` writes a worker makes for its runs with a
 /// database error, as during a database restart, then passes everything through.
-struct Flaky {
+pub(crate) struct Flaky {
     inner: tasks::SharedStore,
     failures: std::sync::Arc<std::sync::atomic::AtomicU32>,
-    /// How long every lease extension takes, as on a starved machine or a stalled
-    /// connection (`None`: as long as the store takes).
+    /// How long the first `slow_extends` lease extensions take, as on a starved machine or
+    /// a stalled connection (`None`: as long as the store takes).
     slow_extend: Option<Duration>,
+    /// How many lease extensions, from the first, take `slow_extend`.
+    slow_extends: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// How many of the worker's step records and lease extensions the store refused with
+    /// `LeaseLost`.
+    pub(crate) lease_lost: std::sync::Arc<std::sync::atomic::AtomicU32>,
     /// Refuse every step record with a limit error, as a store would refuse a value past
     /// the limits that no check before it caught.
     refuse_steps: bool,
 }
 
 impl Flaky {
+    /// A store that passes everything through to `inner`, and counts its refusals.
+    pub(crate) fn over(inner: tasks::SharedStore) -> Flaky {
+        Flaky {
+            inner,
+            failures: Default::default(),
+            slow_extend: None,
+            slow_extends: Default::default(),
+            lease_lost: Default::default(),
+            refuse_steps: false,
+        }
+    }
+
+    /// Counts `result` when it is a `LeaseLost` refusal.
+    fn count<T>(&self, result: tasks::store::StoreResult<T>) -> tasks::store::StoreResult<T> {
+        if let Err(tasks::StoreError::LeaseLost { .. }) = &result {
+            self.lease_lost
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        result
+    }
+
     fn refuse(&self) -> tasks::store::StoreResult<()> {
         if self.refuse_steps {
             return Err(tasks::StoreError::Limit(tasks::LimitError::TooLarge {
@@ -520,6 +546,8 @@ impl tasks::store::Store for Flaky {
             inner: self.inner.scoped(namespace)?,
             failures: self.failures.clone(),
             slow_extend: self.slow_extend,
+            slow_extends: self.slow_extends.clone(),
+            lease_lost: self.lease_lost.clone(),
             refuse_steps: self.refuse_steps,
         }))
     }
@@ -594,48 +622,52 @@ impl tasks::store::LeaseStore for Flaky {
     async fn extend_lease(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         lease: Duration,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
-        if let Some(slow) = self.slow_extend {
+        let slowed = self.slow_extends.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |left| left.checked_sub(1),
+        );
+        if let (Some(slow), Ok(_)) = (self.slow_extend, slowed) {
             tokio::time::sleep(slow).await;
         }
-        self.inner
-            .contract()
-            .extend_lease(run_id, worker_id, lease)
-            .await
+        self.count(
+            self.inner
+                .contract()
+                .extend_lease(run_id, holder, lease)
+                .await,
+        )
     }
 
     async fn sleep_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         until: chrono::DateTime<chrono::Utc>,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::store::Operation::SleepRun)?;
-        self.inner
-            .contract()
-            .sleep_run(run_id, worker_id, until)
-            .await
+        self.inner.contract().sleep_run(run_id, holder, until).await
     }
 
     async fn complete_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.fail(tasks::store::Operation::CompleteRun)?;
         self.inner
             .contract()
-            .complete_run(run_id, worker_id, output)
+            .complete_run(run_id, holder, output)
             .await
     }
 
     async fn complete_run_with_steps(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
         steps: Vec<tasks::store::RecordStepAttempt>,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
@@ -645,7 +677,7 @@ impl tasks::store::LeaseStore for Flaky {
         }
         self.inner
             .contract()
-            .complete_run_with_steps(run_id, worker_id, output, steps)
+            .complete_run_with_steps(run_id, holder, output, steps)
             .await
     }
 
@@ -660,13 +692,13 @@ impl tasks::store::LeaseStore for Flaky {
     async fn release_run(
         &self,
         run_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         delay: Duration,
         reason: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::WorkflowRun> {
         self.inner
             .contract()
-            .release_run(run_id, worker_id, delay, reason)
+            .release_run(run_id, holder, delay, reason)
             .await
     }
 
@@ -723,13 +755,13 @@ impl tasks::store::StepStore for Flaky {
         &self,
         run_id: uuid::Uuid,
         step_attempt_id: uuid::Uuid,
-        worker_id: &str,
+        holder: &tasks::store::Holder,
         output: serde_json::Value,
     ) -> tasks::store::StoreResult<tasks::store::StepUpdate> {
         self.fail(tasks::store::Operation::CompleteStepAttempt)?;
         self.inner
             .contract()
-            .complete_step_attempt(run_id, step_attempt_id, worker_id, output)
+            .complete_step_attempt(run_id, step_attempt_id, holder, output)
             .await
     }
 
@@ -739,7 +771,7 @@ impl tasks::store::StepStore for Flaky {
     ) -> tasks::store::StoreResult<tasks::store::StepUpdate> {
         self.fail(tasks::store::Operation::RecordStepAttempt)?;
         self.refuse()?;
-        self.inner.contract().record_step_attempt(params).await
+        self.count(self.inner.contract().record_step_attempt(params).await)
     }
 }
 #[async_trait::async_trait]
@@ -987,10 +1019,8 @@ async fn a_worker_retries_its_writes_through_database_errors(backend: Backend) {
     let store = backend.store().await;
     let failures = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(5));
     let flaky = tasks::SharedStore::new(Flaky {
-        inner: store.shared(),
         failures: failures.clone(),
-        slow_extend: None,
-        refuse_steps: false,
+        ..Flaky::over(store.shared())
     });
     let client = tasks::Client::new(flaky.clone()).unwrap();
     let handle = many::start(&client, 10).await.unwrap();
@@ -1153,10 +1183,8 @@ async fn a_poison_step_row_fails_its_run_for_good_and_the_others_complete(backen
 async fn a_worker_write_refused_for_its_limits_fails_the_run_at_once(backend: Backend) {
     let store = backend.store().await;
     let refusing = tasks::SharedStore::new(Flaky {
-        inner: store.shared(),
-        failures: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)),
-        slow_extend: None,
         refuse_steps: true,
+        ..Flaky::over(store.shared())
     });
     let client = tasks::Client::new(refusing.clone()).unwrap();
     let worker = tasks::Worker::builder(refusing)
@@ -1327,17 +1355,21 @@ async fn own_lease(_ctx: WorkflowContext, _input: ()) -> Result<(), WorkflowErro
     recovery_long_step().await
 }
 
-/// A run whose lease runs out while its worker still executes it (the heartbeat's extension
-/// stalls for 3 s, the lease is 500 ms) is claimed again by that same worker: the
-/// execution in flight goes on, and the step does not run a second time.
-async fn a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out(backend: Backend) {
+/// A run whose lease runs out while its worker still executes it (the heartbeat's first
+/// extension stalls for 3 s, the lease is 500 ms) is claimed again by that same worker, by a
+/// new claim. The execution in flight is stale from then on: the store refuses its step
+/// record (its claim no longer holds the run), whatever the worker remembers. The new
+/// execution, which waited for the stale one to end instead of overlapping it, runs the
+/// step again and completes the run: the step is recorded once.
+async fn a_worker_whose_own_lease_ran_out_has_its_stale_writes_refused(backend: Backend) {
     let store = backend.store().await;
-    let stalling = tasks::SharedStore::new(Flaky {
-        inner: store.shared(),
-        failures: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0)),
+    let flaky = Flaky {
         slow_extend: Some(Duration::from_secs(3)),
-        refuse_steps: false,
-    });
+        slow_extends: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1)),
+        ..Flaky::over(store.shared())
+    };
+    let lease_lost = flaky.lease_lost.clone();
+    let stalling = tasks::SharedStore::new(flaky);
     let client = tasks::Client::new(stalling.clone()).unwrap();
     let worker = tasks::Worker::builder(stalling)
         .lease(Duration::from_millis(500))
@@ -1348,18 +1380,27 @@ async fn a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out(backe
     let run = own_lease::start(&client, ()).await.unwrap();
     run.result_within(Duration::from_secs(30)).await.unwrap();
     worker.shutdown().await;
-    assert_eq!(calls(run.id(), "long"), 1, "the step ran once");
-    let steps = run.steps().await.unwrap();
-    assert_eq!(steps.len(), 1, "{steps:?}");
-    let attempts = run.run().await.unwrap().attempts;
     assert!(
-        attempts >= 2,
-        "the lease ran out and the run was claimed again ({attempts})"
+        lease_lost.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the stale execution's record was refused"
+    );
+    assert!(
+        calls(run.id(), "long") >= 2,
+        "the step the stale execution could not record ran again under the new claim"
+    );
+    let steps = run.steps().await.unwrap();
+    assert_eq!(steps.len(), 1, "the step is recorded once: {steps:?}");
+    let done = run.run().await.unwrap();
+    assert!(
+        done.attempts >= 2 && done.claim_epoch >= 2,
+        "the lease ran out and the run was claimed again ({} attempts, claim {})",
+        done.attempts,
+        done.claim_epoch
     );
 }
 
 every_store! {
-    a_worker_does_not_execute_a_run_twice_when_its_own_lease_runs_out,
+    a_worker_whose_own_lease_ran_out_has_its_stale_writes_refused,
     runs_shared_by_several_workers_complete_exactly_once,
     a_worker_retries_its_writes_through_database_errors,
     a_worker_write_refused_for_its_limits_fails_the_run_at_once,

@@ -22,6 +22,7 @@ mod e2e_children;
 mod e2e_derived_keys;
 mod e2e_events;
 mod e2e_execution;
+mod e2e_fence;
 mod e2e_flow;
 mod e2e_idempotency;
 mod e2e_lifecycle;

@@ -15,11 +15,11 @@ async fn store() -> PgStore {
     tasks_tests::pg_store().await
 }
 
-fn finished_step(run_id: uuid::Uuid, worker: &str) -> RecordStepAttempt {
+fn finished_step(claimed: &tasks::store::ClaimedRun) -> RecordStepAttempt {
     RecordStepAttempt {
         id: uuid::Uuid::now_v7(),
-        run_id,
-        worker_id: worker.to_owned(),
+        run_id: claimed.run.id,
+        holder: claimed.holder(),
         step_name: "step".into(),
         kind: StepKind::Function,
         config: json!({}),
@@ -77,7 +77,7 @@ async fn a_client_starts_no_background_task() {
         .await
         .unwrap();
     store
-        .record_step_attempt(finished_step(claimed[0].run.id, "w"))
+        .record_step_attempt(finished_step(&claimed[0]))
         .await
         .unwrap();
     assert!(store.background_tasks() >= 2, "and the step recorder");
@@ -116,7 +116,7 @@ fn a_store_outlives_the_runtime_that_first_used_it() {
             .unwrap();
         assert!(runs.iter().any(|run| run.id == claimed[0].run.id));
         store
-            .record_step_attempt(finished_step(claimed[0].run.id, "w"))
+            .record_step_attempt(finished_step(&claimed[0]))
             .await
             .unwrap();
         let _events = store.subscribe().await.unwrap();
@@ -150,9 +150,7 @@ fn a_store_outlives_the_runtime_that_first_used_it() {
             .iter()
             .find(|c| c.run.id == run.id)
             .expect("claimed");
-        let recorded = store
-            .record_step_attempt(finished_step(ours.run.id, "w2"))
-            .await;
+        let recorded = store.record_step_attempt(finished_step(ours)).await;
         assert!(
             recorded.is_ok(),
             "the step recorder runs again: {recorded:?}"

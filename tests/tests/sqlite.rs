@@ -201,10 +201,11 @@ async fn many_claimers_in_one_process_claim_each_run_once() {
                 if claimed.is_empty() {
                     break;
                 }
-                for tasks::store::ClaimedRun { run, .. } in claimed {
+                for claimed in claimed {
+                    let (holder, run) = (claimed.holder(), claimed.run);
                     assert_eq!(run.worker_id.as_deref(), Some(worker.as_str()));
                     store
-                        .complete_run(run.id, &worker, json!(i))
+                        .complete_run(run.id, &holder, json!(i))
                         .await
                         .expect("complete_run");
                     mine.push(run.id);
@@ -282,7 +283,7 @@ async fn separately_opened_stores_on_one_file_wake_each_other() {
     assert_eq!(claimed[0].run.id, run.id);
     let mut client_events = client_side.subscribe().await.unwrap();
     worker_side
-        .complete_run(run.id, "w", json!(1))
+        .complete_run(run.id, &claimed[0].holder(), json!(1))
         .await
         .unwrap();
     let next = tokio::time::timeout(Duration::from_secs(5), client_events.next()).await;

@@ -34,6 +34,7 @@ use uuid::Uuid;
 use crate::children::{StartChild, WaitForChildren};
 use crate::error::StoreResult;
 use crate::events::{SendEvent, WaitForEvent};
+use crate::holder::Holder;
 use crate::limits::{self, Field};
 use crate::queue::{ClaimFilter, QueueOptions};
 use crate::retention::PurgeRuns;
@@ -76,35 +77,36 @@ pub fn claim_runs(worker_id: &str, lease: Duration, filter: &ClaimFilter) -> Sto
     Ok(filter.check()?)
 }
 
-/// [`LeaseStore::extend_lease`](super::LeaseStore::extend_lease): the worker id and the lease.
-pub fn extend_lease(worker_id: &str, lease: Duration) -> StoreResult<()> {
-    Ok(limits::check_lease(worker_id, lease)?)
+/// [`LeaseStore::extend_lease`](super::LeaseStore::extend_lease): the holder's worker id
+/// and the lease.
+pub fn extend_lease(holder: &Holder, lease: Duration) -> StoreResult<()> {
+    Ok(limits::check_lease(&holder.worker_id, lease)?)
 }
 
-/// [`LeaseStore::sleep_run`](super::LeaseStore::sleep_run): the worker id and the wake-up
-/// instant.
-pub fn sleep_run(worker_id: &str, until: DateTime<Utc>) -> StoreResult<()> {
-    limits::check_worker_id(worker_id)?;
+/// [`LeaseStore::sleep_run`](super::LeaseStore::sleep_run): the holder's worker id and the
+/// wake-up instant.
+pub fn sleep_run(holder: &Holder, until: DateTime<Utc>) -> StoreResult<()> {
+    limits::check_worker_id(&holder.worker_id)?;
     Ok(limits::check_time(Field::Sleep, until)?)
 }
 
-/// [`LeaseStore::complete_run`](super::LeaseStore::complete_run): the worker id and the
-/// workflow's output.
-pub fn complete_run(worker_id: &str, output: &Value) -> StoreResult<()> {
-    limits::check_worker_id(worker_id)?;
+/// [`LeaseStore::complete_run`](super::LeaseStore::complete_run): the holder's worker id and
+/// the workflow's output.
+pub fn complete_run(holder: &Holder, output: &Value) -> StoreResult<()> {
+    limits::check_worker_id(&holder.worker_id)?;
     Ok(limits::check_json(Field::WorkflowOutput, output)?)
 }
 
 /// [`LeaseStore::complete_run_with_steps`](super::LeaseStore::complete_run_with_steps):
 /// [`RecordStepAttempt::check_last_steps`] (the completion's values, and every attempt
-/// finished, of this run and worker, within the limits).
+/// finished, of this run and holder, within the limits).
 pub fn complete_run_with_steps(
     run_id: Uuid,
-    worker_id: &str,
+    holder: &Holder,
     output: &Value,
     steps: &[RecordStepAttempt],
 ) -> StoreResult<()> {
-    RecordStepAttempt::check_last_steps(steps, run_id, worker_id, output)
+    RecordStepAttempt::check_last_steps(steps, run_id, holder, output)
 }
 
 /// [`LeaseStore::fail_run`](super::LeaseStore::fail_run): [`FailRun::check`].
@@ -112,10 +114,10 @@ pub fn fail_run(params: &FailRun) -> StoreResult<()> {
     Ok(params.check()?)
 }
 
-/// [`LeaseStore::release_run`](super::LeaseStore::release_run): the worker id, the delay and
-/// the reason.
-pub fn release_run(worker_id: &str, delay: Duration, reason: &Value) -> StoreResult<()> {
-    limits::check_worker_id(worker_id)?;
+/// [`LeaseStore::release_run`](super::LeaseStore::release_run): the holder's worker id, the
+/// delay and the reason.
+pub fn release_run(holder: &Holder, delay: Duration, reason: &Value) -> StoreResult<()> {
+    limits::check_worker_id(&holder.worker_id)?;
     limits::check_duration(Field::Delay, delay)?;
     Ok(limits::check_json(Field::Error, reason)?)
 }
@@ -141,10 +143,10 @@ pub fn list_step_attempts(namespace: &str, params: &ListStepAttempts) -> StoreRe
     Ok(params.check(namespace)?)
 }
 
-/// [`StepStore::complete_step_attempt`](super::StepStore::complete_step_attempt): the worker
-/// id and the step's output.
-pub fn complete_step_attempt(worker_id: &str, output: &Value) -> StoreResult<()> {
-    limits::check_worker_id(worker_id)?;
+/// [`StepStore::complete_step_attempt`](super::StepStore::complete_step_attempt): the
+/// holder's worker id and the step's output.
+pub fn complete_step_attempt(holder: &Holder, output: &Value) -> StoreResult<()> {
+    limits::check_worker_id(&holder.worker_id)?;
     Ok(limits::check_json(Field::StepOutput, output)?)
 }
 
@@ -281,11 +283,15 @@ mod tests {
         value
     }
 
+    fn h(worker_id: &str) -> Holder {
+        Holder::new(worker_id, 1)
+    }
+
     fn record(worker_id: &str) -> RecordStepAttempt {
         RecordStepAttempt {
             id: Uuid::nil(),
             run_id: Uuid::nil(),
-            worker_id: worker_id.into(),
+            holder: h(worker_id),
             step_name: "step".into(),
             kind: StepKind::Function,
             config: Value::Null,
@@ -303,13 +309,15 @@ mod tests {
         let now = Utc::now();
         assert!(create_run(NS, &CreateRun::new("w")).is_ok());
         assert!(claim_runs("w", second, &ClaimFilter::default()).is_ok());
-        assert!(extend_lease("w", second).is_ok());
-        assert!(sleep_run("w", now).is_ok());
-        assert!(complete_run("w", &Value::Null).is_ok());
-        assert!(complete_run_with_steps(Uuid::nil(), "w", &Value::Null, &[record("w")]).is_ok());
-        assert!(release_run("w", second, &Value::Null).is_ok());
+        assert!(extend_lease(&h("w"), second).is_ok());
+        assert!(sleep_run(&h("w"), now).is_ok());
+        assert!(complete_run(&h("w"), &Value::Null).is_ok());
+        assert!(
+            complete_run_with_steps(Uuid::nil(), &h("w"), &Value::Null, &[record("w")]).is_ok()
+        );
+        assert!(release_run(&h("w"), second, &Value::Null).is_ok());
         assert!(worker("w").is_ok());
-        assert!(complete_step_attempt("w", &Value::Null).is_ok());
+        assert!(complete_step_attempt(&h("w"), &Value::Null).is_ok());
         assert!(record_step_attempt(&record("w")).is_ok());
         assert!(fork_run("step:1").is_ok());
         assert!(get_state("key").is_ok());
@@ -331,18 +339,24 @@ mod tests {
             field(claim_runs("w", forever, &ClaimFilter::default())),
             Field::Lease
         );
-        assert_eq!(field(extend_lease("w", forever)), Field::Lease);
+        assert_eq!(field(extend_lease(&h("w"), forever)), Field::Lease);
         assert_eq!(
-            field(sleep_run("w", DateTime::<Utc>::MAX_UTC)),
+            field(sleep_run(&h("w"), DateTime::<Utc>::MAX_UTC)),
             Field::Sleep
         );
-        assert_eq!(field(complete_run(&nul(), &Value::Null)), Field::WorkerId);
-        assert_eq!(field(complete_run("w", &deep())), Field::WorkflowOutput);
-        assert_eq!(field(release_run("w", forever, &Value::Null)), Field::Delay);
-        assert_eq!(field(release_run("w", second, &deep())), Field::Error);
+        assert_eq!(
+            field(complete_run(&h(&nul()), &Value::Null)),
+            Field::WorkerId
+        );
+        assert_eq!(field(complete_run(&h("w"), &deep())), Field::WorkflowOutput);
+        assert_eq!(
+            field(release_run(&h("w"), forever, &Value::Null)),
+            Field::Delay
+        );
+        assert_eq!(field(release_run(&h("w"), second, &deep())), Field::Error);
         assert_eq!(field(worker(&worker_id)), Field::WorkerId);
         assert_eq!(
-            field(complete_step_attempt("w", &deep())),
+            field(complete_step_attempt(&h("w"), &deep())),
             Field::StepOutput
         );
         assert_eq!(
@@ -383,7 +397,7 @@ mod tests {
             Err(StoreError::InvalidArgument(_))
         ));
         assert!(matches!(
-            complete_run_with_steps(Uuid::nil(), "other", &Value::Null, &[record("w")]),
+            complete_run_with_steps(Uuid::nil(), &h("other"), &Value::Null, &[record("w")]),
             Err(StoreError::InvalidArgument(_))
         ));
     }

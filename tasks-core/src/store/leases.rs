@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::StoreResult;
+use crate::holder::Holder;
 use crate::model::WorkflowRun;
 use crate::queue::ClaimFilter;
 
@@ -22,7 +23,7 @@ use super::steps::{RecordStepAttempt, StepStore};
 pub async fn complete_separately<S: LeaseStore + ?Sized>(
     store: &S,
     run_id: Uuid,
-    worker_id: &str,
+    holder: &Holder,
     output: Value,
     steps: Vec<RecordStepAttempt>,
 ) -> StoreResult<WorkflowRun> {
@@ -30,7 +31,7 @@ pub async fn complete_separately<S: LeaseStore + ?Sized>(
         // A refused record (paused, canceled) is reported by the completion below.
         store.record_step_attempt(step).await?;
     }
-    store.complete_run(run_id, worker_id, output).await
+    store.complete_run(run_id, holder, output).await
 }
 
 #[cfg(doc)]
@@ -41,7 +42,13 @@ use crate::{
 
 /// Claims and leases: the worker's side of a run, from its claim to its end. Part of every
 /// store ([`Store`] requires it); the errors common to every method, and the worker-side
-/// errors of the methods taking a `worker_id`, are on [`Store`].
+/// errors of the methods taking a [`Holder`], are on [`Store`].
+///
+/// Every write under a lease names its [`Holder`]: the worker and the claim epoch of the
+/// claim its execution began with. The write applies only while the run is running under
+/// that very claim; once the run was claimed again (by another worker, or by the same
+/// worker after its lease ran out) it is refused with [`StoreError::LeaseLost`] and changes
+/// nothing. Heartbeats ([`LeaseStore::heartbeat`]) are per worker.
 #[async_trait::async_trait]
 pub trait LeaseStore: StepStore {
     /// Fails runs whose deadline passed (with a non-retryable `deadline` error; no wake-up is
@@ -52,7 +59,10 @@ pub trait LeaseStore: StepStore {
     /// a backlog; then pending runs; then runs whose sleep ended; each group by
     /// `available_at` then `created_at` (pending runs by priority first, see below). A claim
     /// counts an attempt, except waking from a sleep, which continues
-    /// the attempt. Concurrent claims never return the same run. The claimed runs are
+    /// the attempt. Every claim increments the run's claim epoch
+    /// ([`WorkflowRun::claim_epoch`]), in the same statement; the claimed run's
+    /// [`Holder`] ([`ClaimedRun::holder`]) is the fence of the execution's writes.
+    /// Concurrent claims never return the same run. The claimed runs are
     /// returned oldest (by `created_at`) first.
     ///
     /// Flow control ([`CreateRun::priority`], [`CreateRun::concurrency`]): pending runs are
@@ -102,35 +112,35 @@ pub trait LeaseStore: StepStore {
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<ClaimedRun>>;
 
-    /// Extends the lease of a run that `worker_id` is running to `lease` from now.
+    /// Extends the lease of a run that `holder` holds to `lease` from now.
     /// Worker-side errors (see the trait docs).
     async fn extend_lease(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         lease: Duration,
     ) -> StoreResult<WorkflowRun>;
 
-    /// Parks a run that `worker_id` is running until `until`: its status is sleeping, and
+    /// Parks a run that `holder` holds until `until`: its status is sleeping, and
     /// any worker may claim it from then on. Worker-side errors.
     async fn sleep_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun>;
 
-    /// Completes a run that `worker_id` is running with `output`, and announces it with
+    /// Completes a run that `holder` holds with `output`, and announces it with
     /// [`Notification::RunFinished`]. Worker-side errors.
     async fn complete_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<WorkflowRun>;
 
     /// Records the run's last finished step attempts (`steps`, all of this run and this
-    /// worker, oldest first) and completes the run: the executor's path when a workflow
+    /// holder, oldest first) and completes the run: the executor's path when a workflow
     /// returns right after its last steps. The outcome is that of
     /// [`StepStore::record_step_attempt`] for each attempt followed by [`LeaseStore::complete_run`]:
     /// the same fences and errors, and after a pause or cancel the attempts are kept marked
@@ -141,19 +151,19 @@ pub trait LeaseStore: StepStore {
     /// commits in between.
     ///
     /// Errors: [`StoreError::InvalidArgument`] when an attempt is not finished or belongs
-    /// to another run or worker; worker-side errors.
+    /// to another run or holder; worker-side errors.
     async fn complete_run_with_steps(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
         steps: Vec<RecordStepAttempt>,
     ) -> StoreResult<WorkflowRun> {
-        RecordStepAttempt::check_last_steps(&steps, run_id, worker_id, &output)?;
-        complete_separately(self, run_id, worker_id, output, steps).await
+        RecordStepAttempt::check_last_steps(&steps, run_id, holder, &output)?;
+        complete_separately(self, run_id, holder, output, steps).await
     }
 
-    /// Records a failed attempt of a run that `worker_id` is running, with `error`: the run
+    /// Records a failed attempt of a run that `params.holder` holds, with `error`: the run
     /// is pending again after the delay its retry policy (`config.retryPolicy`) gives for
     /// this attempt, or failed for good (and announced as finished) when `force` is set,
     /// when the policy has no attempts left, or when the retry would start at or after the
@@ -166,7 +176,7 @@ pub trait LeaseStore: StepStore {
     async fn release_run(
         &self,
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         delay: Duration,
         reason: Value,
     ) -> StoreResult<WorkflowRun>;

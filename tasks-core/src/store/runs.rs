@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::flow::Concurrency;
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::RunStatus;
 use crate::model::WorkflowRun;
@@ -164,8 +165,8 @@ impl CreateRun {
 pub struct FailRun {
     /// The run.
     pub run_id: Uuid,
-    /// The worker that must hold the lease.
-    pub worker_id: String,
+    /// The claim that must hold the run's lease.
+    pub holder: Holder,
     /// The error to record.
     pub error: Value,
     /// Fail for good, whatever the retry policy says.
@@ -173,10 +174,10 @@ pub struct FailRun {
 }
 
 impl FailRun {
-    /// Checks the worker id and the error against the [`limits`]. A store reaches it through its
-    /// operation's function in [`store::check`](crate::store::check).
+    /// Checks the holder's worker id and the error against the [`limits`]. A store reaches it
+    /// through its operation's function in [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_json(Field::Error, &self.error)
     }
 }
@@ -184,7 +185,8 @@ impl FailRun {
 /// A run as a claim returned it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedRun {
-    /// The run, now running under the claiming worker.
+    /// The run, now running under the claiming worker by a new claim epoch: its
+    /// [`Holder::of`] is the holder every write of this execution carries.
     pub run: WorkflowRun,
     /// This claim is the run's very first execution: nothing can have been recorded for it
     /// yet, so its step history need not be loaded. After the claim, `attempts` is 1 and
@@ -193,6 +195,17 @@ pub struct ClaimedRun {
     /// `started_at`), and it was not forked (a fork starts with copied history). A store
     /// may say `false` when unsure: that only costs a history read.
     pub first_execution: bool,
+}
+
+impl ClaimedRun {
+    /// The holder every write of this claim's execution carries: the claiming worker, by
+    /// the claim's epoch ([`Holder::of`] the claimed run).
+    pub fn holder(&self) -> Holder {
+        Holder::new(
+            self.run.worker_id.clone().unwrap_or_default(),
+            self.run.claim_epoch,
+        )
+    }
 }
 
 /// Runs as records: create, read, list and count. Part of every store ([`Store`] requires

@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
+use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{RunStatus, StepAttempt, StepKind, StepStatus};
 
@@ -25,10 +26,10 @@ pub struct CreateStepAttempt {
     /// across every retry of the same write: an id the store already holds for this run is
     /// not written again, and the stored attempt is returned instead.
     pub id: Uuid,
-    /// The run, which must be running under `worker_id`.
+    /// The run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the lease.
-    pub worker_id: String,
+    /// The claim that must hold the run's lease.
+    pub holder: Holder,
     /// The resolved step name.
     pub step_name: String,
     /// What the step is.
@@ -40,11 +41,11 @@ pub struct CreateStepAttempt {
 }
 
 impl CreateStepAttempt {
-    /// Checks the worker id, the step name and the JSON documents against the
+    /// Checks the holder's worker id, the step name and the JSON documents against the
     /// [`limits`]. A store reaches it through its operation's function in
     /// [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_step_name(&self.step_name)?;
         limits::check_json(Field::Config, &self.config)?;
         if let Some(context) = &self.context {
@@ -63,10 +64,10 @@ pub struct RecordStepAttempt {
     /// [`StepStore::record_step_attempt`]), so a retry after a lost acknowledgement never
     /// records a step twice.
     pub id: Uuid,
-    /// The run, which must be running under `worker_id`.
+    /// The run, which must be running under `holder`'s claim.
     pub run_id: Uuid,
-    /// The worker that must hold the lease.
-    pub worker_id: String,
+    /// The claim that must hold the run's lease.
+    pub holder: Holder,
     /// The resolved step name.
     pub step_name: String,
     /// What the step is.
@@ -88,11 +89,11 @@ pub struct RecordStepAttempt {
 }
 
 impl RecordStepAttempt {
-    /// Checks the worker id, the step name, the JSON documents and the running time
-    /// against the [`limits`]. A store reaches it through its operation's function in
+    /// Checks the holder's worker id, the step name, the JSON documents and the running
+    /// time against the [`limits`]. A store reaches it through its operation's function in
     /// [`store::check`](crate::store::check).
     pub fn check(&self) -> Result<(), LimitError> {
-        limits::check_worker_id(&self.worker_id)?;
+        limits::check_worker_id(&self.holder.worker_id)?;
         limits::check_step_name(&self.step_name)?;
         limits::check_json(Field::Config, &self.config)?;
         if let Some(output) = &self.output {
@@ -120,20 +121,20 @@ impl RecordStepAttempt {
     }
 
     /// Checks the attempts given to [`LeaseStore::complete_run_with_steps`]: finished, and all of
-    /// `run_id` under `worker_id`.
+    /// `run_id` under `holder` (the same worker and claim).
     pub fn check_last_steps(
         steps: &[RecordStepAttempt],
         run_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: &Value,
     ) -> StoreResult<()> {
-        limits::check_worker_id(worker_id)?;
+        limits::check_worker_id(&holder.worker_id)?;
         limits::check_json(Field::WorkflowOutput, output)?;
         for step in steps {
             step.check_finished()?;
-            if step.run_id != run_id || step.worker_id != worker_id {
+            if step.run_id != run_id || step.holder != *holder {
                 return Err(StoreError::InvalidArgument(
-                    "the attempts completed with a run must be of that run and worker".into(),
+                    "the attempts completed with a run must be of that run and claim".into(),
                 ));
             }
         }
@@ -160,7 +161,7 @@ pub enum StepUpdate {
 /// [`Store`].
 #[async_trait::async_trait]
 pub trait StepStore: Send + Sync {
-    /// Starts a running step attempt of a run that `params.worker_id` is running (durable
+    /// Starts a running step attempt of a run that `params.holder` holds (durable
     /// sleeps use this; function steps are written once, finished, by
     /// [`StepStore::record_step_attempt`]). Idempotent by `params.id` like
     /// [`StepStore::record_step_attempt`]: an id the store already holds for this run returns
@@ -185,7 +186,7 @@ pub trait StepStore: Send + Sync {
     async fn step_history(&self, run_id: Uuid) -> StoreResult<Vec<StepAttempt>>;
 
     /// Completes a running step attempt with `output`, only while its run is running under
-    /// `worker_id`. When the run was paused or canceled meanwhile, the attempt is marked like
+    /// `holder`'s claim. When the run was paused or canceled meanwhile, the attempt is marked like
     /// the run, without its output, and the outcome is [`StepUpdate::Interrupted`].
     ///
     /// Errors: [`StoreError::StepNotFound`] (also for an attempt of another run),
@@ -194,7 +195,7 @@ pub trait StepStore: Send + Sync {
         &self,
         run_id: Uuid,
         step_attempt_id: Uuid,
-        worker_id: &str,
+        holder: &Holder,
         output: Value,
     ) -> StoreResult<StepUpdate>;
 

@@ -32,6 +32,19 @@ pub fn claimed_attempts_sql(alias: &str) -> String {
     )
 }
 
+/// The claim epoch after a claim of a run whose epoch is `epoch`: one more, whatever the
+/// claim (a start, a wake-up, a takeover); nothing else changes it, so each claim of a run
+/// has an epoch of its own, and the [`Holder`](crate::Holder) of an earlier claim never
+/// matches a later one.
+pub fn claimed_epoch(epoch: i64) -> i64 {
+    epoch.saturating_add(1)
+}
+
+/// [`claimed_epoch`] in SQL, for the run aliased `alias` (with its dot, or empty).
+pub fn claimed_epoch_sql(alias: &str) -> String {
+    format!("{alias}claim_epoch + 1")
+}
+
 /// `started_at` after a claim at `now`: set by the first claim, kept by every later one
 /// (so a rate limit counts only first claims as starts).
 pub fn claimed_started_at(
@@ -112,6 +125,13 @@ mod tests {
             claimed_attempts_sql("wr."),
             "wr.attempts + CASE WHEN wr.status IN ('sleeping') THEN 0 ELSE 1 END"
         );
+        assert_eq!(claimed_epoch(0), 1);
+        assert_eq!(
+            claimed_epoch(7),
+            8,
+            "every claim, whatever the status it takes"
+        );
+        assert_eq!(claimed_epoch_sql("wr."), "wr.claim_epoch + 1");
         assert_eq!(released_attempts(1), 0);
         assert_eq!(released_attempts(0), 0);
         assert_eq!(released_attempts(4), 3);

@@ -18,6 +18,9 @@ use RunStatus::{Canceled, Completed, Failed, Paused, Pending, Running, Sleeping}
 pub enum Column {
     /// The lease holder.
     WorkerId,
+    /// The claim epoch: every claim increments it, nothing else writes it (see
+    /// [`claimed_epoch`](super::claimed_epoch)).
+    ClaimEpoch,
     /// When the run is claimable next (or its lease ends, while it runs).
     AvailableAt,
     /// The run's output.
@@ -45,6 +48,7 @@ impl Column {
     pub const fn name(self) -> &'static str {
         match self {
             Column::WorkerId => "worker_id",
+            Column::ClaimEpoch => "claim_epoch",
             Column::AvailableAt => "available_at",
             Column::Output => "output",
             Column::Error => "error",
@@ -60,7 +64,7 @@ impl Column {
     /// The value a clear writes, in SQL.
     const fn cleared_sql(self) -> &'static str {
         match self {
-            Column::Attempts | Column::AwaitingChildren => "0",
+            Column::Attempts | Column::AwaitingChildren | Column::ClaimEpoch => "0",
             _ => "NULL",
         }
     }
@@ -74,6 +78,7 @@ impl Column {
             Column::Output => run.output = None,
             Column::Error => run.error = None,
             Column::Attempts => run.attempts = 0,
+            Column::ClaimEpoch => run.claim_epoch = 0,
             Column::StartedAt => run.started_at = None,
             Column::FinishedAt => run.finished_at = None,
             Column::RetriedAt => run.retried_at = None,
@@ -94,8 +99,8 @@ impl Column {
 }
 
 use Column::{
-    Attempts, AvailableAt, AwaitingChildren, Error, FinishedAt, Output, RetriedAt, StartedAt,
-    WaitTopic, WorkerId,
+    Attempts, AvailableAt, AwaitingChildren, ClaimEpoch, Error, FinishedAt, Output, RetriedAt,
+    StartedAt, WaitTopic, WorkerId,
 };
 
 /// Where a transition leaves a run: its status, the columns it clears (`NULL`, or zero for
@@ -227,14 +232,14 @@ pub const EXPIRED: Landing = Landing {
 pub const QUARANTINED: Landing = EXPIRED;
 
 /// A claim ([`CLAIM_PENDING`](super::CLAIM_PENDING) and the others): running under the
-/// claimer until the lease ends. The attempt counter is
-/// [`claimed_attempts`](super::claimed_attempts); `started_at` is set by the first claim
-/// only ([`claimed_started_at`](super::claimed_started_at)).
+/// claimer, by a new claim epoch ([`claimed_epoch`](super::claimed_epoch)), until the lease
+/// ends. The attempt counter is [`claimed_attempts`](super::claimed_attempts); `started_at`
+/// is set by the first claim only ([`claimed_started_at`](super::claimed_started_at)).
 pub const CLAIMED: Landing = Landing {
     status: Running,
     clears: &[],
     stamps: &[],
-    sets: &[WorkerId, AvailableAt, Attempts, StartedAt],
+    sets: &[WorkerId, ClaimEpoch, AvailableAt, Attempts, StartedAt],
 };
 
 impl Landing {
@@ -267,6 +272,7 @@ impl Landing {
             Column::Output => Some(run.output.is_some()),
             Column::Error => Some(run.error.is_some()),
             Column::Attempts => Some(run.attempts != 0),
+            Column::ClaimEpoch => Some(run.claim_epoch != 0),
             Column::StartedAt => Some(run.started_at.is_some()),
             Column::FinishedAt => Some(run.finished_at.is_some()),
             Column::RetriedAt => Some(run.retried_at.is_some()),
@@ -420,6 +426,35 @@ mod tests {
                 transition.operation
             );
         }
+    }
+
+    #[test]
+    fn only_a_claim_writes_the_claim_epoch_and_nothing_clears_it() {
+        for landing in [
+            &SLEEPING,
+            &PARKED_ON_EVENT,
+            &PARKED_ON_CHILDREN,
+            &COMPLETED,
+            &FAILED_FOR_GOOD,
+            &BACKED_OFF,
+            &RELEASED,
+            &CANCELED,
+            &PAUSED,
+            &RESUMED,
+            &RETRIED,
+            &EXPIRED,
+        ] {
+            let writes = landing
+                .clears
+                .iter()
+                .chain(landing.stamps)
+                .chain(landing.sets);
+            assert!(
+                !writes.clone().any(|column| *column == ClaimEpoch),
+                "{landing:?}"
+            );
+        }
+        assert!(CLAIMED.sets.contains(&ClaimEpoch));
     }
 
     #[test]

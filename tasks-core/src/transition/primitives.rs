@@ -159,8 +159,9 @@ mod tests {
         assert!(set.contains("p.awaiting_children BETWEEN 1 AND 1 AND p.status IN ('sleeping')"));
         assert!(set.contains("THEN p.awaiting_children - 1 ELSE 0 END"));
         assert!(set.contains("THEN now() ELSE p.available_at END"));
-        assert!(START_CHILD.admits(&run(Running, Some("w")), Some("w")));
-        assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some("w")));
+        let holder = crate::Holder::new("w", 0);
+        assert!(START_CHILD.admits(&run(Running, Some("w")), Some(&holder)));
+        assert!(!WAIT_CHILDREN.admits(&run(Sleeping, None), Some(&holder)));
         let woken: Vec<_> = WAKE_PARENT.announcements(&run(Sleeping, None)).collect();
         assert!(
             matches!(woken[..], [Notification::RunAvailable { .. }]),

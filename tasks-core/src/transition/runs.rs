@@ -179,8 +179,8 @@ pub const CLAIM_DUE: Transition = Transition {
 /// heartbeat row is stale (see [`stale_workers`]), claimable before their lease expires. A
 /// worker without a heartbeat row is never stale: its runs wait for their lease. The
 /// claiming worker never takes its own runs this way (it is executing them), and the claim
-/// writes its own worker id, so every later write of the stale worker misses the fence
-/// ([`StoreError::LeaseLost`]).
+/// writes its own worker id and a new claim epoch, so every later write of the stale worker
+/// misses the fence ([`StoreError::LeaseLost`]).
 pub const CLAIM_ORPHANED: Transition = Transition {
     from: &[Running],
     ..CLAIM_PENDING
@@ -395,7 +395,7 @@ mod tests {
             assert_eq!(PURGE.from.contains(&status), status.is_terminal());
         }
         assert_eq!(
-            PURGE.fence("r.", "NULL"),
+            PURGE.fence("r.", "NULL", "NULL"),
             "r.status IN ('completed', 'failed', 'canceled')"
         );
         assert_eq!(

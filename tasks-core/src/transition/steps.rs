@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::Transition;
 use crate::error::{Operation, StoreError, StoreResult};
+use crate::holder::Holder;
 use crate::model::{RunStatus, StepAttempt, StepStatus, WorkflowRun};
 
 use RunStatus::{Canceled, Paused};
@@ -42,12 +43,12 @@ pub fn explain_step_miss(
     transition: &Transition,
     run_id: Uuid,
     step_id: Uuid,
-    worker_id: &str,
+    holder: &Holder,
     run: Option<&WorkflowRun>,
     step: Option<&StepAttempt>,
 ) -> StoreError {
     let Some(run) = run else {
-        return transition.miss(run_id, Some(worker_id), None);
+        return transition.miss(run_id, Some(holder), None);
     };
     match step {
         Some(step) if step.workflow_run_id == run_id && step.status != StepStatus::Running => {
@@ -57,7 +58,7 @@ pub fn explain_step_miss(
             }
         }
         Some(step) if step.workflow_run_id == run_id => {
-            transition.miss(run_id, Some(worker_id), Some(run))
+            transition.miss(run_id, Some(holder), Some(run))
         }
         _ => StoreError::StepNotFound { id: step_id },
     }

@@ -135,6 +135,7 @@ mod tests {
         let lost = StoreError::LeaseLost {
             id: Uuid::nil(),
             worker_id: "w".into(),
+            claim_epoch: 1,
         };
         assert!(matches!(Halt::after(lost), Halt::LeaseLost));
     }
@@ -161,6 +162,7 @@ mod tests {
             Err(StoreError::LeaseLost {
                 id: Uuid::nil(),
                 worker_id: "w".into(),
+                claim_epoch: 1,
             })
         })
         .await;

@@ -19,7 +19,6 @@ use super::{UnknownWorkflowPolicy, Worker};
 use crate::error::StoreError;
 use crate::executor::Outcome;
 use crate::failure::ErrorRecord;
-use crate::model::WorkflowRun;
 use crate::store::{ClaimedRun, FailRun, NotificationStream};
 
 impl Worker {
@@ -199,7 +198,7 @@ impl Worker {
             .registry
             .get(&claimed.run.workflow_name, claimed.run.version.as_deref())
         else {
-            self.unknown(claimed.run).await;
+            self.unknown(claimed).await;
             return None;
         };
         let outcome = inner
@@ -223,8 +222,10 @@ impl Worker {
         Some(outcome)
     }
 
-    async fn unknown(&self, run: WorkflowRun) {
+    async fn unknown(&self, claimed: ClaimedRun) {
         let inner = &self.inner;
+        let holder = claimed.holder();
+        let run = claimed.run;
         let label = match &run.version {
             Some(version) => format!("{}@{}", run.workflow_name, version),
             None => run.workflow_name.clone(),
@@ -253,7 +254,7 @@ impl Worker {
                 inner
                     .store
                     .contract()
-                    .release_run(run.id, &inner.executor.worker_id, delay, reason)
+                    .release_run(run.id, &holder, delay, reason)
                     .await
                     .map(|_| ())
             }
@@ -264,7 +265,7 @@ impl Worker {
                     .contract()
                     .fail_run(FailRun {
                         run_id: run.id,
-                        worker_id: inner.executor.worker_id.clone(),
+                        holder,
                         error: ErrorRecord::new(message)
                             .with_kind("unregistered")
                             .non_retryable()
@@ -295,12 +296,15 @@ type Executions = Arc<std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>
 /// - an execution that just ended the run (failed it, or put it to sleep) has committed, but
 ///   not dropped its marker yet, when a retry or a short sleep makes the run claimable again.
 ///
-/// Either way the new execution waits for the one in flight to end, so that two executions
-/// of one run never overlap (the second would run unrecorded steps again). Then it goes on
-/// with the claim: the run is this worker's, and an execution that finished the run meanwhile
-/// leaves the new one's writes fenced out, while a run that became claimable again is run
-/// as it should be (dropping the claim would leave it held by this worker until its lease
-/// ran out, beyond any wait of a client).
+/// Every claim has an epoch of its own, and the store fences each write on it: once the run
+/// is claimed again, the execution in flight has every write refused
+/// ([`StoreError::LeaseLost`]) by the store itself, whatever this map says. The map only
+/// keeps this process from running two executions of one run at once: the new execution
+/// waits for the one in flight to end (at its next write, or when its step body returns), so
+/// that their step bodies never overlap. Then it goes on with the claim: it replays what was
+/// recorded, and runs again what the stale execution could not record, while a run that
+/// became claimable again is run as it should be (dropping the claim would leave it held by
+/// this worker until its lease ran out, beyond any wait of a client).
 struct InFlight {
     executions: Executions,
     run_id: Uuid,

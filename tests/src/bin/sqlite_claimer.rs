@@ -57,7 +57,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         }
-        for tasks::store::ClaimedRun { run, .. } in claimed {
+        for claimed in claimed {
+            let holder = claimed.holder();
+            let run = claimed.run;
             writeln!(stdout, "claimed {} {}", run.id, run.attempts)?;
             // The work of the attempt, outside any transaction. SQLite's lock is not fair: a
             // process that takes it again the moment it lets go can starve the other one,
@@ -67,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 store
                     .fail_run(FailRun {
                         run_id: run.id,
-                        worker_id: worker.clone(),
+                        holder: holder.clone(),
                         error: json!({ "message": "first attempt fails", "by": worker }),
                         force: false,
                     })
@@ -77,7 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .create_step_attempt(CreateStepAttempt {
                         id: Uuid::now_v7(),
                         run_id: run.id,
-                        worker_id: worker.clone(),
+                        holder: holder.clone(),
                         step_name: "work".into(),
                         kind: StepKind::Function,
                         config: json!({}),
@@ -85,10 +87,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     })
                     .await?;
                 store
-                    .complete_step_attempt(run.id, step.id, &worker, json!(run.attempts))
+                    .complete_step_attempt(run.id, step.id, &holder, json!(run.attempts))
                     .await?;
                 store
-                    .complete_run(run.id, &worker, json!({ "by": worker }))
+                    .complete_run(run.id, &holder, json!({ "by": worker }))
                     .await?;
             }
             count += 1;

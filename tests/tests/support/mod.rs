@@ -116,14 +116,16 @@ impl TestStore {
         }
     }
 
-    /// Hands the lease of `run_id` to `worker_id` for an hour behind the store's back, as if
-    /// another worker had taken the run over while its current holder was stalled.
+    /// Hands the lease of `run_id` to `worker_id` for an hour, by a new claim, behind the
+    /// store's back, as if another worker had taken the run over while its current holder
+    /// was stalled.
     pub async fn usurp_lease(&self, run_id: Uuid, worker_id: &str) {
         let updated = match &self.kind {
             Kind::Memory(_) => sql_only("`usurp_lease`"),
             Kind::Postgres(store) => sqlx::query(
                 "UPDATE tasks.workflow_runs
-                    SET worker_id = $3, available_at = now() + interval '1 hour'
+                    SET worker_id = $3, available_at = now() + interval '1 hour',
+                        claim_epoch = claim_epoch + 1
                   WHERE namespace = $1 AND id = $2",
             )
             .bind(store.namespace())
@@ -140,7 +142,8 @@ impl TestStore {
                     .format("%Y-%m-%dT%H:%M:%S%.6fZ")
                     .to_string();
                 sqlx::query(
-                    "UPDATE tasks_workflow_runs SET worker_id = ?3, available_at = ?4
+                    "UPDATE tasks_workflow_runs
+                        SET worker_id = ?3, available_at = ?4, claim_epoch = claim_epoch + 1
                       WHERE namespace = ?1 AND id = ?2",
                 )
                 .bind(store.namespace())
