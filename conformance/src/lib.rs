@@ -63,6 +63,7 @@ pub mod limits;
 pub mod listing;
 pub mod liveness;
 pub mod outcomes;
+pub mod overview;
 pub mod primitive_rules;
 pub mod queues;
 pub mod record;
@@ -114,7 +115,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -158,6 +159,14 @@ macro_rules! conformance_suite {
             cursors_round_trip_through_strings,
             invalid_cursor_is_rejected,
             invalid_page_arguments_are_rejected,
+            list_runs_filters_by_version_queue_and_key,
+            list_runs_searches_by_id_or_idempotency_key,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, overview {
+            queue_backlogs_count_live_runs_per_queue,
+            list_workers_shows_heartbeats_and_running_runs,
+            finished_runs_counts_the_window_by_status,
+            overview_reads_are_bounded,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, admission {
             claim_admits_keys_as_the_core_walk_does,

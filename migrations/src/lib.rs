@@ -101,6 +101,11 @@ pub const POSTGRES: &[Migration] = &[
         name: "running worker index",
         sql: include_str!("../postgres/0018_running_worker_index.sql"),
     },
+    Migration {
+        version: 19,
+        name: "idempotency search",
+        sql: include_str!("../postgres/0019_idempotency_search.sql"),
+    },
 ];
 
 /// The SQLite store's migrations, in order.
@@ -179,6 +184,11 @@ pub const SQLITE: &[Migration] = &[
         version: 15,
         name: "queue key concurrency",
         sql: include_str!("../sqlite/0015_queue_key_concurrency.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "idempotency search",
+        sql: include_str!("../sqlite/0016_idempotency_search.sql"),
     },
 ];
 

@@ -192,7 +192,7 @@ impl LeaseStore for MemoryStore {
             });
             tx.space
                 .workers
-                .insert(worker_id.to_owned(), Heartbeat { stale_at });
+                .insert(worker_id.to_owned(), Heartbeat { beat_at: now, stale_at });
             Ok(())
         })
     }

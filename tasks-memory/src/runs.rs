@@ -171,11 +171,24 @@ impl RunStore for MemoryStore {
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let after = params.created_after.map(stored);
         let before = params.created_before.map(stored);
+        let search_id = params.search_id();
         let mut runs: Vec<WorkflowRun> = self.read(|space| {
             space
                 .runs
                 .values()
+                .filter(|row| {
+                    params
+                        .concurrency_key
+                        .as_deref()
+                        .is_none_or(|key| row.key() == Some(key))
+                })
                 .map(|row| &row.run)
+                .filter(|run| {
+                    params.search.as_ref().is_none_or(|search| {
+                        run.idempotency_key.as_ref() == Some(search)
+                            || search_id == Some(run.id)
+                    })
+                })
                 .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
                 .filter(|run| {
                     params
@@ -188,6 +201,13 @@ impl RunStore for MemoryStore {
                         .parent_run_id
                         .is_none_or(|parent| run.parent_run_id == Some(parent))
                 })
+                .filter(|run| {
+                    params
+                        .version
+                        .as_ref()
+                        .is_none_or(|version| run.version.as_ref() == Some(version))
+                })
+                .filter(|run| params.queue.as_ref().is_none_or(|queue| run.queue == *queue))
                 .filter(|run| after.is_none_or(|after| run.created_at >= after))
                 .filter(|run| before.is_none_or(|before| run.created_at <= before))
                 .filter(|run| beyond(&page, page.cursor, (run.created_at, run.id)))

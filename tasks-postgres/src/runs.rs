@@ -65,6 +65,22 @@ impl RunStore for PgStore {
             if let Some(parent) = params.parent_run_id {
                 query.push(" AND parent_run_id = ").push_bind(parent);
             }
+            if let Some(version) = &params.version {
+                query.push(" AND version = ").push_bind(version);
+            }
+            if let Some(queue) = &params.queue {
+                query.push(" AND queue = ").push_bind(queue);
+            }
+            if let Some(key) = &params.concurrency_key {
+                query.push(" AND concurrency_key = ").push_bind(key);
+            }
+            if let Some(search) = &params.search {
+                query.push(" AND (idempotency_key = ").push_bind(search);
+                if let Some(id) = params.search_id() {
+                    query.push(" OR id = ").push_bind(id);
+                }
+                query.push(")");
+            }
             if let Some(after) = params.created_after {
                 query.push(" AND created_at >= ").push_bind(after);
             }

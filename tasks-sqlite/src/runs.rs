@@ -289,6 +289,7 @@ impl RunStore for SqliteStore {
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::ListRuns;
+        let search_id = params.search_id();
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = "
@@ -320,6 +321,22 @@ impl RunStore for SqliteStore {
             query
                 .push(" AND parent_run_id = ")
                 .push_bind(rows::id(parent));
+        }
+        if let Some(version) = params.version {
+            query.push(" AND version = ").push_bind(version);
+        }
+        if let Some(queue) = params.queue {
+            query.push(" AND queue = ").push_bind(queue);
+        }
+        if let Some(key) = params.concurrency_key {
+            query.push(" AND concurrency_key = ").push_bind(key);
+        }
+        if let Some(search) = params.search {
+            query.push(" AND (idempotency_key = ").push_bind(search);
+            if let Some(id) = search_id {
+                query.push(" OR id = ").push_bind(rows::id(id));
+            }
+            query.push(")");
         }
         if let Some(after) = params.created_after {
             query
