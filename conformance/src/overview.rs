@@ -61,7 +61,11 @@ pub async fn queue_backlogs_count_live_runs_per_queue(setup: impl Setup) {
     let names: Vec<&str> = backlogs.iter().map(|b| b.queue.as_str()).collect();
     assert_eq!(names, ["mail", "reports"], "{backlogs:?}");
     let mail = &backlogs[0];
-    assert_eq!((mail.ready, mail.delayed, mail.running), (1, 1, 0), "{mail:?}");
+    assert_eq!(
+        (mail.ready, mail.delayed, mail.running),
+        (1, 1, 0),
+        "{mail:?}"
+    );
     let oldest = mail.oldest_ready_at.expect("a ready run's time");
     assert!(oldest >= before, "{oldest} is before the test began");
     let released_run = store.get_run(released).await.unwrap().unwrap();
@@ -98,9 +102,18 @@ pub async fn list_workers_shows_heartbeats_and_running_runs(setup: impl Setup) {
             .unwrap();
     }
     store.remove_worker(&gone).await.unwrap();
-    store.create_run(CreateRun::new(unique_name())).await.unwrap();
-    store.create_run(CreateRun::new(unique_name())).await.unwrap();
-    assert_eq!(store.claim_runs(&busy, LONG_LEASE, 10).await.unwrap().len(), 2);
+    store
+        .create_run(CreateRun::new(unique_name()))
+        .await
+        .unwrap();
+    store
+        .create_run(CreateRun::new(unique_name()))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim_runs(&busy, LONG_LEASE, 10).await.unwrap().len(),
+        2
+    );
 
     let workers = overview.list_workers(10).await.unwrap();
     let mut expected = vec![busy.clone(), idle.clone()];
@@ -140,7 +153,10 @@ pub async fn finished_runs_counts_the_window_by_status(setup: impl Setup) {
 
     let worker = new_worker();
     for _ in 0..4 {
-        store.create_run(CreateRun::new(unique_name())).await.unwrap();
+        store
+            .create_run(CreateRun::new(unique_name()))
+            .await
+            .unwrap();
     }
     let claimed = store.claim_runs(&worker, LONG_LEASE, 4).await.unwrap();
     assert_eq!(claimed.len(), 4);
@@ -159,10 +175,21 @@ pub async fn finished_runs_counts_the_window_by_status(setup: impl Setup) {
         })
         .await
         .unwrap();
-    let canceled = store.create_run(CreateRun::new(unique_name())).await.unwrap();
-    store.lifecycle().unwrap().cancel_run(canceled.id).await.unwrap();
+    let canceled = store
+        .create_run(CreateRun::new(unique_name()))
+        .await
+        .unwrap();
+    store
+        .lifecycle()
+        .unwrap()
+        .cancel_run(canceled.id)
+        .await
+        .unwrap();
     // Still running (the fourth claimed run) and pending: not counted.
-    store.create_run(CreateRun::new(unique_name())).await.unwrap();
+    store
+        .create_run(CreateRun::new(unique_name()))
+        .await
+        .unwrap();
 
     let window = overview
         .finished_runs(FinishedWindow::LAST_HOUR)

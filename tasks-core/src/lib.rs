@@ -86,7 +86,7 @@ pub use state::{PublishedState, SetState, StateSet};
 pub use store::{
     ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, EventStore,
     FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Order, OverviewStore, Page, QueueStore, RecordStepAttempt, RetentionStore, RunStore,
-    ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
+    NotificationStream, Order, OverviewStore, Page, QueueStore, RecordStepAttempt, RetentionStore,
+    RunStore, ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -25,16 +25,15 @@ impl OverviewStore for MemoryStore {
                 if !matches!(run.status, RunStatus::Pending | RunStatus::Running) {
                     continue;
                 }
-                let backlog =
-                    queues
-                        .entry(run.queue.clone())
-                        .or_insert_with(|| QueueBacklog {
-                            queue: run.queue.clone(),
-                            ready: 0,
-                            delayed: 0,
-                            running: 0,
-                            oldest_ready_at: None,
-                        });
+                let backlog = queues
+                    .entry(run.queue.clone())
+                    .or_insert_with(|| QueueBacklog {
+                        queue: run.queue.clone(),
+                        ready: 0,
+                        delayed: 0,
+                        running: 0,
+                        oldest_ready_at: None,
+                    });
                 let available = run.available_at.unwrap_or(run.created_at);
                 match run.status {
                     RunStatus::Running => backlog.running += 1,

@@ -185,8 +185,7 @@ impl RunStore for MemoryStore {
                 .map(|row| &row.run)
                 .filter(|run| {
                     params.search.as_ref().is_none_or(|search| {
-                        run.idempotency_key.as_ref() == Some(search)
-                            || search_id == Some(run.id)
+                        run.idempotency_key.as_ref() == Some(search) || search_id == Some(run.id)
                     })
                 })
                 .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
@@ -207,7 +206,12 @@ impl RunStore for MemoryStore {
                         .as_ref()
                         .is_none_or(|version| run.version.as_ref() == Some(version))
                 })
-                .filter(|run| params.queue.as_ref().is_none_or(|queue| run.queue == *queue))
+                .filter(|run| {
+                    params
+                        .queue
+                        .as_ref()
+                        .is_none_or(|queue| run.queue == *queue)
+                })
                 .filter(|run| after.is_none_or(|after| run.created_at >= after))
                 .filter(|run| before.is_none_or(|before| run.created_at <= before))
                 .filter(|run| beyond(&page, page.cursor, (run.created_at, run.id)))

@@ -81,15 +81,13 @@ impl OverviewStore for PgStore {
             .map_err(db(Operation::ListWorkers))?;
             Ok(rows
                 .into_iter()
-                .map(
-                    |(worker_id, beat_at, stale_at, live, running)| WorkerInfo {
-                        worker_id,
-                        beat_at,
-                        stale_at,
-                        live,
-                        running: count(running),
-                    },
-                )
+                .map(|(worker_id, beat_at, stale_at, live, running)| WorkerInfo {
+                    worker_id,
+                    beat_at,
+                    stale_at,
+                    live,
+                    running: count(running),
+                })
                 .collect())
         })
         .await

@@ -51,9 +51,7 @@ impl OverviewStore for SqliteStore {
                     ready: count(ready),
                     delayed: count(delayed),
                     running: count(running),
-                    oldest_ready_at: oldest
-                        .map(|text| parse_ts(&text, OPERATION))
-                        .transpose()?,
+                    oldest_ready_at: oldest.map(|text| parse_ts(&text, OPERATION)).transpose()?,
                 })
             })
             .collect()

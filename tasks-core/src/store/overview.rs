@@ -245,10 +245,7 @@ mod tests {
         assert_eq!(runs.buckets[0].completed, 2);
         assert_eq!(runs.buckets[0].failed, 1);
         assert_eq!(runs.buckets[59].canceled, 4);
-        assert_eq!(
-            runs.buckets[1].start,
-            since + chrono::Duration::minutes(1)
-        );
+        assert_eq!(runs.buckets[1].start, since + chrono::Duration::minutes(1));
         assert_eq!(runs.totals(), (2, 1, 4));
     }
 }

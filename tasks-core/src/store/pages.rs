@@ -107,7 +107,9 @@ impl ListRuns {
 impl ListRuns {
     /// [`ListRuns::search`] read as a run id, when it is one.
     pub fn search_id(&self) -> Option<Uuid> {
-        self.search.as_deref().and_then(|text| text.trim().parse().ok())
+        self.search
+            .as_deref()
+            .and_then(|text| text.trim().parse().ok())
     }
 }
 
