@@ -133,6 +133,7 @@ macro_rules! conformance_suite {
             get_run_of_unknown_id_is_none,
             idempotency_key_returns_existing_run,
             idempotency_key_is_scoped_to_workflow_name,
+            create_or_get_run_says_whether_it_created,
         } multi_thread {
             idempotency_race_creates_one_run,
         } }

@@ -64,7 +64,7 @@ pub use overview::OverviewStore;
 pub use pages::{Cursor, DEFAULT_PAGE_SIZE, ListRuns, ListStepAttempts, Order, Page};
 pub use pages::{PageQuery, counts_in_order};
 pub use queues::QueueStore;
-pub use runs::{ClaimedRun, CreateRun, DEFAULT_NAMESPACE, FailRun, RunStore};
+pub use runs::{ClaimedRun, CreateRun, CreatedRun, DEFAULT_NAMESPACE, FailRun, RunStore};
 pub use steps::{CreateStepAttempt, RecordStepAttempt, StepStore, StepUpdate};
 // The capabilities live beside the records they keep; named here too, so that the whole
 // contract is one module away.

@@ -8,7 +8,8 @@ use tasks_core::error::StoreResult;
 use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check, counts_in_order,
+    CreateRun, CreatedRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+    counts_in_order,
 };
 use tasks_core::transition::CREATED;
 use uuid::Uuid;
@@ -145,7 +146,7 @@ pub(crate) fn scan<T>(
 
 #[async_trait]
 impl RunStore for MemoryStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun> {
         check::create_run(&self.namespace, &params)?;
         self.write(|tx| {
             let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
@@ -154,10 +155,13 @@ impl RunStore for MemoryStore {
                     tx.notes.push(Notification::RunAvailable {
                         namespace: run.namespace.clone(),
                     });
-                    Ok(run)
+                    Ok(CreatedRun { run, created: true })
                 }
                 // A repeat of an idempotent create: the first run.
-                Inserted::Held(first) => Ok(first),
+                Inserted::Held(first) => Ok(CreatedRun {
+                    run: first,
+                    created: false,
+                }),
             }
         })
     }

@@ -13,7 +13,7 @@ use sqlx::{QueryBuilder, Sqlite};
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+    CreateRun, CreatedRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
 };
 use tasks_core::transition::{
     COMPLETE, COMPLETED, CREATED, Column, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition,
@@ -248,7 +248,7 @@ impl SqliteStore {
 
 #[async_trait]
 impl RunStore for SqliteStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun> {
         check::create_run(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::CreateRun;
         let mut write = self.begin_write(OPERATION).await?;
@@ -277,7 +277,7 @@ impl RunStore for SqliteStore {
                 namespace: run.namespace.clone(),
             });
         }
-        Ok(run)
+        Ok(CreatedRun { run, created })
     }
 
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
