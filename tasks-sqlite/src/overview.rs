@@ -25,16 +25,23 @@ impl OverviewStore for SqliteStore {
         check::overview_rows(limit)?;
         const OPERATION: Operation = Operation::QueueBacklogs;
         let now = rows::ts_bound(self.clock.now().trunc_subsecs(6));
+        // One read per status, each through its partial index (`tasks_workflow_runs_claim_queue`
+        // for pending runs, `tasks_workflow_runs_queue_running` for running ones): with both
+        // statuses in one `IN`, the planner may read the whole table.
         let found: Vec<BacklogRow> = sqlx::query_as(
-            "SELECT queue,
-                    sum(status = 'pending' AND coalesce(available_at, created_at) <= ?2),
-                    sum(status = 'pending' AND coalesce(available_at, created_at) > ?2),
-                    sum(status = 'running'),
-                    min(CASE WHEN status = 'pending'
-                              AND coalesce(available_at, created_at) <= ?2
-                             THEN coalesce(available_at, created_at) END)
-               FROM tasks_workflow_runs
-              WHERE namespace = ?1 AND status IN ('pending', 'running')
+            "SELECT queue, sum(ready), sum(delayed), sum(running), min(oldest)
+               FROM (SELECT queue,
+                            coalesce(available_at, created_at) <= ?2 AS ready,
+                            coalesce(available_at, created_at) > ?2 AS delayed,
+                            0 AS running,
+                            CASE WHEN coalesce(available_at, created_at) <= ?2
+                                 THEN coalesce(available_at, created_at) END AS oldest
+                       FROM tasks_workflow_runs
+                      WHERE namespace = ?1 AND status = 'pending'
+                     UNION ALL
+                     SELECT queue, 0, 0, 1, NULL
+                       FROM tasks_workflow_runs
+                      WHERE namespace = ?1 AND status = 'running')
               GROUP BY queue ORDER BY queue LIMIT ?3",
         )
         .bind(&*self.namespace)
