@@ -477,6 +477,7 @@ mod tests {
             ("retention", include_str!("retention.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
+            ("overview", include_str!("overview.rs")),
             ("events", include_str!("events.rs")),
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),

@@ -321,6 +321,7 @@ impl<'c, T> StartBuilder<'c, T> {
         );
         Ok(Started {
             handle: client.handle(run.id),
+            run,
             created: outcome.created,
         })
     }
@@ -333,6 +334,9 @@ impl<'c, T> StartBuilder<'c, T> {
 pub struct Started<T> {
     /// The handle of the run.
     pub handle: RunHandle<T>,
+    /// The run as the start left it: just created (pending), or the run that held the key,
+    /// as it was then.
+    pub run: crate::model::WorkflowRun,
     /// This start created the run; `false` when a run held its idempotency key already
     /// (the handle is that run's, and nothing was started).
     pub created: bool,

@@ -79,14 +79,15 @@ pub(super) async fn start(
     if let Some(context) = request.context {
         start = start.context(context);
     }
+    // The run as the start left it (a fast worker may have finished it since: a read would
+    // answer that, and a caller could not tell what its start did).
     let started = start.outcome().await?;
-    let run = read_run(&scope, started.handle.id()).await?;
     let status = if started.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok(Json(status, run).into_response())
+    Ok(Json(status, Run::from(started.run)).into_response())
 }
 
 /// The W3C trace context of a request's `traceparent` and `tracestate` headers, when its

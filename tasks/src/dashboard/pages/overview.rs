@@ -92,13 +92,23 @@ pub(in crate::dashboard) async fn overview(
     );
     #[cfg(not(feature = "schedules"))]
     let schedules = None;
+    // Ages are measured on the store's clock, which stamped the times shown: the end of
+    // the window it just read, when it could.
+    let now = finished.as_ref().map_or_else(
+        |_| crate::chrono::Utc::now(),
+        |finished| {
+            finished.since
+                + crate::chrono::TimeDelta::from_std(FinishedWindow::LAST_HOUR.span)
+                    .unwrap_or_default()
+        },
+    );
     let overview = Overview {
         counts,
         finished,
         queues,
         workers,
         schedules,
-        now: crate::chrono::Utc::now(),
+        now,
         refresh_ms: state.refresh.as_millis(),
     };
     respond(
