@@ -81,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One token, operating on the default namespace only.
     let api = HttpApi::new(client)
         .token(
-            Token::new(secret.clone())
+            Token::new(secret.clone())?
                 .namespace(tasks::DEFAULT_NAMESPACE)
                 .operate(),
         )

@@ -64,6 +64,7 @@ pub mod limits;
 pub mod listing;
 pub mod liveness;
 pub mod outcomes;
+pub mod overview;
 pub mod primitive_rules;
 pub mod queues;
 pub mod record;
@@ -115,7 +116,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -133,6 +134,7 @@ macro_rules! conformance_suite {
             get_run_of_unknown_id_is_none,
             idempotency_key_returns_existing_run,
             idempotency_key_is_scoped_to_workflow_name,
+            create_or_get_run_says_whether_it_created,
         } multi_thread {
             idempotency_race_creates_one_run,
         } }
@@ -159,6 +161,14 @@ macro_rules! conformance_suite {
             cursors_round_trip_through_strings,
             invalid_cursor_is_rejected,
             invalid_page_arguments_are_rejected,
+            list_runs_filters_by_version_queue_and_key,
+            list_runs_searches_by_id_or_idempotency_key,
+        } multi_thread {} }
+        $crate::__conformance_module! { $setup, overview {
+            queue_backlogs_count_live_runs_per_queue,
+            list_workers_shows_heartbeats_and_running_runs,
+            finished_runs_counts_the_window_by_status,
+            overview_reads_are_bounded,
         } multi_thread {} }
         $crate::__conformance_module! { $setup, admission {
             claim_admits_keys_as_the_core_walk_does,
@@ -473,6 +483,7 @@ mod tests {
             ("retention", include_str!("retention.rs")),
             ("limits", include_str!("limits.rs")),
             ("liveness", include_str!("liveness.rs")),
+            ("overview", include_str!("overview.rs")),
             ("events", include_str!("events.rs")),
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),

@@ -490,3 +490,131 @@ pub async fn count_runs_by_status(setup: impl Setup) {
     );
     assert_eq!(running.status, Running);
 }
+
+/// `version`, `queue` and `concurrency_key` each keep only the runs that have it, and
+/// combine with the other filters.
+pub async fn list_runs_filters_by_version_queue_and_key(setup: impl Setup) {
+    let store = setup.store().await;
+    let name = unique_name();
+    let v1 = store
+        .create_run(CreateRun {
+            version: Some("1".into()),
+            ..CreateRun::new(name.clone())
+        })
+        .await
+        .unwrap();
+    let v2_mail = store
+        .create_run(CreateRun {
+            version: Some("2".into()),
+            queue: Some("mail".into()),
+            concurrency: Some(tasks_core::Concurrency::new("tenant-7", 3)),
+            ..CreateRun::new(name.clone())
+        })
+        .await
+        .unwrap();
+    let mail = store
+        .create_run(CreateRun {
+            queue: Some("mail".into()),
+            ..CreateRun::new(name.clone())
+        })
+        .await
+        .unwrap();
+    let list = |params: ListRuns| {
+        let store = &store;
+        async move { ids(&store.list_runs(params).await.unwrap().data) }
+    };
+    let version = |v: &str| ListRuns {
+        version: Some(v.into()),
+        ..ListRuns::default()
+    };
+    assert_eq!(list(version("1")).await, vec![v1.id]);
+    assert_eq!(list(version("2")).await, vec![v2_mail.id]);
+    assert_eq!(list(version("3")).await, Vec::<Uuid>::new());
+    let queue = |q: &str| ListRuns {
+        queue: Some(q.into()),
+        ..ListRuns::default()
+    };
+    assert_eq!(list(queue("mail")).await, vec![v2_mail.id, mail.id]);
+    assert_eq!(list(queue("default")).await, vec![v1.id]);
+    let key = ListRuns {
+        concurrency_key: Some("tenant-7".into()),
+        ..ListRuns::default()
+    };
+    assert_eq!(list(key).await, vec![v2_mail.id]);
+    let other_key = ListRuns {
+        concurrency_key: Some("tenant-8".into()),
+        ..ListRuns::default()
+    };
+    assert_eq!(list(other_key).await, Vec::<Uuid>::new());
+    let both = ListRuns {
+        queue: Some("mail".into()),
+        version: Some("2".into()),
+        workflow_name: Some(name),
+        ..ListRuns::default()
+    };
+    assert_eq!(list(both).await, vec![v2_mail.id]);
+    let too_long = ListRuns {
+        version: Some("v".repeat(tasks_core::limits::MAX_VERSION_BYTES + 1)),
+        ..ListRuns::default()
+    };
+    assert_err!(store.list_runs(too_long).await, StoreError::Limit(_));
+}
+
+/// `search` finds a run by its id, or the runs started with an idempotency key (of any
+/// workflow), exactly; it combines with the other filters.
+pub async fn list_runs_searches_by_id_or_idempotency_key(setup: impl Setup) {
+    let store = setup.store().await;
+    let (a, b) = (unique_name(), unique_name());
+    let keyed_a = store
+        .create_run(CreateRun {
+            idempotency_key: Some("order-42".into()),
+            ..CreateRun::new(a.clone())
+        })
+        .await
+        .unwrap();
+    let keyed_b = store
+        .create_run(CreateRun {
+            idempotency_key: Some("order-42".into()),
+            ..CreateRun::new(b.clone())
+        })
+        .await
+        .unwrap();
+    let plain = store.create_run(CreateRun::new(a.clone())).await.unwrap();
+    let search = |text: String, workflow: Option<String>| {
+        let store = &store;
+        async move {
+            let params = ListRuns {
+                search: Some(text),
+                workflow_name: workflow,
+                ..ListRuns::default()
+            };
+            ids(&store.list_runs(params).await.unwrap().data)
+        }
+    };
+    assert_eq!(
+        search("order-42".into(), None).await,
+        vec![keyed_a.id, keyed_b.id]
+    );
+    assert_eq!(search("order-42".into(), Some(b)).await, vec![keyed_b.id]);
+    assert_eq!(search("order-4".into(), None).await, Vec::<Uuid>::new());
+    assert_eq!(search(plain.id.to_string(), None).await, vec![plain.id]);
+    assert_eq!(
+        search(format!(" {} ", plain.id), None).await,
+        vec![plain.id]
+    );
+    assert_eq!(
+        search(Uuid::new_v4().to_string(), None).await,
+        Vec::<Uuid>::new()
+    );
+    // Another namespace's run is not found by its id.
+    let other = store.scoped(&unique_namespace()).unwrap();
+    let elsewhere = other
+        .contract()
+        .create_run(CreateRun::new(a))
+        .await
+        .unwrap();
+    assert_eq!(
+        search(elsewhere.id.to_string(), None).await,
+        Vec::<Uuid>::new()
+    );
+}

@@ -231,14 +231,18 @@ pub async fn idempotency_race_creates_one_run(setup: impl Setup) {
             };
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.create_run(params).await
+                store.create_or_get_run(params).await
             })
         })
         .collect();
     let mut created = Vec::new();
+    let mut creators = 0;
     for task in tasks {
-        created.push(task.await.expect("task panicked").expect("create_run"));
+        let outcome = task.await.expect("task panicked").expect("create_run");
+        creators += usize::from(outcome.created);
+        created.push(outcome.run);
     }
+    assert_eq!(creators, 1, "exactly one create says it created the run");
 
     let first = created[0].id;
     assert!(
@@ -274,4 +278,37 @@ pub async fn create_run_with_delay_starts_later(setup: impl Setup) {
             .unwrap()
             .is_none()
     );
+}
+
+/// `create_or_get_run` says whether it created the run: `true` for a new run, `false` for
+/// the run that holds the idempotency key, which it returns unchanged.
+pub async fn create_or_get_run_says_whether_it_created(setup: impl Setup) {
+    let store = setup.store().await;
+    let name = unique_name();
+    let keyed = || CreateRun {
+        idempotency_key: Some("k-1".into()),
+        input: Some(json!({ "n": 1 })),
+        ..CreateRun::new(name.clone())
+    };
+    let first = store.create_or_get_run(keyed()).await.unwrap();
+    assert!(first.created);
+    let again = store
+        .create_or_get_run(CreateRun {
+            input: Some(json!({ "n": 2 })),
+            ..keyed()
+        })
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.run.id, first.run.id);
+    assert_eq!(again.run.input, Some(json!({ "n": 1 })));
+    // Without a key, every create creates.
+    let plain = store
+        .create_or_get_run(CreateRun::new(name.clone()))
+        .await
+        .unwrap();
+    assert!(plain.created);
+    assert_ne!(plain.run.id, first.run.id);
+    // `create_run` returns the same runs.
+    assert_eq!(store.create_run(keyed()).await.unwrap().id, first.run.id);
 }

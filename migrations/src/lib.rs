@@ -128,6 +128,12 @@ pub const POSTGRES: &[Migration] = &[
         sql: include_str!("../postgres/0019_claim_epoch.sql"),
         earlier_checksums: &[],
     },
+    Migration {
+        version: 20,
+        name: "idempotency search",
+        sql: include_str!("../postgres/0020_idempotency_search.sql"),
+        earlier_checksums: &[],
+    },
 ];
 
 /// The SQLite store's migrations, in order.
@@ -226,6 +232,12 @@ pub const SQLITE: &[Migration] = &[
         version: 16,
         name: "claim epoch",
         sql: include_str!("../sqlite/0016_claim_epoch.sql"),
+        earlier_checksums: &[],
+    },
+    Migration {
+        version: 17,
+        name: "idempotency search",
+        sql: include_str!("../sqlite/0017_idempotency_search.sql"),
         earlier_checksums: &[],
     },
 ];

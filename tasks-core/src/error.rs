@@ -112,6 +112,13 @@ pub enum Operation {
     GetQueue,
     /// [`QueueStore::delete_queue`](crate::QueueStore::delete_queue).
     DeleteQueue,
+    // The overview.
+    /// [`OverviewStore::queue_backlogs`](crate::OverviewStore::queue_backlogs).
+    QueueBacklogs,
+    /// [`OverviewStore::list_workers`](crate::OverviewStore::list_workers).
+    ListWorkers,
+    /// [`OverviewStore::finished_runs`](crate::OverviewStore::finished_runs).
+    FinishedRuns,
 }
 
 impl Operation {
@@ -161,6 +168,9 @@ impl Operation {
             Operation::PutQueue => "configuring a queue",
             Operation::GetQueue => "reading queues",
             Operation::DeleteQueue => "deleting a queue",
+            Operation::QueueBacklogs => "reading the backlog of queues",
+            Operation::ListWorkers => "listing workers",
+            Operation::FinishedRuns => "counting finished workflow runs",
         }
     }
 
@@ -432,6 +442,8 @@ pub enum Capability {
     Queues,
     /// Purging finished runs ([`RetentionStore`](crate::RetentionStore)).
     Retention,
+    /// The figures of an operator's overview ([`OverviewStore`](crate::OverviewStore)).
+    Overview,
 }
 
 impl Capability {
@@ -445,6 +457,7 @@ impl Capability {
             Capability::Schedules => "schedules",
             Capability::Queues => "named queues",
             Capability::Retention => "purging finished runs",
+            Capability::Overview => "the overview's figures",
         }
     }
 }

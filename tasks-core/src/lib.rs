@@ -87,9 +87,9 @@ pub use schedule::{Cadence, ScheduleError};
 pub use schedule::{CatchUp, NewSchedule, Schedule};
 pub use state::{PublishedState, SetState, StateSet};
 pub use store::{
-    ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, Cursor, DEFAULT_NAMESPACE, EventStore,
-    FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
-    NotificationStream, Order, Page, QueueStore, RecordStepAttempt, RetentionStore, RunStore,
-    ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
+    ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, CreatedRun, Cursor, DEFAULT_NAMESPACE,
+    EventStore, FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
+    NotificationStream, Order, OverviewStore, Page, QueueStore, RecordStepAttempt, RetentionStore,
+    RunStore, ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
 };
 pub use trace::{TraceContext, TraceContextError};

@@ -49,6 +49,7 @@ mod decode;
 mod leases;
 mod lifecycle;
 pub(crate) mod notify;
+pub mod overview;
 mod pages;
 mod queues;
 pub(crate) mod runs;
@@ -59,10 +60,11 @@ pub use leases::{LeaseStore, complete_separately};
 pub use lifecycle::LifecycleStore;
 pub use notify::namespace_stream;
 pub use notify::{Notification, NotificationStream};
+pub use overview::OverviewStore;
 pub use pages::{Cursor, DEFAULT_PAGE_SIZE, ListRuns, ListStepAttempts, Order, Page};
 pub use pages::{PageQuery, counts_in_order};
 pub use queues::QueueStore;
-pub use runs::{ClaimedRun, CreateRun, DEFAULT_NAMESPACE, FailRun, RunStore};
+pub use runs::{ClaimedRun, CreateRun, CreatedRun, DEFAULT_NAMESPACE, FailRun, RunStore};
 pub use steps::{CreateStepAttempt, RecordStepAttempt, StepStore, StepUpdate};
 // The capabilities live beside the records they keep; named here too, so that the whole
 // contract is one module away.
@@ -101,10 +103,10 @@ pub use crate::state::StateStore;
 /// capabilities. Every store implements it with three traits it requires: [`RunStore`]
 /// (runs as records), [`LeaseStore`] (claims, leases and the end of a run) and
 /// [`StepStore`] (step attempts). The primitives are capabilities, one trait each, that a
-/// store implements when it can and returns from its accessor (all seven at once with
+/// store implements when it can and returns from its accessor (all eight at once with
 /// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
-/// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`] and
-/// [`RetentionStore`]. The engine asks for the capability it uses
+/// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`],
+/// [`RetentionStore`] and [`OverviewStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
 /// [`StoreError::Unsupported`] naming it; nothing panics.
 #[async_trait]
@@ -191,6 +193,16 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
         ))
     }
 
+    /// This store's overview figures (queue backlogs, workers, runs finished lately):
+    /// `Ok(self)` in a store that implements [`OverviewStore`]; the default is
+    /// [`StoreError::Unsupported`] naming [`Capability::Overview`].
+    fn overview(&self) -> StoreResult<&dyn OverviewStore> {
+        Err(StoreError::unsupported(
+            Capability::Overview,
+            self.namespace(),
+        ))
+    }
+
     /// This store's retention (purging finished runs): `Ok(self)` in a store that implements
     /// [`RetentionStore`]; the default is [`StoreError::Unsupported`] naming
     /// [`Capability::Retention`].
@@ -203,8 +215,8 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
 }
 
 /// The accessors of every capability of [`Store`], each answering `Ok(self)`: written inside
-/// the `impl Store` of a store that implements all seven capability traits, instead of
-/// seven one-line methods. A store that lacks some writes the accessors of those it has by
+/// the `impl Store` of a store that implements all eight capability traits, instead of
+/// eight one-line methods. A store that lacks some writes the accessors of those it has by
 /// hand and keeps the defaults ([`StoreError::Unsupported`]) for the others.
 ///
 /// ```rust,ignore
@@ -239,6 +251,9 @@ macro_rules! every_capability {
             ::core::result::Result::Ok(self)
         }
         fn retention(&self) -> $crate::StoreResult<&dyn $crate::RetentionStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn overview(&self) -> $crate::StoreResult<&dyn $crate::OverviewStore> {
             ::core::result::Result::Ok(self)
         }
     };

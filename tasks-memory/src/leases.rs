@@ -191,9 +191,13 @@ impl LeaseStore for MemoryStore {
                 worker == worker_id
                     || !forgettable_worker(heartbeat.stale_at, now, holds_running(runs, worker))
             });
-            tx.space
-                .workers
-                .insert(worker_id.to_owned(), Heartbeat { stale_at });
+            tx.space.workers.insert(
+                worker_id.to_owned(),
+                Heartbeat {
+                    beat_at: now,
+                    stale_at,
+                },
+            );
             Ok(())
         })
     }

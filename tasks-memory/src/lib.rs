@@ -78,6 +78,7 @@ mod claim;
 mod events;
 mod leases;
 mod lifecycle;
+mod overview;
 mod queues;
 mod retention;
 mod runs;

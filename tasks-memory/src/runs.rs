@@ -8,7 +8,8 @@ use tasks_core::error::StoreResult;
 use tasks_core::idempotency::{IdempotencyScope, KeyHold};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check, counts_in_order,
+    CreateRun, CreatedRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+    counts_in_order,
 };
 use tasks_core::transition::CREATED;
 use uuid::Uuid;
@@ -146,7 +147,7 @@ pub(crate) fn scan<T>(
 
 #[async_trait]
 impl RunStore for MemoryStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun> {
         check::create_run(&self.namespace, &params)?;
         self.write(|tx| {
             let new = NewRun::prepare(tx, &params, Uuid::now_v7())?;
@@ -155,10 +156,13 @@ impl RunStore for MemoryStore {
                     tx.notes.push(Notification::RunAvailable {
                         namespace: run.namespace.clone(),
                     });
-                    Ok(run)
+                    Ok(CreatedRun { run, created: true })
                 }
                 // A repeat of an idempotent create: the first run.
-                Inserted::Held(first) => Ok(first),
+                Inserted::Held(first) => Ok(CreatedRun {
+                    run: first,
+                    created: false,
+                }),
             }
         })
     }
@@ -172,11 +176,23 @@ impl RunStore for MemoryStore {
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let after = params.created_after.map(stored);
         let before = params.created_before.map(stored);
+        let search_id = params.search_id();
         let mut runs: Vec<WorkflowRun> = self.read(|space| {
             space
                 .runs
                 .values()
+                .filter(|row| {
+                    params
+                        .concurrency_key
+                        .as_deref()
+                        .is_none_or(|key| row.key() == Some(key))
+                })
                 .map(|row| &row.run)
+                .filter(|run| {
+                    params.search.as_ref().is_none_or(|search| {
+                        run.idempotency_key.as_ref() == Some(search) || search_id == Some(run.id)
+                    })
+                })
                 .filter(|run| params.statuses.is_empty() || params.statuses.contains(&run.status))
                 .filter(|run| {
                     params
@@ -188,6 +204,18 @@ impl RunStore for MemoryStore {
                     params
                         .parent_run_id
                         .is_none_or(|parent| run.parent_run_id == Some(parent))
+                })
+                .filter(|run| {
+                    params
+                        .version
+                        .as_ref()
+                        .is_none_or(|version| run.version.as_ref() == Some(version))
+                })
+                .filter(|run| {
+                    params
+                        .queue
+                        .as_ref()
+                        .is_none_or(|queue| run.queue == *queue)
                 })
                 .filter(|run| after.is_none_or(|after| run.created_at >= after))
                 .filter(|run| before.is_none_or(|before| run.created_at <= before))

@@ -94,9 +94,10 @@ impl Row {
     }
 }
 
-/// A worker's heartbeat row: when it goes stale.
+/// A worker's heartbeat row: when it last beat, and when it goes stale.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Heartbeat {
+    pub(crate) beat_at: DateTime<Utc>,
     pub(crate) stale_at: DateTime<Utc>,
 }
 

@@ -8,6 +8,7 @@ mod leases;
 mod lifecycle;
 mod migrate;
 mod notify;
+mod overview;
 mod queues;
 mod reconnect;
 mod recorder;

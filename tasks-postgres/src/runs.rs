@@ -8,14 +8,14 @@ use sqlx::{Postgres, QueryBuilder};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+    CreateRun, CreatedRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
 };
 use tasks_core::transition::{CREATED, status_in};
 use uuid::Uuid;
 
 #[async_trait]
 impl RunStore for PgStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun> {
         check::create_run(&self.namespace, &params)?;
         if params.idempotency_key.is_some() {
             // A second try finds the first's run by its key, if the first committed.
@@ -65,6 +65,22 @@ impl RunStore for PgStore {
             if let Some(parent) = params.parent_run_id {
                 query.push(" AND parent_run_id = ").push_bind(parent);
             }
+            if let Some(version) = &params.version {
+                query.push(" AND version = ").push_bind(version);
+            }
+            if let Some(queue) = &params.queue {
+                query.push(" AND queue = ").push_bind(queue);
+            }
+            if let Some(key) = &params.concurrency_key {
+                query.push(" AND concurrency_key = ").push_bind(key);
+            }
+            if let Some(search) = &params.search {
+                query.push(" AND (idempotency_key = ").push_bind(search);
+                if let Some(id) = params.search_id() {
+                    query.push(" OR id = ").push_bind(id);
+                }
+                query.push(")");
+            }
             if let Some(after) = params.created_after {
                 query.push(" AND created_at >= ").push_bind(after);
             }
@@ -110,7 +126,7 @@ impl RunStore for PgStore {
 
 impl PgStore {
     /// One try of [`RunStore::create_run`] (of checked `params`).
-    async fn create_run_once(&self, params: &CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_run_once(&self, params: &CreateRun) -> StoreResult<CreatedRun> {
         const OPERATION: Operation = Operation::CreateRun;
         let mut conn = self.pool.acquire().await.map_err(db(OPERATION))?;
         // The holder found by a refused insert can lose the key before it is read (its scope
@@ -133,7 +149,12 @@ impl PgStore {
                     .await
                     .map_err(db(OPERATION))?;
                 match holder {
-                    Some(holder) => return holder.into_run(OPERATION),
+                    Some(holder) => {
+                        return Ok(CreatedRun {
+                            run: holder.into_run(OPERATION)?,
+                            created: false,
+                        });
+                    }
                     None if tries < 3 => continue,
                     // Three lapses in a row during one start: give up as a database error.
                     None => return Err(db(OPERATION)(sqlx::Error::RowNotFound)),
@@ -150,7 +171,7 @@ impl PgStore {
                     namespace: run.namespace.clone(),
                 };
                 self.notify_now(&[wake_up]).await;
-                return Ok(run);
+                return Ok(CreatedRun { run, created: true });
             }
         }
     }

@@ -47,7 +47,7 @@ mod wait;
 
 pub use events::SendEventBuilder;
 pub use handle::{RunError, RunHandle};
-pub use start::{StartBuilder, StartOptions};
+pub use start::{StartBuilder, StartOptions, Started};
 pub use wait::{Awaited, WAIT_SAFETY_REREAD, WaitError};
 
 use crate::error::StoreError;

@@ -38,7 +38,7 @@ pub use children::{
 };
 pub use client::{
     Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, StartBuilder,
-    StartOptions, WAIT_SAFETY_REREAD, WaitError,
+    StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;

@@ -29,6 +29,7 @@ mod leases;
 mod lifecycle;
 mod migrate;
 mod notify;
+mod overview;
 mod queues;
 mod retention;
 mod rows;

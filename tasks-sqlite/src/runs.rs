@@ -14,7 +14,7 @@ use tasks_core::Holder;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::model::{RunStatus, WorkflowRun};
 use tasks_core::store::{
-    CreateRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
+    CreateRun, CreatedRun, Cursor, ListRuns, Notification, Page, PageQuery, RunStore, check,
 };
 use tasks_core::transition::{
     COMPLETE, COMPLETED, CREATED, Column, JSON_COLUMNS, QUARANTINE, QUARANTINED, Transition,
@@ -251,7 +251,7 @@ impl SqliteStore {
 
 #[async_trait]
 impl RunStore for SqliteStore {
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun> {
         check::create_run(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::CreateRun;
         let mut write = self.begin_write(OPERATION).await?;
@@ -280,7 +280,7 @@ impl RunStore for SqliteStore {
                 namespace: run.namespace.clone(),
             });
         }
-        Ok(run)
+        Ok(CreatedRun { run, created })
     }
 
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>> {
@@ -292,6 +292,7 @@ impl RunStore for SqliteStore {
     async fn list_runs(&self, params: ListRuns) -> StoreResult<Page<WorkflowRun>> {
         check::list_runs(&self.namespace, &params)?;
         const OPERATION: Operation = Operation::ListRuns;
+        let search_id = params.search_id();
         let page = PageQuery::new(params.limit, params.after, params.before, params.order)?;
         let mut query = QueryBuilder::<Sqlite>::new(format!(
             "SELECT {RUN_COLUMNS} FROM tasks_workflow_runs WHERE namespace = "
@@ -323,6 +324,22 @@ impl RunStore for SqliteStore {
             query
                 .push(" AND parent_run_id = ")
                 .push_bind(rows::id(parent));
+        }
+        if let Some(version) = params.version {
+            query.push(" AND version = ").push_bind(version);
+        }
+        if let Some(queue) = params.queue {
+            query.push(" AND queue = ").push_bind(queue);
+        }
+        if let Some(key) = params.concurrency_key {
+            query.push(" AND concurrency_key = ").push_bind(key);
+        }
+        if let Some(search) = params.search {
+            query.push(" AND (idempotency_key = ").push_bind(search);
+            if let Some(id) = search_id {
+                query.push(" OR id = ").push_bind(rows::id(id));
+            }
+            query.push(")");
         }
         if let Some(after) = params.created_after {
             query

@@ -65,7 +65,7 @@ pub use tasks_macros::{step, workflow};
 
 // Starting runs, awaiting them, operating on them.
 pub use tasks_runtime::{
-    Client, RunHandle, SendEventBuilder, StartBuilder, StartOptions, WAIT_SAFETY_REREAD,
+    Client, RunHandle, SendEventBuilder, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD,
 };
 // Executing runs.
 pub use tasks_runtime::{

@@ -189,7 +189,7 @@ async fn pages_work_in_chromium(backend: Backend) {
     let browser = Browser::launch().await;
 
     // The runs page lists the runs, newest first.
-    browser.open(&base).await;
+    browser.open(&format!("{base}runs")).await;
     let rows = browser.texts("table.runs tbody tr").await;
     assert_eq!(rows.len(), 3, "{rows:?}");
     for (row, id) in rows.iter().zip([hostile, waiting, done.id()]) {
@@ -250,7 +250,8 @@ async fn pages_work_in_chromium(backend: Backend) {
     assert_eq!(bars.len(), 5);
     browser.wait_for_text("#run-status", "completed").await;
     let shot = browser.screenshot(&shots, "run").await;
-    assert!(std::fs::metadata(shot).unwrap().len() > 10_000);
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    doc_screenshot(backend, &shot, "dashboard-run");
 
     // User data is shown as text, never as markup.
     browser.open(&format!("{base}run?id={hostile}")).await;
@@ -445,7 +446,7 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     assert_eq!(status, 401);
     let (status, _, page) = http(
         guarded,
-        "GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n",
+        "GET /runs HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n",
         "",
     )
     .await;
@@ -467,7 +468,7 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     assert!(page.contains("dash-ship"));
 
     // Cursor pages: one run per page, the next page holds the older run.
-    let (status, _, first) = http(addr, "GET /?limit=1 HTTP/1.1\r\n", "").await;
+    let (status, _, first) = http(addr, "GET /runs?limit=1 HTTP/1.1\r\n", "").await;
     assert_eq!(status, 200);
     assert!(first.contains(&canceled.to_string()) && !first.contains(&id.to_string()));
     let next = first
@@ -479,11 +480,15 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
     assert_eq!(status, 200, "{next}");
     assert!(second.contains(&id.to_string()) && !second.contains(&canceled.to_string()));
     // Filters: by status; a status that does not exist is a clear 400.
-    let (_, _, paused) = http(addr, "GET /?status=paused HTTP/1.1\r\n", "").await;
+    let (_, _, paused) = http(addr, "GET /runs?status=paused HTTP/1.1\r\n", "").await;
     assert!(paused.contains(&id.to_string()) && !paused.contains(&canceled.to_string()));
-    let (status, _, page) = http(addr, "GET /?status=bogus HTTP/1.1\r\n", "").await;
+    let (status, _, page) = http(addr, "GET /runs?status=bogus HTTP/1.1\r\n", "").await;
     assert_eq!(status, 400);
     assert!(page.contains("unknown status"), "{page}");
+    // A link made when the runs were the landing page still reaches them.
+    let (status, head, _) = http(addr, "GET /?status=paused HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("location: /runs?status=paused"), "{head}");
 
     // Nested in an application's router as the docs say, the mount point answers with and
     // without a trailing slash, and every link starts at the mount point.
@@ -498,11 +503,19 @@ async fn actions_and_credentials_are_guarded(backend: Backend) {
         for link in [
             "href=\"/ops/assets/style.css\"",
             "href=\"/ops/workflows\"",
-            &format!("href=\"/ops/run?id={id}\""),
+            "href=\"/ops/runs\"",
+            "href=\"/ops/queues\"",
+            "href=\"/ops/workers\"",
         ] {
             assert!(page.contains(link), "{mount}: {link} in {page}");
         }
     }
+    let (status, _, page) = http(nested, "GET /ops/runs HTTP/1.1\r\n", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(&format!("href=\"/ops/run?id={id}\"")),
+        "{page}"
+    );
     let (status, _, _) = http(nested, "GET /ops/assets/style.css HTTP/1.1\r\n", "").await;
     assert_eq!(status, 200);
     let (status, _, page) = http(nested, "GET /ops/workflows HTTP/1.1\r\n", "").await;
@@ -858,7 +871,7 @@ async fn cli_dashboard_serves_the_store(backend: Backend) {
     assert_eq!(status, 401);
     let (status, _, page) = http(
         addr,
-        "GET / HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n",
+        "GET /runs HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n",
         "",
     )
     .await;
@@ -1010,7 +1023,218 @@ async fn published_state_and_trace_are_shown(backend: Backend) {
     assert!(!page.contains("Published state"), "{page}");
 }
 
+/// Where the guide's screenshots are: `docs/` of the repository.
+fn doc_screenshots() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs"))
+}
+
+/// Copies a screenshot to `docs/{name}.png` when `TASKS_UPDATE_SCREENSHOTS` is set (on
+/// SQLite only, so that one run writes each file once), and checks that the checked-in copy
+/// is a PNG of a real page. Not on every run: a screenshot differs in every run (its ids
+/// and times), and the repository keeps one, refreshed on purpose.
+fn doc_screenshot(backend: Backend, shot: &std::path::Path, name: &str) {
+    let path = doc_screenshots().join(format!("{name}.png"));
+    if matches!(backend, Backend::Sqlite) && std::env::var_os("TASKS_UPDATE_SCREENSHOTS").is_some()
+    {
+        std::fs::copy(shot, &path).expect("the doc screenshot is written");
+    }
+    let png = std::fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "{}: {error}; write it with `TASKS_UPDATE_SCREENSHOTS=1 cargo nextest run -p tasks-tests -E 'test(/dashboard::.*sqlite/)'`",
+            path.display()
+        )
+    });
+    assert!(png.starts_with(b"\x89PNG"), "{} is a PNG", path.display());
+    assert!(
+        png.len() > 10_000,
+        "{} is a page, not a blank",
+        path.display()
+    );
+}
+
+/// The figure of the element `css` on the page, as a number.
+async fn figure(browser: &Browser, css: &str) -> u64 {
+    let text = browser.wait_for(css).await;
+    text.split_whitespace()
+        .next()
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("{css} shows no figure: {text:?}"))
+}
+
+/// Waits until the figure of `css` is `expected` (the live refresh may show an older page
+/// first), and returns it.
+async fn figure_is(browser: &Browser, css: &str, expected: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let shown = figure(browser, css).await;
+        if shown == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{css} shows {shown}, not {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The overview (the landing page), the queues and the workers pages in Chromium: the
+/// figures shown are those of the runs the test made, and the runs page's filters and
+/// search narrow the list.
+async fn overview_queues_and_workers_in_chromium(backend: Backend) {
+    let store: TestStore = backend.store().await;
+    let client = client(&store);
+    let shots = screenshots(backend);
+
+    // A worker of the default queue only: it finishes two shipments and one refusal, then
+    // stays, idle and live.
+    let worker_id = format!("dash-worker-{}", Uuid::new_v4().simple());
+    let worker = worker(&store)
+        .queues(["default"])
+        .worker_id(worker_id.clone())
+        .build()
+        .unwrap()
+        .spawn();
+    for item in ["teapot", "kettle"] {
+        let run = client.start::<dash_ship>(order(item, "")).await.unwrap();
+        run.result_within(Duration::from_secs(30)).await.unwrap();
+    }
+    let refused = client.start::<dash_refuse>(()).await.unwrap();
+    assert!(
+        refused
+            .result_within(Duration::from_secs(30))
+            .await
+            .is_err()
+    );
+    // Two runs ready in the "mail" queue, which no worker serves; one keyed, one with an
+    // idempotency key.
+    let keyed = client
+        .start::<dash_ship>(order("letter", ""))
+        .queue("mail")
+        .concurrency_key("tenant-7", 2)
+        .await
+        .unwrap()
+        .id();
+    let by_key = client
+        .start::<dash_ship>(order("parcel", ""))
+        .queue("mail")
+        .idempotency_key("order-1234")
+        .await
+        .unwrap()
+        .id();
+    // One run delayed by an hour in the default queue, and one paused.
+    let delayed = pending_run(&client, "cup", "").await;
+    let paused = pending_run(&client, "saucer", "").await;
+    client.pause(paused).await.unwrap();
+
+    let addr =
+        serve(Dashboard::new(client.clone()).refresh_interval(Duration::from_millis(500))).await;
+    let base = format!("http://{addr}/");
+    let browser = Browser::launch().await;
+
+    // The overview is the landing page.
+    browser.open(&base).await;
+    browser.wait_for_text("h1", "Overview").await;
+    figure_is(&browser, "#count-pending", 3).await;
+    figure_is(&browser, "#count-running", 0).await;
+    figure_is(&browser, "#count-paused", 1).await;
+    figure_is(&browser, "#finished-completed", 2).await;
+    figure_is(&browser, "#finished-failed", 1).await;
+    figure_is(&browser, "#finished-canceled", 0).await;
+    // The chart draws the same figures: one bar per status with runs, in the last minutes.
+    let drawn = browser
+        .client
+        .execute(
+            "var svg = document.querySelector('svg#throughput'); return [svg.getAttribute('data-completed'), svg.getAttribute('data-failed'), svg.querySelectorAll('rect.completed').length > 0, svg.querySelectorAll('rect.failed').length > 0]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(drawn, json!(["2", "1", true, true]));
+    // The backlog of each queue.
+    let mail = browser
+        .wait_for_text("#queues-panel tr[data-queue=\"mail\"]", "mail")
+        .await;
+    let cells: Vec<&str> = mail.split_whitespace().collect();
+    assert_eq!(&cells[..4], ["mail", "2", "0", "0"], "{mail}");
+    let default = browser
+        .wait_for("#queues-panel tr[data-queue=\"default\"]")
+        .await;
+    let cells: Vec<&str> = default.split_whitespace().collect();
+    assert_eq!(&cells[..5], ["default", "0", "1", "0", "-"], "{default}");
+    // The live worker.
+    let row = browser
+        .wait_for(&format!("#workers-panel tr[data-worker=\"{worker_id}\"]"))
+        .await;
+    assert!(row.contains("live") && row.contains("ago"), "{row}");
+    browser.wait_for("#nav-overview.current").await;
+    let shot = browser.screenshot(&shots, "overview").await;
+    doc_screenshot(backend, &shot, "dashboard-overview");
+
+    // A figure opens the runs it counts.
+    browser.click("#count-paused").await;
+    browser.wait_for_text("h1", "Runs").await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains(&paused.to_string()), "{rows:?}");
+
+    // The queues page, from the nav.
+    browser.click("#nav-queues").await;
+    let mail = browser
+        .wait_for("table.backlog tr[data-queue=\"mail\"] td.ready")
+        .await;
+    assert_eq!(mail, "2");
+    // The workers page, from the nav.
+    browser.click("#nav-workers").await;
+    let running = browser
+        .wait_for(&format!(
+            "table.workers tr[data-worker=\"{worker_id}\"] td.running"
+        ))
+        .await;
+    assert_eq!(running, "0");
+
+    // Filters on the runs page: the queue, then the concurrency key, then the version.
+    browser.open(&format!("{base}runs")).await;
+    assert_eq!(browser.texts("table.runs tbody tr").await.len(), 7);
+    type_into(&browser, "#filter-queue", "mail").await;
+    browser.click("#filter-runs").await;
+    browser.wait_for("#filter-queue[value=\"mail\"]").await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|row| row.contains("mail")), "{rows:?}");
+    type_into(&browser, "#filter-key", "tenant-7").await;
+    browser.click("#filter-runs").await;
+    browser.wait_for("#filter-key[value=\"tenant-7\"]").await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains(&keyed.to_string()), "{rows:?}");
+    browser.open(&format!("{base}runs?version=1")).await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 6, "every run but the refusal: {rows:?}");
+    assert!(
+        rows.iter().all(|row| row.contains("dash-ship@1")),
+        "{rows:?}"
+    );
+
+    // Search: by idempotency key, then by run id.
+    browser.open(&format!("{base}runs")).await;
+    type_into(&browser, "#search", "order-1234").await;
+    browser.click("#filter-runs").await;
+    browser.wait_for("#search[value=\"order-1234\"]").await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains(&by_key.to_string()), "{rows:?}");
+    browser.open(&format!("{base}runs?q={delayed}")).await;
+    let rows = browser.texts("table.runs tbody tr").await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains(&delayed.to_string()), "{rows:?}");
+
+    browser.close().await;
+    worker.shutdown().await;
+}
+
 every_store! {
+    overview_queues_and_workers_in_chromium,
     published_state_and_trace_are_shown,
     pages_work_in_chromium,
     run_actions_in_chromium,

@@ -583,6 +583,13 @@ impl tasks::store::RunStore for Flaky {
         self.inner.contract().create_run(params).await
     }
 
+    async fn create_or_get_run(
+        &self,
+        params: CreateRun,
+    ) -> tasks::store::StoreResult<tasks::store::CreatedRun> {
+        self.inner.contract().create_or_get_run(params).await
+    }
+
     async fn get_run(
         &self,
         run_id: uuid::Uuid,

@@ -83,9 +83,19 @@ const STRANGER: &str = "stranger-token-0123456789";
 async fn serve(store: &TestStore) -> SocketAddr {
     let namespace = store.shared().namespace().to_owned();
     let api = HttpApi::new(client(store))
-        .token(Token::new(OPERATOR).namespace(&namespace).operate())
-        .token(Token::new(READER).namespace(&namespace))
-        .token(Token::new(STRANGER).namespace("http-elsewhere").operate())
+        .token(
+            Token::new(OPERATOR)
+                .unwrap()
+                .namespace(&namespace)
+                .operate(),
+        )
+        .token(Token::new(READER).unwrap().namespace(&namespace))
+        .token(
+            Token::new(STRANGER)
+                .unwrap()
+                .namespace("http-elsewhere")
+                .operate(),
+        )
         .max_wait(Duration::from_secs(20))
         .body_limit(64 * 1024);
     serve_router(api.router()).await
@@ -295,6 +305,20 @@ async fn security(backend: Backend) {
         (status, problem["type"].as_str()),
         (404, Some("urn:tasks:problem:not-found"))
     );
+
+    // Authentication first: without a valid token, a wrong method and a wrong path are
+    // 401 like everything else, and say nothing of the routes.
+    for (method, path) in [("DELETE", runs.as_str()), ("GET", "/v2/nothing")] {
+        for token in [None, Some("not-a-token-at-all-000")] {
+            let (status, head, problem) = call(addr, method, path, token, None).await;
+            assert_eq!(
+                (status, problem["type"].as_str()),
+                (401, Some("urn:tasks:problem:unauthorized")),
+                "{method} {path} with {token:?}"
+            );
+            assert!(head.contains("www-authenticate: bearer"), "{head}");
+        }
+    }
 
     // An API given no token accepts no request.
     let closed = serve_router(HttpApi::new(client(&store)).router()).await;
@@ -608,7 +632,126 @@ async fn events_and_state(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// A start with an idempotency key answers 201 when it created the run and 200 with that
+/// same run when a run held the key already; a `traceparent` header is the trace the run
+/// joins (an invalid one is ignored, and the run starts).
+async fn start_statuses_and_trace_context(backend: Backend) {
+    let store = backend.store().await;
+    let addr = serve(&store).await;
+    let ns = store.shared().namespace().to_owned();
+    let start = format!("/v1/namespaces/{ns}/workflows/http-double/runs");
+    let keyed = json!({"input": 4, "idempotency_key": "invoice-9", "delay_ms": 60_000});
+
+    let (status, _, first) = call(addr, "POST", &start, Some(OPERATOR), Some(keyed.clone())).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, _, again) = call(addr, "POST", &start, Some(OPERATOR), Some(keyed)).await;
+    assert_eq!(status, 200, "a repeat finds the run: {again}");
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!(again["idempotency_key"], "invoice-9");
+    let (status, _, other) = call(
+        addr,
+        "POST",
+        &start,
+        Some(OPERATOR),
+        Some(json!({"input": 4, "idempotency_key": "invoice-10", "delay_ms": 60_000})),
+    )
+    .await;
+    assert_eq!(status, 201, "another key starts another run: {other}");
+    assert_ne!(other["id"], first["id"]);
+    let runs = client(&store)
+        .list_runs(tasks::ListRuns {
+            workflow_name: Some("http-double".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.data.len(), 2, "the repeat started nothing");
+
+    // The listing's filters and search, as the client's.
+    let (status, _, mailed) = call(
+        addr,
+        "POST",
+        &start,
+        Some(OPERATOR),
+        Some(json!({"input": 6, "delay_ms": 60_000, "queue": "mail", "concurrency": {"key": "tenant-3", "limit": 1}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{mailed}");
+    let runs_path = format!("/v1/namespaces/{ns}/runs");
+    let listed = |query: String| {
+        let path = format!("{runs_path}?{query}");
+        async move {
+            let (status, _, page) = call(addr, "GET", &path, Some(READER), None).await;
+            assert_eq!(status, 200, "{query}: {page}");
+            page["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|run| run["id"].clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("q=invoice-9".into()).await, [first["id"].clone()]);
+    assert_eq!(
+        listed(format!("q={}", other["id"].as_str().unwrap())).await,
+        [other["id"].clone()]
+    );
+    assert_eq!(listed("queue=mail".into()).await, [mailed["id"].clone()]);
+    assert_eq!(
+        listed("concurrency_key=tenant-3".into()).await,
+        [mailed["id"].clone()]
+    );
+    assert!(listed("version=7".into()).await.is_empty());
+    assert_eq!(listed("queue=default&order=asc".into()).await.len(), 2);
+
+    // The trace context of the request is the run's.
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let body = json!({"input": 5, "delay_ms": 60_000}).to_string();
+    let request = |headers: &str| {
+        format!(
+            "POST {start} HTTP/1.1\r\nAuthorization: Bearer {OPERATOR}\r\nContent-Type: application/json\r\n{headers}"
+        )
+    };
+    let (status, _, answer) = http(
+        addr,
+        &request(&format!(
+            "traceparent: {traceparent}\r\ntracestate: vendor=opaque\r\n"
+        )),
+        &body,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let run = client(&store).get_run(id).await.unwrap().unwrap();
+    let trace = run
+        .trace_context
+        .expect("the run joins the request's trace");
+    assert_eq!(trace.traceparent(), traceparent);
+    assert_eq!(trace.tracestate(), Some("vendor=opaque"));
+    // An invalid traceparent is ignored: the run starts, outside that trace.
+    let (status, _, answer) = http(addr, &request("traceparent: 00-not-a-trace\r\n"), &body).await;
+    assert_eq!(status, 201, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let run = client(&store).get_run(id).await.unwrap().unwrap();
+    assert!(
+        run.trace_context
+            .as_ref()
+            .is_none_or(|trace| !trace.traceparent().contains("not-a-trace")),
+        "{:?}",
+        run.trace_context
+    );
+}
+
 every_store!(
+    start_statuses_and_trace_context,
     python_client,
     security,
     operations,

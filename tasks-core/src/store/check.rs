@@ -237,6 +237,27 @@ pub fn queue_name(name: &str) -> StoreResult<()> {
     Ok(limits::check_queue_name(name)?)
 }
 
+// The overview.
+
+/// [`OverviewStore::queue_backlogs`](super::OverviewStore::queue_backlogs) and
+/// [`OverviewStore::list_workers`](super::OverviewStore::list_workers): the row limit, 1 to
+/// [`MAX_OVERVIEW_ROWS`](super::overview::MAX_OVERVIEW_ROWS).
+pub fn overview_rows(limit: u32) -> StoreResult<()> {
+    let max = super::overview::MAX_OVERVIEW_ROWS;
+    if limit == 0 || limit > max {
+        return Err(crate::StoreError::InvalidArgument(format!(
+            "an overview reads 1 to {max} rows, not {limit}"
+        )));
+    }
+    Ok(())
+}
+
+/// [`OverviewStore::finished_runs`](super::OverviewStore::finished_runs):
+/// [`FinishedWindow::check`](super::overview::FinishedWindow::check).
+pub fn finished_runs(window: &super::overview::FinishedWindow) -> StoreResult<()> {
+    window.check()
+}
+
 // Retention.
 
 /// [`RetentionStore::purge_runs`](super::RetentionStore::purge_runs): [`PurgeRuns::check`].

@@ -42,6 +42,16 @@ pub struct ListRuns {
     pub created_before: Option<DateTime<Utc>>,
     /// Keep the children of this run ([`WorkflowRun::parent_run_id`]).
     pub parent_run_id: Option<Uuid>,
+    /// Keep runs of this workflow version ([`WorkflowRun::version`]).
+    pub version: Option<String>,
+    /// Keep runs of this queue ([`WorkflowRun::queue`]).
+    pub queue: Option<String>,
+    /// Keep runs of this concurrency key.
+    pub concurrency_key: Option<String>,
+    /// Keep the run whose id this is, and the runs started with this idempotency key (of
+    /// any workflow): an operator's search box. Matched exactly, through the primary key
+    /// and the index of idempotency keys.
+    pub search: Option<String>,
     /// Page order.
     pub order: Order,
     /// Page size (default [`DEFAULT_PAGE_SIZE`]).
@@ -64,6 +74,26 @@ impl ListRuns {
                 limits::MAX_WORKFLOW_NAME_BYTES,
             )?;
         }
+        if let Some(version) = &self.version {
+            limits::check_text(Field::Version, version, limits::MAX_VERSION_BYTES)?;
+        }
+        if let Some(queue) = &self.queue {
+            limits::check_text(Field::Queue, queue, limits::MAX_QUEUE_NAME_BYTES)?;
+        }
+        if let Some(key) = &self.concurrency_key {
+            limits::check_text(
+                Field::ConcurrencyKey,
+                key,
+                limits::MAX_CONCURRENCY_KEY_BYTES,
+            )?;
+        }
+        if let Some(search) = &self.search {
+            limits::check_text(
+                Field::IdempotencyKey,
+                search,
+                limits::MAX_IDEMPOTENCY_KEY_BYTES,
+            )?;
+        }
         if let Some(at) = self.created_after {
             limits::check_time(Field::CreatedAfter, at)?;
         }
@@ -71,6 +101,15 @@ impl ListRuns {
             limits::check_time(Field::CreatedBefore, at)?;
         }
         check_cursors(self.after, self.before)
+    }
+}
+
+impl ListRuns {
+    /// [`ListRuns::search`] read as a run id, when it is one.
+    pub fn search_id(&self) -> Option<Uuid> {
+        self.search
+            .as_deref()
+            .and_then(|text| text.trim().parse().ok())
     }
 }
 

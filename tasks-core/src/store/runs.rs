@@ -160,6 +160,15 @@ impl CreateRun {
     }
 }
 
+/// What [`RunStore::create_or_get_run`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedRun {
+    /// The run: the new one, or the one that holds the idempotency key.
+    pub run: WorkflowRun,
+    /// This call created the run; `false` when a run held its idempotency key already.
+    pub created: bool,
+}
+
 /// Parameters of [`LeaseStore::fail_run`].
 #[derive(Debug, Clone)]
 pub struct FailRun {
@@ -222,7 +231,18 @@ pub trait RunStore: Send + Sync {
     ///
     /// Errors: [`StoreError::InvalidArgument`] for a config that is not a JSON object or
     /// null, or a time out of the store's range.
-    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun>;
+    async fn create_run(&self, params: CreateRun) -> StoreResult<WorkflowRun> {
+        Ok(self.create_or_get_run(params).await?.run)
+    }
+
+    /// [`RunStore::create_run`], saying whether this call created the run or found the run
+    /// that holds its idempotency key ([`CreatedRun::created`]): what an API answers 201 or
+    /// 200 by. Of racing creates with one key, at most one says it created the run (exactly
+    /// one, unless the answer of the one that created it was lost on a broken connection:
+    /// the store's retry then finds the run held and says `false`).
+    ///
+    /// Errors: those of [`RunStore::create_run`].
+    async fn create_or_get_run(&self, params: CreateRun) -> StoreResult<CreatedRun>;
 
     /// The run with this id, or `None`.
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<WorkflowRun>>;

@@ -300,12 +300,46 @@ impl<'c, T> StartBuilder<'c, T> {
     }
 
     async fn send(self) -> Result<RunHandle<T>, ClientError> {
-        let (client, definition, params) = self.checked()?;
-        let run = client.store.contract().create_run(params).await?;
-        crate::metrics::run_started(definition.name);
-        tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started");
-        Ok(client.handle(run.id))
+        Ok(self.outcome().await?.handle)
     }
+
+    /// Sends the start, like `.await`, and says whether it created the run or found the run
+    /// that holds its idempotency key ([`Started::created`]): what an HTTP API answers 201
+    /// or 200 by.
+    ///
+    /// Errors: those of `.await` (see [`StartBuilder`]).
+    pub async fn outcome(self) -> Result<Started<T>, ClientError> {
+        let (client, definition, params) = self.checked()?;
+        let outcome = client.store.contract().create_or_get_run(params).await?;
+        let run = outcome.run;
+        crate::metrics::run_started(definition.name);
+        tracing::debug!(
+            run.id = %run.id,
+            workflow.name = definition.name,
+            created = outcome.created,
+            "run started"
+        );
+        Ok(Started {
+            handle: client.handle(run.id),
+            run,
+            created: outcome.created,
+        })
+    }
+}
+
+/// What [`StartBuilder::outcome`] returns: the run's handle, and whether this start created
+/// the run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Started<T> {
+    /// The handle of the run.
+    pub handle: RunHandle<T>,
+    /// The run as the start left it: just created (pending), or the run that held the key,
+    /// as it was then.
+    pub run: crate::model::WorkflowRun,
+    /// This start created the run; `false` when a run held its idempotency key already
+    /// (the handle is that run's, and nothing was started).
+    pub created: bool,
 }
 
 impl<'c, T: 'c> IntoFuture for StartBuilder<'c, T> {

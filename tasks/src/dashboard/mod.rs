@@ -6,7 +6,7 @@
 //! let store = tasks::connect_from_env().await?;
 //! use tasks::dashboard::axum;
 //!
-//! // `/tasks` and `/tasks/` both open the runs page.
+//! // `/tasks` and `/tasks/` both open the overview.
 //! let app = axum::Router::new().nest_service("/tasks", tasks::dashboard::router(store)?);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
@@ -14,7 +14,11 @@
 //! # }
 //! ```
 //!
-//! Pages: the runs (filters, cursor pagination, live refresh), a run (its fields and a step
+//! Pages: the overview (the landing page: runs by status, throughput and failures over the
+//! last hour as a chart drawn on the server, the backlog of each queue, the live workers,
+//! the schedules due next), the queues and the workers, the runs (filters by status,
+//! workflow, version, queue and concurrency key, a search by run id or idempotency key,
+//! cursor pagination, live refresh), a run (its fields and a step
 //! timeline drawn to scale, with attempts, errors, outputs and sleeps; the cancel, pause,
 //! resume and retry actions, "fork from this step" on each step of a finished run, and a
 //! form sending an event its workflow declares, validated against the payload's schema),
@@ -71,7 +75,7 @@ pub struct Dashboard {
 
 impl Dashboard {
     /// A dashboard on `client`'s store and registry, without authentication, refreshing the
-    /// runs page every 2 s.
+    /// live pages (the overview, the runs, the queues, the workers) every 2 s.
     pub fn new(client: Client) -> Self {
         Dashboard {
             client,
@@ -104,7 +108,7 @@ impl Dashboard {
         self
     }
 
-    /// How often the runs page refreshes its table while live refresh is on (at least
+    /// How often the live pages refresh their figures while live refresh is on (at least
     /// 250 ms).
     pub fn refresh_interval(mut self, interval: Duration) -> Self {
         self.refresh = interval.max(Duration::from_millis(250));
@@ -119,7 +123,8 @@ impl Dashboard {
         self
     }
 
-    /// The router: pages at `/`, `/run`, `/workflows`, `/workflow` and `/schedules`, actions
+    /// The router: pages at `/` (the overview), `/runs`, `/run`, `/queues`, `/workers`,
+    /// `/workflows`, `/workflow` and `/schedules`, actions
     /// (POST) at `/action`, `/fork`, `/event`, `/start` and `/schedule`, assets under
     /// `/assets/`, and `/metrics` when given one. Every link starts at the mount point, so
     /// it can be mounted anywhere. Mount it with [`Router::nest_service`], which answers the
@@ -145,7 +150,10 @@ impl Dashboard {
             .route("/schedules", get(pages::schedules))
             .route("/schedule", post(pages::schedule_action));
         router
-            .route("/", get(pages::runs))
+            .route("/", get(pages::overview))
+            .route("/runs", get(pages::runs))
+            .route("/queues", get(pages::queues))
+            .route("/workers", get(pages::workers))
             .route("/run", get(pages::run))
             .route("/action", post(pages::act))
             .route("/workflows", get(pages::workflows))

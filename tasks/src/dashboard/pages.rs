@@ -1,6 +1,6 @@
 //! The dashboard's handlers: each reads the store through the client and renders a view.
-//! One module per page (`runs`, `workflows`, `schedules`); here, the responses they share
-//! and the assets.
+//! One module per page (`overview` with the queues and workers, `runs`, `workflows`,
+//! `schedules`); here, the responses they share and the assets.
 
 use super::views;
 use super::views::Base;
@@ -10,11 +10,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use maud::Markup;
 
+mod overview;
 mod runs;
 #[cfg(feature = "schedules")]
 mod schedules;
 mod workflows;
 
+pub(super) use overview::{overview, queues, workers};
 pub(super) use runs::{act, fork, run, runs, send_event};
 #[cfg(feature = "schedules")]
 pub(super) use schedules::{schedule_action, schedules};

@@ -5,12 +5,14 @@ use crate::Violation;
 use maud::{DOCTYPE, Markup, html};
 use serde_json::Value;
 
+mod overview;
 mod run;
 mod runs;
 #[cfg(feature = "schedules")]
 mod schedules;
 mod workflows;
 
+pub(super) use overview::{Fleet, Overview, overview, queues, workers};
 pub(super) use run::{EventForm, RunPage, run};
 pub(super) use runs::{RunFilters, runs};
 #[cfg(feature = "schedules")]
@@ -22,7 +24,7 @@ pub(super) use workflows::{StartForm, workflow, workflows};
 pub(super) struct Base(pub(super) String);
 
 impl Base {
-    /// The runs page.
+    /// The landing page (the overview).
     pub(super) fn root(&self) -> String {
         if self.0.is_empty() {
             "/".to_owned()
@@ -74,7 +76,10 @@ pub(super) fn page(base: &Base, title: &str, nav: &str, body: Markup) -> Markup 
                 header {
                     span.brand { "tasks" }
                     nav {
-                        a href=(base.root()) class=(if nav == "runs" { "current" } else { "" }) { "Runs" }
+                        a #nav-overview href=(base.root()) class=(if nav == "overview" { "current" } else { "" }) { "Overview" }
+                        a #nav-runs href=(base.link("runs")) class=(if nav == "runs" { "current" } else { "" }) { "Runs" }
+                        a #nav-queues href=(base.link("queues")) class=(if nav == "queues" { "current" } else { "" }) { "Queues" }
+                        a #nav-workers href=(base.link("workers")) class=(if nav == "workers" { "current" } else { "" }) { "Workers" }
                         a href=(base.link("workflows")) class=(if nav == "workflows" { "current" } else { "" }) { "Workflows" }
                         @if cfg!(feature = "schedules") {
                             a #nav-schedules href=(base.link("schedules")) class=(if nav == "schedules" { "current" } else { "" }) { "Schedules" }
@@ -92,7 +97,7 @@ pub(super) fn message(base: &Base, heading: &str, text: &str) -> Markup {
     html! {
         h1 { (heading) }
         p.error { (text) }
-        p { a href=(base.root()) { "Back to the runs" } }
+        p { a href=(base.link("runs")) { "Back to the runs" } }
     }
 }
 

@@ -33,15 +33,53 @@ enum Namespaces {
     Only(BTreeSet<String>),
 }
 
+/// The fewest characters a token's secret has: shorter ones are guessed too easily.
+pub const MIN_SECRET_CHARS: usize = 16;
+
+/// Why a token was refused ([`Token::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The secret has fewer than [`MIN_SECRET_CHARS`] characters.
+    TooShort {
+        /// How many characters it has.
+        chars: usize,
+    },
+}
+
+impl std::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenError::TooShort { chars } => write!(
+                f,
+                "a token's secret must be at least {MIN_SECRET_CHARS} characters, not {chars}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TokenError {}
+
+/// Refuses a secret shorter than [`MIN_SECRET_CHARS`].
+fn check_secret(secret: &str) -> Result<(), TokenError> {
+    let chars = secret.chars().count();
+    if chars < MIN_SECRET_CHARS {
+        return Err(TokenError::TooShort { chars });
+    }
+    Ok(())
+}
+
 /// A bearer token the API accepts (`Authorization: Bearer SECRET`), scoped to namespaces
 /// and to [`Rights`].
 ///
 /// ```
-/// use tasks::http_api::Token;
+/// use tasks::http_api::{Token, TokenError};
 ///
-/// let billing = Token::new("s3cret-billing").namespace("billing").operate();
-/// let auditor = Token::new("s3cret-audit").any_namespace(); // read only
+/// let billing = Token::new("s3cret-billing-7f3a9c")?.namespace("billing").operate();
+/// let auditor = Token::new("s3cret-audit-51b2e8d")?.any_namespace(); // read only
+/// assert_eq!(Token::new("short").unwrap_err(), TokenError::TooShort { chars: 5 });
 /// # let _ = (billing, auditor);
+/// # Ok::<(), TokenError>(())
 /// ```
 #[derive(Clone)]
 pub struct Token {
@@ -64,12 +102,17 @@ impl Token {
     /// A token with this secret that reaches no namespace yet and may only read: give it
     /// namespaces with [`Token::namespace`] (or [`Token::any_namespace`]) and
     /// [`Token::operate`] to let it write.
-    pub fn new(secret: impl Into<String>) -> Self {
-        Token {
-            secret: secret.into(),
+    ///
+    /// Errors: [`TokenError::TooShort`] for a secret of fewer than [`MIN_SECRET_CHARS`]
+    /// characters (the command line's `--token` requires as many).
+    pub fn new(secret: impl Into<String>) -> Result<Self, TokenError> {
+        let secret = secret.into();
+        check_secret(&secret)?;
+        Ok(Token {
+            secret,
             namespaces: Namespaces::Only(BTreeSet::new()),
             rights: Rights::Read,
-        }
+        })
     }
 
     /// Adds a namespace the token reaches.
@@ -135,9 +178,7 @@ impl Token {
             ),
             None => (rest, Namespaces::Only(BTreeSet::new())),
         };
-        if secret.len() < 16 {
-            return Err("a token's secret must be at least 16 characters".to_owned());
-        }
+        check_secret(secret).map_err(|error| error.to_string())?;
         Ok(Token {
             secret: secret.to_owned(),
             namespaces,
@@ -305,6 +346,14 @@ mod tests {
             .or_namespace("default");
         assert!(token.reaches("default") && !token.reaches("other"));
         assert!(Token::parse("short@x").is_err());
+        assert_eq!(
+            Token::new("fifteen-chars-x").unwrap_err(),
+            TokenError::TooShort { chars: 15 }
+        );
+        assert!(Token::new("sixteen-chars-xy").is_ok());
+        // Characters, not bytes: sixteen accented letters are enough, eight are not.
+        assert!(Token::new("é".repeat(16)).is_ok());
+        assert!(Token::new("é".repeat(8)).is_err());
         assert!(Token::parse("0123456789abcdef:admin").is_err());
         assert!(!format!("{token:?}").contains("0123456789abcdef"));
     }

@@ -7,8 +7,8 @@
 //!
 //! let client = tasks::Client::new(tasks::connect_from_env().await?)?;
 //! let api = HttpApi::new(client)
-//!     .token(Token::new(std::env::var("BILLING_TOKEN")?).namespace("billing").operate())
-//!     .token(Token::new(std::env::var("AUDIT_TOKEN")?).any_namespace())
+//!     .token(Token::new(std::env::var("BILLING_TOKEN")?)?.namespace("billing").operate())
+//!     .token(Token::new(std::env::var("AUDIT_TOKEN")?)?.any_namespace())
 //!     .router();
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
 //! tasks::http_api::serve(listener, api).await?;
@@ -25,7 +25,7 @@
 //! | method and path | what it does |
 //! | --- | --- |
 //! | `POST /v1/namespaces/{ns}/workflows/{workflow}/runs` | starts a run (input validated first) |
-//! | `GET /v1/namespaces/{ns}/runs` | a page of runs (`status`, `workflow`, `parent`, `limit`, `after`, `before`, `order`) |
+//! | `GET /v1/namespaces/{ns}/runs` | a page of runs (`status`, `workflow`, `version`, `queue`, `concurrency_key`, `parent`, `q` (a run id or an idempotency key), `limit`, `after`, `before`, `order`) |
 //! | `GET /v1/namespaces/{ns}/runs/{id}` | a run: status, input, output, error |
 //! | `GET /v1/namespaces/{ns}/runs/{id}/steps` | its step attempts |
 //! | `GET /v1/namespaces/{ns}/runs/{id}/result?timeout=30` | waits for it to finish (long poll) |
@@ -42,7 +42,9 @@
 //!
 //! - every request needs `Authorization: Bearer TOKEN` with one of the API's [`Token`]s
 //!   (401 otherwise), unless it was built with [`HttpApi::without_authentication`]; an
-//!   API with neither answers 401 to everything. Tokens are compared in constant time
+//!   API with neither answers 401 to everything. Authentication comes first: a path or a
+//!   method the API does not have answers 401 too without a valid token (404 and 405
+//!   only with one), so that a caller without a token learns nothing of the routes. Tokens are compared in constant time
 //!   (`subtle`), every one of them, whichever matches;
 //! - a token reaches its namespaces only, and a namespace it does not reach answers the
 //!   same 404 as a run that does not exist; a read-only token gets 403 on every write;
@@ -75,7 +77,7 @@ use axum::routing::{get, post};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use auth::{Rights, Token};
+pub use auth::{MIN_SECRET_CHARS, Rights, Token, TokenError};
 /// The `axum` this API is built with, for mounting its [`Router`].
 pub use axum;
 pub use openapi::openapi;
@@ -319,11 +321,15 @@ async fn openapi_document(
     Json(StatusCode::OK, (*state.openapi).clone())
 }
 
-async fn not_found() -> Problem {
+/// A path the API does not have: 404, after the caller proved who it is (401 otherwise),
+/// so that a caller without a token learns nothing of the routes.
+async fn not_found(_: auth::Authenticated) -> Problem {
     Problem::not_found("this path")
 }
 
-async fn method_not_allowed(method: axum::http::Method) -> Problem {
+/// A path the API has, with a method it does not take: 405, after the caller proved who it
+/// is (401 otherwise).
+async fn method_not_allowed(_: auth::Authenticated, method: axum::http::Method) -> Problem {
     Problem::new(
         ProblemKind::MethodNotAllowed,
         format!("this path does not take {method}"),

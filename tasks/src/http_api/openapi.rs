@@ -159,6 +159,8 @@ fn add_workflow(doc: &mut Value, definition: &'static WorkflowDefinition) {
         "content": { "application/problem+json": { "schema": { "$ref": "#/components/schemas/Problem" } } }
     });
     let namespace = json!({ "name": "namespace", "in": "path", "required": true, "schema": { "type": "string" } });
+    let traceparent = json!({ "name": "traceparent", "in": "header", "required": false, "description": "W3C trace context: the trace the run's executions join (an invalid one is ignored)", "schema": { "type": "string" } });
+    let tracestate = json!({ "name": "tracestate", "in": "header", "required": false, "description": "W3C trace state, with `traceparent`", "schema": { "type": "string" } });
     let start_body = json!({
         "allOf": [
             { "$ref": "#/components/schemas/StartRun" },
@@ -181,10 +183,11 @@ fn add_workflow(doc: &mut Value, definition: &'static WorkflowDefinition) {
             "summary": format!("Starts a run of {}", definition.display_name()),
             "description": description,
             "operationId": format!("start_workflow_{}", base.replace(['.', '-'], "_")),
-            "parameters": [namespace],
+            "parameters": [namespace, traceparent, tracestate],
             "requestBody": { "required": true, "content": { "application/json": { "schema": start_body } } },
             "responses": {
-                "201": { "description": "The run", "content": { "application/json": { "schema": run_with_output } } },
+                "201": { "description": "The run was started", "content": { "application/json": { "schema": run_with_output } } },
+                "200": { "description": "A run held the idempotency key already: that run (nothing new was started)", "content": { "application/json": { "schema": run_with_output } } },
                 "4XX": problem,
             },
             "security": [{ "bearer": [] }]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Scope;
@@ -17,7 +17,10 @@ use super::{ApiState, Json, json_body, query};
 use crate::{Cursor, ListRuns, ListStepAttempts, Order, RunStatus};
 
 /// Starts a run of `workflow` with JSON input, validated against the workflow's input
-/// schema before anything is stored.
+/// schema before anything is stored. 201 when it started a run; 200, with that run, when a
+/// run holds the idempotency key already (nothing new was started). A W3C `traceparent`
+/// header (and its `tracestate`) is the trace every execution of the run joins; an invalid
+/// one is ignored, as the W3C Trace Context recommendation says.
 #[utoipa::path(
     operation_id = "start_run",
     post,
@@ -26,22 +29,29 @@ use crate::{Cursor, ListRuns, ListStepAttempts, Order, RunStatus};
     params(
         ("namespace" = String, Path, description = "The namespace"),
         ("workflow" = String, Path, description = "The workflow's name"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context: the trace the run's executions join"),
+        ("tracestate" = Option<String>, Header, description = "W3C trace state, with `traceparent`"),
     ),
     request_body = StartRun,
     responses(
-        (status = 201, description = "The run was started (or, for an idempotency key a run holds already, that run: nothing new was started)", body = Run),
+        (status = 201, description = "The run was started", body = Run),
+        (status = 200, description = "A run held the idempotency key already: that run (nothing new was started)", body = Run),
         (status = "4XX", description = "See the problem's type", body = super::problem::Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
 pub(super) async fn start(
     scope: Scope,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     let client = scope.operator()?;
     let workflow = scope.param("workflow")?;
     let request: StartRun = json_body(body)?;
     let mut start = client.start_by_name(workflow, request.input);
+    if let Some(trace) = trace_context(&headers) {
+        start = start.trace_context(trace);
+    }
     if let Some(version) = request.version {
         start = start.version(version);
     }
@@ -69,9 +79,29 @@ pub(super) async fn start(
     if let Some(context) = request.context {
         start = start.context(context);
     }
-    let handle = start.await?;
-    let run = read_run(&scope, handle.id()).await?;
-    Ok(Json(StatusCode::CREATED, run).into_response())
+    // The run as the start left it (a fast worker may have finished it since: a read would
+    // answer that, and a caller could not tell what its start did).
+    let started = start.outcome().await?;
+    let status = if started.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(Json(status, Run::from(started.run)).into_response())
+}
+
+/// The W3C trace context of a request's `traceparent` and `tracestate` headers, when its
+/// `traceparent` is valid.
+fn trace_context(headers: &HeaderMap) -> Option<crate::TraceContext> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+    };
+    let traceparent = text("traceparent")?;
+    crate::TraceContext::new(traceparent, text("tracestate").map(str::to_owned)).ok()
 }
 
 async fn read_run(scope: &Scope, id: crate::uuid::Uuid) -> Result<Run, Problem> {
@@ -222,6 +252,10 @@ pub(super) async fn list(
             statuses,
             workflow_name: params.workflow,
             parent_run_id: params.parent,
+            version: params.version,
+            queue: params.queue,
+            concurrency_key: params.concurrency_key,
+            search: params.q,
             order,
             limit: params.limit,
             after: cursor(params.after.as_deref())?,

@@ -344,6 +344,15 @@ pub struct ListQuery {
     pub workflow: Option<String>,
     /// Keep the children of this run.
     pub parent: Option<Uuid>,
+    /// Keep runs of this workflow version.
+    pub version: Option<String>,
+    /// Keep runs of this queue.
+    pub queue: Option<String>,
+    /// Keep runs of this concurrency key.
+    pub concurrency_key: Option<String>,
+    /// Search: the run with this id, and the runs started with this idempotency key (of
+    /// any workflow), matched exactly.
+    pub q: Option<String>,
     /// Runs per page (default 100).
     pub limit: Option<u32>,
     /// The page after this cursor.

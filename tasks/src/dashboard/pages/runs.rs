@@ -23,6 +23,10 @@ pub(in crate::dashboard) async fn runs(
     let mut filters = RunFilters {
         statuses: Vec::new(),
         workflow: None,
+        version: None,
+        queue: None,
+        key: None,
+        search: None,
         limit: 25,
         oldest_first: false,
     };
@@ -33,8 +37,15 @@ pub(in crate::dashboard) async fn runs(
                 .parse::<RunStatus>()
                 .map(|status| filters.statuses.push(status))
                 .map_err(|error| error.to_string()),
-            "workflow" if !value.is_empty() => {
-                filters.workflow = Some(value.clone());
+            "workflow" | "version" | "queue" | "key" | "q" if !value.trim().is_empty() => {
+                let value = Some(value.trim().to_owned());
+                match key.as_str() {
+                    "workflow" => filters.workflow = value,
+                    "version" => filters.version = value,
+                    "queue" => filters.queue = value,
+                    "key" => filters.key = value,
+                    _ => filters.search = value,
+                }
                 Ok(())
             }
             "limit" => value
@@ -66,6 +77,10 @@ pub(in crate::dashboard) async fn runs(
     let query = ListRuns {
         statuses: filters.statuses.clone(),
         workflow_name: filters.workflow.clone(),
+        version: filters.version.clone(),
+        queue: filters.queue.clone(),
+        concurrency_key: filters.key.clone(),
+        search: filters.search.clone(),
         order: if filters.oldest_first {
             Order::Asc
         } else {

@@ -9,6 +9,10 @@ use maud::{Markup, html};
 pub(in crate::dashboard) struct RunFilters {
     pub(in crate::dashboard) statuses: Vec<RunStatus>,
     pub(in crate::dashboard) workflow: Option<String>,
+    pub(in crate::dashboard) version: Option<String>,
+    pub(in crate::dashboard) queue: Option<String>,
+    pub(in crate::dashboard) key: Option<String>,
+    pub(in crate::dashboard) search: Option<String>,
     pub(in crate::dashboard) limit: u32,
     pub(in crate::dashboard) oldest_first: bool,
 }
@@ -20,8 +24,16 @@ impl RunFilters {
         for status in &self.statuses {
             query.push_str(&format!("status={status}&"));
         }
-        if let Some(workflow) = &self.workflow {
-            query.push_str(&format!("workflow={}&", query_value(workflow)));
+        for (key, value) in [
+            ("workflow", &self.workflow),
+            ("version", &self.version),
+            ("queue", &self.queue),
+            ("key", &self.key),
+            ("q", &self.search),
+        ] {
+            if let Some(value) = value {
+                query.push_str(&format!("{key}={}&", query_value(value)));
+            }
         }
         query.push_str(&format!("limit={}&", self.limit));
         if self.oldest_first {
@@ -43,7 +55,8 @@ pub(in crate::dashboard) fn runs(
 ) -> Markup {
     html! {
         h1 { "Runs" }
-        form.filters method="get" action=(base.root()) {
+        form.filters method="get" action=(base.link("runs")) {
+            label { "Search " input #search type="search" name="q" size="38" placeholder="run id or idempotency key" value=[filters.search.as_deref()]; }
             fieldset {
                 legend { "Status" }
                 @for status in RunStatus::ALL {
@@ -62,9 +75,12 @@ pub(in crate::dashboard) fn runs(
                     }
                 }
             }
+            label { "Version " input #filter-version type="text" name="version" size="6" value=[filters.version.as_deref()]; }
+            label { "Queue " input #filter-queue type="text" name="queue" size="10" value=[filters.queue.as_deref()]; }
+            label { "Concurrency key " input #filter-key type="text" name="key" size="12" value=[filters.key.as_deref()]; }
             label { "Per page " input type="number" name="limit" min="1" max="500" value=(filters.limit); }
             label { input type="checkbox" name="oldest" value="1" checked[filters.oldest_first]; " oldest first" }
-            button type="submit" { "Filter" }
+            button #filter-runs type="submit" { "Filter" }
             label.live { input type="checkbox" id="live-toggle" checked; " live" }
         }
         div #live data-refresh-ms=(refresh_ms) {
@@ -72,13 +88,14 @@ pub(in crate::dashboard) fn runs(
                 p.empty { "No runs." }
             } @else {
                 table.runs {
-                    thead { tr { th { "Run" } th { "Workflow" } th { "Status" } th { "Attempts" } th { "Created" } th { "Updated" } } }
+                    thead { tr { th { "Run" } th { "Workflow" } th { "Status" } th { "Queue" } th { "Attempts" } th { "Created" } th { "Updated" } } }
                     tbody {
                         @for run in runs {
                             tr data-run-id=(run.id) {
                                 td { a.mono href=(base.link(&format!("run?id={}", run.id))) { (run.id) } }
                                 td { (workflow_of(run)) }
                                 td { (status_badge(run.status.as_str())) }
+                                td.queue { (run.queue) }
                                 td.num { (run.attempts) }
                                 td { (time(run.created_at)) }
                                 td { (time(run.updated_at)) }
@@ -89,10 +106,10 @@ pub(in crate::dashboard) fn runs(
             }
             p.pages {
                 @if let Some(prev) = &prev {
-                    a #prev-page href=(format!("{}?{}before={}", base.root(), filters.query(), query_value(prev))) { "← newer" }
+                    a #prev-page href=(format!("{}?{}before={}", base.link("runs"), filters.query(), query_value(prev))) { "← newer" }
                 }
                 @if let Some(next) = &next {
-                    a #next-page href=(format!("{}?{}after={}", base.root(), filters.query(), query_value(next))) { "older →" }
+                    a #next-page href=(format!("{}?{}after={}", base.link("runs"), filters.query(), query_value(next))) { "older →" }
                 }
             }
         }
