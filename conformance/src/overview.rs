@@ -8,7 +8,7 @@ use tasks_core::{LeaseStore, RunStore};
 use chrono::Utc;
 use serde_json::json;
 use tasks_core::store::overview::{FinishedWindow, MAX_OVERVIEW_ROWS};
-use tasks_core::{CreateRun, FailRun, Store, StoreError};
+use tasks_core::{CreateRun, FailRun, Holder, Store, StoreError};
 
 use uuid::Uuid;
 
@@ -46,11 +46,20 @@ pub async fn queue_backlogs_count_live_runs_per_queue(setup: impl Setup) {
         .iter()
         .map(|claimed| &claimed.run)
         .filter(|run| run.queue == "mail");
-    let done = mail_runs.next().unwrap().id;
-    let released = mail_runs.next().unwrap().id;
-    store.complete_run(done, &worker, json!(1)).await.unwrap();
+    let done = mail_runs.next().unwrap();
+    let released = mail_runs.next().unwrap();
+    let holder = |run: &tasks_core::WorkflowRun| Holder::new(worker.clone(), run.claim_epoch);
     store
-        .release_run(released, &worker, Duration::ZERO, json!("stopping"))
+        .complete_run(done.id, &holder(done), json!(1))
+        .await
+        .unwrap();
+    store
+        .release_run(
+            released.id,
+            &holder(released),
+            Duration::ZERO,
+            json!("stopping"),
+        )
         .await
         .unwrap();
     // A queue whose only run finished has no backlog.
@@ -68,7 +77,7 @@ pub async fn queue_backlogs_count_live_runs_per_queue(setup: impl Setup) {
     );
     let oldest = mail.oldest_ready_at.expect("a ready run's time");
     assert!(oldest >= before, "{oldest} is before the test began");
-    let released_run = store.get_run(released).await.unwrap().unwrap();
+    let released_run = store.get_run(released.id).await.unwrap().unwrap();
     assert_eq!(
         Some(oldest),
         released_run.available_at.or(Some(released_run.created_at))
@@ -162,14 +171,14 @@ pub async fn finished_runs_counts_the_window_by_status(setup: impl Setup) {
     assert_eq!(claimed.len(), 4);
     for claimed in &claimed[..2] {
         store
-            .complete_run(claimed.run.id, &worker, json!("ok"))
+            .complete_run(claimed.run.id, &claimed.holder(), json!("ok"))
             .await
             .unwrap();
     }
     store
         .fail_run(FailRun {
             run_id: claimed[2].run.id,
-            worker_id: worker.clone(),
+            holder: claimed[2].holder(),
             error: json!({ "message": "no" }),
             force: true,
         })
