@@ -31,24 +31,12 @@ impl OverviewStore for PgStore {
         retrying(Operation::QueueBacklogs, move || async move {
             // Pending runs through `workflow_runs_claim_pending`, running ones through
             // `workflow_runs_claim_due`: the live runs only.
-            let rows: Vec<BacklogRow> = sqlx::query_as(
-                "SELECT queue,
-                        count(*) FILTER (WHERE status = 'pending'
-                            AND coalesce(available_at, created_at) <= now()),
-                        count(*) FILTER (WHERE status = 'pending'
-                            AND coalesce(available_at, created_at) > now()),
-                        count(*) FILTER (WHERE status = 'running'),
-                        min(coalesce(available_at, created_at)) FILTER (WHERE status = 'pending'
-                            AND coalesce(available_at, created_at) <= now())
-                   FROM tasks.workflow_runs
-                  WHERE namespace = $1 AND status IN ('pending', 'running')
-                  GROUP BY queue ORDER BY queue LIMIT $2",
-            )
-            .bind(&*self.namespace)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::QueueBacklogs))?;
+            let rows: Vec<BacklogRow> = sqlx::query_as(&BACKLOG_SQL)
+                .bind(&*self.namespace)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(Operation::QueueBacklogs))?;
             Ok(rows
                 .into_iter()
                 .map(
@@ -69,20 +57,12 @@ impl OverviewStore for PgStore {
         check::overview_rows(limit)?;
         retrying(Operation::ListWorkers, move || async move {
             // Each worker's running runs through `workflow_runs_running_worker`.
-            let rows: Vec<WorkerRow> = sqlx::query_as(
-                "SELECT w.worker_id, w.beat_at, w.stale_at, w.stale_at > now(),
-                        (SELECT count(*) FROM tasks.workflow_runs r
-                          WHERE r.namespace = w.namespace AND r.worker_id = w.worker_id
-                            AND r.status = 'running')
-                   FROM tasks.workers w
-                  WHERE w.namespace = $1
-                  ORDER BY w.stale_at > now() DESC, w.worker_id LIMIT $2",
-            )
-            .bind(&*self.namespace)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db(Operation::ListWorkers))?;
+            let rows: Vec<WorkerRow> = sqlx::query_as(&WORKERS_SQL)
+                .bind(&*self.namespace)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db(Operation::ListWorkers))?;
             Ok(rows
                 .into_iter()
                 .map(|(worker_id, beat_at, stale_at, live, running)| WorkerInfo {
@@ -124,6 +104,42 @@ impl OverviewStore for PgStore {
         .await
     }
 }
+
+/// Each queue's live runs: ready and delayed pending runs, running runs, and the oldest
+/// ready one's start, for namespace `$1`, at most `$2` queues.
+static BACKLOG_SQL: LazyLock<String> = LazyLock::new(|| {
+    let pending = RunStatus::Pending.as_str();
+    let running = RunStatus::Running.as_str();
+    format!(
+        "SELECT queue,
+                count(*) FILTER (WHERE status = '{pending}'
+                    AND coalesce(available_at, created_at) <= now()),
+                count(*) FILTER (WHERE status = '{pending}'
+                    AND coalesce(available_at, created_at) > now()),
+                count(*) FILTER (WHERE status = '{running}'),
+                min(coalesce(available_at, created_at)) FILTER (WHERE status = '{pending}'
+                    AND coalesce(available_at, created_at) <= now())
+           FROM tasks.workflow_runs
+          WHERE namespace = $1 AND {live}
+          GROUP BY queue ORDER BY queue LIMIT $2",
+        live = status_in("", &[RunStatus::Pending, RunStatus::Running]),
+    )
+});
+
+/// The workers of namespace `$1` with their heartbeats and running runs, live ones first,
+/// at most `$2`.
+static WORKERS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT w.worker_id, w.beat_at, w.stale_at, w.stale_at > now(),
+                (SELECT count(*) FROM tasks.workflow_runs r
+                  WHERE r.namespace = w.namespace AND r.worker_id = w.worker_id
+                    AND r.status = '{running}')
+           FROM tasks.workers w
+          WHERE w.namespace = $1
+          ORDER BY w.stale_at > now() DESC, w.worker_id LIMIT $2",
+        running = RunStatus::Running.as_str(),
+    )
+});
 
 /// The runs finished since `$2`, per bucket of `$3` ms and status: one range of
 /// `workflow_runs_purge` (namespace, status, finished_at) per terminal status. With the
