@@ -252,29 +252,13 @@ async fn recorded(store: &dyn Store, run: Uuid) -> Vec<(String, Option<Value>)> 
 }
 
 /// Whether two step histories hold the same names and the same JSON, numbers compared as
-/// the floats they decode to: Postgres keeps JSON numbers as `jsonb` numerics, so a float
-/// with an integral value past 2^53 (`1.6681231895129702e18`) reads back written as an
-/// integer (`1668123189512970200`), which decodes to the same `f64`.
+/// the floats they decode to (`support::same_json`).
 fn same_records(a: &[(String, Option<Value>)], b: &[(String, Option<Value>)]) -> bool {
-    fn same(a: &Value, b: &Value) -> bool {
-        match (a, b) {
-            (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
-            (Value::Array(x), Value::Array(y)) => {
-                x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
-            }
-            (Value::Object(x), Value::Object(y)) => {
-                x.len() == y.len()
-                    && x.iter()
-                        .all(|(key, x)| y.get(key).is_some_and(|y| same(x, y)))
-            }
-            _ => a == b,
-        }
-    }
     a.len() == b.len()
         && a.iter().zip(b).all(|((name_a, a), (name_b, b))| {
             name_a == name_b
                 && match (a, b) {
-                    (Some(a), Some(b)) => same(a, b),
+                    (Some(a), Some(b)) => support::same_json(a, b),
                     (a, b) => a == b,
                 }
         })

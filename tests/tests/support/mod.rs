@@ -414,3 +414,23 @@ macro_rules! every_store {
         }
     };
 }
+
+/// Whether two JSON values are the same, numbers compared as the floats they decode to:
+/// Postgres keeps JSON numbers as `jsonb` numerics, so a float with an integral value past
+/// 2^53 (`1.6681231895129702e18`) reads back written as an integer (`1668123189512970200`),
+/// which decodes to the same `f64`.
+pub fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(key, x)| y.get(key).is_some_and(|y| same_json(x, y)))
+        }
+        _ => a == b,
+    }
+}
