@@ -696,6 +696,10 @@ async fn workload_in(
         if free > 0 {
             permit.merge(slots.clone().acquire_many_owned(free as u32).await?);
         }
+        // As the store claims: in a transaction whose `BEGIN` sets the plan mode.
+        let mut claim = pool
+            .begin_with(tasks::postgres::__bench::claim_begin())
+            .await?;
         let rows = sqlx::query(claim_sql)
             .bind(&*ns)
             .bind(WORKER_ID)
@@ -707,8 +711,9 @@ async fn workload_in(
             ))
             .bind(None::<Vec<String>>)
             .bind(None::<Vec<String>>)
-            .fetch_all(&pool)
+            .fetch_all(&mut *claim)
             .await?;
+        claim.commit().await?;
         // Each run with the epoch its claim gave it, which fences its writes.
         let ids = rows
             .iter()

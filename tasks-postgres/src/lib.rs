@@ -360,6 +360,12 @@ pub mod __bench {
         super::claim::claim_runs_sql(true, false)
     }
 
+    /// How the store begins a claim's transaction (a `BEGIN` and the plan mode, sent as one
+    /// simple query with `sqlx::Pool::begin_with`); the claim statement follows in it.
+    pub fn claim_begin() -> &'static str {
+        super::claim::GENERIC_PLAN
+    }
+
     /// The claim statement's last parameter for a claim of `limit` runs: how many candidates
     /// with a concurrency key it looks at.
     pub fn claim_keyed_candidates(limit: u32) -> i64 {
