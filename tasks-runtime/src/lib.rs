@@ -12,6 +12,7 @@ pub mod metrics;
 mod purge;
 pub mod registry;
 mod replay;
+pub mod saga;
 #[cfg(feature = "schedules")]
 mod scheduler;
 mod session;
@@ -65,6 +66,7 @@ pub use registry::{InvalidInput, Registry, RegistryError, Violation};
 pub use replay::{CallIdentity, NonDeterminism};
 pub use retention::{FinishedBefore, PurgeRuns};
 pub use retry::RetryPolicy;
+pub use saga::{CompensationError, CompensationFailure, Saga};
 #[cfg(feature = "schedules")]
 pub use schedule::{Cadence, ScheduleError};
 pub use schedule::{CatchUp, NewSchedule, Schedule};

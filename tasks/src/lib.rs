@@ -76,6 +76,9 @@ pub use tasks_runtime::{
     Branch, ChildHandle, ChildOptions, ErrorRecord, Event, EventOutcome, RecordError, ReplayError,
     RetryAfter, RetryPolicy, StepFailure, WorkflowContext, WorkflowError,
 };
+// Compensation (sagas).
+pub use tasks_runtime::saga;
+pub use tasks_runtime::{CompensationError, Saga};
 // The workflows linked into the binary.
 pub use tasks_runtime::{
     Registry, SourceLocation, StepDefinition, Workflow, WorkflowDefinition, WorkflowInput,

@@ -103,6 +103,7 @@ examples! {
     retry => "result: s3://bucket/report.pdf#1028",
     rate_limited => "next run: synced account-7",
     retry_and_fork => "result: 60",
+    saga => "result: failed (card 4242 declined)",
     per_customer_limit => "acme: acme-8.csv done after",
     fan_out => "report: Report { total_cents: 123450, failed_regions: [\"atlantis\"] }",
     progress => "result: 38000 bytes",
