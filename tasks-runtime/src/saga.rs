@@ -17,7 +17,9 @@
 //! failure does not leave the others undone. The failures are returned together as a
 //! [`CompensationError`].
 //!
-//! ```
+//! An example, compiled with the `tasks` facade (the guide's semantics chapter holds it):
+//!
+//! ```ignore
 //! use tasks::{Saga, WorkflowContext, WorkflowError, step, workflow};
 //!
 //! #[step]
