@@ -82,6 +82,11 @@ pub use trace::{TraceContext, TraceContextError};
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.
 pub use chrono;
+/// The `rand` crate (0.9): the generator of [`WorkflowContext::rng`] implements its traits.
+/// Re-exported so that your `Rng` trait is always the one it implements.
+pub use rand;
+/// The `rand_chacha` crate: the type of [`WorkflowContext::rng`]'s generator.
+pub use rand_chacha;
 /// The `uuid` crate: runs and step attempts are named by `uuid::Uuid`. Re-exported so that
 /// your `uuid` is always the version this crate was built with.
 pub use uuid;

@@ -110,6 +110,11 @@ pub use tasks_runtime::{
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.
 pub use tasks_runtime::chrono;
+/// The `rand` crate (0.9): the generator of [`WorkflowContext::rng`] implements its traits.
+/// Re-exported so that your `Rng` trait is always the one it implements.
+pub use tasks_runtime::rand;
+/// The `rand_chacha` crate: the type of [`WorkflowContext::rng`]'s generator.
+pub use tasks_runtime::rand_chacha;
 /// The `uuid` crate: runs and step attempts are named by `uuid::Uuid`. Re-exported so that
 /// your `uuid` is always the version this crate was built with.
 pub use tasks_runtime::uuid;

@@ -27,6 +27,7 @@ mod e2e_flow;
 mod e2e_idempotency;
 mod e2e_lifecycle;
 mod e2e_queues;
+mod e2e_recorded;
 mod e2e_recovery;
 mod e2e_retention;
 mod e2e_retry;
