@@ -37,8 +37,8 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use client::{
-    Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, StartBuilder,
-    StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
+    Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, SignalWithStartBuilder,
+    Signalled, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
@@ -50,7 +50,10 @@ pub use definition::{
     WorkflowOutput,
 };
 pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
-pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+pub use events::{
+    Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent,
+};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
 pub use holder::Holder;

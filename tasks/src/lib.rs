@@ -65,7 +65,8 @@ pub use tasks_macros::{step, workflow};
 
 // Starting runs, awaiting them, operating on them.
 pub use tasks_runtime::{
-    Client, RunHandle, SendEventBuilder, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD,
+    Client, RunHandle, SendEventBuilder, SignalWithStartBuilder, Signalled, StartBuilder,
+    StartOptions, Started, WAIT_SAFETY_REREAD,
 };
 // Executing runs.
 pub use tasks_runtime::{
@@ -145,7 +146,8 @@ pub mod store {
     pub use tasks_runtime::{
         BoxError, Capability, ChildOutcome, ChildWait, ClaimFilter, Concurrency,
         DerivedConcurrency, EventWait, Holder, Migration, Operation, ParentCancel, SendEvent,
-        SetState, StartChild, StartedChild, StateSet, StoreResult, WaitForChildren, WaitForEvent,
+        SetState, SignalWithStart, SignalledRun, StartChild, StartedChild, StateSet, StoreResult,
+        WaitForChildren, WaitForEvent,
     };
     pub use tasks_runtime::{
         children, clock, error, events, failure, flow, holder, idempotency, model, queue,

@@ -32,6 +32,7 @@ mod e2e_recovery;
 mod e2e_retention;
 mod e2e_retry;
 mod e2e_retry_after;
+mod e2e_signal;
 mod e2e_spawn;
 mod e2e_start_in;
 mod e2e_state;
