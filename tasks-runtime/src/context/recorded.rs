@@ -148,7 +148,7 @@ impl WorkflowContext {
     /// The generator is ChaCha8 (`rand_chacha`), whose output for a seed is fixed across
     /// versions and platforms, so an upgrade of the crate does not change what a replay
     /// draws (the `rand` crate's `StdRng` makes no such promise); it is not a generator for
-    /// keys or secrets. It implements the traits of [`rand`](crate::rand) 0.9, re-exported
+    /// keys or secrets. It implements the traits of [`rand`] 0.9, re-exported
     /// here so that your `Rng` trait is the one it implements.
     ///
     /// Draw in the same order on every replay: a generator shared between branches

@@ -21,7 +21,7 @@ pub enum EventsCommand {
     /// Send an event to the run of a workflow and idempotency key, starting that run with
     /// the input first when no run holds the key, in one transaction; the input and the
     /// payload are validated first.
-    SignalWithStart(SignalWithStartArgs),
+    SignalWithStart(Box<SignalWithStartArgs>),
 }
 
 /// Arguments of `events signal-with-start`.
