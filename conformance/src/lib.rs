@@ -73,6 +73,7 @@ pub mod retry;
 pub mod rules;
 pub mod runs;
 pub mod schedules;
+pub mod signal;
 pub mod state;
 pub mod status;
 pub mod step_outcomes;
@@ -116,7 +117,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `signal`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -344,6 +345,15 @@ macro_rules! conformance_suite {
         } multi_thread {
             send_racing_a_park_never_loses_the_wake_up,
         } }
+        $crate::__conformance_module! { $setup, signal {
+            signal_with_start_creates_the_run_then_signals_it,
+            signal_with_start_wakes_a_run_parked_on_the_topic,
+            signal_with_start_deduplicates_its_event,
+            signal_with_start_to_a_finished_run,
+            signal_with_start_is_checked,
+        } multi_thread {
+            concurrent_signal_with_start_makes_one_run_with_every_event,
+        } }
         $crate::__conformance_module! { $setup, state {
             publications_version_the_latest_value,
             a_recorded_publication_is_not_repeated,
@@ -485,6 +495,7 @@ mod tests {
             ("liveness", include_str!("liveness.rs")),
             ("overview", include_str!("overview.rs")),
             ("events", include_str!("events.rs")),
+            ("signal", include_str!("signal.rs")),
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
             ("flow", include_str!("flow.rs")),

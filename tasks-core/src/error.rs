@@ -65,6 +65,8 @@ pub enum Operation {
     // Events sent to a run.
     /// [`EventStore::send_event`](crate::EventStore::send_event).
     SendEvent,
+    /// [`EventStore::signal_with_start`](crate::EventStore::signal_with_start).
+    SignalWithStart,
     /// [`EventStore::wait_for_event`](crate::EventStore::wait_for_event).
     WaitForEvent,
     /// [`EventStore::list_events`](crate::EventStore::list_events).
@@ -150,6 +152,9 @@ impl Operation {
             Operation::Heartbeat => "recording a worker heartbeat",
             Operation::RemoveWorker => "removing a worker's heartbeat",
             Operation::SendEvent => "sending an event to a workflow run",
+            Operation::SignalWithStart => {
+                "sending an event to a workflow run, starting it if need be"
+            }
             Operation::WaitForEvent => "waiting for an event",
             Operation::ListEvents => "listing the events of a workflow run",
             Operation::RetryRun => "retrying a workflow run",
@@ -191,7 +196,7 @@ impl Operation {
             Operation::CompleteStepAttempt => "complete a step of",
             Operation::RecordStepAttempt => "record a step of",
             Operation::ClaimRuns => "claim",
-            Operation::SendEvent => "send an event to",
+            Operation::SendEvent | Operation::SignalWithStart => "send an event to",
             Operation::WaitForEvent => "wait for an event in",
             Operation::StartChild => "start a child of",
             Operation::WaitForChildren => "wait for the children of",

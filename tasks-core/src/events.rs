@@ -23,6 +23,7 @@ use crate::error::StoreResult;
 use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::{StepAttempt, WorkflowRun};
+use crate::store::CreateRun;
 
 /// A type sent to runs as an event: its payload type, bound to a topic.
 ///
@@ -178,6 +179,74 @@ impl SendEvent {
         }
         Ok(())
     }
+}
+
+/// Parameters of [`EventStore::signal_with_start`]: a send to the run of
+/// `(start.workflow_name, start.idempotency_key)`, which is created from `start` when no run
+/// holds that key.
+#[derive(Debug, Clone)]
+pub struct SignalWithStart {
+    /// The run to create when none holds its idempotency key, which it must have.
+    pub start: CreateRun,
+    /// The mailbox.
+    pub topic: String,
+    /// The payload.
+    pub payload: Value,
+    /// As [`SendEvent::dedup_key`]: a second send to the same run and topic with the same
+    /// key stores nothing and returns the first event.
+    pub dedup_key: Option<String>,
+}
+
+impl SignalWithStart {
+    /// Checks the start ([`CreateRun::check`]) and the event ([`SendEvent::check`]) against
+    /// the [`limits`]; a start without an idempotency key is
+    /// [`StoreError::InvalidArgument`]: there would be no run to find, only one to create.
+    /// A store reaches it through [`store::check`](crate::store::check).
+    pub fn check(&self, namespace: &str) -> Result<(), StoreError> {
+        self.target()?;
+        self.start.check(namespace)?;
+        self.send().check(namespace)?;
+        Ok(())
+    }
+
+    /// The run the event goes to: the holder of the start's workflow name and key.
+    pub fn target(&self) -> Result<EventTarget, StoreError> {
+        match &self.start.idempotency_key {
+            Some(key) => Ok(EventTarget::Key {
+                workflow_name: self.start.workflow_name.clone(),
+                idempotency_key: key.clone(),
+            }),
+            None => Err(StoreError::InvalidArgument(
+                "a signal-with-start needs an idempotency key: it names the run to signal".into(),
+            )),
+        }
+    }
+
+    /// The send this is, to the run of its key (its target is the run's key even before the
+    /// key is checked: [`SignalWithStart::target`] refuses a start without one).
+    pub fn send(&self) -> SendEvent {
+        SendEvent {
+            target: EventTarget::Key {
+                workflow_name: self.start.workflow_name.clone(),
+                idempotency_key: self.start.idempotency_key.clone().unwrap_or_default(),
+            },
+            topic: self.topic.clone(),
+            payload: self.payload.clone(),
+            dedup_key: self.dedup_key.clone(),
+        }
+    }
+}
+
+/// The outcome of [`EventStore::signal_with_start`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalledRun {
+    /// The run the event went to, as the call left it: the one it created (pending), or the
+    /// one that held the key.
+    pub run: WorkflowRun,
+    /// This call created the run; `false` when a run held the key already.
+    pub created: bool,
+    /// The send: the stored event, whether it was a duplicate, whether it woke the run.
+    pub sent: SentEvent,
 }
 
 /// An event as stored.
@@ -339,6 +408,23 @@ pub trait EventStore: Send + Sync {
     /// by workflow and key); [`StoreError::WrongState`] for a completed, failed or canceled
     /// run. Nothing is stored then.
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent>;
+
+    /// Sends an event to the run of `(params.start.workflow_name,
+    /// params.start.idempotency_key)`, first creating that run from `params.start` when no
+    /// run holds the key, in one transaction: the run is created with the event in its
+    /// mailbox, or the event is sent to the run that holds the key, or nothing happens.
+    /// Racing calls for one key make one run, which holds every one of their events (each
+    /// once; a [deduplication key](SignalWithStart::dedup_key) stores a repeat once). The
+    /// key is held as for [`RunStore::create_run`](crate::RunStore::create_run): a holder
+    /// whose [scope](crate::IdempotencyScope) lapsed (a `WhileActive` run that finished, a
+    /// `Ttl` that passed) releases it, and a new run is created. Announces the new run
+    /// ([`Notification::RunAvailable`]) and wakes a run parked on the topic, as a send does.
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for a start without an idempotency key;
+    /// [`StoreError::WrongState`] when the key's holder is completed, failed or canceled
+    /// and still holds it (nothing is stored: the event cannot be delivered, and no run is
+    /// created); those of [`RunStore::create_run`](crate::RunStore::create_run).
+    async fn signal_with_start(&self, params: SignalWithStart) -> StoreResult<SignalledRun>;
 
     /// The event wait `params.step_name` of a run that `params.holder` holds, in one
     /// transaction that first locks the run: creates the wait's running step attempt (kind

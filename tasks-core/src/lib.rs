@@ -71,7 +71,10 @@ pub use children::{
 };
 pub use clock::{Clock, ClockError};
 pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
-pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+pub use events::{
+    Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent,
+};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
 pub use holder::Holder;

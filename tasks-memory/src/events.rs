@@ -5,15 +5,16 @@
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
 use crate::MemoryStore;
+use crate::runs::{Inserted, NewRun};
 use crate::tables::{Space, Tx};
 use async_trait::async_trait;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
-    received_output, timed_out_output, wait_step, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
 };
-use tasks_core::model::{StepAttempt, StepKind, StepStatus};
-use tasks_core::store::{EventStore, check};
+use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
+use tasks_core::store::{EventStore, Notification, check};
 use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 use uuid::Uuid;
 
@@ -54,6 +55,64 @@ fn start_wait(tx: &mut Tx<'_>, params: &WaitForEvent) -> StepAttempt {
     step
 }
 
+/// Stores an event for the run `run_id` (unless its deduplication key was used: the first
+/// event then) and wakes the run when it is parked on the topic: the send, once the run is
+/// known to take it. Returns the send and the woken run.
+fn deliver(
+    tx: &mut Tx<'_>,
+    run_id: Uuid,
+    topic: String,
+    payload: serde_json::Value,
+    dedup_key: Option<String>,
+) -> (SentEvent, Option<WorkflowRun>) {
+    let first = dedup_key.as_ref().and_then(|key| {
+        tx.space.events.values().find(|event| {
+            event.workflow_run_id == run_id
+                && event.topic == topic
+                && event.dedup_key.as_ref() == Some(key)
+        })
+    });
+    if let Some(first) = first {
+        let sent = SentEvent {
+            event: first.clone(),
+            duplicate: true,
+            woke: false,
+        };
+        return (sent, None);
+    }
+    let event = RunEvent {
+        namespace: tx.namespace.to_owned(),
+        id: Uuid::now_v7(),
+        workflow_run_id: run_id,
+        topic,
+        payload,
+        dedup_key,
+        consumed_by: None,
+        consumed_at: None,
+        created_at: tx.now,
+    };
+    tx.space.events.insert(event.id, event.clone());
+    let now = tx.now;
+    let woken = tx.space.runs.get_mut(&run_id).and_then(|row| {
+        let parked_here = WAKE_ON_EVENT.admits(&row.run, None)
+            && row.wait_topic.as_deref() == Some(event.topic.as_str());
+        parked_here.then(|| {
+            row.run.available_at = Some(now);
+            row.run.updated_at = now;
+            row.run.clone()
+        })
+    });
+    if let Some(run) = &woken {
+        tx.notes.extend(WAKE_ON_EVENT.announcements(run));
+    }
+    let sent = SentEvent {
+        event,
+        duplicate: false,
+        woke: woken.is_some(),
+    };
+    (sent, woken)
+}
+
 #[async_trait]
 impl EventStore for MemoryStore {
     async fn send_event(&self, params: SendEvent) -> StoreResult<SentEvent> {
@@ -74,49 +133,32 @@ impl EventStore for MemoryStore {
                 Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
                 None => return Err(not_found(&params.target)),
             };
-            let first = params.dedup_key.as_ref().and_then(|key| {
-                tx.space.events.values().find(|event| {
-                    event.workflow_run_id == run.id
-                        && event.topic == params.topic
-                        && event.dedup_key.as_ref() == Some(key)
-                })
-            });
-            if let Some(first) = first {
-                return Ok(SentEvent {
-                    event: first.clone(),
-                    duplicate: true,
-                    woke: false,
-                });
-            }
-            let event = RunEvent {
-                namespace: tx.namespace.to_owned(),
-                id: Uuid::now_v7(),
-                workflow_run_id: run.id,
-                topic: params.topic.clone(),
-                payload: params.payload,
-                dedup_key: params.dedup_key,
-                consumed_by: None,
-                consumed_at: None,
-                created_at: tx.now,
+            Ok(deliver(tx, run.id, params.topic, params.payload, params.dedup_key).0)
+        })
+    }
+
+    async fn signal_with_start(&self, params: SignalWithStart) -> StoreResult<SignalledRun> {
+        check::signal_with_start(&self.namespace, &params)?;
+        self.write(|tx| {
+            // Nothing is written before the run is settled: a refusal leaves no trace.
+            let new = NewRun::prepare(tx, &params.start, Uuid::now_v7())?;
+            let (run, created) = match new.insert(tx) {
+                Inserted::Created(run) => {
+                    tx.notes.push(Notification::RunAvailable {
+                        namespace: run.namespace.clone(),
+                    });
+                    (run, true)
+                }
+                Inserted::Held(holder) if SEND_EVENT.admits(&holder, None) => (holder, false),
+                Inserted::Held(holder) => {
+                    return Err(SEND_EVENT.miss(holder.id, None, Some(&holder)));
+                }
             };
-            tx.space.events.insert(event.id, event.clone());
-            let now = tx.now;
-            let woken = tx.space.runs.get_mut(&run.id).and_then(|row| {
-                let parked_here = WAKE_ON_EVENT.admits(&row.run, None)
-                    && row.wait_topic.as_deref() == Some(params.topic.as_str());
-                parked_here.then(|| {
-                    row.run.available_at = Some(now);
-                    row.run.updated_at = now;
-                    row.run.clone()
-                })
-            });
-            if let Some(run) = &woken {
-                tx.notes.extend(WAKE_ON_EVENT.announcements(run));
-            }
-            Ok(SentEvent {
-                event,
-                duplicate: false,
-                woke: woken.is_some(),
+            let (sent, woken) = deliver(tx, run.id, params.topic, params.payload, params.dedup_key);
+            Ok(SignalledRun {
+                run: woken.unwrap_or(run),
+                created,
+                sent,
             })
         })
     }

@@ -14,6 +14,7 @@
 use crate::PgStore;
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
+use crate::runs::insert_run;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -21,11 +22,11 @@ use sqlx::PgConnection;
 use sqlx::Row as _;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
-    received_output, timed_out_output, wait_step, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::{EventStore, check};
+use tasks_core::store::{EventStore, Notification, check};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 use uuid::Uuid;
 
@@ -117,6 +118,36 @@ impl PgStore {
             Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
             None => return Err(not_found(&params.target)),
         };
+        let (sent, woken) = self
+            .deliver(
+                &mut tx,
+                run.id,
+                &params.topic,
+                &params.payload,
+                &params.dedup_key,
+                OPERATION,
+            )
+            .await?;
+        tx.commit().await.map_err(db(OPERATION))?;
+        if let Some(run) = &woken {
+            self.announce_now(&WAKE_ON_EVENT, run).await;
+        }
+        Ok(sent)
+    }
+
+    /// Stores an event for the run `run_id`, locked in `conn`'s transaction (unless its
+    /// deduplication key was used: the first event then), and wakes the run when it is
+    /// parked on the topic: the send, once the run is known to take it. Returns the send
+    /// and the woken run, to announce after the commit.
+    async fn deliver(
+        &self,
+        conn: &mut PgConnection,
+        run_id: Uuid,
+        topic: &str,
+        payload: &Value,
+        dedup_key: &Option<String>,
+        operation: Operation,
+    ) -> StoreResult<(SentEvent, Option<WorkflowRun>)> {
         let insert = format!(
             "INSERT INTO tasks.events
                  (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
@@ -128,13 +159,13 @@ impl PgStore {
         let inserted = sqlx::query_as::<_, EventRow>(&insert)
             .bind(&*self.namespace)
             .bind(Uuid::now_v7())
-            .bind(run.id)
-            .bind(&params.topic)
-            .bind(&params.payload)
-            .bind(&params.dedup_key)
-            .fetch_optional(&mut *tx)
+            .bind(run_id)
+            .bind(topic)
+            .bind(payload)
+            .bind(dedup_key)
+            .fetch_optional(&mut *conn)
             .await
-            .map_err(db(OPERATION))?;
+            .map_err(db(operation))?;
         let (event, duplicate) = match inserted {
             Some(row) => (RunEvent::from(row), false),
             None => {
@@ -146,12 +177,12 @@ impl PgStore {
                 );
                 let row = sqlx::query_as::<_, EventRow>(&first)
                     .bind(&*self.namespace)
-                    .bind(run.id)
-                    .bind(&params.topic)
-                    .bind(&params.dedup_key)
-                    .fetch_one(&mut *tx)
+                    .bind(run_id)
+                    .bind(topic)
+                    .bind(dedup_key)
+                    .fetch_one(&mut *conn)
                     .await
-                    .map_err(db(OPERATION))?;
+                    .map_err(db(operation))?;
                 (RunEvent::from(row), true)
             }
         };
@@ -166,22 +197,72 @@ impl PgStore {
             );
             sqlx::query(&wake)
                 .bind(&*self.namespace)
-                .bind(run.id)
-                .bind(&params.topic)
-                .fetch_optional(&mut *tx)
+                .bind(run_id)
+                .bind(topic)
+                .fetch_optional(&mut *conn)
                 .await
-                .map_err(db(OPERATION))?
-                .map(|row| decode_run(&row, OPERATION))
+                .map_err(db(operation))?
+                .map(|row| decode_run(&row, operation))
                 .transpose()?
         };
-        tx.commit().await.map_err(db(OPERATION))?;
-        if let Some(run) = &woken {
-            self.announce_now(&WAKE_ON_EVENT, run).await;
-        }
-        Ok(SentEvent {
+        let sent = SentEvent {
             event,
             duplicate,
             woke: woken.is_some(),
+        };
+        Ok((sent, woken))
+    }
+
+    /// One try of [`EventStore::signal_with_start`] (of checked `params`).
+    ///
+    /// [`EventStore::signal_with_start`]: tasks_core::EventStore::signal_with_start
+    async fn signal_with_start_once(&self, params: &SignalWithStart) -> StoreResult<SignalledRun> {
+        const OPERATION: Operation = Operation::SignalWithStart;
+        let target = params.target()?;
+        let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
+        // Racing calls for one key: the unique index lets one insert through and makes the
+        // others wait for its commit; they find its run and lock it. The holder a refused
+        // insert saw can lose the key before it is locked (its scope lapsed and another
+        // start released it): then the insert is tried again.
+        let mut tries = 0;
+        let (run, created) = loop {
+            tries += 1;
+            if let Some(row) = insert_run(&mut tx, &self.namespace, &params.start).await? {
+                break (row.into_run(OPERATION)?, true);
+            }
+            match self.lock_run(&mut tx, &target, OPERATION).await? {
+                Some(run) if SEND_EVENT.admits(&run, None) => break (run, false),
+                Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+                None if tries < 3 => continue,
+                // Three lapses in a row during one call: give up as a database error.
+                None => return Err(db(OPERATION)(sqlx::Error::RowNotFound)),
+            }
+        };
+        let (sent, woken) = self
+            .deliver(
+                &mut tx,
+                run.id,
+                &params.topic,
+                &params.payload,
+                &params.dedup_key,
+                OPERATION,
+            )
+            .await?;
+        tx.commit().await.map_err(db(OPERATION))?;
+        // After the commit, as a start and a send announce.
+        if created {
+            self.notify_now(&[Notification::RunAvailable {
+                namespace: run.namespace.clone(),
+            }])
+            .await;
+        }
+        if let Some(woken) = &woken {
+            self.announce_now(&WAKE_ON_EVENT, woken).await;
+        }
+        Ok(SignalledRun {
+            run: woken.unwrap_or(run),
+            created,
+            sent,
         })
     }
 
@@ -281,6 +362,22 @@ impl EventStore for PgStore {
             // A second try would send the event twice when the first committed before its
             // answer was lost.
             self.send_event_once(&params).await
+        }
+    }
+
+    async fn signal_with_start(&self, params: SignalWithStart) -> StoreResult<SignalledRun> {
+        check::signal_with_start(&self.namespace, &params)?;
+        if params.dedup_key.is_some() {
+            // A second try finds the first's run by its key and the first's event by its
+            // deduplication key, if the first committed.
+            retrying(Operation::SignalWithStart, || {
+                self.signal_with_start_once(&params)
+            })
+            .await
+        } else {
+            // A second try would send the event twice when the first committed before its
+            // answer was lost.
+            self.signal_with_start_once(&params).await
         }
     }
 

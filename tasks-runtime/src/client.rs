@@ -11,6 +11,7 @@
 //! - `runs`: operations on runs by id: reading and listing them, cancel, pause, resume,
 //!   retry, fork and purge;
 //! - `events` and `state`: sending events to a run and reading what it published;
+//!   `signal`: sending an event to the run of an idempotency key, starting it if need be;
 //! - `schedules`: cron schedules (behind the `schedules` feature); `queues`: the
 //!   configuration of named queues.
 //!
@@ -41,12 +42,14 @@ mod queues;
 mod runs;
 #[cfg(feature = "schedules")]
 mod schedules;
+mod signal;
 mod start;
 mod state;
 mod wait;
 
 pub use events::SendEventBuilder;
 pub use handle::{RunError, RunHandle};
+pub use signal::{SignalWithStartBuilder, Signalled};
 pub use start::{StartBuilder, StartOptions, Started};
 pub use wait::{Awaited, WAIT_SAFETY_REREAD, WaitError};
 

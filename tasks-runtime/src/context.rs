@@ -10,7 +10,8 @@
 //! This module holds the context itself, its durable sleep and patches, and what the
 //! calls share (name resolution, halts, the writes of attempts); the step runner
 //! ([`run_step`]) is in `steps`, and the other durable primitives in `branches`,
-//! `children`, `events` and `state`.
+//! `children`, `events` and `state`; the recorded values (`ctx.now()`, `ctx.uuid()`, ...)
+//! in `recorded`.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,7 @@ use crate::session::{Halt, RunSession, lock};
 pub(crate) mod branches;
 pub(crate) mod children;
 pub(crate) mod events;
+mod recorded;
 pub(crate) mod state;
 mod steps;
 

@@ -38,8 +38,8 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use client::{
-    Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, StartBuilder,
-    StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
+    Awaited, Client, ClientError, RunError, RunHandle, SendEventBuilder, SignalWithStartBuilder,
+    Signalled, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
 pub use context::WorkflowContext;
@@ -51,7 +51,10 @@ pub use definition::{
     WorkflowOutput,
 };
 pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
-pub use events::{Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent};
+pub use events::{
+    Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent,
+};
 pub use failure::{ErrorRecord, RecordError, RetryAfter, WorkflowError};
 pub use flow::{Concurrency, ConcurrencyKeyError, DeriveKeyError, DerivedConcurrency};
 pub use holder::Holder;
@@ -84,6 +87,11 @@ pub use trace::{TraceContext, TraceContextError};
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.
 pub use chrono;
+/// The `rand` crate (0.9): the generator of [`WorkflowContext::rng`] implements its traits.
+/// Re-exported so that your `Rng` trait is always the one it implements.
+pub use rand;
+/// The `rand_chacha` crate: the type of [`WorkflowContext::rng`]'s generator.
+pub use rand_chacha;
 /// The `uuid` crate: runs and step attempts are named by `uuid::Uuid`. Re-exported so that
 /// your `uuid` is always the version this crate was built with.
 pub use uuid;

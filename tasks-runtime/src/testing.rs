@@ -29,7 +29,9 @@
 //! a failed run's retry backoff, a step retry backoff long enough to park the run (above the
 //! worker's [park threshold](crate::WorkerBuilder::step_retry_park_threshold)), delayed
 //! starts ([`StartOptions::delay`](crate::StartOptions::delay)), whether a run's deadline
-//! passed when it is claimed, schedules, leases and heartbeats. An instant you pass in
+//! passed when it is claimed, schedules, leases and heartbeats; and in workflow code
+//! [`WorkflowContext::now`](crate::WorkflowContext::now) and the time part of
+//! [`WorkflowContext::uuid`](crate::WorkflowContext::uuid). An instant you pass in
 //! yourself ([`StartOptions::start_at`](crate::StartOptions::start_at),
 //! [`StartOptions::deadline`](crate::StartOptions::deadline)) is compared with the virtual
 //! clock: compute it from [`TestEnv::now`], not from `Utc::now()`.

@@ -17,11 +17,11 @@ use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::events::{
-    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, WaitForEvent, WaitStep, not_found,
-    received_output, timed_out_output, wait_step, wait_until,
+    EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
+    WaitForEvent, WaitStep, not_found, received_output, timed_out_output, wait_step, wait_until,
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
-use tasks_core::store::{EventStore, check};
+use tasks_core::store::{EventStore, Notification, check};
 use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
 use uuid::Uuid;
 
@@ -179,6 +179,86 @@ impl SqliteStore {
             .map_err(db(OPERATION))?
             .into_run(OPERATION)
     }
+
+    /// Stores an event for the run `run_id` under the write lock (unless its deduplication
+    /// key was used: the first event then) and wakes the run when it is parked on the
+    /// topic: the send, once the run is known to take it. Returns the send and the woken
+    /// run, to announce after the commit.
+    async fn deliver(
+        &self,
+        write: &mut Write<'_>,
+        run_id: Uuid,
+        topic: &str,
+        payload: &serde_json::Value,
+        dedup_key: &Option<String>,
+        operation: Operation,
+    ) -> StoreResult<(SentEvent, Option<WorkflowRun>)> {
+        let now = write.now();
+        let insert = format!(
+            "INSERT INTO tasks_events
+                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
+                 WHERE dedup_key IS NOT NULL DO NOTHING
+          RETURNING {EVENT_COLUMNS}"
+        );
+        let inserted = sqlx::query_as::<_, EventRow>(&insert)
+            .bind(&*self.namespace)
+            .bind(rows::id(Uuid::now_v7()))
+            .bind(rows::id(run_id))
+            .bind(topic)
+            .bind(rows::json(payload))
+            .bind(dedup_key)
+            .bind(&now)
+            .fetch_optional(write.conn())
+            .await
+            .map_err(db(operation))?;
+        let (event, duplicate) = match inserted {
+            Some(row) => (row.into_event(operation)?, false),
+            None => {
+                let first = format!(
+                    "SELECT {EVENT_COLUMNS} FROM tasks_events
+                      WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
+                        AND dedup_key = ?4"
+                );
+                let row = sqlx::query_as::<_, EventRow>(&first)
+                    .bind(&*self.namespace)
+                    .bind(rows::id(run_id))
+                    .bind(topic)
+                    .bind(dedup_key)
+                    .fetch_one(write.conn())
+                    .await
+                    .map_err(db(operation))?;
+                (row.into_event(operation)?, true)
+            }
+        };
+        let woken = if duplicate {
+            None
+        } else {
+            let wake = format!(
+                "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
+                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
+              RETURNING {RUN_COLUMNS}",
+                fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
+            );
+            sqlx::query_as::<_, RunRow>(&wake)
+                .bind(&*self.namespace)
+                .bind(rows::id(run_id))
+                .bind(&now)
+                .bind(topic)
+                .fetch_optional(write.conn())
+                .await
+                .map_err(db(operation))?
+                .map(|row| row.into_run(operation))
+                .transpose()?
+        };
+        let sent = SentEvent {
+            event,
+            duplicate,
+            woke: woken.is_some(),
+        };
+        Ok((sent, woken))
+    }
 }
 
 #[async_trait]
@@ -195,65 +275,16 @@ impl EventStore for SqliteStore {
             Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
             None => return Err(not_found(&params.target)),
         };
-        let now = write.now();
-        let insert = format!(
-            "INSERT INTO tasks_events
-                 (namespace, id, workflow_run_id, topic, payload, dedup_key, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (namespace, workflow_run_id, topic, dedup_key)
-                 WHERE dedup_key IS NOT NULL DO NOTHING
-          RETURNING {EVENT_COLUMNS}"
-        );
-        let inserted = sqlx::query_as::<_, EventRow>(&insert)
-            .bind(&*self.namespace)
-            .bind(rows::id(Uuid::now_v7()))
-            .bind(rows::id(run.id))
-            .bind(&params.topic)
-            .bind(rows::json(&params.payload))
-            .bind(&params.dedup_key)
-            .bind(&now)
-            .fetch_optional(write.conn())
-            .await
-            .map_err(db(OPERATION))?;
-        let (event, duplicate) = match inserted {
-            Some(row) => (row.into_event(OPERATION)?, false),
-            None => {
-                let first = format!(
-                    "SELECT {EVENT_COLUMNS} FROM tasks_events
-                      WHERE namespace = ?1 AND workflow_run_id = ?2 AND topic = ?3
-                        AND dedup_key = ?4"
-                );
-                let row = sqlx::query_as::<_, EventRow>(&first)
-                    .bind(&*self.namespace)
-                    .bind(rows::id(run.id))
-                    .bind(&params.topic)
-                    .bind(&params.dedup_key)
-                    .fetch_one(write.conn())
-                    .await
-                    .map_err(db(OPERATION))?;
-                (row.into_event(OPERATION)?, true)
-            }
-        };
-        let woken = if duplicate {
-            None
-        } else {
-            let wake = format!(
-                "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
-                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
-              RETURNING {RUN_COLUMNS}",
-                fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
-            );
-            sqlx::query_as::<_, RunRow>(&wake)
-                .bind(&*self.namespace)
-                .bind(rows::id(run.id))
-                .bind(&now)
-                .bind(&params.topic)
-                .fetch_optional(write.conn())
-                .await
-                .map_err(db(OPERATION))?
-                .map(|row| row.into_run(OPERATION))
-                .transpose()?
-        };
+        let (sent, woken) = self
+            .deliver(
+                &mut write,
+                run.id,
+                &params.topic,
+                &params.payload,
+                &params.dedup_key,
+                OPERATION,
+            )
+            .await?;
         write.commit().await?;
         for notification in woken
             .iter()
@@ -261,10 +292,52 @@ impl EventStore for SqliteStore {
         {
             self.notify(notification);
         }
-        Ok(SentEvent {
-            event,
-            duplicate,
-            woke: woken.is_some(),
+        Ok(sent)
+    }
+
+    async fn signal_with_start(&self, params: SignalWithStart) -> StoreResult<SignalledRun> {
+        const OPERATION: Operation = Operation::SignalWithStart;
+        check::signal_with_start(&self.namespace, &params)?;
+        let target = params.target()?;
+        // One write transaction: the insert, or the read of the key's holder, and the send.
+        // A refusal rolls back (the `Write` is dropped uncommitted), a lapsed holder's
+        // release included.
+        let mut write = self.begin_write(OPERATION).await?;
+        let (run, created) = match self.insert_run(&mut write, &params.start).await? {
+            Some(row) => (row.into_run(OPERATION)?, true),
+            None => match self.target_run(write.conn(), &target, OPERATION).await? {
+                Some(run) if SEND_EVENT.admits(&run, None) => (run, false),
+                Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+                // Under the write lock the holder the insert found is still there.
+                None => return Err(not_found(&target)),
+            },
+        };
+        let (sent, woken) = self
+            .deliver(
+                &mut write,
+                run.id,
+                &params.topic,
+                &params.payload,
+                &params.dedup_key,
+                OPERATION,
+            )
+            .await?;
+        write.commit().await?;
+        if created {
+            self.notify(Notification::RunAvailable {
+                namespace: run.namespace.clone(),
+            });
+        }
+        for notification in woken
+            .iter()
+            .flat_map(|run| WAKE_ON_EVENT.announcements(run))
+        {
+            self.notify(notification);
+        }
+        Ok(SignalledRun {
+            run: woken.unwrap_or(run),
+            created,
+            sent,
         })
     }
 

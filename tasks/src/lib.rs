@@ -65,7 +65,8 @@ pub use tasks_macros::{step, workflow};
 
 // Starting runs, awaiting them, operating on them.
 pub use tasks_runtime::{
-    Client, RunHandle, SendEventBuilder, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD,
+    Client, RunHandle, SendEventBuilder, SignalWithStartBuilder, Signalled, StartBuilder,
+    StartOptions, Started, WAIT_SAFETY_REREAD,
 };
 // Executing runs.
 pub use tasks_runtime::{
@@ -113,6 +114,11 @@ pub use tasks_runtime::{
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.
 pub use tasks_runtime::chrono;
+/// The `rand` crate (0.9): the generator of [`WorkflowContext::rng`] implements its traits.
+/// Re-exported so that your `Rng` trait is always the one it implements.
+pub use tasks_runtime::rand;
+/// The `rand_chacha` crate: the type of [`WorkflowContext::rng`]'s generator.
+pub use tasks_runtime::rand_chacha;
 /// The `uuid` crate: runs and step attempts are named by `uuid::Uuid`. Re-exported so that
 /// your `uuid` is always the version this crate was built with.
 pub use tasks_runtime::uuid;
@@ -143,7 +149,8 @@ pub mod store {
     pub use tasks_runtime::{
         BoxError, Capability, ChildOutcome, ChildWait, ClaimFilter, Concurrency,
         DerivedConcurrency, EventWait, Holder, Migration, Operation, ParentCancel, SendEvent,
-        SetState, StartChild, StartedChild, StateSet, StoreResult, WaitForChildren, WaitForEvent,
+        SetState, SignalWithStart, SignalledRun, StartChild, StartedChild, StateSet, StoreResult,
+        WaitForChildren, WaitForEvent,
     };
     pub use tasks_runtime::{
         children, clock, error, events, failure, flow, holder, idempotency, model, queue,

@@ -761,6 +761,75 @@ async fn events_send_validates_the_payload_and_wakes_the_run(backend: Backend) {
     worker.shutdown().await;
 }
 
+async fn events_signal_with_start_starts_the_run_once_and_signals_it(backend: Backend) {
+    let store = backend.store().await;
+    let signal = |payload: &'static str| {
+        [
+            "events",
+            "signal-with-start",
+            "cli-approval",
+            "--workflow",
+            "cli-approve",
+            "--key",
+            "sws-1",
+            "--payload",
+            payload,
+            "--quiet",
+        ]
+    };
+    let bad = cli(&store, &signal(r#"{"approved": 1}"#)).await;
+    assert_eq!(bad.exit, Exit::Usage, "{}", bad.err);
+    assert!(bad.err.contains("/approved"), "{}", bad.err);
+    assert_eq!(run_count(&store).await, 0, "nothing stored");
+
+    let first = cli(&store, &signal(r#"{"approved": true, "by": "ann"}"#)).await;
+    assert_eq!(first.exit, Exit::Success, "{}", first.err);
+    let id = started_id(&first);
+    let second = cli(&store, &signal(r#"{"approved": true, "by": "bob"}"#)).await;
+    assert_eq!(started_id(&second), id, "the run of the key");
+    assert_eq!(run_count(&store).await, 1);
+    let events = store.events().unwrap().list_events(id).await.unwrap();
+    let by: Vec<&str> = events
+        .iter()
+        .map(|event| event.payload["by"].as_str().unwrap())
+        .collect();
+    assert_eq!(by, ["ann", "bob"]);
+
+    let worker = worker(&store).build().unwrap().spawn();
+    let handle = client(&store).handle::<String>(id);
+    assert_eq!(
+        handle.result_within(Duration::from_secs(20)).await.unwrap(),
+        "ann"
+    );
+    worker.shutdown().await;
+    // The finished run still holds its key: the event is refused, nothing is stored.
+    let refused = cli(&store, &signal(r#"{"approved": true, "by": "cy"}"#)).await;
+    assert_eq!(refused.exit, Exit::Failure, "{}", refused.err);
+    assert_eq!(
+        store.events().unwrap().list_events(id).await.unwrap().len(),
+        2
+    );
+    let text = cli(
+        &store,
+        &[
+            "events",
+            "signal-with-start",
+            "cli-approval",
+            "-w",
+            "cli-approve",
+            "--key",
+            "sws-2",
+            "--while-active",
+            "--payload",
+            r#"{"approved": false, "by": "dee"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(text.exit, Exit::Success, "{}", text.err);
+    assert!(text.out.starts_with("started run "), "{}", text.out);
+    assert!(text.out.contains("mailbox"), "{}", text.out);
+}
+
 async fn schedules_are_checked_created_listed_paused_resumed_and_deleted(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
@@ -967,6 +1036,7 @@ every_store! {
     queues_list_shows_the_limits,
     schedules_are_checked_created_listed_paused_resumed_and_deleted,
     events_send_validates_the_payload_and_wakes_the_run,
+    events_signal_with_start_starts_the_run_once_and_signals_it,
     start_with_invalid_input_prints_every_violation_and_stores_nothing,
     runs_show_and_watch_give_the_step_timeline,
     cancel_pause_and_resume_change_the_status,

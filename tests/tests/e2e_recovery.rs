@@ -828,6 +828,17 @@ impl tasks::store::EventStore for Flaky {
         self.inner.contract().events()?.send_event(params).await
     }
 
+    async fn signal_with_start(
+        &self,
+        params: tasks::store::SignalWithStart,
+    ) -> tasks::store::StoreResult<tasks::store::SignalledRun> {
+        self.inner
+            .contract()
+            .events()?
+            .signal_with_start(params)
+            .await
+    }
+
     async fn wait_for_event(
         &self,
         params: tasks::store::WaitForEvent,

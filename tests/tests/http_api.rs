@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use support::{Backend, TestStore, client, worker};
 use tasks::http_api::{HttpApi, Token};
-use tasks::{Event, RunStatus, WorkflowContext, WorkflowError, step, workflow};
+use tasks::{Event, ListRuns, RunStatus, WorkflowContext, WorkflowError, step, workflow};
 
 /// An order the API starts; its schema bounds both fields.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -632,6 +632,85 @@ async fn events_and_state(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// Signal-with-start: the first request starts the run with its event (201), the next
+/// finds it (200) and adds its event; an invalid payload, a start whose key differs from
+/// the path's, and an event for a finished run that holds its key store nothing.
+async fn signal_with_start(backend: Backend) {
+    let store = backend.store().await;
+    let addr = serve(&store).await;
+    let ns = store.shared().namespace().to_owned();
+    let token = Some(OPERATOR);
+    let path = format!("/v1/namespaces/{ns}/workflows/http-order/keys/order-9/signal-with-start");
+    let body = |by: &str| {
+        json!({
+            "topic": "http-approval",
+            "payload": {"approved": true, "by": by},
+            "start": {"input": {"item": "tea", "quantity": 3}},
+        })
+    };
+    let invalid = json!({"topic": "http-approval", "payload": {"approved": "yes"}, "start": {"input": {"item": "tea", "quantity": 3}}});
+    let (status, _, problem) = call(addr, "POST", &path, token, Some(invalid)).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (422, Some("urn:tasks:problem:invalid-event")),
+        "{problem}"
+    );
+    let other_key = json!({"topic": "http-approval", "payload": {"approved": true, "by": "x"}, "start": {"idempotency_key": "order-10"}});
+    let (status, _, problem) = call(addr, "POST", &path, token, Some(other_key)).await;
+    assert_eq!(status, 400, "{problem}");
+    let (status, _, problem) = call(addr, "POST", &path, Some(READER), Some(body("r"))).await;
+    assert_eq!(status, 403, "a reading token may not: {problem}");
+    let runs = client(&store);
+    assert!(
+        runs.list_runs(ListRuns::default())
+            .await
+            .unwrap()
+            .data
+            .is_empty()
+    );
+
+    let (status, _, first) = call(addr, "POST", &path, token, Some(body("ada"))).await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["created"], true);
+    assert_eq!(first["run"]["status"], "pending");
+    assert_eq!(first["event"]["topic"], "http-approval");
+    assert_eq!(first["event"]["run_id"], first["run"]["id"]);
+    let (status, _, second) = call(addr, "POST", &path, token, Some(body("bob"))).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["created"], false);
+    assert_eq!(second["run"]["id"], first["run"]["id"]);
+
+    let worker = worker(&store).build().unwrap().spawn();
+    let run_path = format!(
+        "/v1/namespaces/{ns}/runs/{}",
+        first["run"]["id"].as_str().unwrap()
+    );
+    let (_, _, run) = call(
+        addr,
+        "GET",
+        &format!("{run_path}/result?timeout=20"),
+        token,
+        None,
+    )
+    .await;
+    assert_eq!(run["output"], "3 x tea, approved by ada", "{run}");
+    worker.shutdown().await;
+    let (status, _, problem) = call(addr, "POST", &path, token, Some(body("cy"))).await;
+    assert_eq!(status, 409, "a finished run keeps its key: {problem}");
+    let id = first["run"]["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        runs.store()
+            .contract()
+            .events()
+            .unwrap()
+            .list_events(id)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
 /// A start with an idempotency key answers 201 when it created the run and 200 with that
 /// same run when a run held the key already; a `traceparent` header is the trace the run
 /// joins (an invalid one is ignored, and the run starts).
@@ -756,5 +835,6 @@ every_store!(
     security,
     operations,
     schedules,
-    events_and_state
+    events_and_state,
+    signal_with_start
 );

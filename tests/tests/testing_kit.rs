@@ -40,6 +40,16 @@ async fn approval(ctx: WorkflowContext) -> Result<Option<String>, WorkflowError>
     Ok(outcome.received().map(|approval| approval.by))
 }
 
+/// Reads the recorded clock before and after an hour-long sleep, and makes an id.
+#[workflow(name = "kit-recorded-clock")]
+async fn recorded_clock(ctx: WorkflowContext) -> Result<(String, String, String), WorkflowError> {
+    let before = ctx.now().await?;
+    ctx.sleep("an-hour", HOUR).await?;
+    let after = ctx.now().await?;
+    let id = ctx.uuid().await?;
+    Ok((before.to_rfc3339(), after.to_rfc3339(), id.to_string()))
+}
+
 /// Started by a schedule.
 #[workflow(name = "kit-scheduled")]
 async fn scheduled(_ctx: WorkflowContext) -> Result<u32, WorkflowError> {
@@ -107,6 +117,45 @@ async fn an_hour_long_sleep_ends_after_an_advance_in_well_under_a_second() {
     assert!(
         slept < chrono::TimeDelta::hours(1) + chrono::TimeDelta::minutes(1),
         "{slept}"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_recorded_clock_follows_the_virtual_clock() {
+    let env = TestEnv::start().await.unwrap();
+    env.advance(Duration::from_secs(24 * 3600)).await.unwrap();
+    let started = env.now();
+    let run = recorded_clock::start(env.client(), ()).await.unwrap();
+    run.wait_for_status(&[RunStatus::Sleeping], PROMPT)
+        .await
+        .unwrap();
+    env.advance(HOUR).await.unwrap();
+    let (before, after, id) = run.result_within(PROMPT).await.unwrap();
+    let parse = |text: &str| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let (before, after) = (parse(&before), parse(&after));
+    // A day ahead of the system clock, as the virtual clock is, to within real seconds.
+    let real_seconds = chrono::TimeDelta::seconds(10);
+    assert!(
+        before >= started && before < started + real_seconds,
+        "{before} {started}"
+    );
+    assert!(
+        after - before >= chrono::TimeDelta::hours(1),
+        "{before} {after}"
+    );
+    assert!(after - before < chrono::TimeDelta::hours(1) + real_seconds);
+    // The id's time part is the virtual clock's too.
+    let id: tasks::uuid::Uuid = id.parse().unwrap();
+    let (seconds, _) = id.get_timestamp().unwrap().to_unix();
+    let after_seconds = u64::try_from(after.timestamp()).unwrap();
+    assert!(
+        seconds.abs_diff(after_seconds) <= 1,
+        "{seconds} {after_seconds}"
     );
     env.shutdown().await;
 }

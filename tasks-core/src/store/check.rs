@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use crate::children::{StartChild, WaitForChildren};
 use crate::error::StoreResult;
-use crate::events::{SendEvent, WaitForEvent};
+use crate::events::{SendEvent, SignalWithStart, WaitForEvent};
 use crate::holder::Holder;
 use crate::limits::{self, Field};
 use crate::queue::{ClaimFilter, QueueOptions};
@@ -169,6 +169,12 @@ pub fn fork_run(from_step: &str) -> StoreResult<()> {
 /// [`EventStore::send_event`](super::EventStore::send_event): [`SendEvent::check`].
 pub fn send_event(namespace: &str, params: &SendEvent) -> StoreResult<()> {
     Ok(params.check(namespace)?)
+}
+
+/// [`EventStore::signal_with_start`](super::EventStore::signal_with_start):
+/// [`SignalWithStart::check`].
+pub fn signal_with_start(namespace: &str, params: &SignalWithStart) -> StoreResult<()> {
+    params.check(namespace)
 }
 
 /// [`EventStore::wait_for_event`](super::EventStore::wait_for_event):

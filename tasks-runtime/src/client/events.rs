@@ -16,7 +16,7 @@ use crate::registry::Violation;
 
 /// What a send carries: a typed payload, encoded (or refused) when the send was made, or a
 /// JSON payload on a topic, checked against the run's declarations when it is sent.
-enum Payload {
+pub(super) enum Payload {
     Typed(Result<Value, ClientError>),
     Json(Value),
 }
@@ -148,17 +148,13 @@ impl Client {
 
     /// Checks a JSON event on `topic` for `target` against the limits and the declarations
     /// of the run's workflow.
-    async fn checked_json_event(
+    pub(super) async fn checked_json_event(
         &self,
         target: &EventTarget,
         topic: &str,
         payload: &Value,
     ) -> Result<(), ClientError> {
-        limits::check_topic(topic)?;
-        // A wait on it could never be told from a repeated wait on another topic.
-        crate::replay::check_chosen_name(Field::Topic, topic)?;
-        // First: the schema validator recurses through the document.
-        limits::check_json(Field::EventPayload, payload)?;
+        check_json_event_limits(topic, payload)?;
         let (workflow, version) = match target {
             EventTarget::Run(run_id) => {
                 let run = self
@@ -171,6 +167,18 @@ impl Client {
             }
             EventTarget::Key { workflow_name, .. } => (workflow_name.clone(), None),
         };
+        self.check_declared_event(workflow, version, topic, payload)
+    }
+
+    /// Checks a JSON event on `topic` (already checked against the limits) against the
+    /// declarations of `workflow`: of exactly `version` when given, else of any version.
+    pub(super) fn check_declared_event(
+        &self,
+        workflow: String,
+        version: Option<Option<String>>,
+        topic: &str,
+        payload: &Value,
+    ) -> Result<(), ClientError> {
         if self.registry.latest(&workflow).is_none() {
             return Err(ClientError::UnknownWorkflow {
                 name: workflow,
@@ -206,8 +214,19 @@ impl Client {
     }
 }
 
+/// The checks of a JSON event's topic and payload that need no run: the [`limits`], and a
+/// topic without the call suffix's separator.
+pub(super) fn check_json_event_limits(topic: &str, payload: &Value) -> Result<(), ClientError> {
+    limits::check_topic(topic)?;
+    // A wait on it could never be told from a repeated wait on another topic.
+    crate::replay::check_chosen_name(Field::Topic, topic)?;
+    // First: the schema validator recurses through the document.
+    limits::check_json(Field::EventPayload, payload)?;
+    Ok(())
+}
+
 /// A typed payload as stored, or why it cannot be: it must read back as itself.
-fn typed_payload<E: Event>(payload: &E) -> Result<Value, ClientError> {
+pub(super) fn typed_payload<E: Event>(payload: &E) -> Result<Value, ClientError> {
     limits::check_finite(payload).map_err(|found| {
         ClientError::Json(serde::ser::Error::custom(format!(
             "the event payload: {found}"

@@ -289,7 +289,9 @@ impl<'c, T> StartBuilder<'c, T> {
     }
 
     /// The workflow to run and its checked input, then the checked parameters of the run.
-    fn checked(self) -> Result<(&'c Client, &'static WorkflowDefinition, CreateRun), ClientError> {
+    pub(super) fn checked(
+        self,
+    ) -> Result<(&'c Client, &'static WorkflowDefinition, CreateRun), ClientError> {
         let client = self.client;
         let (definition, input) = match self.target {
             Target::Typed { definition, input } => (definition, input?),

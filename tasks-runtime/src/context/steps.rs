@@ -23,6 +23,16 @@ use crate::step_failure::{
     RETRY_AFTER_KIND, ReplayError, TIMEOUT_KIND, final_error_json, rebuild_final, timeout_error,
 };
 
+tokio::task_local! {
+    /// Set while a step's body runs, on the step's task.
+    static STEP_BODY: ();
+}
+
+/// Whether the caller runs inside a `#[step]` body (on the step's own task).
+pub(super) fn in_step_body() -> bool {
+    STEP_BODY.try_with(|()| ()).is_ok()
+}
+
 /// Runs one call of a `#[step]` function: returns the memoized output when the step
 /// already completed in this run, the stored final error when its retries ran out (rebuilt
 /// through [`ReplayError`]), and otherwise executes it, retrying with the step's policy.
@@ -139,7 +149,7 @@ where
                 None => Ok(f(&mut recorder).await),
             }
         };
-        let result = AssertUnwindSafe(attempt)
+        let result = AssertUnwindSafe(STEP_BODY.scope((), attempt))
             .catch_unwind()
             .instrument(span)
             .await;

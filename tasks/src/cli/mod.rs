@@ -32,6 +32,7 @@
 //! | `purge --older-than 30d [--status failed,canceled] [--batch-size N]` | deletes finished runs older than that, with their steps and events, and prints how many |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
+//! | `events signal-with-start TOPIC --workflow W --key K [--input JSON\|@file] [--version V] [--while-active] [--payload JSON\|@file] [--dedup-key K]` | sends an event to the run of the key, starting it with the input if there is none, in one transaction; input and payload validated first |
 //! | `queues list [--json]` | the namespace's configured queues, with their concurrency and rate limits |
 //! | `schedules list [--json]` | the namespace's cron schedules, with their next slots (feature `schedules`) |
 //! | `schedules create NAME --workflow W --cron EXPR [--timezone TZ] [--input JSON\|@file] [--catch-up latest\|skip\|all(N)]` | creates a schedule; cron, timezone and input checked first |
@@ -81,7 +82,7 @@ use crate::uuid::Uuid;
 /// parser (its derives still need `clap` among your dependencies).
 pub use clap;
 use clap::{Args, Parser, Subcommand};
-pub use events::{EventsCommand, SendArgs};
+pub use events::{EventsCommand, SendArgs, SignalWithStartArgs};
 pub use queues::QueuesCommand;
 #[cfg(feature = "schedules")]
 pub use schedules::{CreateScheduleArgs, ScheduleName, SchedulesCommand};
@@ -496,6 +497,9 @@ impl TasksArgs {
             Command::Doctor => doctor::doctor(&client, None, out).await,
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
+            }
+            Command::Events(EventsCommand::SignalWithStart(args)) => {
+                events::signal_with_start(&client, args, out, err).await
             }
             Command::Queues(QueuesCommand::List { json }) => {
                 queues::list(&client, *json, out, err).await

@@ -1,19 +1,22 @@
 //! Events sent to runs (by run id, or by workflow and the idempotency key a run was
-//! started with), and the state runs publish: read it, and wait for a newer version.
+//! started with, starting that run if need be), and the state runs publish: read it, and
+//! wait for a newer version.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Scope;
 use super::problem::Problem;
-use super::types::{Event, SendEventBody, State as StateValue, StateWaitQuery};
+use super::types::{
+    Event, Run, SendEventBody, SignalWithStartBody, Signalled, State as StateValue, StateWaitQuery,
+};
 use super::{ApiState, Json, json_body, query};
-use crate::{EventTarget, StoreError, WaitError};
+use crate::{EventTarget, IdempotencyScope, StoreError, WaitError};
 
 /// Sends an event to a run; the payload is validated against the schema of the topic's
 /// payload, which the run's workflow declares, before anything is stored.
@@ -68,6 +71,74 @@ pub(super) async fn send_by_key(
         idempotency_key: scope.param("key")?.to_owned(),
     };
     send(&scope, target, body).await
+}
+
+/// Sends an event to the run of `workflow` started with idempotency key `key`, starting
+/// that run first (with `start`, and the key) when no run holds the key, in one
+/// transaction: concurrent requests for one key start one run, which receives every one of
+/// their events. The start's input and the payload are validated before anything is
+/// stored. 201 when the request started the run, 200 when a run held the key; 409 when that
+/// run has finished and still holds its key (nothing is stored).
+#[utoipa::path(
+    operation_id = "signal_with_start",
+    post,
+    path = "/v1/namespaces/{namespace}/workflows/{workflow}/keys/{key}/signal-with-start",
+    tag = "events",
+    params(
+        ("namespace" = String, Path),
+        ("workflow" = String, Path, description = "The workflow's name"),
+        ("key" = String, Path, description = "The idempotency key that names the run"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context of a started run"),
+        ("tracestate" = Option<String>, Header, description = "W3C trace state, with `traceparent`"),
+    ),
+    request_body = SignalWithStartBody,
+    responses(
+        (status = 201, description = "The run was started with the event", body = Signalled),
+        (status = 200, description = "A run held the key: the event went to it", body = Signalled),
+        (status = "4XX", body = super::problem::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(super) async fn signal_with_start(
+    scope: Scope,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Problem> {
+    let client = scope.operator()?;
+    let workflow = scope.param("workflow")?;
+    let key = scope.param("key")?;
+    let request: SignalWithStartBody = json_body(body)?;
+    let start = request.start.unwrap_or_default();
+    if start
+        .idempotency_key
+        .as_deref()
+        .is_some_and(|given| given != key)
+    {
+        return Err(Problem::invalid_request(
+            "the start's idempotency_key differs from the key in the path",
+        ));
+    }
+    let mut start =
+        super::runs::start_builder(client, workflow, start, &headers).idempotency_key(key);
+    if request.while_active {
+        start = start.idempotency_scope(IdempotencyScope::WhileActive);
+    }
+    let mut signal = start.with_event_by_topic(&request.topic, request.payload);
+    if let Some(dedup_key) = request.dedup_key {
+        signal = signal.dedup_key(dedup_key);
+    }
+    let signalled = signal.await?;
+    let status = if signalled.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = Signalled {
+        created: signalled.created,
+        run: Run::from(signalled.run),
+        event: signalled.event.into(),
+    };
+    Ok(Json(status, body).into_response())
 }
 
 async fn send(

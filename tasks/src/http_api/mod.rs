@@ -31,6 +31,7 @@
 //! | `GET /v1/namespaces/{ns}/runs/{id}/result?timeout=30` | waits for it to finish (long poll) |
 //! | `POST /v1/namespaces/{ns}/runs/{id}/events` | sends it an event (payload validated first) |
 //! | `POST /v1/namespaces/{ns}/workflows/{workflow}/keys/{key}/events` | sends an event to the run started with that idempotency key |
+//! | `POST /v1/namespaces/{ns}/workflows/{workflow}/keys/{key}/signal-with-start` | sends an event to the run of that key, starting it first if there is none, in one transaction (201 started, 200 existing) |
 //! | `GET /v1/namespaces/{ns}/runs/{id}/state[/{key}]` | the state it published |
 //! | `GET /v1/namespaces/{ns}/runs/{id}/state/{key}/wait?after=N&timeout=30` | waits for a newer version (long poll) |
 //! | `POST /v1/namespaces/{ns}/runs/{id}/{cancel,pause,resume,retry,fork}` | operates on it |
@@ -203,6 +204,10 @@ impl HttpApi {
             .route(
                 &format!("{ns}/workflows/{{workflow}}/keys/{{key}}/events"),
                 post(events::send_by_key),
+            )
+            .route(
+                &format!("{ns}/workflows/{{workflow}}/keys/{{key}}/signal-with-start"),
+                post(events::signal_with_start),
             )
             .route(&format!("{ns}/runs"), get(runs::list))
             .route(&format!("{ns}/runs/{{id}}"), get(runs::get))

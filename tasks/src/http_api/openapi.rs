@@ -12,8 +12,8 @@ use utoipa::{Modify, OpenApi};
 use super::auth::Authenticated;
 use super::problem::{Problem, ProblemViolation};
 use super::types::{
-    ConcurrencyKey, Event, EventInfo, ForkBody, Run, RunPage, SendEventBody, StartRun, State,
-    Status, Step, StepPage, WorkflowInfo,
+    ConcurrencyKey, Event, EventInfo, ForkBody, Run, RunPage, SendEventBody, SignalWithStartBody,
+    Signalled, StartRun, State, Status, Step, StepPage, WorkflowInfo,
 };
 use super::{Json, events, runs};
 use crate::{Registry, WorkflowDefinition};
@@ -28,13 +28,14 @@ use crate::{Registry, WorkflowDefinition};
     paths(
         runs::start, runs::get, runs::steps, runs::result, runs::list,
         runs::cancel, runs::pause, runs::resume, runs::retry, runs::fork,
-        events::send_to_run, events::send_by_key,
+        events::send_to_run, events::send_by_key, events::signal_with_start,
         events::list_state, events::get_state, events::wait_state,
         workflows,
     ),
     components(schemas(
         Problem, ProblemViolation, Run, Status, Step, RunPage, StepPage, StartRun,
-        ConcurrencyKey, SendEventBody, Event, State, ForkBody, WorkflowInfo, EventInfo,
+        ConcurrencyKey, SendEventBody, SignalWithStartBody, Signalled, Event, State, ForkBody,
+        WorkflowInfo, EventInfo,
     )),
     modifiers(&BearerAuth),
 )]

@@ -48,8 +48,27 @@ pub(super) async fn start(
     let client = scope.operator()?;
     let workflow = scope.param("workflow")?;
     let request: StartRun = json_body(body)?;
+    let start = start_builder(client, workflow, request, &headers);
+    // The run as the start left it (a fast worker may have finished it since: a read would
+    // answer that, and a caller could not tell what its start did).
+    let started = start.outcome().await?;
+    let status = if started.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(Json(status, Run::from(started.run)).into_response())
+}
+
+/// The start a [`StartRun`] request asks for, with the trace context of its headers.
+pub(super) fn start_builder<'c>(
+    client: &'c crate::Client,
+    workflow: &str,
+    request: StartRun,
+    headers: &HeaderMap,
+) -> crate::StartBuilder<'c, serde_json::Value> {
     let mut start = client.start_by_name(workflow, request.input);
-    if let Some(trace) = trace_context(&headers) {
+    if let Some(trace) = trace_context(headers) {
         start = start.trace_context(trace);
     }
     if let Some(version) = request.version {
@@ -79,15 +98,7 @@ pub(super) async fn start(
     if let Some(context) = request.context {
         start = start.context(context);
     }
-    // The run as the start left it (a fast worker may have finished it since: a read would
-    // answer that, and a caller could not tell what its start did).
-    let started = start.outcome().await?;
-    let status = if started.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok(Json(status, Run::from(started.run)).into_response())
+    start
 }
 
 /// The W3C trace context of a request's `traceparent` and `tracestate` headers, when its

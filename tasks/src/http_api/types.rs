@@ -243,6 +243,40 @@ pub struct SendEventBody {
     pub dedup_key: Option<String>,
 }
 
+/// A signal-with-start: an event for the run of the path's workflow and idempotency key,
+/// and the start of that run when none holds the key.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalWithStartBody {
+    /// The topic the workflow declares.
+    pub topic: String,
+    /// The payload, validated against the topic's payload schema.
+    #[serde(default)]
+    pub payload: Value,
+    /// A second send to the same run and topic with this key stores nothing.
+    pub dedup_key: Option<String>,
+    /// The start of the run when none holds the key (its `idempotency_key` is the path's:
+    /// absent, or the same). Absent: a start with `null` input and the defaults.
+    pub start: Option<StartRun>,
+    /// A new run holds its key only while it is live, so that once it has finished the
+    /// next signal-with-start starts another (default `false`: for ever, and a finished run
+    /// refuses the event with `409`).
+    #[serde(default)]
+    pub while_active: bool,
+}
+
+/// What a signal-with-start did: the run the event went to, whether it was started by
+/// this request, and the event.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Signalled {
+    /// This request started the run (`false`: a run held the key already).
+    pub created: bool,
+    /// The run, as the request left it.
+    pub run: Run,
+    /// The stored event.
+    pub event: Event,
+}
+
 /// A stored event.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Event {
