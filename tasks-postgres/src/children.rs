@@ -18,7 +18,7 @@ use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use sqlx::FromRow as _;
-use sqlx::PgConnection;
+use crate::db::Conn;
 use sqlx::Row as _;
 use tasks_core::children::{
     ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
@@ -161,7 +161,7 @@ impl PgStore {
     /// Locks run `run_id` in `conn`'s transaction and reads it.
     async fn lock_parent(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         run_id: Uuid,
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
@@ -182,7 +182,7 @@ impl PgStore {
     /// Completes the child step `step` with the child's `outcome`.
     async fn finish_child_step(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         step: &StepAttempt,
         outcome: &ChildOutcome,
     ) -> StoreResult<StepAttempt> {

@@ -17,7 +17,7 @@ use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgConnection;
+use crate::db::Conn;
 use sqlx::Row as _;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
@@ -69,7 +69,7 @@ impl PgStore {
     /// does not exist in this namespace.
     pub(super) async fn lock_run(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         target: &EventTarget,
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
@@ -188,7 +188,7 @@ impl PgStore {
     /// The newest attempt of the wait, if any.
     async fn last_wait(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         params: &WaitForEvent,
     ) -> StoreResult<Option<StepAttempt>> {
         const OPERATION: Operation = Operation::WaitForEvent;
@@ -213,7 +213,7 @@ impl PgStore {
     /// Creates the wait's running attempt, with its topic and timeout in its config.
     async fn start_wait(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         params: &WaitForEvent,
     ) -> StoreResult<StepAttempt> {
         const OPERATION: Operation = Operation::WaitForEvent;
@@ -242,7 +242,7 @@ impl PgStore {
     /// waiting on the wait's topic.
     async fn park(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         params: &WaitForEvent,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {

@@ -22,7 +22,7 @@ use crate::background::{Background, Task};
 use crate::reconnect::BatchFailed;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use futures::future::BoxFuture;
-use sqlx::PgPool;
+use crate::db::Db;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use tasks_core::Holder;
@@ -47,12 +47,12 @@ struct Job<T, O> {
 
 /// Writes a batch in one statement; returns what was written, by key.
 type WriteBatch<T, O> =
-    for<'a> fn(&'a PgPool, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
+    for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
 
 /// Coalesces writes of one kind: whatever queues up while one statement is in flight goes
 /// out in the next single statement (at most [`BATCH`] items).
 struct Coalescer<T, O> {
-    pool: PgPool,
+    pool: Db,
     background: Arc<Background>,
     queue: Task<mpsc::UnboundedSender<Job<T, O>>>,
     key: fn(&T) -> Uuid,
@@ -62,7 +62,7 @@ struct Coalescer<T, O> {
 
 impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
     fn new(
-        pool: PgPool,
+        pool: Db,
         background: Arc<Background>,
         key: fn(&T) -> Uuid,
         write: WriteBatch<T, O>,
@@ -104,7 +104,7 @@ fn lost(operation: Operation, message: &str) -> StoreError {
 }
 
 async fn drain<T, O>(
-    pool: PgPool,
+    pool: Db,
     mut queue: mpsc::UnboundedReceiver<Job<T, O>>,
     key: fn(&T) -> Uuid,
     write: WriteBatch<T, O>,
@@ -157,7 +157,7 @@ struct StepRecord {
 pub(crate) struct Recorder(Coalescer<StepRecord, StepAttempt>);
 
 impl Recorder {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Recorder(Coalescer::new(
             pool,
             background,
@@ -196,7 +196,7 @@ struct Completion {
 pub(crate) struct Completer(Coalescer<Completion, WorkflowRun>);
 
 impl Completer {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Completer(Coalescer::new(
             pool,
             background,
@@ -248,7 +248,7 @@ impl Completer {
 const COMPLETE_OPERATION: Operation = Operation::CompleteRun;
 
 async fn complete(
-    pool: &PgPool,
+    pool: &Db,
     batch: &[Completion],
 ) -> Result<HashMap<Uuid, WorkflowRun>, StoreError> {
     let namespaces: Vec<&str> = batch.iter().map(|c| c.namespace.as_str()).collect();
@@ -363,7 +363,7 @@ impl StepArrays {
 }
 
 async fn insert(
-    pool: &PgPool,
+    pool: &Db,
     batch: &[StepRecord],
 ) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
     let steps = StepArrays::of(batch);

@@ -14,6 +14,7 @@ mod support;
 
 mod call_names;
 mod cli;
+mod conformance_pgbouncer;
 mod conformance_postgres;
 mod conformance_sqlite;
 mod corrupt_steps;
