@@ -14,11 +14,11 @@
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
 use crate::PgStore;
+use crate::db::Conn;
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use sqlx::FromRow as _;
-use crate::db::Conn;
 use sqlx::Row as _;
 use tasks_core::children::{
     ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,

@@ -12,12 +12,12 @@
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
 use crate::PgStore;
+use crate::db::Conn;
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use crate::db::Conn;
 use sqlx::Row as _;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
@@ -211,11 +211,7 @@ impl PgStore {
     }
 
     /// Creates the wait's running attempt, with its topic and timeout in its config.
-    async fn start_wait(
-        &self,
-        conn: &mut Conn,
-        params: &WaitForEvent,
-    ) -> StoreResult<StepAttempt> {
+    async fn start_wait(&self, conn: &mut Conn, params: &WaitForEvent) -> StoreResult<StepAttempt> {
         const OPERATION: Operation = Operation::WaitForEvent;
         let sql = format!(
             "INSERT INTO tasks.step_attempts

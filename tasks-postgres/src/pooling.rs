@@ -52,9 +52,7 @@ impl Pooling {
     pub fn connect_options(self, options: PgConnectOptions) -> PgConnectOptions {
         match self {
             Pooling::Session => options,
-            Pooling::Transaction => options
-                .statement_cache_capacity(0)
-                .extra_float_digits(None),
+            Pooling::Transaction => options.statement_cache_capacity(0).extra_float_digits(None),
         }
     }
 }
@@ -183,7 +181,10 @@ mod tests {
                  &tasks_listen_url=postgres%3A%2F%2Fapp%3Asecret%40db%3A5432%2Fapp",
             )
             .unwrap();
-        assert_eq!(url, "postgres://app:secret@bouncer:6432/app?sslmode=disable");
+        assert_eq!(
+            url,
+            "postgres://app:secret@bouncer:6432/app?sslmode=disable"
+        );
         assert_eq!(options.get_pooling(), Pooling::Transaction);
         assert_eq!(
             options.get_listen_url(),
@@ -203,7 +204,10 @@ mod tests {
         let mut options = PgOptions::new().listen_url("postgres://direct/app");
         let url = "postgres://app@db/app?application_name=x";
         assert!(matches!(options.take_from_url(url).unwrap(), Cow::Borrowed(u) if u == url));
-        assert_eq!(options, PgOptions::new().listen_url("postgres://direct/app"));
+        assert_eq!(
+            options,
+            PgOptions::new().listen_url("postgres://direct/app")
+        );
     }
 
     #[test]

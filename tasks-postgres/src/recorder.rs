@@ -19,10 +19,10 @@
 //! and goes back to the caller like any other refusal.
 
 use crate::background::{Background, Task};
+use crate::db::Db;
 use crate::reconnect::BatchFailed;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use futures::future::BoxFuture;
-use crate::db::Db;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use tasks_core::Holder;
@@ -46,8 +46,7 @@ struct Job<T, O> {
 }
 
 /// Writes a batch in one statement; returns what was written, by key.
-type WriteBatch<T, O> =
-    for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
+type WriteBatch<T, O> = for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
 
 /// Coalesces writes of one kind: whatever queues up while one statement is in flight goes
 /// out in the next single statement (at most [`BATCH`] items).
@@ -362,10 +361,7 @@ impl StepArrays {
     }
 }
 
-async fn insert(
-    pool: &Db,
-    batch: &[StepRecord],
-) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
+async fn insert(pool: &Db, batch: &[StepRecord]) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
     let steps = StepArrays::of(batch);
     let sql = record_steps_sql();
     let rows = steps

@@ -57,8 +57,8 @@ impl PgBouncer {
     /// Starts a PgBouncer with `config` on a free port of 127.0.0.1; returns once it
     /// accepts connections. `Err(reason)` when PgBouncer is not installed or does not start.
     pub fn start(config: &Config) -> Result<PgBouncer, String> {
-        let program = find_program()
-            .ok_or("pgbouncer is not installed (Debian's `pgbouncer` package)")?;
+        let program =
+            find_program().ok_or("pgbouncer is not installed (Debian's `pgbouncer` package)")?;
         let dir = std::env::temp_dir().join(format!(
             "tasks-pgbouncer-{}-{}",
             std::process::id(),
@@ -67,8 +67,7 @@ impl PgBouncer {
         let mut last_error = String::new();
         // A few tries: another process may take the port between the check and the start.
         for _ in 0..5 {
-            std::fs::create_dir_all(&dir)
-                .map_err(|error| format!("{}: {error}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|error| format!("{}: {error}", dir.display()))?;
             let port = free_port()?;
             write_config(&dir, port, config)?;
             let child = spawn(&program, &dir)?;

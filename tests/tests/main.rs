@@ -47,6 +47,7 @@ mod metrics;
 mod migrations;
 mod notifications;
 mod postgres_background;
+mod postgres_pgbouncer;
 mod postgres_pool;
 mod postgres_restart;
 mod registry;
