@@ -26,14 +26,17 @@ const WORKER_ID: &str = "tasks-bench-ceiling";
 const CLAIM_EPOCH: i64 = 0;
 
 /// Columns returned by the step statements: `STEP_COLUMNS` of
-/// `tasks-runtime/src/postgres/rows.rs`.
+/// `tasks-postgres/src/rows.rs`.
 const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
     config, context, output, error, child_workflow_run_namespace, child_workflow_run_id, \
     started_at, finished_at, created_at, updated_at";
 
-/// COPIED from `PgStore::record_step_attempt` (tasks-runtime/src/postgres/mod.rs): the
-/// engine's write path of a step since "one commit per step": one fenced `INSERT … SELECT`
-/// of the finished attempt. Keep it in sync.
+/// COPIED from `PgStore::record_step_attempt` (`tasks-postgres/src/steps.rs`): the fenced
+/// single-row `INSERT … SELECT` of a finished attempt, which the engine takes when the
+/// shared recorder's batch statement was refused (its hot path is the batch statement of
+/// `record_steps_sql`, which the workload rows use). The copy leaves out the `args` column
+/// (NULL for the no-op steps measured) and the clause that answers a second try with the
+/// stored attempt.
 fn record_step_attempt_sql() -> String {
     format!(
         "INSERT INTO tasks.step_attempts
@@ -49,7 +52,7 @@ fn record_step_attempt_sql() -> String {
     )
 }
 
-/// COPIED from `PgStore::create_step_attempt` (tasks-runtime/src/postgres/mod.rs): the
+/// COPIED from `PgStore::create_step_attempt` (`tasks-postgres/src/steps.rs`): the
 /// fenced `INSERT … SELECT` that records an attempt as running. Function steps used it
 /// before "one commit per step" (durable sleeps still do). Keep it in sync.
 fn create_step_attempt_sql() -> String {
@@ -65,9 +68,8 @@ fn create_step_attempt_sql() -> String {
     )
 }
 
-/// COPIED from `PgStore::finish_step` (tasks-runtime/src/postgres/mod.rs), which
-/// `complete_step_attempt` calls: the fenced `UPDATE … FROM` that records an attempt's
-/// output. Keep it in sync.
+/// COPIED from `PgStore::complete_step_attempt` (`tasks-postgres/src/steps.rs`): the fenced
+/// `UPDATE … FROM` that records an attempt's output. Keep it in sync.
 fn complete_step_attempt_sql() -> String {
     let returning = STEP_COLUMNS
         .split(',')
@@ -120,6 +122,8 @@ const BATCH_WRITERS: usize = 4;
 /// A step record waiting for its batch.
 struct Pending {
     run_id: Uuid,
+    /// The claim epoch the run's writes are fenced with.
+    epoch: i64,
     id: Uuid,
     step_name: String,
     done: oneshot::Sender<bool>,
@@ -160,11 +164,11 @@ where
 }
 
 /// Binds the recorder's thirteen arrays for completed no-op function steps, given as (run id,
-/// attempt id, step name), filled as the recorder fills them.
+/// attempt id, step name, claim epoch), filled as the recorder fills them.
 fn bind_noop_steps<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     namespace: &'q str,
-    steps: &[(Uuid, Uuid, &'q str)],
+    steps: &[(Uuid, Uuid, &'q str, i64)],
     config: &'q str,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let n = steps.len();
@@ -181,7 +185,7 @@ fn bind_noop_steps<'q>(
         .bind(vec![None::<&str>; n])
         .bind(vec![None::<&str>; n])
         .bind(vec![0_i64; n])
-        .bind(vec![CLAIM_EPOCH; n])
+        .bind(steps.iter().map(|step| step.3).collect::<Vec<_>>())
 }
 
 /// The ids in the `id` column of `rows`.
@@ -215,9 +219,9 @@ fn spawn_batch_writers(
             sql.clone(),
         );
         async move {
-            let steps: Vec<(Uuid, Uuid, &str)> = batch
+            let steps: Vec<(Uuid, Uuid, &str, i64)> = batch
                 .iter()
-                .map(|p| (p.run_id, p.id, p.step_name.as_str()))
+                .map(|p| (p.run_id, p.id, p.step_name.as_str(), p.epoch))
                 .collect();
             let rows = bind_noop_steps(sqlx::query(&sql), &namespace, &steps, &config)
                 .fetch_all(&pool)
@@ -397,6 +401,7 @@ async fn measure_in(url: &str, admin: &PgPool, spec: &Spec, namespace: &str) -> 
                             let (done, written) = oneshot::channel();
                             let pending = Pending {
                                 run_id,
+                                epoch: CLAIM_EPOCH,
                                 id: attempt_id,
                                 step_name: name,
                                 done,
@@ -633,6 +638,8 @@ pub async fn workload(
 /// A completion waiting for its batch, with the run's last step (as the engine sends it).
 struct Completing {
     run_id: Uuid,
+    /// The claim epoch the run's writes are fenced with.
+    epoch: i64,
     last_step: Option<(Uuid, String)>,
     done: oneshot::Sender<bool>,
 }
@@ -689,6 +696,10 @@ async fn workload_in(
         if free > 0 {
             permit.merge(slots.clone().acquire_many_owned(free as u32).await?);
         }
+        // As the store claims: in a transaction whose `BEGIN` sets the plan mode.
+        let mut claim = pool
+            .begin_with(tasks::postgres::__bench::claim_begin())
+            .await?;
         let rows = sqlx::query(claim_sql)
             .bind(&*ns)
             .bind(WORKER_ID)
@@ -700,15 +711,22 @@ async fn workload_in(
             ))
             .bind(None::<Vec<String>>)
             .bind(None::<Vec<String>>)
-            .fetch_all(&pool)
+            .fetch_all(&mut *claim)
             .await?;
+        claim.commit().await?;
+        // Each run with the epoch its claim gave it, which fences its writes.
         let ids = rows
             .iter()
-            .map(|row| row.try_get::<Uuid, _>("id"))
-            .collect::<std::result::Result<Vec<Uuid>, _>>()?;
+            .map(|row| {
+                Ok((
+                    row.try_get::<Uuid, _>("id")?,
+                    row.try_get::<i64, _>("claim_epoch")?,
+                ))
+            })
+            .collect::<std::result::Result<Vec<(Uuid, i64)>, sqlx::Error>>()?;
         claims += 1;
         claimed += ids.len();
-        for run_id in ids {
+        for (run_id, epoch) in ids {
             let slot = permit.split(1).expect("one permit per claimed run");
             let (records, completions) = (records.clone(), completions.clone());
             tasks.spawn(async move {
@@ -724,6 +742,7 @@ async fn workload_in(
                     let (done, written) = oneshot::channel();
                     let pending = Pending {
                         run_id,
+                        epoch,
                         id: Uuid::now_v7(),
                         step_name: step_name(step),
                         done,
@@ -739,6 +758,7 @@ async fn workload_in(
                 let queued = completions
                     .send(Completing {
                         run_id,
+                        epoch,
                         last_step,
                         done,
                     })
@@ -789,18 +809,19 @@ fn spawn_completion_writers(
         async move {
             let n = batch.len();
             let ids: Vec<Uuid> = batch.iter().map(|c| c.run_id).collect();
-            let steps: Vec<(Uuid, Uuid, &str)> = batch
+            let steps: Vec<(Uuid, Uuid, &str, i64)> = batch
                 .iter()
                 .filter_map(|c| {
                     let (id, name) = c.last_step.as_ref()?;
-                    Some((c.run_id, *id, name.as_str()))
+                    Some((c.run_id, *id, name.as_str(), c.epoch))
                 })
                 .collect();
             let completions = sqlx::query(&sql)
                 .bind(vec![&*namespace; n])
                 .bind(&ids)
                 .bind(vec![WORKER_ID; n])
-                .bind(vec!["null"; n]);
+                .bind(vec!["null"; n])
+                .bind(batch.iter().map(|c| c.epoch).collect::<Vec<_>>());
             // The runs' last steps follow.
             let rows = bind_noop_steps(completions, &namespace, &steps, &config)
                 .fetch_all(&pool)

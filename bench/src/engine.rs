@@ -475,7 +475,7 @@ pub async fn replay(
     result
 }
 
-/// COPIED from `PgStore::step_history` (tasks-runtime/src/postgres/mod.rs), with the column
+/// COPIED from `PgStore::step_history` (`tasks-postgres/src/steps.rs`), with the column
 /// list of `STEP_COLUMNS`: the history read of every claim that is not a first execution.
 fn step_history_sql() -> &'static str {
     "SELECT namespace, id, workflow_run_id, step_name, kind, status, config, context, output,

@@ -294,6 +294,11 @@ async fn claims_on_backlog(
             (tasks::postgres::__bench::claim_runs_sql(), &mut full),
         ] {
             let started = Instant::now();
+            // As the store claims: in a transaction whose `BEGIN` sets the plan mode.
+            let mut claim = store
+                .pool()
+                .begin_with(tasks::postgres::__bench::claim_begin())
+                .await?;
             let rows = sqlx::query(sql)
                 .bind(namespace)
                 .bind(format!("bench-raw-claimer-{n}"))
@@ -303,8 +308,9 @@ async fn claims_on_backlog(
                 .bind(tasks::postgres::__bench::claim_keyed_candidates(BATCH))
                 .bind(None::<Vec<String>>)
                 .bind(None::<Vec<String>>)
-                .fetch_all(store.pool())
+                .fetch_all(&mut *claim)
                 .await?;
+            claim.commit().await?;
             samples.push(started.elapsed().as_secs_f64() * 1000.0);
             if rows.len() != BATCH as usize {
                 return Err(format!("a raw claim took {} runs, not {BATCH}", rows.len()).into());

@@ -30,14 +30,21 @@ use sqlx::postgres::{PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Describe, Either, Execute, Executor, PgConnection, PgPool, Postgres, Transaction};
 use std::ops::{Deref, DerefMut};
 
+/// The settings of [`POOLED_BEGIN`], for a transaction that begins otherwise
+/// ([`Db::begin_with`]).
+macro_rules! pooled_settings {
+    () => {
+        "SET LOCAL jit = off; SET LOCAL idle_in_transaction_session_timeout = '60s'"
+    };
+}
+
 /// How every transaction of the store begins with [`Pooling::Transaction`]: the settings a
 /// direct connection takes once per session (`jit = off`, and
 /// [`IDLE_IN_TRANSACTION_TIMEOUT`](crate::IDLE_IN_TRANSACTION_TIMEOUT)), set for the
 /// transaction only (`SET LOCAL`), in the same round trip as the `BEGIN`. A pooler in
 /// transaction mode keeps no session state of a client: a plain `SET` would change
 /// whichever server connection it ran on, for every later client of that connection.
-pub(crate) const POOLED_BEGIN: &str = "BEGIN; SET LOCAL jit = off; \
-     SET LOCAL idle_in_transaction_session_timeout = '60s'";
+pub(crate) const POOLED_BEGIN: &str = concat!("BEGIN; ", pooled_settings!());
 
 /// The store's handle on its database: the pool, and how statements may use it.
 #[derive(Clone)]
@@ -74,6 +81,24 @@ impl Db {
         let tx = match self.pooling {
             Pooling::Session => self.pool.begin().await?,
             Pooling::Transaction => self.pool.begin_with(POOLED_BEGIN).await?,
+        };
+        Ok(Tx(Conn {
+            inner: Inner::Transaction(tx),
+            unnamed: self.pooling == Pooling::Transaction,
+        }))
+    }
+
+    /// Begins a transaction with `begin`, a simple query that begins it (`BEGIN` and
+    /// `SET LOCAL` settings of its own); with [`Pooling::Transaction`] the store's settings
+    /// of [`POOLED_BEGIN`] follow in the same round trip.
+    pub(crate) async fn begin_with(&self, begin: &'static str) -> Result<Tx, sqlx::Error> {
+        let tx = match self.pooling {
+            Pooling::Session => self.pool.begin_with(begin).await?,
+            Pooling::Transaction => {
+                self.pool
+                    .begin_with(format!("{begin}; {}", pooled_settings!()))
+                    .await?
+            }
         };
         Ok(Tx(Conn {
             inner: Inner::Transaction(tx),

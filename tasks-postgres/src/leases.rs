@@ -315,7 +315,16 @@ impl PgStore {
         limit: u32,
         filter: &ClaimFilter,
     ) -> StoreResult<Vec<sqlx::postgres::PgRow>> {
-        sqlx::query(claim::claim_runs_sql(filter.queues.is_some(), limited))
+        const OPERATION: Operation = Operation::ClaimRuns;
+        // In a transaction of its own whose first round trip also sets its plan mode (see
+        // [`claim::GENERIC_PLAN`]): the claim runs on the generic plan its connection
+        // prepared once, and is never planned again.
+        let mut tx = self
+            .pool
+            .begin_with(claim::GENERIC_PLAN)
+            .await
+            .map_err(db(OPERATION))?;
+        let rows = sqlx::query(claim::claim_runs_sql(filter.queues.is_some(), limited))
             .bind(&*self.namespace)
             .bind(worker_id)
             .bind(millis(lease))
@@ -324,9 +333,11 @@ impl PgStore {
             .bind(keyed_candidates(limit))
             .bind(filter.queues.as_deref())
             .bind(filter.workflows.as_deref())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
-            .map_err(db(Operation::ClaimRuns))
+            .map_err(db(OPERATION))?;
+        tx.commit().await.map_err(db(OPERATION))?;
+        Ok(rows)
     }
 }
 

@@ -103,7 +103,7 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// ```
 #[derive(Clone)]
 pub struct PgStore {
-    /// The pool, and how statements may use it (see [`db`]).
+    /// The pool, and how statements may use it (see the `db` module).
     pool: Db,
     namespace: Arc<str>,
     background: Arc<Background>,
@@ -174,7 +174,8 @@ impl PgStore {
     /// ```
     ///
     /// While the store is subscribed to notifications (a worker always is; so is
-    /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections.
+    /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections (unless it
+    /// listens on its own [listen URL](PgOptions::listen_url)).
     ///
     /// A connection belongs to the Tokio runtime that opened it. The pool hands a runtime
     /// none of the connections opened before that runtime first used the pool: each is
@@ -448,6 +449,12 @@ pub mod __bench {
     /// The plain claim statement of a worker that serves chosen queues.
     pub fn plain_claim_runs_by_queue_sql() -> &'static str {
         super::claim::claim_runs_sql(true, false)
+    }
+
+    /// How the store begins a claim's transaction (a `BEGIN` and the plan mode, sent as one
+    /// simple query with `sqlx::Pool::begin_with`); the claim statement follows in it.
+    pub fn claim_begin() -> &'static str {
+        super::claim::GENERIC_PLAN
     }
 
     /// The claim statement's last parameter for a claim of `limit` runs: how many candidates

@@ -284,17 +284,23 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         .execute(pool)
         .await
         .unwrap();
-    let explain =
-        |sql: &'static str, seqscan: bool| explain_claim(pool, sql, &namespace, 32, None, seqscan);
+    let explain = |sql: &'static str, seqscan: bool, plan: Plan| {
+        explain_claim(pool, sql, &namespace, 32, None, seqscan, plan)
+    };
     // Both statements: the plain claim, which the store uses here (no queue has a limit),
-    // and the full one. As the planner chooses: the runs, which grow with the backlog, are
-    // read through their indexes. (It may read the key table, a few pages for 1,000 keys,
-    // whole: that depends on the statistics of a database shared with other tests.)
-    for sql in [
+    // and the full one, each planned for these values and generically (the plan the
+    // store's claims run on). As the planner chooses: the runs, which grow with the
+    // backlog, are read through their indexes. (It may read the key table, a few pages
+    // for 1,000 keys, whole: that depends on the statistics of a database shared with
+    // other tests.)
+    for (sql, kind) in [
         tasks::postgres::__bench::plain_claim_runs_sql(),
         tasks::postgres::__bench::claim_runs_sql(),
-    ] {
-        let plan = explain(sql, true).await;
+    ]
+    .into_iter()
+    .flat_map(|sql| [(sql, Plan::Custom), (sql, Plan::Generic)])
+    {
+        let plan = explain(sql, true, kind).await;
         println!("{plan}");
         assert!(
             executed_seq_scans(&plan).is_empty(),
@@ -304,7 +310,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyed_backlog() {
         assert!(plan.contains("workflow_runs_key_running"), "{plan}");
         // And every table the claim reads, the keys too, has an index path: with
         // sequential scans priced out, none is left.
-        let indexed = explain(sql, false).await;
+        let indexed = explain(sql, false, kind).await;
         assert!(
             !indexed.contains("Seq Scan"),
             "a table without an index path:\n{indexed}"
@@ -391,9 +397,20 @@ async fn no_other_index_on_running_runs_can_count_a_keys_slots() {
     }
 }
 
+/// Which plan of a claim statement to explain.
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    /// Planned with the parameters' values, as an unnamed statement is.
+    Custom,
+    /// The generic plan of the prepared statement, which the store's claims run on
+    /// (`plan_cache_mode = force_generic_plan` in the claim's transaction).
+    Generic,
+}
+
 /// `EXPLAIN (ANALYZE)` of a claim statement (`sql`, from `__bench`) of `batch` runs of
 /// `namespace` by a worker serving `queues` (`None`: every queue), in a transaction that is
-/// rolled back; with `seqscan` false, sequential scans are priced out. The plan's lines.
+/// rolled back, with the `plan` asked for; with `seqscan` false, sequential scans are
+/// priced out. The plan's lines.
 async fn explain_claim(
     pool: &sqlx::PgPool,
     sql: &str,
@@ -401,6 +418,7 @@ async fn explain_claim(
     batch: u32,
     queues: Option<Vec<String>>,
     seqscan: bool,
+    plan: Plan,
 ) -> String {
     let mut tx = pool.begin().await.unwrap();
     if !seqscan {
@@ -409,19 +427,76 @@ async fn explain_claim(
             .await
             .unwrap();
     }
-    let lines: Vec<String> =
-        sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
+    let deadline = serde_json::json!({ "kind": "deadline" });
+    let keyed = tasks::postgres::__bench::claim_keyed_candidates(batch);
+    let lines: Vec<String> = match plan {
+        Plan::Custom => {
+            sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}"))
+                .bind(namespace)
+                .bind("plan-worker")
+                .bind(60_000_i64)
+                .bind(i64::from(batch))
+                .bind(deadline)
+                .bind(keyed)
+                .bind(queues)
+                .bind(None::<Vec<String>>)
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap()
+        }
+        Plan::Generic => {
+            // `EXECUTE` takes no bound parameters: its arguments come from settings of this
+            // transaction, which are. A prepared statement is session state, kept past the
+            // rollback: removed below.
+            sqlx::query(
+                "SELECT set_config('tasks_plan.namespace', $1, true),
+                        set_config('tasks_plan.batch', $2, true),
+                        set_config('tasks_plan.deadline', $3, true),
+                        set_config('tasks_plan.keyed', $4, true),
+                        set_config('tasks_plan.queues', $5, true),
+                        set_config('plan_cache_mode', 'force_generic_plan', true)",
+            )
             .bind(namespace)
-            .bind("plan-worker")
-            .bind(60_000_i64)
-            .bind(i64::from(batch))
-            .bind(serde_json::json!({ "kind": "deadline" }))
-            .bind(tasks::postgres::__bench::claim_keyed_candidates(batch))
-            .bind(queues)
-            .bind(None::<Vec<String>>)
+            .bind(batch.to_string())
+            .bind(deadline.to_string())
+            .bind(keyed.to_string())
+            .bind(queues.map(|queues| queues.join(",")).unwrap_or_default())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            sqlx::raw_sql(&format!(
+                "PREPARE generic_claim (text, text, bigint, bigint, jsonb, bigint, text[], \
+                 text[]) AS {sql}"
+            ))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            let lines: Vec<String> = sqlx::query_scalar(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)
+                 EXECUTE generic_claim(
+                     current_setting('tasks_plan.namespace'), 'plan-worker', 60000,
+                     current_setting('tasks_plan.batch')::bigint,
+                     current_setting('tasks_plan.deadline')::jsonb,
+                     current_setting('tasks_plan.keyed')::bigint,
+                     string_to_array(nullif(current_setting('tasks_plan.queues'), ''), ','),
+                     NULL)",
+            )
             .fetch_all(&mut *tx)
             .await
             .unwrap();
+            sqlx::raw_sql("DEALLOCATE generic_claim")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            // A generic plan shows the parameters where a custom one shows their values.
+            assert!(
+                lines.iter().any(|line| line.contains("$4")),
+                "not the generic plan:\n{}",
+                lines.join("\n")
+            );
+            lines
+        }
+    };
     tx.rollback().await.unwrap();
     lines.join("\n")
 }
@@ -467,7 +542,7 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
     let served = Some(vec![tasks::DEFAULT_QUEUE.to_owned()]);
     let free: &[&str] = &["workflow_runs_claim_free"];
     let either: &[&str] = &["workflow_runs_claim_queue", "workflow_runs_claim_free"];
-    for (sql, queues, indexes) in [
+    for (sql, queues, indexes, kind) in [
         (tasks::postgres::__bench::plain_claim_runs_sql(), None, free),
         (tasks::postgres::__bench::claim_runs_sql(), None, free),
         (
@@ -475,8 +550,12 @@ async fn claim_plan_has_no_sequential_scan_on_a_large_keyless_backlog() {
             served,
             either,
         ),
-    ] {
-        let plan = explain_claim(pool, sql, &namespace, 10, queues, true).await;
+    ]
+    .into_iter()
+    .flat_map(|(sql, queues, indexes)| {
+        [Plan::Custom, Plan::Generic].map(|kind| (sql, queues.clone(), indexes, kind))
+    }) {
+        let plan = explain_claim(pool, sql, &namespace, 10, queues, true, kind).await;
         println!("{plan}");
         assert!(
             executed_seq_scans(&plan).is_empty(),
@@ -578,18 +657,21 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
             .await
             .unwrap();
     }
-    let explain = |sql: &'static str, queues: Option<Vec<String>>, seqscan: bool| {
-        explain_claim(pool, sql, &namespace, 32, queues, seqscan)
+    let explain = |sql: &'static str, queues: Option<Vec<String>>, seqscan: bool, plan: Plan| {
+        explain_claim(pool, sql, &namespace, 32, queues, seqscan, plan)
     };
     let served = Some(vec!["q-1".to_owned(), "q-3".to_owned()]);
-    for (sql, queues) in [
+    for (sql, queues, kind) in [
         (tasks::postgres::__bench::claim_runs_sql(), None),
         (
             tasks::postgres::__bench::claim_runs_by_queue_sql(),
             served.clone(),
         ),
-    ] {
-        let plan = explain(sql, queues.clone(), true).await;
+    ]
+    .into_iter()
+    .flat_map(|(sql, queues)| [Plan::Custom, Plan::Generic].map(|kind| (sql, queues.clone(), kind)))
+    {
+        let plan = explain(sql, queues.clone(), true, kind).await;
         println!("{plan}");
         assert!(
             executed_seq_scans(&plan).is_empty(),
@@ -597,7 +679,7 @@ async fn claim_plan_with_queues_has_no_sequential_scan() {
         );
         assert!(plan.contains("workflow_runs_claim_queue"), "{plan}");
         assert!(plan.contains("workflow_runs_queue_running"), "{plan}");
-        let indexed = explain(sql, queues, false).await;
+        let indexed = explain(sql, queues, false, kind).await;
         assert!(
             !indexed.contains("Seq Scan"),
             "a table without an index path:\n{indexed}"

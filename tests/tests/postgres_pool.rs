@@ -204,3 +204,47 @@ async fn a_store_on_two_connections_runs_workflows() {
     }
     worker.shutdown().await;
 }
+
+/// The store's claims run on the generic plan of their prepared statement, planned once per
+/// connection, never with each claim's values: on a pool of one connection, every claim is
+/// counted in `pg_prepared_statements.generic_plans` of the claim statement and none in
+/// `custom_plans` (Postgres's default would plan the claim with its values at every
+/// execution, most of an idle claim's time). And the setting is the claim's alone: the
+/// connection's own plan mode is still the default.
+#[tokio::test]
+async fn claims_run_on_a_generic_plan() {
+    let pool = PgStore::pool_options()
+        .max_connections(1)
+        .connect(&database_url())
+        .await
+        .expect("connect to the test database");
+    let store = PgStore::new(pool.clone())
+        .with_namespace(unique_namespace("plan-mode"))
+        .unwrap();
+    use tasks::store::LeaseStore;
+    for n in 0..8 {
+        let claimed = store
+            .claim_runs(&format!("plan-mode-{n}"), Duration::from_secs(60), 4)
+            .await
+            .unwrap();
+        assert!(claimed.is_empty());
+    }
+    let mut connection = pool.acquire().await.unwrap();
+    // The plain claim: no queue of the namespace has a limit.
+    let plans: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+    )
+    .bind(tasks::postgres::__bench::plain_claim_runs_sql())
+    .fetch_all(&mut *connection)
+    .await
+    .unwrap();
+    assert_eq!(plans.len(), 1, "one claim statement prepared: {plans:?}");
+    assert_eq!(plans[0], (8, 0), "generic and custom plans");
+    let mode: String = sqlx::query_scalar("SELECT current_setting('plan_cache_mode')")
+        .fetch_one(&mut *connection)
+        .await
+        .unwrap();
+    assert_eq!(mode, "auto");
+    drop(connection);
+    pool.close().await;
+}
