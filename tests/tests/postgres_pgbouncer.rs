@@ -344,3 +344,93 @@ async fn the_transaction_pooling_survives_the_control_load() {
         task.await.unwrap();
     }
 }
+
+/// Doubles its input (the transactional starts through PgBouncer).
+#[tasks::workflow(name = "pgbouncer-double")]
+async fn double(_ctx: tasks::WorkflowContext, n: u64) -> Result<u64, tasks::WorkflowError> {
+    Ok(n * 2)
+}
+
+/// Transactional starts through PgBouncer, several at once on two server connections: in
+/// transactions begun with `PgStore::begin`, each committed start runs (woken by its
+/// `NOTIFY`, sent through PgBouncer and heard on the direct listen URL, by a worker that
+/// would otherwise poll once a minute), each rolled-back one never exists, and the
+/// idempotency key of a committed start returns its run in a later transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_starts_through_pgbouncer() {
+    let Some(bouncer) = bouncer(2, "") else {
+        return;
+    };
+    drop(tasks_tests::pg_store().await);
+    let store = PgStore::connect_with(
+        &url_through(&bouncer),
+        PgOptions::new()
+            .pooling(Pooling::Transaction)
+            .listen_url(tasks_tests::database_url()),
+    )
+    .await
+    .unwrap()
+    .with_namespace(tasks_tests::unique_namespace("pgbouncer"))
+    .unwrap();
+    let worker = tasks::Worker::builder(SharedStore::new(store.clone()))
+        .concurrency(4)
+        .poll_interval(Duration::from_secs(60), Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .spawn();
+    let client = Client::new(SharedStore::new(store.clone())).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..4u64 {
+        let (store, client) = (store.clone(), client.clone());
+        tasks.spawn(async move {
+            let mut committed = Vec::new();
+            let mut rolled_back = Vec::new();
+            for n in 0..5u64 {
+                let input = task * 100 + n;
+                let mut tx = store.begin().await.unwrap();
+                let handle = client
+                    .start::<double>(input)
+                    .idempotency_key(format!("pgbouncer-{input}"))
+                    .in_transaction(&store, &mut tx)
+                    .await
+                    .unwrap();
+                if n % 2 == 0 {
+                    tx.commit().await.unwrap();
+                    committed.push((handle, input));
+                } else {
+                    tx.rollback().await.unwrap();
+                    rolled_back.push(handle.id());
+                }
+            }
+            (committed, rolled_back)
+        });
+    }
+    let started = Instant::now();
+    while let Some(done) = tasks.join_next().await {
+        let (committed, rolled_back) = done.unwrap();
+        for (handle, input) in committed {
+            let output = handle.result_within(Duration::from_secs(20)).await.unwrap();
+            assert_eq!(output, input * 2);
+            // The key is taken: a later start with it returns the same run.
+            let mut tx = store.begin().await.unwrap();
+            let again = client
+                .start::<double>(input)
+                .idempotency_key(format!("pgbouncer-{input}"))
+                .in_transaction(&store, &mut tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            assert_eq!(again.id(), handle.id());
+        }
+        for run_id in rolled_back {
+            assert!(store.get_run(run_id).await.unwrap().is_none());
+        }
+    }
+    // Woken by notifications, not by the minute-long poll.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    worker.shutdown().await;
+}
