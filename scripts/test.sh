@@ -51,6 +51,20 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null
     || { $as_root apt-get update && $as_root apt-get install -y chromium chromium-driver; }
 fi
 
+# The PgBouncer tests (`postgres_pgbouncer`, `conformance_pgbouncer`) start PgBouncers of
+# their own: Debian's `pgbouncer` package, installed here when missing. In CI (`CI` set) they
+# fail without it rather than skip.
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  echo "pgbouncer is missing; installing Debian's pgbouncer..." >&2
+  as_root=""
+  if [ "$(id -u)" -ne 0 ]; then as_root="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $as_root apt-get install -y pgbouncer \
+    || { $as_root apt-get update && $as_root apt-get install -y pgbouncer; }
+  # The package starts a system PgBouncer on port 6432; the tests use their own.
+  $as_root systemctl stop pgbouncer >/dev/null 2>&1 || true
+fi
+
 # cargo-nextest runs every test binary's tests in one pool (cargo test runs the binaries one
 # after the other); it ships with this machine's Rust toolchain image, and is installed from
 # crates.io where it is missing.

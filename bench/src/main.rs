@@ -15,6 +15,7 @@ mod engine;
 mod flow;
 mod isolation;
 mod machine;
+mod pgbouncer;
 mod recovery;
 mod report;
 mod retention;
@@ -38,7 +39,7 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 const USAGE: &str = "\
 usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
-                   [--scale-concurrency N] [--scale-pool N]
+                   [--scale-concurrency N] [--scale-pool N] [--pgbouncer-url URL]
 
   --quick                 small smoke configuration (under a minute)
   --json PATH             where to write the figures as JSON (default bench-results.json)
@@ -46,10 +47,12 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
                           ceiling,throughput,latency,replay,scale,recovery,flow,
-                          retention,fairness,snapshot
+                          retention,fairness,snapshot,pgbouncer
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
+  --pgbouncer-url URL     a PgBouncer in transaction mode in front of the database, for the
+                          pgbouncer scenario (default: the benchmark starts its own)
 
 Every scenario runs in a fresh namespace of the `tasks` schema and deletes its rows after.";
 
@@ -62,6 +65,7 @@ struct Options {
     only: Option<Vec<String>>,
     scale_concurrency: usize,
     scale_pool: u32,
+    pgbouncer_url: Option<String>,
 }
 
 impl Options {
@@ -115,6 +119,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
         only: None,
         scale_concurrency: 100,
         scale_pool: db::ENGINE_POOL_SIZE,
+        pgbouncer_url: None,
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -136,6 +141,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "retention",
                         "fairness",
                         "snapshot",
+                        "pgbouncer",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -144,6 +150,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                 }
                 options.only = Some(list);
             }
+            "--pgbouncer-url" => options.pgbouncer_url = Some(value()?),
             "--scale-pool" => options.scale_pool = value()?.parse().map_err(|e| format!("{e}"))?,
             "--scale-concurrency" => {
                 options.scale_concurrency = value()?.parse().map_err(|e| format!("{e}"))?
@@ -329,6 +336,7 @@ async fn bench(options: Options) -> Result<()> {
         retention: None,
         fairness: None,
         snapshot: None,
+        pgbouncer: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -622,6 +630,23 @@ async fn bench(options: Options) -> Result<()> {
                 5,
                 sizes.snapshot_drains,
                 sizes.fairness_backlog,
+            )
+            .await,
+        );
+    }
+
+    if options.wants("pgbouncer") {
+        report.pgbouncer = note(
+            errors,
+            "pgbouncer",
+            pgbouncer::measure(
+                url,
+                &admin,
+                sizes.runs,
+                4,
+                sizes.rounds,
+                CONCURRENCY,
+                options.pgbouncer_url.as_deref(),
             )
             .await,
         );

@@ -75,6 +75,8 @@ pub struct Report {
     pub fairness: Option<crate::isolation::FairnessResult>,
     /// Drains with and without a snapshot held open by another session.
     pub snapshot: Option<crate::isolation::SnapshotResult>,
+    /// The drain through PgBouncer in transaction mode against direct.
+    pub pgbouncer: Option<crate::pgbouncer::PgBouncerResult>,
     /// The targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -308,6 +310,9 @@ impl Report {
             self.fairness.as_ref(),
             self.snapshot.as_ref(),
         ));
+        if let Some(pgbouncer) = &self.pgbouncer {
+            out.push_str(&crate::pgbouncer::table(pgbouncer));
+        }
         self.write_footer(out)
     }
 

@@ -14,11 +14,11 @@
 //! [`WAKE_PARENT`]: tasks_core::transition::WAKE_PARENT
 
 use crate::PgStore;
+use crate::db::Conn;
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow, decode_run};
 use async_trait::async_trait;
 use sqlx::FromRow as _;
-use sqlx::PgConnection;
 use sqlx::Row as _;
 use tasks_core::children::{
     ChildOutcome, ChildWait, StartChild, StartedChild, WaitForChildren, missing_child,
@@ -161,7 +161,7 @@ impl PgStore {
     /// Locks run `run_id` in `conn`'s transaction and reads it.
     async fn lock_parent(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         run_id: Uuid,
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
@@ -182,7 +182,7 @@ impl PgStore {
     /// Completes the child step `step` with the child's `outcome`.
     async fn finish_child_step(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         step: &StepAttempt,
         outcome: &ChildOutcome,
     ) -> StoreResult<StepAttempt> {

@@ -12,13 +12,13 @@
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
 use crate::PgStore;
+use crate::db::Conn;
 use crate::reconnect::{db, retrying};
 use crate::rows::{RUN_COLUMNS, STEP_COLUMNS, StepRow, decode_run};
 use crate::runs::insert_run;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgConnection;
 use sqlx::Row as _;
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
@@ -70,7 +70,7 @@ impl PgStore {
     /// does not exist in this namespace.
     pub(super) async fn lock_run(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         target: &EventTarget,
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
@@ -141,7 +141,7 @@ impl PgStore {
     /// and the woken run, to announce after the commit.
     async fn deliver(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         run_id: Uuid,
         topic: &str,
         payload: &Value,
@@ -227,7 +227,7 @@ impl PgStore {
         let mut tries = 0;
         let (run, created) = loop {
             tries += 1;
-            if let Some(row) = insert_run(&mut tx, &self.namespace, &params.start).await? {
+            if let Some(row) = insert_run(&mut *tx, &self.namespace, &params.start).await? {
                 break (row.into_run(OPERATION)?, true);
             }
             match self.lock_run(&mut tx, &target, OPERATION).await? {
@@ -269,7 +269,7 @@ impl PgStore {
     /// The newest attempt of the wait, if any.
     async fn last_wait(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         params: &WaitForEvent,
     ) -> StoreResult<Option<StepAttempt>> {
         const OPERATION: Operation = Operation::WaitForEvent;
@@ -292,11 +292,7 @@ impl PgStore {
     }
 
     /// Creates the wait's running attempt, with its topic and timeout in its config.
-    async fn start_wait(
-        &self,
-        conn: &mut PgConnection,
-        params: &WaitForEvent,
-    ) -> StoreResult<StepAttempt> {
+    async fn start_wait(&self, conn: &mut Conn, params: &WaitForEvent) -> StoreResult<StepAttempt> {
         const OPERATION: Operation = Operation::WaitForEvent;
         let sql = format!(
             "INSERT INTO tasks.step_attempts
@@ -323,7 +319,7 @@ impl PgStore {
     /// waiting on the wait's topic.
     async fn park(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut Conn,
         params: &WaitForEvent,
         until: DateTime<Utc>,
     ) -> StoreResult<WorkflowRun> {

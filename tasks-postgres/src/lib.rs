@@ -3,12 +3,14 @@
 mod background;
 mod children;
 mod claim;
+mod db;
 mod events;
 mod leases;
 mod lifecycle;
 mod migrate;
 mod notify;
 mod overview;
+mod pooling;
 mod queues;
 mod reconnect;
 mod recorder;
@@ -25,6 +27,7 @@ mod transition;
 use crate::reconnect::db;
 use async_trait::async_trait;
 use background::Background;
+use db::Db;
 use notify::{Batcher, Hub};
 use recorder::{Completer, Recorder};
 use rows::{RUN_COLUMNS, decode_run};
@@ -43,6 +46,7 @@ use tasks_core::store::{DEFAULT_NAMESPACE, NotificationStream, SharedStore, Stor
 use uuid::Uuid;
 
 pub use migrate::{MIGRATIONS, MigrateError, Migration, SCHEMA, migrate};
+pub use pooling::{LISTEN_URL_PARAMETER, POOLING_PARAMETER, PgOptions, Pooling};
 /// The `sqlx` this store is built on: name its types (`sqlx::Transaction`,
 /// `sqlx::PgConnection`) through this re-export, so that a transaction given to
 /// the engine's transactional start (`StartBuilder::in_transaction`) is of the same version.
@@ -99,7 +103,8 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// ```
 #[derive(Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    /// The pool, and how statements may use it (see the `db` module).
+    pool: Db,
     namespace: Arc<str>,
     background: Arc<Background>,
     hub: Arc<Hub>,
@@ -121,11 +126,24 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// A store on an existing pool, in the [default namespace](DEFAULT_NAMESPACE).
+    /// A store on an existing pool, in the [default namespace](DEFAULT_NAMESPACE), with
+    /// [`Pooling::Session`].
     pub fn new(pool: PgPool) -> Self {
+        PgStore::new_with(pool, PgOptions::default())
+    }
+
+    /// A store on an existing pool, with `options`. A pool for [`Pooling::Transaction`] is
+    /// built with [`PgStore::pool_options_for`] and [`Pooling::connect_options`] (the
+    /// settings of a session pool would set session state through the pooler).
+    pub fn new_with(pool: PgPool, options: PgOptions) -> Self {
         let background = Arc::new(Background::default());
+        let pool = Db::new(pool, options.get_pooling());
         PgStore {
-            hub: Arc::new(Hub::new(pool.clone(), background.clone())),
+            hub: Arc::new(Hub::new(
+                pool.clone(),
+                options.get_listen_url().map(str::to_owned),
+                background.clone(),
+            )),
             batcher: Arc::new(Batcher::new(pool.clone(), background.clone())),
             recorder: Arc::new(Recorder::new(pool.clone(), background.clone())),
             completer: Arc::new(Completer::new(pool.clone(), background.clone())),
@@ -156,7 +174,8 @@ impl PgStore {
     /// ```
     ///
     /// While the store is subscribed to notifications (a worker always is; so is
-    /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections.
+    /// `RunHandle::result`), its `LISTEN` holds one of the pool's connections (unless it
+    /// listens on its own [listen URL](PgOptions::listen_url)).
     ///
     /// A connection belongs to the Tokio runtime that opened it. The pool hands a runtime
     /// none of the connections opened before that runtime first used the pool: each is
@@ -178,6 +197,15 @@ impl PgStore {
     /// connection closed, and its write is refused by the fence if another worker took
     /// its run over meanwhile.
     pub fn pool_options() -> PgPoolOptions {
+        PgStore::pool_options_for(Pooling::Session)
+    }
+
+    /// The settings of the pool [`PgStore::connect_with`] opens for `pooling`: those of
+    /// [`PgStore::pool_options`], except that with [`Pooling::Transaction`] a new
+    /// connection gets no session settings (each transaction of the store sets them for
+    /// itself, see [`Pooling::Transaction`]).
+    pub fn pool_options_for(pooling: Pooling) -> PgPoolOptions {
+        let session_settings = pooling == Pooling::Session;
         PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .test_before_acquire(false)
@@ -191,9 +219,12 @@ impl PgStore {
             // stalled past any lease): the server ends it, rather than let it keep its
             // snapshot, which stops vacuum from removing any row that died after it, and
             // its row locks.
-            .after_connect(|conn, meta| {
+            .after_connect(move |conn, meta| {
                 stale::opened_connection(meta.age);
                 Box::pin(async move {
+                    if !session_settings {
+                        return Ok(());
+                    }
                     sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
                     sqlx::query(
                         "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
@@ -242,15 +273,53 @@ impl PgStore {
     /// connections for now (`Duration::ZERO`: not at all). After the wait, the call fails
     /// with the last try's error.
     pub async fn connect_waiting(url: &str, wait: Duration) -> StoreResult<Self> {
-        let options: PgConnectOptions = url.parse().map_err(db(Operation::Connect))?;
-        reconnect::wait_for_server(&options, wait).await?;
+        PgStore::connect_with_waiting(url, PgOptions::default(), wait).await
+    }
+
+    /// [`PgStore::connect`] with `options`: a [`Pooling`] and a listen URL. The URL
+    /// parameters [`POOLING_PARAMETER`] and [`LISTEN_URL_PARAMETER`], which
+    /// [`PgStore::connect`] reads too, win over `options`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tasks_postgres::{PgOptions, PgStore, Pooling};
+    ///
+    /// // Statements through PgBouncer in transaction mode, LISTEN on the server itself.
+    /// let options = PgOptions::new()
+    ///     .pooling(Pooling::Transaction)
+    ///     .listen_url("postgres://app@db.internal:5432/app");
+    /// let store = PgStore::connect_with("postgres://app@pgbouncer:6432/app", options).await?;
+    /// // The same, from one URL (the listen URL percent-encoded).
+    /// let store = PgStore::connect(
+    ///     "postgres://app@pgbouncer:6432/app?tasks_pooling=transaction\
+    ///      &tasks_listen_url=postgres%3A%2F%2Fapp%40db.internal%3A5432%2Fapp",
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors: [`StoreError::InvalidArgument`] for an unknown [`POOLING_PARAMETER`] value;
+    /// otherwise those of [`PgStore::connect`].
+    pub async fn connect_with(url: &str, options: PgOptions) -> StoreResult<Self> {
+        PgStore::connect_with_waiting(url, options, CONNECT_WAIT).await
+    }
+
+    async fn connect_with_waiting(
+        url: &str,
+        mut options: PgOptions,
+        wait: Duration,
+    ) -> StoreResult<Self> {
+        let url = options.take_from_url(url)?;
+        let connect: PgConnectOptions = url.parse().map_err(db(Operation::Connect))?;
+        let connect = options.get_pooling().connect_options(connect);
+        reconnect::wait_for_server(&connect, wait).await?;
         // A connection that could not be opened broke none of the pooled ones: the core's
         // error mapping, which tells no pool.
-        let pool = PgStore::pool_options()
-            .connect_with(options)
+        let pool = PgStore::pool_options_for(options.get_pooling())
+            .connect_with(connect)
             .await
             .map_err(tasks_core::error::db(Operation::Connect))?;
-        Ok(PgStore::new(pool))
+        Ok(PgStore::new_with(pool, options))
     }
 
     /// The same store, seeing only `namespace`.
@@ -278,13 +347,35 @@ impl PgStore {
     }
 
     /// The underlying pool.
+    ///
+    /// With [`Pooling::Transaction`], a statement run on the pool directly meets the
+    /// pooler's limits: run it in a transaction begun with [`PgStore::begin`] instead.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.pool.pool()
     }
 
-    /// Applies the schema migrations; see [`migrate()`].
+    /// How the store's connections reach the server.
+    pub fn pooling(&self) -> Pooling {
+        self.pool.pooling()
+    }
+
+    /// Begins a transaction on the store's pool, as the store begins its own: with
+    /// [`Pooling::Transaction`], with the store's settings for the transaction. For a
+    /// caller's transaction that starts runs (`StartBuilder::in_transaction`); its own
+    /// statements there must follow the pooler's rules too (with PgBouncer before 1.21, or
+    /// without `max_prepared_statements`: `.persistent(false)` on each).
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        match self.pooling() {
+            Pooling::Session => self.pool().begin().await,
+            Pooling::Transaction => self.pool().begin_with(db::POOLED_BEGIN).await,
+        }
+    }
+
+    /// Applies the schema migrations; see [`migrate()`]. Works through a pooler in
+    /// transaction mode too (all migrations run in one transaction, under a
+    /// transaction-level advisory lock).
     pub async fn migrate(&self) -> Result<(), MigrateError> {
-        migrate(&self.pool).await
+        migrate::migrate_on(&self.pool).await
     }
 
     /// How many of the store's background tasks are running now (see the type's docs):

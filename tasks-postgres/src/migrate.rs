@@ -3,6 +3,7 @@
 //! We do not use `sqlx::migrate!`: its bookkeeping table lives in the application's search
 //! path and would collide with the application's own `_sqlx_migrations`.
 
+use crate::db::Db;
 use sqlx::Executor as _;
 use sqlx::{PgPool, Row};
 pub use tasks_core::migration::{MigrateError, Migration};
@@ -20,8 +21,19 @@ const MIGRATION_LOCK: i64 = 0x7461_736b_735f_6d69;
 /// Brings the `tasks` schema up to date. Safe to call from many processes at once and any
 /// number of times: an advisory lock serializes migrators, and applied migrations are
 /// skipped. Touches nothing outside the `tasks` schema.
+///
+/// `pool` is taken as a pool of sessions ([`Pooling::Session`](crate::Pooling::Session));
+/// through a pooler in transaction mode, migrate with
+/// [`PgStore::migrate`](crate::PgStore::migrate), which follows the store's pooling.
 pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
-    let mut tx = pool
+    migrate_on(&Db::new(pool.clone(), crate::Pooling::Session)).await
+}
+
+/// [`migrate`] on the store's database handle: all migrations run in one transaction, under a
+/// transaction-level advisory lock, so that a pooler in transaction mode keeps them on one
+/// server connection.
+pub(crate) async fn migrate_on(db: &Db) -> Result<(), MigrateError> {
+    let mut tx = db
         .begin()
         .await
         .map_err(database("starting the migration transaction"))?;

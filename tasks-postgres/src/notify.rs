@@ -5,10 +5,12 @@
 //! synthetic "run available" so that nothing waits on a notification that was lost.
 
 use crate::background::{Background, Task};
+use crate::db::Db;
+use crate::pooling::Pooling;
 use crate::reconnect::db;
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tasks_core::error::{Operation, StoreError, StoreResult};
@@ -98,7 +100,7 @@ pub(crate) fn payload(notification: &Notification) -> String {
 /// single statement. An idle store sends at once, so latency does not suffer; a busy one
 /// pays one commit for many notifications instead of one each.
 pub(crate) struct Batcher {
-    pool: PgPool,
+    pool: Db,
     background: Arc<Background>,
     queue: Task<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -111,7 +113,7 @@ pub(crate) const NOTIFY_ALL: &str =
 const BATCH: usize = 256;
 
 impl Batcher {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Batcher {
             pool,
             background,
@@ -146,7 +148,7 @@ impl Batcher {
     }
 }
 
-async fn drain(pool: PgPool, mut queue: tokio::sync::mpsc::UnboundedReceiver<String>) {
+async fn drain(pool: Db, mut queue: tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut batch = Vec::with_capacity(BATCH);
     while queue.recv_many(&mut batch, BATCH).await > 0 {
         batch.sort_unstable();
@@ -167,16 +169,22 @@ async fn drain(pool: PgPool, mut queue: tokio::sync::mpsc::UnboundedReceiver<Str
 type Pump = (Arc<broadcast::Sender<Event>>, JoinHandle<()>);
 
 pub(crate) struct Hub {
-    pool: PgPool,
+    pool: Db,
+    /// Where to `LISTEN` instead of on the pool ([`crate::PgOptions::listen_url`]).
+    listen_url: Option<String>,
+    /// Whether the store said that it does not listen (once).
+    said_polling: AtomicBool,
     background: Arc<Background>,
     /// The channel the pump feeds, and the pump.
     sender: Mutex<Option<Pump>>,
 }
 
 impl Hub {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, listen_url: Option<String>, background: Arc<Background>) -> Self {
         Hub {
             pool,
+            listen_url,
+            said_polling: AtomicBool::new(false),
             background,
             sender: Mutex::new(None),
         }
@@ -188,6 +196,19 @@ impl Hub {
                 Operation::Subscribe,
                 "the store was closed",
             ));
+        }
+        if self.listen_url.is_none() && self.pool.pooling() == Pooling::Transaction {
+            // `LISTEN` needs a session, which a transaction pooler does not keep: nothing
+            // to listen on. The stream never yields; callers read the store again on their
+            // own schedule (workers poll, waits re-read).
+            if !self.said_polling.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "the Postgres store reaches the server through a transaction pooler and \
+                     has no listen URL: it does not LISTEN, and workers find new runs by \
+                     polling (give it a direct `listen_url` for wake-ups)"
+                );
+            }
+            return Ok(Box::pin(futures::stream::pending()));
         }
         let mut sender = self.sender.lock().await;
         let running = match sender.as_ref() {
@@ -204,9 +225,11 @@ impl Hub {
         let tx = match running {
             Some(tx) => tx,
             None => {
-                let mut listener = PgListener::connect_with(&self.pool)
-                    .await
-                    .map_err(db(Operation::Subscribe))?;
+                let mut listener = match &self.listen_url {
+                    Some(url) => PgListener::connect(url).await,
+                    None => PgListener::connect_with(self.pool.pool()).await,
+                }
+                .map_err(db(Operation::Subscribe))?;
                 listener
                     .listen(CHANNEL)
                     .await

@@ -19,10 +19,10 @@
 //! and goes back to the caller like any other refusal.
 
 use crate::background::{Background, Task};
+use crate::db::Db;
 use crate::reconnect::BatchFailed;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use futures::future::BoxFuture;
-use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use tasks_core::Holder;
@@ -46,13 +46,12 @@ struct Job<T, O> {
 }
 
 /// Writes a batch in one statement; returns what was written, by key.
-type WriteBatch<T, O> =
-    for<'a> fn(&'a PgPool, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
+type WriteBatch<T, O> = for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
 
 /// Coalesces writes of one kind: whatever queues up while one statement is in flight goes
 /// out in the next single statement (at most [`BATCH`] items).
 struct Coalescer<T, O> {
-    pool: PgPool,
+    pool: Db,
     background: Arc<Background>,
     queue: Task<mpsc::UnboundedSender<Job<T, O>>>,
     key: fn(&T) -> Uuid,
@@ -62,7 +61,7 @@ struct Coalescer<T, O> {
 
 impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
     fn new(
-        pool: PgPool,
+        pool: Db,
         background: Arc<Background>,
         key: fn(&T) -> Uuid,
         write: WriteBatch<T, O>,
@@ -104,7 +103,7 @@ fn lost(operation: Operation, message: &str) -> StoreError {
 }
 
 async fn drain<T, O>(
-    pool: PgPool,
+    pool: Db,
     mut queue: mpsc::UnboundedReceiver<Job<T, O>>,
     key: fn(&T) -> Uuid,
     write: WriteBatch<T, O>,
@@ -157,7 +156,7 @@ struct StepRecord {
 pub(crate) struct Recorder(Coalescer<StepRecord, StepAttempt>);
 
 impl Recorder {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Recorder(Coalescer::new(
             pool,
             background,
@@ -196,7 +195,7 @@ struct Completion {
 pub(crate) struct Completer(Coalescer<Completion, WorkflowRun>);
 
 impl Completer {
-    pub(crate) fn new(pool: PgPool, background: Arc<Background>) -> Self {
+    pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Completer(Coalescer::new(
             pool,
             background,
@@ -248,7 +247,7 @@ impl Completer {
 const COMPLETE_OPERATION: Operation = Operation::CompleteRun;
 
 async fn complete(
-    pool: &PgPool,
+    pool: &Db,
     batch: &[Completion],
 ) -> Result<HashMap<Uuid, WorkflowRun>, StoreError> {
     let namespaces: Vec<&str> = batch.iter().map(|c| c.namespace.as_str()).collect();
@@ -362,10 +361,7 @@ impl StepArrays {
     }
 }
 
-async fn insert(
-    pool: &PgPool,
-    batch: &[StepRecord],
-) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
+async fn insert(pool: &Db, batch: &[StepRecord]) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
     let steps = StepArrays::of(batch);
     let sql = record_steps_sql();
     let rows = steps

@@ -134,7 +134,7 @@ impl PgStore {
         let mut tries = 0;
         loop {
             tries += 1;
-            let inserted = insert_run(&mut conn, &self.namespace, params).await?;
+            let inserted = insert_run(&mut *conn, &self.namespace, params).await?;
             let Some(row) = inserted else {
                 // Lost the idempotency race (or a plain repeat): hand back the first run.
                 let sql = format!(
@@ -150,6 +150,7 @@ impl PgStore {
                     .map_err(db(OPERATION))?;
                 match holder {
                     Some(holder) => {
+                        conn.commit().await.map_err(db(OPERATION))?;
                         return Ok(CreatedRun {
                             run: holder.into_run(OPERATION)?,
                             created: false,
@@ -164,7 +165,7 @@ impl PgStore {
                 let run = row.into_run(OPERATION)?;
                 // The connection goes back to the pool first: the wake-up takes one of its
                 // own, and a small pool must not wait on itself.
-                drop(conn);
+                conn.commit().await.map_err(db(OPERATION))?;
                 // After the insert committed: a NOTIFY in the insert's own transaction would
                 // serialize every start on Postgres's notify queue lock at its commit.
                 let wake_up = Notification::RunAvailable {
@@ -180,11 +181,14 @@ impl PgStore {
 /// Inserts a pending run (the statement of [`RunStore::create_run`]) on `conn`: `None` when
 /// a run holds its idempotency key already. A key whose holder's scope has lapsed is
 /// released first (see [`tasks_core::idempotency`]). Announces nothing.
-pub(crate) async fn insert_run(
-    conn: &mut sqlx::PgConnection,
+pub(crate) async fn insert_run<C>(
+    conn: &mut C,
     namespace: &str,
     params: &CreateRun,
-) -> StoreResult<Option<RunRow>> {
+) -> StoreResult<Option<RunRow>>
+where
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = Postgres>,
+{
     const OPERATION: Operation = Operation::CreateRun;
     let config = params.stored_config()?;
     if let Some(key) = &params.idempotency_key {

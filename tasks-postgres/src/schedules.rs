@@ -342,7 +342,7 @@ impl ScheduleStore for PgStore {
         }
         let mut runs = Vec::with_capacity(params.runs.len());
         for run in &params.runs {
-            if let Some(row) = insert_run(&mut tx, &self.namespace, run).await? {
+            if let Some(row) = insert_run(&mut *tx, &self.namespace, run).await? {
                 runs.push(row.into_run(OPERATION)?);
             }
         }

@@ -1,11 +1,13 @@
 //! Transactional start: a run created inside the caller's own transaction
 //! (the engine's `StartBuilder::in_transaction` is built on it).
 
+use crate::db::UnnamedConn;
 use crate::notify::{CHANNEL, payload};
 use crate::reconnect::db;
 use crate::rows::{RUN_COLUMNS, RunRow};
 use crate::runs::insert_run;
-use sqlx::PgConnection;
+use crate::{PgStore, Pooling};
+use sqlx::{PgConnection, Postgres};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::store::{CreateRun, Notification};
@@ -19,11 +21,44 @@ use tasks_core::store::{CreateRun, Notification};
 /// holding the same key uncommitted makes this one wait for it.
 ///
 /// `params` must have been checked ([`CreateRun::check`]) by the caller.
+///
+/// The statements are prepared as on a connection of a store with
+/// [`Pooling::Session`]; [`PgStore::create_run_in`] follows the store's pooling.
 pub async fn create_run_in(
     conn: &mut PgConnection,
     namespace: &str,
     params: &CreateRun,
 ) -> StoreResult<WorkflowRun> {
+    create_run_on(conn, namespace, params).await
+}
+
+impl PgStore {
+    /// [`create_run_in`] in the store's namespace, with statements the store's
+    /// [`Pooling`] allows: with [`Pooling::Transaction`] each is prepared as the unnamed
+    /// statement, so that nothing prepared outlives the caller's transaction on the
+    /// pooler's server connection. Begin that transaction with [`PgStore::begin`].
+    pub async fn create_run_in(
+        &self,
+        conn: &mut PgConnection,
+        params: &CreateRun,
+    ) -> StoreResult<WorkflowRun> {
+        match self.pooling() {
+            Pooling::Session => create_run_on(conn, &self.namespace, params).await,
+            Pooling::Transaction => {
+                create_run_on(&mut UnnamedConn(conn), &self.namespace, params).await
+            }
+        }
+    }
+}
+
+async fn create_run_on<C>(
+    conn: &mut C,
+    namespace: &str,
+    params: &CreateRun,
+) -> StoreResult<WorkflowRun>
+where
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = Postgres>,
+{
     const OPERATION: Operation = Operation::CreateRun;
     match insert_run(&mut *conn, namespace, params).await? {
         Some(row) => {

@@ -13,6 +13,9 @@
 //!   - `sqlite`: [`sqlite::store`] on a new temporary database file;
 //!   - `memory`: [`memory::store`].
 //!
+//! - A PgBouncer of a test's own in front of the test server: [`pgbouncer::PgBouncer`]
+//!   (started as a process; no cargo feature).
+//!
 //! A factory panics with instructions when its database cannot be reached: it is meant for
 //! tests, where a panic is the failure report.
 //!
@@ -32,6 +35,7 @@
 
 use uuid::Uuid;
 
+pub mod pgbouncer;
 pub mod wait;
 
 #[cfg(feature = "memory")]

@@ -96,3 +96,54 @@ pub async fn store() -> PgStore {
         .with_namespace(crate::unique_namespace("test"))
         .unwrap()
 }
+
+/// The PgBouncer of [`pgbouncer_store`], started on first use; the watchdog of
+/// [`PgBouncer`](crate::pgbouncer::PgBouncer) stops it when the process ends.
+static BOUNCER: std::sync::OnceLock<Option<crate::pgbouncer::PgBouncer>> =
+    std::sync::OnceLock::new();
+
+/// Server connections of the PgBouncer of [`pgbouncer_store`]: fewer than a store's pool,
+/// so that its clients really share them.
+pub const PGBOUNCER_POOL_SIZE: u32 = 2;
+
+/// A Postgres store on a fresh, unique namespace of the test database, reaching it through a
+/// PgBouncer in transaction mode (this process's own, with [`PGBOUNCER_POOL_SIZE`] server
+/// connections) with [`Pooling::Transaction`](tasks_postgres::Pooling::Transaction), and
+/// listening on a direct connection.
+///
+/// Where PgBouncer is not installed: in CI (`CI` set) a panic; elsewhere, after saying so, a
+/// direct store ([`store`]).
+pub async fn pgbouncer_store() -> PgStore {
+    use tasks_postgres::{PgOptions, Pooling};
+    let direct = connect_options();
+    let bouncer = BOUNCER.get_or_init(|| {
+        crate::pgbouncer::PgBouncer::start_or_skip(&crate::pgbouncer::Config::transaction(
+            PGBOUNCER_POOL_SIZE,
+            direct.get_host(),
+            direct.get_port(),
+        ))
+    });
+    let Some(bouncer) = bouncer else {
+        return store().await;
+    };
+    // Migrated directly, as an operator would.
+    let _ = store().await;
+    let database = direct.get_database().unwrap_or("postgres");
+    let url = bouncer.url(direct.get_username(), database);
+    let options = PgOptions::new()
+        .pooling(Pooling::Transaction)
+        .listen_url(database_url());
+    let connect = Pooling::Transaction.connect_options(
+        url.parse()
+            .unwrap_or_else(|error| panic!("PgBouncer URL {url:?}: {error}")),
+    );
+    let pool = PgStore::pool_options_for(Pooling::Transaction)
+        .max_connections(TEST_POOL_SIZE)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(connect)
+        .await
+        .unwrap_or_else(|error| panic!("cannot open a pool through PgBouncer: {error}"));
+    PgStore::new_with(pool, options)
+        .with_namespace(crate::unique_namespace("test"))
+        .unwrap()
+}

@@ -11,7 +11,7 @@
 pub mod cluster;
 
 pub use tasks_test_support::postgres::{
-    DEFAULT_DATABASE_URL, TEST_POOL_SIZE, connect_options, connect_pool, database_url,
-    store as pg_store,
+    DEFAULT_DATABASE_URL, PGBOUNCER_POOL_SIZE, TEST_POOL_SIZE, connect_options, connect_pool,
+    database_url, pgbouncer_store, store as pg_store,
 };
 pub use tasks_test_support::{sqlite, unique_namespace};

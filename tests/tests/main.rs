@@ -14,6 +14,7 @@ mod support;
 
 mod call_names;
 mod cli;
+mod conformance_pgbouncer;
 mod conformance_postgres;
 mod conformance_sqlite;
 mod corrupt_steps;
@@ -49,6 +50,7 @@ mod metrics;
 mod migrations;
 mod notifications;
 mod postgres_background;
+mod postgres_pgbouncer;
 mod postgres_pool;
 mod postgres_restart;
 mod registry;

@@ -514,7 +514,7 @@ impl<T> StartBuilder<'_, T> {
         let (_, definition, params) = self.checked()?;
         let namespace = crate::store::Store::namespace(store);
         params.check(namespace)?;
-        let run = crate::postgres::create_run_in(conn, namespace, &params).await?;
+        let run = store.create_run_in(conn, &params).await?;
         crate::metrics::run_started(definition.name);
         tracing::debug!(run.id = %run.id, workflow.name = definition.name, "run started in the caller's transaction");
         Ok(RunHandle {

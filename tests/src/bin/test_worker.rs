@@ -130,6 +130,30 @@ async fn parent(ctx: WorkflowContext, input: ChildInput) -> Result<String, Workf
     Ok(output)
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct NapInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+    /// How long the durable sleep between the two steps lasts.
+    nap_millis: u64,
+}
+
+/// Records an effect, sleeps durably (the run leaves its worker), records another effect
+/// (the PgBouncer test).
+#[workflow(name = "test-nap")]
+async fn nap(ctx: WorkflowContext, input: NapInput) -> Result<u64, WorkflowError> {
+    let url = &input.effects_database_url;
+    record_effect(url, ctx.run_id(), "before".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    ctx.sleep("nap", Duration::from_millis(input.nap_millis))
+        .await?;
+    record_effect(url, ctx.run_id(), "after".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    Ok(input.nap_millis)
+}
+
 /// Started by the schedule of the three-process schedules test: returns the slot it was
 /// started for, as the run sees it.
 #[workflow(name = "test-tick")]
