@@ -290,11 +290,20 @@ impl WorkflowContext {
     /// Patch markers take no position among the run's calls, so the steps after the
     /// patch keep theirs. Once no run in flight predates the patch, the `if` can go (keep
     /// its body), and so can the marker check: the markers left in old histories are never
-    /// read again. A patch name follows the rules of step names.
+    /// read again. A patch name follows the rules of step names, and is not made of digits
+    /// alone: its marker, `patch:NAME`, would then be the name of a later call of a step
+    /// named `patch` (whose calls after the first are `patch:1`, `patch:2`, ...).
     pub async fn patched(&self, patch: &str) -> Result<bool, WorkflowError> {
         crate::limits::is_valid_name(patch).map_err(|reason| {
             WorkflowError::msg(format!("invalid patch name {patch:?}: {reason}")).non_retryable()
         })?;
+        if patch.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(WorkflowError::msg(format!(
+                "invalid patch name {patch:?}: digits alone are a call's suffix (its marker \
+                 would be the name of a later call of a step named `patch`)"
+            ))
+            .non_retryable());
+        }
         let marker = crate::replay::patch_marker(patch);
         limits::check_step_name(&marker)
             .map_err(|error| WorkflowError::from(error).non_retryable())?;

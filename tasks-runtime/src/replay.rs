@@ -107,8 +107,9 @@ pub(crate) enum Patch {
     New,
 }
 
-/// The step name of a patch's marker attempt (`:` cannot come from a step name, whose call
-/// suffixes are numbers).
+/// The step name of a patch's marker attempt. No call of a step has it: a call's name gets
+/// `:` only before its suffix, a number, and a patch name is never digits alone
+/// ([`WorkflowContext::patched`](crate::WorkflowContext::patched) refuses them).
 pub(crate) fn patch_marker(patch: &str) -> String {
     format!("patch:{patch}")
 }

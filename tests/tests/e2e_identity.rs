@@ -154,6 +154,12 @@ async fn patched(ctx: WorkflowContext, started_on: u8) -> Result<String, Workflo
     Ok(path.join(","))
 }
 
+/// Asks for a patch whose marker would be the second call of a step named `patch`.
+#[workflow(name = "identity-digit-patch")]
+async fn digit_patch(ctx: WorkflowContext) -> Result<bool, WorkflowError> {
+    ctx.patched("1").await
+}
+
 fn registry() -> Registry {
     let mut registry = Registry::new();
     registry
@@ -164,6 +170,8 @@ fn registry() -> Registry {
         .register::<retyped>()
         .unwrap()
         .register::<patched>()
+        .unwrap()
+        .register::<digit_patch>()
         .unwrap();
     registry
 }
@@ -328,7 +336,32 @@ async fn a_patch_keeps_old_runs_on_the_old_path_and_new_runs_on_the_new(backend:
     worker.shutdown().await;
 }
 
+/// A patch named with digits alone is refused: its marker, `patch:1`, is the name the
+/// second call of a step named `patch` takes.
+async fn a_patch_named_with_digits_alone_is_refused(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let worker = spawn_worker(&store);
+    let run = client.start::<digit_patch>(()).await.unwrap();
+    match run.result_within(WITHIN).await {
+        Err(tasks::RunError::Failed { error, .. }) => {
+            assert!(
+                error.message.contains("invalid patch name \"1\""),
+                "{error:?}"
+            );
+            assert!(!error.retryable, "{error:?}");
+        }
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+    assert!(
+        run.steps().await.unwrap().is_empty(),
+        "no marker is written"
+    );
+    worker.shutdown().await;
+}
+
 every_store!(
+    a_patch_named_with_digits_alone_is_refused,
     a_reordered_step_fails_the_run_and_writes_nothing,
     a_renamed_step_fails_the_run_and_writes_nothing,
     a_retyped_step_fails_the_run_and_writes_nothing,
