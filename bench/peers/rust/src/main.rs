@@ -145,7 +145,10 @@ async fn wait_succeeded(pool: &PgPool, runs: usize) -> Result<f64> {
             return Ok(last.unwrap_or_default() as f64);
         }
         if Instant::now() > deadline {
-            return Err(format!("only {succeeded} of {runs} workflows done after {DRAIN_TIMEOUT:?}").into());
+            return Err(format!(
+                "only {succeeded} of {runs} workflows done after {DRAIN_TIMEOUT:?}"
+            )
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -153,7 +156,11 @@ async fn wait_succeeded(pool: &PgPool, runs: usize) -> Result<f64> {
 
 /// Times the drain: `start` starts the executor; the clock runs from just before it to the
 /// last completion.
-async fn timed<F: Future<Output = Result<()>>>(pool: &PgPool, runs: usize, start: F) -> Result<(f64, f64)> {
+async fn timed<F: Future<Output = Result<()>>>(
+    pool: &PgPool,
+    runs: usize,
+    start: F,
+) -> Result<(f64, f64)> {
     let begun = db_clock_ms(pool).await?;
     let wall = Instant::now();
     start.await?;
@@ -167,9 +174,11 @@ async fn dbos_drain(args: &Args) -> Result<String> {
     let register = |dbos: &DBOS| {
         dbos.register_workflow(WORKFLOW, |steps: u32| async move {
             for i in 0..steps {
-                dbos::step(&format!("s{i}"), || async { dbos::Result::Ok(()) }).await?;
+                let recorded: dbos::Result<()> =
+                    dbos::step(&format!("s{i}"), || async { Ok::<(), dbos::Error>(()) }).await;
+                recorded?;
             }
-            dbos::Result::Ok(steps)
+            Ok::<u32, dbos::Error>(steps)
         })
         .map(drop)
     };
@@ -266,7 +275,11 @@ async fn durare_drain(args: &Args) -> Result<String> {
         let engine = &engine;
         async move {
             engine
-                .start::<u32, u32>(WORKFLOW, args.steps, WorkflowOptions::default().queue(QUEUE))
+                .start::<u32, u32>(
+                    WORKFLOW,
+                    args.steps,
+                    WorkflowOptions::default().queue(QUEUE),
+                )
                 .await
                 .map(drop)
                 .map_err(Into::into)
