@@ -15,6 +15,7 @@ mod engine;
 mod flow;
 mod isolation;
 mod machine;
+mod peers;
 mod recovery;
 mod report;
 mod retention;
@@ -38,7 +39,7 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 const USAGE: &str = "\
 usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
-                   [--scale-concurrency N] [--scale-pool N]
+                   [--no-peers] [--scale-concurrency N] [--scale-pool N]
 
   --quick                 small smoke configuration (under a minute)
   --json PATH             where to write the figures as JSON (default bench-results.json)
@@ -46,7 +47,8 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
                           ceiling,throughput,latency,replay,scale,recovery,flow,
-                          retention,fairness,snapshot
+                          retention,fairness,snapshot,peers
+  --no-peers              skip the peers (OpenWorkflow, DBOS, durare): no ratio to them
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -62,6 +64,7 @@ struct Options {
     only: Option<Vec<String>>,
     scale_concurrency: usize,
     scale_pool: u32,
+    no_peers: bool,
 }
 
 impl Options {
@@ -115,11 +118,13 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
         only: None,
         scale_concurrency: 100,
         scale_pool: db::ENGINE_POOL_SIZE,
+        no_peers: false,
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--quick" => options.quick = true,
+            "--no-peers" => options.no_peers = true,
             "--json" => options.json = PathBuf::from(value()?),
             "--database-url" => url = value()?,
             "--only" => {
@@ -136,6 +141,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "retention",
                         "fairness",
                         "snapshot",
+                        "peers",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -329,6 +335,7 @@ async fn bench(options: Options) -> Result<()> {
         retention: None,
         fairness: None,
         snapshot: None,
+        peers: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -622,6 +629,24 @@ async fn bench(options: Options) -> Result<()> {
                 5,
                 sizes.snapshot_drains,
                 sizes.fairness_backlog,
+            )
+            .await,
+        );
+    }
+
+    if options.no_peers {
+        report.peers = Some(peers::PeersResult::skipped("--no-peers given"));
+    } else if options.wants("peers") {
+        report.peers = Some(
+            peers::measure(
+                url,
+                &admin,
+                &peers::Plan {
+                    runs: sizes.runs,
+                    steps: &[4, 10],
+                    rounds: sizes.rounds,
+                    concurrency: CONCURRENCY,
+                },
             )
             .await,
         );
