@@ -41,11 +41,22 @@ fn peers_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
 }
 
-/// The last lines of a process's output, for an error message.
-fn tail(output: &[u8]) -> String {
+/// The first lines of a process's error output that name an error (else its first lines),
+/// for a message: where npm, cargo and node say what went wrong.
+fn summary(output: &[u8]) -> String {
     let text = String::from_utf8_lossy(output);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(3)..].join(" | ")
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.to_ascii_lowercase().contains("error"))
+        .collect();
+    let chosen = if errors.is_empty() { lines } else { errors };
+    chosen[..chosen.len().min(4)].join(" | ")
 }
 
 /// Runs `program` with `args` in `dir`; its stdout, or an error naming it with the end of
@@ -70,10 +81,10 @@ async fn run(dir: &Path, program: &str, args: &[&str], timeout: Duration) -> Res
         })??;
     if !output.status.success() {
         return Err(format!(
-            "{program} {} failed ({}): {}",
+            "{program} {} exited with {}: {}",
             args.first().copied().unwrap_or_default(),
             output.status,
-            tail(&output.stderr)
+            summary(&output.stderr)
         )
         .into());
     }
@@ -120,7 +131,7 @@ async fn prepare_openworkflow() -> std::result::Result<Runner, String> {
             Duration::from_secs(300),
         )
         .await
-        .map_err(|e| format!("npm ci failed (offline or no npm?): {e}"))?;
+        .map_err(|e| format!("could not install OpenWorkflow (offline?): {e}"))?;
     }
     Ok(Runner {
         program: "node".into(),
