@@ -1,5 +1,6 @@
 //! `tasks-bench`: throughput, latency, replay and scale-out of the engine, measured against
-//! the raw commit rate of its own SQL on the same Postgres, in one run.
+//! the raw commit rate of its own SQL on the same Postgres, in one run; and the same drain by
+//! its peers (OpenWorkflow, DBOS, durare), in turns with the engine's (`bench/peers/`).
 //!
 //! ```sh
 //! cargo run --release -p tasks-bench                # full run, a few minutes

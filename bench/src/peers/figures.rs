@@ -203,15 +203,15 @@ pub fn table(result: &PeersResult) -> String {
     );
     for w in &result.workloads {
         let workload = format!("{} x {}", w.runs, w.steps_per_run);
-        let _ = writeln!(
-            out,
-            "   {:<11} {:<14} {:>8}  {:<24}",
+        let engine = format!(
+            "   {:<11} {:<14} {:>8}  {}",
             workload,
             "the engine",
             w.engine_steps_per_s
                 .map_or("-".into(), |v| format!("{v:.0}")),
             rounds(&w.engine_samples_steps_per_s)
         );
+        let _ = writeln!(out, "{}", engine.trim_end());
         for row in &w.peers {
             let _ = writeln!(
                 out,
