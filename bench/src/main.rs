@@ -1,5 +1,6 @@
 //! `tasks-bench`: throughput, latency, replay and scale-out of the engine, measured against
-//! the raw commit rate of its own SQL on the same Postgres, in one run.
+//! the raw commit rate of its own SQL on the same Postgres, in one run; and the same drain by
+//! its peers (OpenWorkflow, DBOS, durare), in turns with the engine's (`bench/peers/`).
 //!
 //! ```sh
 //! cargo run --release -p tasks-bench                # full run, a few minutes
@@ -15,6 +16,7 @@ mod engine;
 mod flow;
 mod isolation;
 mod machine;
+mod peers;
 mod pgbouncer;
 mod recovery;
 mod report;
@@ -39,7 +41,8 @@ const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 const USAGE: &str = "\
 usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
-                   [--scale-concurrency N] [--scale-pool N] [--pgbouncer-url URL]
+                   [--no-peers] [--scale-concurrency N] [--scale-pool N]
+                   [--pgbouncer-url URL]
 
   --quick                 small smoke configuration (under a minute)
   --json PATH             where to write the figures as JSON (default bench-results.json)
@@ -47,7 +50,8 @@ usage: tasks-bench [--quick] [--json PATH] [--database-url URL] [--only LIST]
                           postgres://postgres@127.0.0.1:5432/test)
   --only LIST             comma-separated subset of:
                           ceiling,throughput,latency,replay,scale,recovery,flow,
-                          retention,fairness,snapshot,pgbouncer
+                          retention,fairness,snapshot,pgbouncer,peers
+  --no-peers              skip the peers (OpenWorkflow, DBOS, durare): no ratio to them
   --scale-concurrency N   worker concurrency in each scale-out process (default 100)
   --scale-pool N          connections in each scale-out process's pool (default 16, the
                           pool of PgStore::connect)
@@ -66,6 +70,7 @@ struct Options {
     scale_concurrency: usize,
     scale_pool: u32,
     pgbouncer_url: Option<String>,
+    no_peers: bool,
 }
 
 impl Options {
@@ -120,11 +125,13 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
         scale_concurrency: 100,
         scale_pool: db::ENGINE_POOL_SIZE,
         pgbouncer_url: None,
+        no_peers: false,
     };
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--quick" => options.quick = true,
+            "--no-peers" => options.no_peers = true,
             "--json" => options.json = PathBuf::from(value()?),
             "--database-url" => url = value()?,
             "--only" => {
@@ -142,6 +149,7 @@ fn parse(args: Vec<String>) -> std::result::Result<Command, String> {
                         "fairness",
                         "snapshot",
                         "pgbouncer",
+                        "peers",
                     ]
                     .contains(&scenario.as_str())
                     {
@@ -337,6 +345,7 @@ async fn bench(options: Options) -> Result<()> {
         fairness: None,
         snapshot: None,
         pgbouncer: None,
+        peers: None,
         targets: Vec::new(),
         errors: Vec::new(),
         total_seconds: 0.0,
@@ -647,6 +656,24 @@ async fn bench(options: Options) -> Result<()> {
                 sizes.rounds,
                 CONCURRENCY,
                 options.pgbouncer_url.as_deref(),
+            )
+            .await,
+        );
+    }
+
+    if options.no_peers {
+        report.peers = Some(peers::PeersResult::skipped("--no-peers given"));
+    } else if options.wants("peers") {
+        report.peers = Some(
+            peers::measure(
+                url,
+                &admin,
+                &peers::Plan {
+                    runs: sizes.runs,
+                    steps: &[4, 10],
+                    rounds: sizes.rounds,
+                    concurrency: CONCURRENCY,
+                },
             )
             .await,
         );

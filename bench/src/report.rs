@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::ceiling::{self, NotifyProbe};
 use crate::engine::{LatencyResult, ReplayRow, ThroughputRow};
 use crate::machine::{Machine, Nodelay};
+use crate::peers::{Peer, PeersResult, Ratio};
 use crate::scaleout::ScaleRow;
 
 /// The settings the figures were measured with.
@@ -77,6 +78,9 @@ pub struct Report {
     pub snapshot: Option<crate::isolation::SnapshotResult>,
     /// The drain through PgBouncer in transaction mode against direct.
     pub pgbouncer: Option<crate::pgbouncer::PgBouncerResult>,
+    /// The peers' drains of the same workloads, in turns with the engine's, and the ratios
+    /// measured in this run (`None` when the scenario was left out of `--only`).
+    pub peers: Option<PeersResult>,
     /// The issue's targets against the figures.
     pub targets: Vec<Target>,
     /// Scenarios that failed, with their error.
@@ -129,9 +133,6 @@ impl ReplayFit {
     }
 }
 
-/// OpenWorkflow 0.9.2 on this machine, from the issue: steps/s for 1000 × 4 and 1000 × 10.
-const OPENWORKFLOW: [(u32, f64); 2] = [(4, 2050.0), (10, 2600.0)];
-
 impl Report {
     /// The engine-statement ceiling, steps/s: the median of all rounds of the statement the
     /// engine issues per batch of finished steps (one fenced multi-row insert shared by the
@@ -182,25 +183,13 @@ impl Report {
                     met: ratio >= 0.5,
                 });
             }
-            if let Some(&(_, theirs)) = OPENWORKFLOW
-                .iter()
-                .find(|(steps, _)| *steps == row.steps_per_run)
-            {
-                targets.push(Target {
-                    goal: format!(
-                        "{}: >= 3 x OpenWorkflow 0.9.2 ({:.0} steps/s)",
-                        label(row),
-                        3.0 * theirs
-                    ),
-                    measured: format!(
-                        "{:.0} steps/s = {:.1} x",
-                        row.steps_per_s,
-                        row.steps_per_s / theirs
-                    ),
-                    met: row.steps_per_s >= 3.0 * theirs,
-                });
-            }
         }
+        targets.extend(
+            self.peers
+                .as_ref()
+                .map(openworkflow_targets)
+                .unwrap_or_default(),
+        );
         if let Some(latency) = &self.latency {
             targets.push(Target {
                 goal: "idle latency p50 <= 5 ms".into(),
@@ -312,6 +301,12 @@ impl Report {
         ));
         if let Some(pgbouncer) = &self.pgbouncer {
             out.push_str(&crate::pgbouncer::table(pgbouncer));
+        }
+        match &self.peers {
+            Some(peers) => out.push_str(&crate::peers::table(peers)),
+            None => out.push_str(
+                "\nPEERS  no ratio to any peer: the peers scenario was left out of --only\n",
+            ),
         }
         self.write_footer(out)
     }
@@ -781,6 +776,29 @@ impl Report {
     }
 }
 
+/// The issue's target against OpenWorkflow, only where this run measured the ratio (the
+/// engine's drain and OpenWorkflow's, in turns on the same Postgres); without that
+/// measurement there is nothing to compare.
+fn openworkflow_targets(peers: &PeersResult) -> Vec<Target> {
+    peers
+        .workloads
+        .iter()
+        .filter_map(
+            |workload| match peers.ratio(Peer::OpenWorkflow, workload.steps_per_run)? {
+                Ratio::Measured(ratio) => Some(Target {
+                    goal: format!(
+                        "{} x {}: >= 3 x OpenWorkflow, both measured in this run",
+                        workload.runs, workload.steps_per_run
+                    ),
+                    measured: format!("{ratio:.2} x"),
+                    met: *ratio >= 3.0,
+                }),
+                Ratio::NoRatio(_) => None,
+            },
+        )
+        .collect()
+}
+
 /// Every round's figure, in the order measured.
 fn rounds(samples: &[f64]) -> String {
     samples
@@ -798,4 +816,42 @@ fn label(row: &ThroughputRow) -> String {
         row.steps_per_run,
         if row.nodelay { "" } else { ", TCP_NODELAY off" }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::{PeerRow, PeersWorkload};
+
+    fn peers(ratio: Ratio) -> PeersResult {
+        PeersResult {
+            skipped: None,
+            concurrency: 100,
+            rounds: 1,
+            workloads: vec![PeersWorkload {
+                runs: 1000,
+                steps_per_run: 4,
+                engine_steps_per_s: None,
+                engine_samples_steps_per_s: Vec::new(),
+                engine_failures: Vec::new(),
+                peers: vec![PeerRow {
+                    ratio,
+                    ..PeerRow::new(Peer::OpenWorkflow, None)
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_openworkflow_target_comes_from_the_measured_ratio_only() {
+        let met = openworkflow_targets(&peers(Ratio::Measured(3.5)));
+        assert_eq!(met.len(), 1);
+        assert!(met[0].met);
+        assert_eq!(met[0].measured, "3.50 x");
+        assert!(!openworkflow_targets(&peers(Ratio::Measured(2.0)))[0].met);
+        assert!(
+            openworkflow_targets(&peers(Ratio::NoRatio("Node.js is missing".into()))).is_empty()
+        );
+        assert!(openworkflow_targets(&PeersResult::skipped("--no-peers given")).is_empty());
+    }
 }
