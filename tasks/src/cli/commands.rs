@@ -277,15 +277,21 @@ pub(super) fn start_failed(error: ClientError, err: Output<'_>) -> Exit {
 /// The JSON of an `--input`-style argument (literal, `@file` or `@-`); a usage error, printed,
 /// when it cannot be read or is not JSON.
 pub(super) fn input_json(arg: &str, err: Output<'_>) -> Result<Value, Exit> {
+    json_arg("input", arg, err)
+}
+
+/// [`input_json`] for any argument of that form, named `what` ("input", "payload") in the
+/// errors.
+pub(super) fn json_arg(what: &str, arg: &str, err: Output<'_>) -> Result<Value, Exit> {
     let text = match input_text(arg) {
         Ok(text) => text,
         Err(error) => {
-            let _ = writeln!(err, "error: cannot read the input {arg}: {error}");
+            let _ = writeln!(err, "error: cannot read the {what} {arg}: {error}");
             return Err(Exit::Usage);
         }
     };
     serde_json::from_str(&text).map_err(|error| {
-        let _ = writeln!(err, "error: the input is not valid JSON: {error}");
+        let _ = writeln!(err, "error: the {what} is not valid JSON: {error}");
         Exit::Usage
     })
 }

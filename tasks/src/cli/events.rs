@@ -4,9 +4,8 @@
 //! with an input when there is none.
 
 use clap::{Args, Subcommand};
-use serde_json::Value;
 
-use super::commands::{input_json, input_text, start_failed};
+use super::commands::{input_json, json_arg, start_failed};
 use super::{Exit, Output, fail, store_failed};
 use crate::uuid::Uuid;
 use crate::{Client, ClientError, EventTarget, IdempotencyScope, StartOptions};
@@ -89,23 +88,9 @@ pub(super) async fn send(
     out: Output<'_>,
     err: Output<'_>,
 ) -> Exit {
-    let text = match input_text(&args.payload) {
-        Ok(text) => text,
-        Err(error) => {
-            let _ = writeln!(
-                err,
-                "error: cannot read the payload {}: {error}",
-                args.payload
-            );
-            return Exit::Usage;
-        }
-    };
-    let payload: Value = match serde_json::from_str(&text) {
+    let payload = match json_arg("payload", &args.payload, err) {
         Ok(payload) => payload,
-        Err(error) => {
-            let _ = writeln!(err, "error: the payload is not valid JSON: {error}");
-            return Exit::Usage;
-        }
+        Err(exit) => return exit,
     };
     let target = match (&args.run, &args.workflow, &args.key) {
         (Some(run), _, _) => EventTarget::Run(*run),
@@ -165,23 +150,9 @@ pub(super) async fn signal_with_start(
         Ok(input) => input,
         Err(exit) => return exit,
     };
-    let text = match input_text(&args.payload) {
-        Ok(text) => text,
-        Err(error) => {
-            let _ = writeln!(
-                err,
-                "error: cannot read the payload {}: {error}",
-                args.payload
-            );
-            return Exit::Usage;
-        }
-    };
-    let payload: Value = match serde_json::from_str(&text) {
+    let payload = match json_arg("payload", &args.payload, err) {
         Ok(payload) => payload,
-        Err(error) => {
-            let _ = writeln!(err, "error: the payload is not valid JSON: {error}");
-            return Exit::Usage;
-        }
+        Err(exit) => return exit,
     };
     let mut options = StartOptions::new().idempotency_key(&args.key);
     if let Some(version) = &args.version {
