@@ -21,7 +21,8 @@
 use crate::background::{Background, Task};
 use crate::db::Db;
 use crate::reconnect::BatchFailed;
-use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
+use crate::rows::{RUN_COLUMNS, RunRow};
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -45,34 +46,47 @@ struct Job<T, O> {
     reply: oneshot::Sender<StoreResult<Result<O, T>>>,
 }
 
-/// Writes a batch in one statement; returns what was written, by key.
-type WriteBatch<T, O> = for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, O>>>;
+/// Writes a batch in one statement; returns a receipt for each item written, by key.
+type WriteBatch<T, R> = for<'a> fn(&'a Db, &'a [T]) -> BoxFuture<'a, StoreResult<HashMap<Uuid, R>>>;
 
 /// Coalesces writes of one kind: whatever queues up while one statement is in flight goes
 /// out in the next single statement (at most [`BATCH`] items).
-struct Coalescer<T, O> {
+struct Coalescer<T, R, O> {
     pool: Db,
     background: Arc<Background>,
     queue: Task<mpsc::UnboundedSender<Job<T, O>>>,
-    key: fn(&T) -> Uuid,
-    write: WriteBatch<T, O>,
+    steps: Steps<T, R, O>,
     operation: Operation,
 }
 
-impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
+/// How a coalescer writes: the key of an item, the batch statement, and what an item and
+/// its receipt become.
+struct Steps<T, R, O> {
+    key: fn(&T) -> Uuid,
+    write: WriteBatch<T, R>,
+    written: fn(T, R) -> O,
+}
+
+impl<T, R, O> Clone for Steps<T, R, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, R, O> Copy for Steps<T, R, O> {}
+
+impl<T: Send + Sync + 'static, R: Send + 'static, O: Send + 'static> Coalescer<T, R, O> {
     fn new(
         pool: Db,
         background: Arc<Background>,
-        key: fn(&T) -> Uuid,
-        write: WriteBatch<T, O>,
+        steps: Steps<T, R, O>,
         operation: Operation,
     ) -> Self {
         Coalescer {
             pool,
             background,
             queue: Task::new("batch writer"),
-            key,
-            write,
+            steps,
             operation,
         }
     }
@@ -85,7 +99,7 @@ impl<T: Send + Sync + 'static, O: Send + 'static> Coalescer<T, O> {
         }
         let queue = self.queue.get_or_start(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let drain = drain(self.pool.clone(), rx, self.key, self.write, self.operation);
+            let drain = drain(self.pool.clone(), rx, self.steps, self.operation);
             (tx, self.background.spawn(drain))
         });
         let (reply, answer) = oneshot::channel();
@@ -102,11 +116,10 @@ fn lost(operation: Operation, message: &str) -> StoreError {
     StoreError::database(operation, message.to_owned())
 }
 
-async fn drain<T, O>(
+async fn drain<T, R, O>(
     pool: Db,
     mut queue: mpsc::UnboundedReceiver<Job<T, O>>,
-    key: fn(&T) -> Uuid,
-    write: WriteBatch<T, O>,
+    steps: Steps<T, R, O>,
     operation: Operation,
 ) {
     let mut jobs = Vec::with_capacity(BATCH);
@@ -127,10 +140,14 @@ async fn drain<T, O>(
         }
         let (items, replies): (Vec<T>, Vec<_>) =
             jobs.drain(..).map(|job| (job.item, job.reply)).unzip();
-        match write(&pool, &items).await {
+        match (steps.write)(&pool, &items).await {
             Ok(mut written) => {
                 for (item, reply) in items.into_iter().zip(replies) {
-                    let _ = reply.send(Ok(written.remove(&key(&item)).ok_or(item)));
+                    let outcome = match written.remove(&(steps.key)(&item)) {
+                        Some(receipt) => Ok((steps.written)(item, receipt)),
+                        None => Err(item),
+                    };
+                    let _ = reply.send(Ok(outcome));
                 }
             }
             Err(error) => {
@@ -153,15 +170,18 @@ struct StepRecord {
 }
 
 /// Finished step attempts of many runs, written together.
-pub(crate) struct Recorder(Coalescer<StepRecord, StepAttempt>);
+pub(crate) struct Recorder(Coalescer<StepRecord, Written, StepAttempt>);
 
 impl Recorder {
     pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Recorder(Coalescer::new(
             pool,
             background,
-            |record| record.id,
-            |pool, batch| Box::pin(insert(pool, batch)),
+            Steps {
+                key: |record| record.id,
+                write: |pool, batch| Box::pin(insert(pool, batch)),
+                written: written_attempt,
+            },
             OPERATION,
         ))
     }
@@ -192,15 +212,18 @@ struct Completion {
 }
 
 /// Completions of many runs, written together.
-pub(crate) struct Completer(Coalescer<Completion, WorkflowRun>);
+pub(crate) struct Completer(Coalescer<Completion, WorkflowRun, WorkflowRun>);
 
 impl Completer {
     pub(crate) fn new(pool: Db, background: Arc<Background>) -> Self {
         Completer(Coalescer::new(
             pool,
             background,
-            |completion| completion.run_id,
-            |pool, batch| Box::pin(complete(pool, batch)),
+            Steps {
+                key: |completion| completion.run_id,
+                write: |pool, batch| Box::pin(complete(pool, batch)),
+                written: |_, run| run,
+            },
             COMPLETE_OPERATION,
         ))
     }
@@ -361,17 +384,57 @@ impl StepArrays {
     }
 }
 
-async fn insert(pool: &Db, batch: &[StepRecord]) -> Result<HashMap<Uuid, StepAttempt>, StoreError> {
+tasks_core::row_struct!(
+    sqlx::postgres::PgRow =>
+/// What the batch insert reads back of each attempt it wrote: its id and the four times
+/// the database clock gave it. Everything else the engine sent, so the attempt is built from
+/// the record rather than parsed back from the row (the JSON columns were most of the
+/// recorder's client time).
+struct Written {
+    id: Uuid,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+);
+
+/// The columns of [`Written`], as the batch insert returns them.
+const WRITTEN_COLUMNS: &str = "sa.id, sa.started_at, sa.finished_at, sa.created_at, sa.updated_at";
+
+async fn insert(pool: &Db, batch: &[StepRecord]) -> Result<HashMap<Uuid, Written>, StoreError> {
     let steps = StepArrays::of(batch);
     let sql = record_steps_sql();
     let rows = steps
-        .bind(sqlx::query_as::<_, StepRow>(sql))
+        .bind(sqlx::query_as::<_, Written>(sql))
         .fetch_all(pool)
         .await
         .map_err(crate::reconnect::db(OPERATION))?;
-    rows.into_iter()
-        .map(|row| row.into_step(OPERATION).map(|step| (step.id, step)))
-        .collect()
+    Ok(rows.into_iter().map(|row| (row.id, row)).collect())
+}
+
+/// The attempt `record` became, with the times the database gave it.
+fn written_attempt(record: StepRecord, row: Written) -> StepAttempt {
+    let params = record.params;
+    StepAttempt {
+        namespace: record.namespace,
+        id: record.id,
+        workflow_run_id: params.run_id,
+        step_name: params.step_name,
+        kind: params.kind,
+        status: params.status,
+        config: params.config,
+        context: None,
+        output: params.output,
+        error: params.error,
+        args: params.args.filter(|args| !args.is_null()),
+        child_workflow_run_namespace: None,
+        child_workflow_run_id: None,
+        started_at: Some(row.started_at),
+        finished_at: Some(row.finished_at),
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    }
 }
 
 /// The finished step attempts of a batch as rows `r`: thirteen parallel arrays bound from
@@ -410,7 +473,7 @@ const INSERT_STEPS: &str = "INSERT INTO tasks.step_attempts AS sa
 pub(crate) const SKIP_STORED: &str = "ON CONFLICT (namespace, id) DO NOTHING";
 
 /// The statement that writes a batch of finished step attempts: the thirteen arrays of
-/// [`step_rows`] from `$1`; returns the rows written. The benchmark's ceiling issues
+/// [`step_rows`] from `$1`; returns the id and times of each row written. The benchmark's ceiling issues
 /// exactly this text (through `postgres::__bench`).
 pub(crate) fn record_steps_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
@@ -426,7 +489,7 @@ pub(crate) fn record_steps_sql() -> &'static str {
              RETURNING {returning}",
             rows = step_rows(1),
             fence = RECORD_STEP.fence("run.", "r.worker_id", "r.claim_epoch"),
-            returning = super::prefixed("sa", STEP_COLUMNS),
+            returning = WRITTEN_COLUMNS,
         )
     });
     &SQL
