@@ -15,7 +15,7 @@ use tasks_core::error::{Operation, StoreError, StoreResult};
 use tasks_core::model::WorkflowRun;
 use tasks_core::queue::ClaimFilter;
 use tasks_core::store::{
-    ClaimedRun, FailRun, LeaseStore, RecordStepAttempt, check, complete_separately,
+    ClaimedRun, FailRun, LeaseStore, Notification, RecordStepAttempt, check, complete_separately,
 };
 use tasks_core::transition::{
     BACKED_OFF, CLAIM_PENDING, COMPLETE, COMPLETED, Column, EXTEND_LEASE, FAIL, FAILED_FOR_GOOD,
@@ -83,8 +83,10 @@ impl LeaseStore for PgStore {
         // For waiters on a status: batched with the claimer's other announcements (the
         // worker's wake-up sender), never a statement per claim.
         for claimed in &runs {
-            for notification in CLAIM_PENDING.announcements(&claimed.run) {
-                self.batcher.send(&notification);
+            let notifications: Vec<Notification> =
+                CLAIM_PENDING.announcements(&claimed.run).collect();
+            for payload in self.outgoing(&notifications) {
+                self.batcher.send(payload);
             }
         }
         // Oldest first, so callers start work in the order it was queued.

@@ -46,6 +46,16 @@ enum Payload {
     },
 }
 
+/// A payload as sent: the notification, and the hub that already handed it to the
+/// subscribers of its own process (see [`Hub::deliver_here`]), whose listener skips it.
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    #[serde(flatten)]
+    body: Payload,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    o: Option<u64>,
+}
+
 /// What the hub broadcasts: a notification, or "the connection dropped, re-check everything".
 #[derive(Debug, Clone)]
 enum Event {
@@ -53,8 +63,10 @@ enum Event {
     Reconnected,
 }
 
-pub(crate) fn payload(notification: &Notification) -> String {
-    let payload = match notification {
+/// The `NOTIFY` payload of `notification`; `origin` names the hub that delivered it in its
+/// own process already (see [`Hub::deliver_here`]).
+pub(crate) fn payload(notification: &Notification, origin: Option<u64>) -> String {
+    let body = match notification {
         Notification::RunAvailable { namespace } => Payload::Available {
             ns: namespace.clone(),
         },
@@ -92,7 +104,7 @@ pub(crate) fn payload(notification: &Notification) -> String {
             ns: other.namespace().to_owned(),
         },
     };
-    serde_json::to_string(&payload).unwrap_or_default()
+    serde_json::to_string(&Envelope { body, o: origin }).unwrap_or_default()
 }
 
 /// Sends the wake-ups that store operations emit, outside their transactions and coalesced:
@@ -121,19 +133,19 @@ impl Batcher {
         }
     }
 
-    /// Queues `notifications` when the sender is already running (a worker started it);
-    /// `false` when it is not, and nothing was queued.
-    pub(crate) fn try_send(&self, notifications: &[Notification]) -> bool {
+    /// Queues `payloads` when the sender is already running (a worker started it); `false`
+    /// when it is not, and nothing was queued.
+    pub(crate) fn try_send(&self, payloads: &[String]) -> bool {
         match self.queue.running() {
-            Some(queue) => notifications
+            Some(queue) => payloads
                 .iter()
-                .all(|notification| queue.send(payload(notification)).is_ok()),
+                .all(|payload| queue.send(payload.clone()).is_ok()),
             None => false,
         }
     }
 
-    /// Queues `notification`; never waits for the database.
-    pub(crate) fn send(&self, notification: &Notification) {
+    /// Queues `payload` (see [`payload`]); never waits for the database.
+    pub(crate) fn send(&self, payload: String) {
         if self.background.is_closed() {
             tracing::debug!("the store was closed; no wake-up sent");
             return;
@@ -144,7 +156,7 @@ impl Batcher {
         });
         // The drain task only stops when every sender is gone, so this cannot fail while
         // `self` is alive.
-        let _ = queue.send(payload(notification));
+        let _ = queue.send(payload);
     }
 }
 
@@ -177,6 +189,11 @@ pub(crate) struct Hub {
     background: Arc<Background>,
     /// The channel the pump feeds, and the pump.
     sender: Mutex<Option<Pump>>,
+    /// The same channel, for [`Hub::deliver_here`]: a synchronous handle, never the pump's
+    /// owner.
+    local: std::sync::Mutex<Weak<broadcast::Sender<Event>>>,
+    /// This hub, in the payloads it delivered itself, so that its listener skips them.
+    origin: u64,
 }
 
 impl Hub {
@@ -187,7 +204,26 @@ impl Hub {
             said_polling: AtomicBool::new(false),
             background,
             sender: Mutex::new(None),
+            local: std::sync::Mutex::new(Weak::new()),
+            origin: Uuid::new_v4().as_u64_pair().0,
         }
+    }
+
+    /// Hands what this store announced, after its write committed, to the subscribers of
+    /// this process at once, without waiting for the `NOTIFY` to travel through the server
+    /// and back to the listener: a worker of this process claims the run it just started,
+    /// and a waiter of this process reads the result of a run it just finished, a commit
+    /// and a round trip sooner. The `NOTIFY` is still sent for every other process:
+    /// `Some(origin)` when the notifications were delivered here, to be put in their
+    /// payloads ([`payload`]), so that this hub's listener skips them when they come back
+    /// and no subscriber hears one twice; `None` when nobody here listens.
+    pub(crate) fn deliver_here(&self, notifications: &[Notification]) -> Option<u64> {
+        let tx = self.local.lock().ok().and_then(|local| local.upgrade())?;
+        let mut delivered = false;
+        for notification in notifications {
+            delivered |= tx.send(Event::Notification(notification.clone())).is_ok();
+        }
+        delivered.then_some(self.origin)
     }
 
     pub(crate) async fn subscribe(&self, namespace: String) -> StoreResult<NotificationStream> {
@@ -236,7 +272,12 @@ impl Hub {
                     .map_err(db(Operation::Subscribe))?;
                 let (tx, _) = broadcast::channel(1024);
                 let tx = Arc::new(tx);
-                let pump = self.background.spawn(pump(listener, Arc::downgrade(&tx)));
+                let pump = self
+                    .background
+                    .spawn(pump(listener, Arc::downgrade(&tx), self.origin));
+                if let Ok(mut local) = self.local.lock() {
+                    *local = Arc::downgrade(&tx);
+                }
                 *sender = Some((tx.clone(), pump));
                 tx
             }
@@ -247,15 +288,19 @@ impl Hub {
 
 /// Forwards notifications from the listener connection to the broadcast channel until the
 /// store (which owns the only strong reference to the sender) is dropped.
-async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>) {
+/// Skips the payloads that name `origin`: its hub delivered them already.
+async fn pump(mut listener: PgListener, sender: Weak<broadcast::Sender<Event>>, origin: u64) {
     loop {
         let received = tokio::time::timeout(Duration::from_secs(1), listener.try_recv()).await;
         let Some(tx) = sender.upgrade() else { return };
         match received {
             Err(_elapsed) => continue,
             Ok(Ok(Some(message))) => {
-                if let Ok(payload) = serde_json::from_str::<Payload>(message.payload()) {
-                    let notification = match payload {
+                if let Ok(envelope) = serde_json::from_str::<Envelope>(message.payload()) {
+                    if envelope.o == Some(origin) {
+                        continue;
+                    }
+                    let notification = match envelope.body {
                         Payload::Available { ns } => Notification::RunAvailable { namespace: ns },
                         Payload::Finished { ns, run } => Notification::RunFinished {
                             namespace: ns,

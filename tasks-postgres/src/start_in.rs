@@ -15,7 +15,9 @@ use tasks_core::store::{CreateRun, Notification};
 /// Creates the pending run `params` in `namespace` on `conn` (the caller's transaction) and
 /// queues its wake-up there too: Postgres delivers a `NOTIFY` sent in a transaction when the
 /// transaction commits, and drops it when it rolls back, so the run and its wake-up both
-/// exist if and only if the caller commits. With an idempotency key already taken (by a
+/// exist if and only if the caller commits. It names no origin: only the server knows when
+/// the caller commits, so this process's subscribers hear it through the listener like any
+/// other. With an idempotency key already taken (by a
 /// committed run, or earlier in the same transaction), it creates nothing and returns the
 /// first run, like [`RunStore::create_run`](tasks_core::RunStore::create_run); a racing transaction
 /// holding the same key uncommitted makes this one wait for it.
@@ -68,7 +70,7 @@ where
             };
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CHANNEL)
-                .bind(payload(&wake_up))
+                .bind(payload(&wake_up, None))
                 .execute(&mut *conn)
                 .await
                 .map_err(db(OPERATION))?;

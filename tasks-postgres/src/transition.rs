@@ -91,13 +91,26 @@ impl PgStore {
     }
 
     /// Sends what `transition` announces about `run` (after its write committed), and
-    /// returns the run.
-    /// The batched path: the wake-up joins the next batch of the store's wake-up sender.
+    /// returns the run. The batched path: this process's subscribers have it at once
+    /// ([`Hub::deliver_here`](crate::notify::Hub::deliver_here)), and the `NOTIFY` for
+    /// every other process joins the next batch of the store's wake-up sender.
     pub(crate) fn announce(&self, transition: &Transition, run: WorkflowRun) -> WorkflowRun {
-        for notification in transition.announcements(&run) {
-            self.batcher.send(&notification);
+        let notifications: Vec<Notification> = transition.announcements(&run).collect();
+        for payload in self.outgoing(&notifications) {
+            self.batcher.send(payload);
         }
         run
+    }
+
+    /// Hands `notifications` to this process's subscribers
+    /// ([`Hub::deliver_here`](crate::notify::Hub::deliver_here)), and returns the
+    /// payloads of their `NOTIFY` for every other process.
+    pub(crate) fn outgoing(&self, notifications: &[Notification]) -> Vec<String> {
+        let origin = self.hub.deliver_here(notifications);
+        notifications
+            .iter()
+            .map(|notification| notify::payload(notification, origin))
+            .collect()
     }
 
     /// Sends what `transition` announces about `run` after the transition committed (see
@@ -109,13 +122,18 @@ impl PgStore {
         self.notify_now(&notifications).await;
     }
 
-    /// Sends `notifications` now: into the store's wake-up sender when a worker already runs
-    /// it, else in one statement of their own.
+    /// Sends `notifications` now: to this process's subscribers at once
+    /// ([`Hub::deliver_here`](crate::notify::Hub::deliver_here)), and to every other process
+    /// through the store's wake-up sender when a worker already runs it, else in one
+    /// statement of their own.
     pub(crate) async fn notify_now(&self, notifications: &[Notification]) {
-        if notifications.is_empty() || self.batcher.try_send(notifications) {
+        if notifications.is_empty() {
             return;
         }
-        let payloads: Vec<String> = notifications.iter().map(notify::payload).collect();
+        let payloads = self.outgoing(notifications);
+        if self.batcher.try_send(&payloads) {
+            return;
+        }
         let sent = sqlx::query(notify::NOTIFY_ALL)
             .bind(notify::CHANNEL)
             .bind(payloads)
