@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rand::Rng;
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
@@ -375,24 +375,40 @@ impl Drop for Slot {
     }
 }
 
-/// Waits for a wake-up; `None` when the stream ended and must be re-subscribed.
+/// Waits for a wake-up; `None` when the stream ended and must be re-subscribed. The
+/// wake-ups already waiting behind the first are taken with it: one claim answers them all
+/// (a burst of starts in this process announces each run, and claiming once per run would
+/// take the runs one at a time).
 async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<()> {
     match notifications {
-        Some(stream) => loop {
-            match stream.next().await {
-                // None makes a run claimable: a finish, or a status change or a published
-                // value for waiters.
-                Some(
-                    crate::store::Notification::RunFinished { .. }
-                    | crate::store::Notification::StatusChanged { .. }
-                    | crate::store::Notification::StateChanged { .. },
-                ) => continue,
-                Some(_) => return Some(()),
-                None => return None,
+        Some(stream) => {
+            loop {
+                match stream.next().await {
+                    Some(notification) if wakes(&notification) => break,
+                    Some(_) => continue,
+                    None => return None,
+                }
             }
-        },
+            while let Some(next) = stream.next().now_or_never() {
+                if next.is_none() {
+                    return None;
+                }
+            }
+            Some(())
+        }
         None => std::future::pending().await,
     }
+}
+
+/// Whether `notification` may make a run claimable: not a finish, a status change or a
+/// published value, which are for waiters.
+fn wakes(notification: &crate::store::Notification) -> bool {
+    !matches!(
+        notification,
+        crate::store::Notification::RunFinished { .. }
+            | crate::store::Notification::StatusChanged { .. }
+            | crate::store::Notification::StateChanged { .. }
+    )
 }
 
 /// `base` ± 20 %, so that idle workers do not poll in lockstep.
