@@ -18,6 +18,7 @@ mod scheduler;
 mod session;
 mod step_args;
 pub mod step_failure;
+pub mod verify;
 pub mod worker;
 
 #[doc(hidden)]
@@ -83,6 +84,7 @@ pub use store::{
 };
 pub use tokio_util::sync::CancellationToken;
 pub use trace::{TraceContext, TraceContextError};
+pub use verify::{VerifyOptions, VerifyReport, verify_replay};
 
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.

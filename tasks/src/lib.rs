@@ -77,6 +77,9 @@ pub use tasks_runtime::{
     Branch, ChildHandle, ChildOptions, ErrorRecord, Event, EventOutcome, RecordError, ReplayError,
     RetryAfter, RetryPolicy, StepFailure, WorkflowContext, WorkflowError,
 };
+// Replay verification before a deploy.
+pub use tasks_runtime::verify;
+pub use tasks_runtime::{VerifyOptions, VerifyReport, verify_replay};
 // Compensation (sagas).
 pub use tasks_runtime::saga;
 pub use tasks_runtime::{CompensationError, Saga};
