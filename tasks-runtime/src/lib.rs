@@ -1,5 +1,6 @@
-//! The engine of `tasks`: registry, client, worker, executor, replay and the workflow
-//! context, driving the store contract of `tasks-core`. Users depend on the `tasks` facade
+//! The engine of `tasks`: registry, client, worker, executor, replay (and its offline
+//! check before a deploy, [`verify`]) and the workflow context, driving the store contract
+//! of `tasks-core`. Users depend on the `tasks` facade
 //! crate, which re-exports what they need from here.
 #![warn(missing_docs)]
 
@@ -111,5 +112,5 @@ pub use tasks_sqlite as sqlite;
 pub mod testing;
 pub use connect::{
     ConnectError, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, connect, connect_from_env,
-    database_url_from_env,
+    connect_unmigrated, database_url_from_env,
 };

@@ -280,20 +280,6 @@ impl Replay {
         self.resolved
     }
 
-    /// The call of the workflow's own scope (not a branch's) at the lowest position that the
-    /// history recorded and this execution has not resolved, if any. Once the workflow
-    /// returned, such a call is one its code no longer makes (a step removed). Patch markers
-    /// take no position and are not counted; branches are not either, since a branch still
-    /// running when its workflow returns is aborted wherever it got to.
-    pub(crate) fn unreached(&self) -> Option<CallIdentity> {
-        self.positions
-            .iter()
-            .filter(|((scope, _), name)| scope.is_empty() && !self.consumed.contains(*name))
-            .min_by_key(|((_, position), _)| *position)
-            .and_then(|(_, name)| self.last(name))
-            .map(recorded_call)
-    }
-
     /// The newest attempt recorded under `name`.
     pub(crate) fn last(&self, name: &str) -> Option<&StepAttempt> {
         self.history.get(name).and_then(|attempts| attempts.last())
@@ -431,38 +417,6 @@ mod tests {
             created_at: now,
             updated_at: now,
         }
-    }
-
-    #[test]
-    fn the_first_recorded_call_not_made_is_unreached() {
-        let history = vec![
-            recorded("charge", 0, "shop::charge", "() -> ()"),
-            recorded("ship", 1, "shop::ship", "() -> ()"),
-            recorded("notify", 2, "shop::notify", "() -> ()"),
-        ];
-        let mut replay = Replay::new(history.clone(), None, 100);
-        replay
-            .resolve("charge", None, call("shop::charge", "() -> ()"))
-            .unwrap();
-        let unreached = replay.unreached().unwrap();
-        assert_eq!(
-            (unreached.name.as_str(), unreached.position),
-            ("ship", Some(1))
-        );
-        replay
-            .resolve("ship", None, call("shop::ship", "() -> ()"))
-            .unwrap();
-        replay
-            .resolve("notify", None, call("shop::notify", "() -> ()"))
-            .unwrap();
-        assert_eq!(replay.unreached(), None);
-        assert_eq!(replay.resolved(), 3);
-
-        // A patch marker takes no position: never unreached.
-        let mut marker = attempt(&patch_marker("audit"), StepStatus::Completed, Value::Null);
-        marker.kind = StepKind::Patch;
-        let replay = Replay::new(vec![marker], None, 100);
-        assert_eq!(replay.unreached(), None);
     }
 
     #[test]

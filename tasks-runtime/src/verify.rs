@@ -235,7 +235,16 @@ async fn replay(
         () = tokio::time::sleep(options.timeout) => Ended::TimedOut,
     };
     ctx.end_branches().await;
-    let verdict = judge(&ctx, ended, options.timeout);
+    let verdict = match judge(&ctx, ended, options.timeout) {
+        // A run that failed for good, replayed to a failure of the same sort (a panic, a
+        // limit): the code fails it where it did, which is no change of code.
+        Verdict::Mismatch(Mismatch {
+            kind: MismatchKind::Failed,
+            found,
+            ..
+        }) if run.status == RunStatus::Failed => Verdict::Consistent(Stop::Failed { error: found }),
+        verdict => verdict,
+    };
     Ok((ctx.calls_resolved(), verdict))
 }
 

@@ -103,7 +103,7 @@ pub use tasks_runtime::{
 // Stores: choosing one, and the handle that workers and clients share.
 pub use tasks_runtime::{
     Clock, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, SharedStore, connect,
-    connect_from_env, database_url_from_env,
+    connect_from_env, connect_unmigrated, database_url_from_env,
 };
 // Errors.
 #[cfg(feature = "schedules")]

@@ -1101,6 +1101,33 @@ async fn verify_replay_exits_1_on_a_mismatch(backend: Backend) {
     assert!(ran.out.contains("0 runs"), "{}", ran.out);
 }
 
+/// `verify-replay` by URL applies no migration, unlike every other command: on a database
+/// without the schema it fails with a store error and leaves it without, so it fails again;
+/// once migrated (by `migrate`), it verifies.
+#[tokio::test]
+async fn verify_replay_by_url_applies_no_migration() {
+    let path = tasks_tests::sqlite::temp_database_path();
+    let url = format!("sqlite://{}", path.display());
+    let by_url = async |command: &str| {
+        let cli = parse(&["--database-url", &url, command]);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let exit = cli.execute(&mut out, &mut err).await;
+        ran(exit, out, err)
+    };
+    for _ in 0..2 {
+        let ran = by_url("verify-replay").await;
+        assert_eq!(ran.exit, Exit::Store, "no schema, none applied");
+    }
+    assert_eq!(by_url("migrate").await.exit, Exit::Success);
+    let ran = by_url("verify-replay").await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(
+        ran.out.contains("0 runs of namespace default"),
+        "{}",
+        ran.out
+    );
+}
+
 every_store! {
     verify_replay_exits_1_on_a_mismatch,
     queues_list_shows_the_limits,

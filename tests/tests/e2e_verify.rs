@@ -155,6 +155,13 @@ async fn short(ctx: WorkflowContext) -> Result<(), WorkflowError> {
     Ok(())
 }
 
+/// `verify_charge` (#0), then a panic: the run fails for good at its first attempt.
+#[workflow(name = "verify-panicker", retry(max_attempts = 1))]
+async fn panicker(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
+    verify_charge().await?;
+    panic!("verify-panicker panics on purpose");
+}
+
 const WITHIN: Duration = Duration::from_secs(30);
 
 const STEPS: [&str; 5] = [
@@ -316,6 +323,11 @@ async fn finished_runs_are_sampled_and_runs_without_code_are_reported(backend: B
     let worker = worker(&store).build().unwrap().spawn();
     let finished = client.start::<short>(()).await.unwrap();
     finished.result_within(WITHIN).await.unwrap();
+    let panicked = client.start::<panicker>(()).await.unwrap();
+    panicked
+        .wait_for_status(&[RunStatus::Failed], WITHIN)
+        .await
+        .unwrap();
     worker.shutdown().await;
 
     // Unchanged code replays the whole history: the workflow returns.
@@ -327,6 +339,14 @@ async fn finished_runs_are_sampled_and_runs_without_code_are_reported(backend: B
         Verdict::Consistent(Stop::Returned { ok: true })
     );
     assert_eq!(whole.calls_replayed, 2);
+    // A run that failed for good fails the same way again: no change of code.
+    match &report.run(panicked.id()).unwrap().verdict {
+        Verdict::Consistent(Stop::Failed { error }) => {
+            assert!(error.contains("panics on purpose"), "{error}");
+        }
+        other => panic!("expected the replay to fail as the run did, got {other:?}"),
+    }
+    assert!(report.is_consistent(), "{report}");
 
     deploy(finished.id(), REMOVED);
     let report = client
@@ -355,11 +375,11 @@ async fn finished_runs_are_sampled_and_runs_without_code_are_reported(backend: B
     let report = client.verify_replay(&sampled).await.unwrap();
     println!("{report}");
     assert_eq!(snapshot(&store).await, before, "verification wrote nothing");
-    assert_eq!(report.runs.len(), 3);
+    let order: Vec<Uuid> = report.runs.iter().map(|run| run.run_id).collect();
     assert_eq!(
-        report.runs[2].run_id,
-        finished.id(),
-        "finished runs come last"
+        order,
+        [gone, undecodable, panicked.id(), finished.id()],
+        "unfinished runs oldest first, then finished runs newest first"
     );
 
     let missing = mismatch(&report, finished.id());

@@ -87,6 +87,12 @@ pub enum Stop {
     },
     /// At a durable sleep the run is parked in, not over yet.
     Sleeping,
+    /// A run that failed for good failed again in the replay, without a mismatch before
+    /// (it panicked, or broke a limit, as it did when it ran).
+    Failed {
+        /// Why the replay failed.
+        error: String,
+    },
     /// The workflow function returned, after every call its history recorded.
     Returned {
         /// Whether it returned an output (`false`: an error, such as a step's final error
@@ -201,6 +207,7 @@ impl fmt::Display for Stop {
         match self {
             Stop::Unrecorded { call } => write!(f, "consistent so far (next call `{call}`)"),
             Stop::Sleeping => f.write_str("consistent so far (in a durable sleep)"),
+            Stop::Failed { error } => write!(f, "consistent (fails as the run did: {error})"),
             Stop::Returned { ok: true } => f.write_str("consistent (the workflow returned)"),
             Stop::Returned { ok: false } => {
                 f.write_str("consistent (the workflow returned an error)")

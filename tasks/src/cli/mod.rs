@@ -43,7 +43,7 @@
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
-//! applies pending migrations, like [`connect`](crate::connect).
+//! applies pending migrations, like [`connect`](crate::connect) (but for `verify-replay`).
 //!
 //! # Exit codes
 //!
@@ -437,7 +437,12 @@ impl TasksArgs {
         if let Command::Doctor = self.command {
             return doctor::doctor_url(&self.url(), self.namespace.as_deref(), out, err).await;
         }
-        let store = match crate::connect(&self.url()).await {
+        // A verification writes nothing, not even a new binary's migrations.
+        let connected = match self.command {
+            Command::VerifyReplay(_) => crate::connect_unmigrated(&self.url()).await,
+            _ => crate::connect(&self.url()).await,
+        };
+        let store = match connected {
             Ok(store) => store,
             Err(error) => return connect_failed(&error, err),
         };
