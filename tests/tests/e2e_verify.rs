@@ -4,7 +4,8 @@
 //! and a removed step, and a changed patch, are each reported at the position that differs;
 //! a finished run is verified only when sampled, and a removed last step is reported there;
 //! a run of a workflow no longer registered, or whose input no longer decodes, is reported
-//! too. Verification runs no step body and leaves the store exactly as it was.
+//! too, and so is a replay that does not stop within its timeout. Verification runs no step
+//! body and leaves the store exactly as it was.
 //!
 //! "Deploying new code" is simulated per run, as in `e2e_identity`: each workflow reads
 //! which code it runs from a map keyed by its run id.
@@ -160,6 +161,14 @@ async fn short(ctx: WorkflowContext) -> Result<(), WorkflowError> {
 async fn panicker(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
     verify_charge().await?;
     panic!("verify-panicker panics on purpose");
+}
+
+/// Awaits an hour of plain (not durable) sleep in workflow code before any call.
+#[workflow(name = "verify-dawdler")]
+async fn dawdler(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    verify_charge().await?;
+    Ok(())
 }
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -399,7 +408,22 @@ async fn finished_runs_are_sampled_and_runs_without_code_are_reported(backend: B
     assert_eq!(report.mismatches().count(), 3);
 }
 
+async fn a_replay_that_does_not_stop_is_reported_after_its_timeout(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let run = client.start::<dawdler>(()).await.unwrap().id();
+    let started = std::time::Instant::now();
+    let options = VerifyOptions::default().timeout(Duration::from_millis(300));
+    let report = client.verify_replay(&options).await.unwrap();
+    assert!(started.elapsed() < WITHIN);
+    let found = mismatch(&report, run);
+    assert_eq!(found.kind, MismatchKind::TimedOut, "{found}");
+    assert!(found.found.contains("300ms"), "{found}");
+    assert_eq!(calls(run, "verify_charge"), 0);
+}
+
 every_store!(
+    a_replay_that_does_not_stop_is_reported_after_its_timeout,
     changed_code_is_reported_at_the_position_that_differs,
     compatible_code_passes_with_runs_parked_in_waits_and_sleeps,
     finished_runs_are_sampled_and_runs_without_code_are_reported,
