@@ -208,6 +208,17 @@ impl Client {
         &self.registry
     }
 
+    /// Replays the stored histories of the namespace's unfinished runs (and a sample of its
+    /// finished ones, if `options` asks) against this client's workflows, without executing
+    /// any step or writing anything: [`verify_replay`](crate::verify_replay) on this
+    /// client's store and registry. The deploy gate of the guide's versioning chapter.
+    pub async fn verify_replay(
+        &self,
+        options: &crate::VerifyOptions,
+    ) -> crate::StoreResult<crate::VerifyReport> {
+        crate::verify::verify_replay(&self.store, &self.registry, options).await
+    }
+
     /// A handle on an existing run whose output decodes as `T` (use `Value` when unsure).
     pub fn handle<T>(&self, run_id: Uuid) -> RunHandle<T> {
         RunHandle {

@@ -91,23 +91,39 @@ fn backend_of(url: &str) -> Result<Backend, ConnectError> {
 /// * anything else: [`ConnectError::UnsupportedScheme`].
 pub async fn connect(url: &str) -> Result<SharedStore, ConnectError> {
     match backend_of(url)? {
-        Backend::Sqlite => open_sqlite(url).await,
-        Backend::Postgres => open_postgres(url).await,
+        Backend::Sqlite => open_sqlite_with(url, true).await,
+        Backend::Postgres => open_postgres_with(url, true).await,
+    }
+}
+
+/// Opens the store `url` selects, like [`connect`], but applies no migration: for work that
+/// only reads and must not change the database, such as a
+/// [replay verification](crate::verify) run by a new binary before it is deployed (whose
+/// migrations are not yet meant for the database). A schema behind this version's fails
+/// the first statement that needs what is missing, with a [`StoreError`](crate::StoreError).
+pub async fn connect_unmigrated(url: &str) -> Result<SharedStore, ConnectError> {
+    match backend_of(url)? {
+        Backend::Sqlite => open_sqlite_with(url, false).await,
+        Backend::Postgres => open_postgres_with(url, false).await,
     }
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite(url: &str) -> Result<SharedStore, ConnectError> {
+async fn open_sqlite_with(url: &str, migrated: bool) -> Result<SharedStore, ConnectError> {
     use crate::sqlite::SqliteStore;
     let connect = SqliteStore::connect(url);
     open("SQLite", connect, async |store: &SqliteStore| {
-        store.migrate().await
+        if migrated {
+            store.migrate().await
+        } else {
+            Ok(())
+        }
     })
     .await
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn open_sqlite(_url: &str) -> Result<SharedStore, ConnectError> {
+async fn open_sqlite_with(_url: &str, _migrated: bool) -> Result<SharedStore, ConnectError> {
     Err(ConnectError::NotCompiled {
         backend: "SQLite",
         feature: "sqlite",
@@ -115,11 +131,15 @@ async fn open_sqlite(_url: &str) -> Result<SharedStore, ConnectError> {
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str) -> Result<SharedStore, ConnectError> {
+async fn open_postgres_with(url: &str, migrated: bool) -> Result<SharedStore, ConnectError> {
     use crate::postgres::PgStore;
     let connect = PgStore::connect(url);
     open("Postgres", connect, async |store: &PgStore| {
-        store.migrate().await
+        if migrated {
+            store.migrate().await
+        } else {
+            Ok(())
+        }
     })
     .await
 }
@@ -141,7 +161,7 @@ async fn open<S: crate::Store>(
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str) -> Result<SharedStore, ConnectError> {
+async fn open_postgres_with(_url: &str, _migrated: bool) -> Result<SharedStore, ConnectError> {
     Err(ConnectError::NotCompiled {
         backend: "Postgres",
         feature: "postgres",

@@ -83,6 +83,8 @@ struct RunState {
     interrupted: Mutex<Option<Halt>>,
     /// The error of a step whose retries ran out, if any did.
     exhausted_step: Mutex<Option<ErrorRecord>>,
+    /// The first call the code made that its history contradicts, if any did.
+    nondeterminism: Mutex<Option<NonDeterminism>>,
     /// The tasks of the run's branches ([`WorkflowContext::spawn`]), aborted when the
     /// execution ends.
     branches: Mutex<tokio::task::JoinSet<()>>,
@@ -107,6 +109,7 @@ impl WorkflowContext {
                 replay: Mutex::new(replay),
                 interrupted: Mutex::new(None),
                 exhausted_step: Mutex::new(None),
+                nondeterminism: Mutex::new(None),
                 branches: Mutex::new(tokio::task::JoinSet::new()),
                 claimed: std::time::Instant::now(),
             }),
@@ -262,6 +265,7 @@ impl WorkflowContext {
             }
             ResolveError::NonDeterminism(error) => {
                 tracing::error!(run.id = %self.run_id(), %error, "the workflow's code does not match the run's history");
+                lock(&self.inner.nondeterminism).get_or_insert_with(|| (*error).clone());
                 let record = ErrorRecord::from_error(&*error)
                     .with_kind(NonDeterminism::KIND)
                     .non_retryable();
@@ -324,7 +328,9 @@ impl WorkflowContext {
                 params.kind = StepKind::Patch;
                 // Written with the run's next write, like a completed step: the patched
                 // code's first effect makes it durable first.
-                session.hold(params);
+                if let Err(halt) = session.hold(params) {
+                    return self.halt(halt).await;
+                }
                 Ok(true)
             }
         }
@@ -382,6 +388,22 @@ impl WorkflowContext {
         lock(&self.inner.exhausted_step).clone()
     }
 
+    /// The first call of this execution that its history contradicted, if any did.
+    pub(crate) fn nondeterminism(&self) -> Option<NonDeterminism> {
+        lock(&self.inner.nondeterminism).clone()
+    }
+
+    /// How many calls this execution resolved so far.
+    pub(crate) fn calls_resolved(&self) -> u32 {
+        lock(&self.inner.replay).resolved()
+    }
+
+    /// The first call the history recorded in the workflow's own scope that this execution
+    /// has not made (see [`Replay::unreached`]).
+    pub(crate) fn unreached_call(&self) -> Option<crate::replay::CallIdentity> {
+        lock(&self.inner.replay).unreached()
+    }
+
     /// Makes every completed step durable before the run writes anything else or runs
     /// another step; halts when that fails.
     async fn flush(&self) {
@@ -437,7 +459,11 @@ impl WorkflowContext {
     /// Completes a running attempt (a durable sleep); halts when the run was interrupted
     /// meanwhile.
     async fn finish(&self, attempt: &StepAttempt) -> StepAttempt {
-        let finished = self.inner.session.finish_attempt(attempt.id).await;
+        let finished = self
+            .inner
+            .session
+            .finish_attempt(&attempt.step_name, attempt.id)
+            .await;
         self.written(finished).await
     }
 }

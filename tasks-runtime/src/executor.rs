@@ -285,6 +285,14 @@ impl Executor {
                 tracing::warn!("lease lost; another worker owns the run now");
                 return Outcome::LeaseLost;
             }
+            Finished::Halted(Halt::Unrecorded(step)) => {
+                // Only a replay verification's session refuses a write this way.
+                tracing::error!(
+                    step,
+                    "a write was refused as in a replay verification; the run will be retried after its lease"
+                );
+                return Outcome::Abandoned;
+            }
             Finished::Halted(Halt::Store(error)) => {
                 tracing::warn!(%error, "store failed during the run; it will be retried after its lease");
                 return Outcome::Abandoned;

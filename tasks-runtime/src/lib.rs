@@ -1,5 +1,6 @@
-//! The engine of `tasks`: registry, client, worker, executor, replay and the workflow
-//! context, driving the store contract of `tasks-core`. Users depend on the `tasks` facade
+//! The engine of `tasks`: registry, client, worker, executor, replay (and its offline
+//! check before a deploy, [`verify`]) and the workflow context, driving the store contract
+//! of `tasks-core`. Users depend on the `tasks` facade
 //! crate, which re-exports what they need from here.
 #![warn(missing_docs)]
 
@@ -18,6 +19,7 @@ mod scheduler;
 mod session;
 mod step_args;
 pub mod step_failure;
+pub mod verify;
 pub mod worker;
 
 #[doc(hidden)]
@@ -83,6 +85,7 @@ pub use store::{
 };
 pub use tokio_util::sync::CancellationToken;
 pub use trace::{TraceContext, TraceContextError};
+pub use verify::{VerifyOptions, VerifyReport, verify_replay};
 
 /// The `chrono` crate: every timestamp of this API is a `chrono::DateTime<Utc>`. Re-exported
 /// so that your `chrono` is always the version this crate was built with.
@@ -109,5 +112,5 @@ pub use tasks_sqlite as sqlite;
 pub mod testing;
 pub use connect::{
     ConnectError, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, connect, connect_from_env,
-    database_url_from_env,
+    connect_unmigrated, database_url_from_env,
 };

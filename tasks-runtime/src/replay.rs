@@ -275,6 +275,11 @@ impl Replay {
         }
     }
 
+    /// How many names were resolved so far.
+    pub(crate) fn resolved(&self) -> u32 {
+        self.resolved
+    }
+
     /// The newest attempt recorded under `name`.
     pub(crate) fn last(&self, name: &str) -> Option<&StepAttempt> {
         self.history.get(name).and_then(|attempts| attempts.last())

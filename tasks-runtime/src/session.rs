@@ -18,6 +18,10 @@
 //! store answers a record whose id it holds with the attempt it stored
 //! ([`StepStore::record_step_attempt`](crate::StepStore::record_step_attempt)); the steps that
 //! write by name (events, children, published state) find their stored attempt by name.
+//!
+//! A session made for a replay verification ([`RunSession::verifying`]) writes nothing:
+//! every write, and every step body, is refused with [`Halt::Unrecorded`], so the replay
+//! stops at the first call the history does not hold.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -68,6 +72,8 @@ pub(crate) struct RunSession {
     /// Why the run stops, once something decided it must.
     halt: Mutex<Option<Halt>>,
     halted: Notify,
+    /// A replay verification's session: every write is refused.
+    verifying: bool,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,7 +107,49 @@ impl RunSession {
             timer_scheduled: AtomicBool::new(false),
             halt: Mutex::new(None),
             halted: Notify::new(),
+            verifying: false,
         })
+    }
+
+    /// The session of a replay verification of `run_id` (see [`crate::verify`]): it reads
+    /// nothing and writes nothing. Each write, and each step body, is refused with
+    /// [`Halt::Unrecorded`] before it reaches the store, so that the replay stops at the
+    /// first call the run's history does not hold.
+    pub(crate) fn verifying(store: SharedStore, run_id: Uuid) -> Arc<Self> {
+        Arc::new(RunSession {
+            store,
+            run_id,
+            // Never written with: every write is refused first.
+            holder: Holder::new("replay-verification", 0),
+            retry_for: Duration::ZERO,
+            held: Mutex::new(Vec::new()),
+            lease_from: Mutex::new(std::time::Instant::now()),
+            beats: BeatClock::new(Duration::from_secs(1)),
+            writing: tokio::sync::Mutex::new(()),
+            timer_scheduled: AtomicBool::new(false),
+            halt: Mutex::new(None),
+            halted: Notify::new(),
+            verifying: true,
+        })
+    }
+
+    /// Refuses, in a verification, what the call `step_name` would write or execute.
+    fn writable(&self, step_name: &str) -> Result<(), Halt> {
+        if self.verifying {
+            return Err(Halt::Unrecorded(step_name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Refuses, in a verification, a write of the run's own row (the executor's and the
+    /// heartbeat's, which a verification never makes).
+    fn run_writable(&self) -> StoreResult<()> {
+        if self.verifying {
+            return Err(StoreError::InvalidArgument(
+                "a replay verification writes nothing".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Confirms, before a step body starts, that the run is still this worker's. Nothing
@@ -113,7 +161,10 @@ impl RunSession {
     /// worker may already have taken the run over, and the body would repeat its side
     /// effects for nothing: the lease is extended first, a fenced write, and the body starts
     /// only when it goes through.
-    pub(crate) async fn confirm_held(&self) -> Result<(), Halt> {
+    ///
+    /// In a verification, the body of `step_name` never starts: [`Halt::Unrecorded`].
+    pub(crate) async fn confirm_held(&self, step_name: &str) -> Result<(), Halt> {
+        self.writable(step_name)?;
         let lease_from = *lock(&self.lease_from);
         let fresh = self.beats.fresh();
         // A hold confirmed before the heartbeat's last gap proves nothing after it.
@@ -202,11 +253,13 @@ impl RunSession {
     }
 
     /// Holds a completed step's record until the run's next write (see the module docs).
-    pub(crate) fn hold(self: &Arc<Self>, params: RecordStepAttempt) {
+    pub(crate) fn hold(self: &Arc<Self>, params: RecordStepAttempt) -> Result<(), Halt> {
+        self.writable(&params.step_name)?;
         lock(&self.held).push((tokio::time::Instant::now(), params));
         if !self.timer_scheduled.swap(true, Ordering::SeqCst) {
             tokio::spawn(Arc::clone(self).write_held_too_long());
         }
+        Ok(())
     }
 
     /// The timer of [`RunSession::hold`]: writes the held records once the oldest has
@@ -245,6 +298,9 @@ impl RunSession {
         if held.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some((_, first)) = held.first() {
+            self.writable(&first.step_name)?;
+        }
         // Several only after parallel steps; their records share the store's next batch.
         let store = &self.store;
         let writes = held.into_iter().map(|(_, params)| {
@@ -282,6 +338,7 @@ impl RunSession {
 
     /// Writes a finished function-step attempt in one statement.
     pub(crate) async fn record(&self, params: RecordStepAttempt) -> Result<StepAttempt, Halt> {
+        self.writable(&params.step_name)?;
         let store = &self.store;
         let recorded = retrying(self.retry_for, || {
             store.contract().record_step_attempt(params.clone())
@@ -300,6 +357,7 @@ impl RunSession {
         kind: StepKind,
         config: Value,
     ) -> Result<StepAttempt, Halt> {
+        self.writable(step_name)?;
         let params = CreateStepAttempt {
             id: Uuid::now_v7(),
             run_id: self.run_id,
@@ -316,8 +374,13 @@ impl RunSession {
         .map_err(Halt::after)
     }
 
-    /// Completes a running attempt (a durable sleep that ended).
-    pub(crate) async fn finish_attempt(&self, attempt_id: Uuid) -> Result<StepAttempt, Halt> {
+    /// Completes a running attempt (a durable sleep that ended), named `step_name`.
+    pub(crate) async fn finish_attempt(
+        &self,
+        step_name: &str,
+        attempt_id: Uuid,
+    ) -> Result<StepAttempt, Halt> {
+        self.writable(step_name)?;
         let update = retrying(self.retry_for, || {
             self.store.contract().complete_step_attempt(
                 self.run_id,
@@ -356,6 +419,7 @@ impl RunSession {
         timeout: Option<Duration>,
         call: Value,
     ) -> Result<crate::events::EventWait, Halt> {
+        self.writable(step_name)?;
         let params = crate::events::WaitForEvent {
             run_id: self.run_id,
             holder: self.holder.clone(),
@@ -378,6 +442,7 @@ impl RunSession {
         value: Value,
         call: Value,
     ) -> Result<crate::state::StateSet, Halt> {
+        self.writable(step_name)?;
         let params = crate::state::SetState {
             run_id: self.run_id,
             holder: self.holder.clone(),
@@ -410,6 +475,7 @@ impl RunSession {
         on_parent_cancel: crate::children::ParentCancel,
         call: Value,
     ) -> Result<crate::children::StartedChild, Halt> {
+        self.writable(step_name)?;
         let params = crate::children::StartChild {
             run_id: self.run_id,
             holder: self.holder.clone(),
@@ -430,6 +496,7 @@ impl RunSession {
         &self,
         step_names: Vec<String>,
     ) -> Result<crate::children::ChildWait, Halt> {
+        self.writable(&step_names.join(", "))?;
         let params = crate::children::WaitForChildren {
             run_id: self.run_id,
             holder: self.holder.clone(),
@@ -449,6 +516,7 @@ impl RunSession {
     /// answer to a first try that committed and whose acknowledgement was lost: the run is
     /// completed as asked.
     pub(crate) async fn complete(&self, output: Value) -> StoreResult<WorkflowRun> {
+        self.run_writable()?;
         let steps = self.take_held().await;
         let mut tries = 0_u32;
         let outcome = retrying(self.retry_for, || {
@@ -479,6 +547,7 @@ impl RunSession {
 
     /// Records a failed attempt of the run: retried by its policy unless `force`.
     pub(crate) async fn fail(&self, record: &ErrorRecord, force: bool) -> StoreResult<WorkflowRun> {
+        self.run_writable()?;
         let params = FailRun {
             run_id: self.run_id,
             holder: self.holder.clone(),
@@ -493,6 +562,7 @@ impl RunSession {
 
     /// Parks the run until `until`.
     pub(crate) async fn sleep(&self, until: DateTime<Utc>) -> StoreResult<WorkflowRun> {
+        self.run_writable()?;
         retrying(self.retry_for, || {
             self.store
                 .contract()
@@ -503,6 +573,7 @@ impl RunSession {
 
     /// Extends the run's lease to `lease` from now.
     pub(crate) async fn extend_lease(&self, lease: Duration) -> StoreResult<WorkflowRun> {
+        self.run_writable()?;
         let sent = std::time::Instant::now();
         let extended = self
             .store

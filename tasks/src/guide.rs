@@ -27,7 +27,8 @@
 //! - [`start`]: starting runs (typed, by name with JSON, with options) and sending events.
 //! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
 //!   events, state, children, flow control, schedules, retention.
-//! - [`versioning`]: changing a workflow's code under runs in flight.
+//! - [`versioning`]: changing a workflow's code under runs in flight, and replay
+//!   verification, the deploy gate that checks a new binary against their histories.
 //! - [`errors`]: which call returns which error, and how the errors nest.
 //! - [`limits`]: the values every store refuses, and the error it gives.
 //! - [`testing`]: unit tests of workflows without a database server.

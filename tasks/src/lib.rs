@@ -77,6 +77,9 @@ pub use tasks_runtime::{
     Branch, ChildHandle, ChildOptions, ErrorRecord, Event, EventOutcome, RecordError, ReplayError,
     RetryAfter, RetryPolicy, StepFailure, WorkflowContext, WorkflowError,
 };
+// Replay verification before a deploy.
+pub use tasks_runtime::verify;
+pub use tasks_runtime::{VerifyOptions, VerifyReport, verify_replay};
 // Compensation (sagas).
 pub use tasks_runtime::saga;
 pub use tasks_runtime::{CompensationError, Saga};
@@ -100,7 +103,7 @@ pub use tasks_runtime::{
 // Stores: choosing one, and the handle that workers and clients share.
 pub use tasks_runtime::{
     Clock, DATABASE_URL_VAR, DEFAULT_DATABASE_URL, DEFAULT_NAMESPACE, SharedStore, connect,
-    connect_from_env, database_url_from_env,
+    connect_from_env, connect_unmigrated, database_url_from_env,
 };
 // Errors.
 #[cfg(feature = "schedules")]

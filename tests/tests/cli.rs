@@ -1032,7 +1032,104 @@ async fn queues_list_shows_the_limits(backend: Backend) {
     assert_eq!(document["queues"][1]["keyRateLimit"]["starts"], 3);
 }
 
+async fn verify_replay_exits_1_on_a_mismatch(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let waiting = client.start::<approve>(()).await.unwrap().id();
+    let ran = cli(&store, &["verify-replay"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains(&waiting.to_string()), "{}", ran.out);
+    assert!(ran.out.contains("event/cli-approval"), "{}", ran.out);
+    assert!(
+        ran.out.contains("1 consistent, 0 mismatched"),
+        "{}",
+        ran.out
+    );
+
+    // A run of a workflow this binary does not have, written behind the client's back.
+    let gone = store
+        .create_run(tasks::store::CreateRun::new("cli-gone"))
+        .await
+        .unwrap()
+        .id;
+    let ran = cli(&store, &["verify-replay"]).await;
+    assert_eq!(ran.exit, Exit::Failure, "a mismatch fails the gate");
+    let line = ran
+        .out
+        .lines()
+        .find(|line| line.contains(&gone.to_string()))
+        .expect("the run is named");
+    assert!(
+        line.starts_with("MISMATCH") && line.contains("unregistered"),
+        "{line}"
+    );
+    assert!(
+        ran.out.contains("1 consistent, 1 mismatched"),
+        "{}",
+        ran.out
+    );
+
+    // Finished runs only when sampled; one JSON document.
+    client.cancel(waiting).await.unwrap();
+    let ran = cli(&store, &["verify-replay", "--json"]).await;
+    assert_eq!(ran.exit, Exit::Failure);
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    assert_eq!(document["consistent"], false);
+    assert_eq!(document["namespace"], store.namespace());
+    assert_eq!(document["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(document["runs"][0]["runId"], gone.to_string());
+    assert_eq!(document["runs"][0]["verdict"], "mismatch");
+    assert_eq!(document["runs"][0]["detail"]["kind"], "unregistered");
+    let ran = cli(
+        &store,
+        &["verify-replay", "--json", "--finished-sample", "5"],
+    )
+    .await;
+    let document: Value = serde_json::from_str(&ran.out).unwrap();
+    let runs = document["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1]["runId"], waiting.to_string());
+    assert_eq!(runs[1]["status"], "canceled");
+    assert_eq!(runs[1]["verdict"], "consistent");
+    assert_eq!(runs[1]["detail"]["at"], "unrecorded");
+    assert_eq!(runs[1]["detail"]["call"], "event/cli-approval");
+
+    // Settled by code alone, the gate passes again.
+    client.cancel(gone).await.unwrap();
+    let ran = cli(&store, &["verify-replay"]).await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(ran.out.contains("0 runs"), "{}", ran.out);
+}
+
+/// `verify-replay` by URL applies no migration, unlike every other command: on a database
+/// without the schema it fails with a store error and leaves it without, so it fails again;
+/// once migrated (by `migrate`), it verifies.
+#[tokio::test]
+async fn verify_replay_by_url_applies_no_migration() {
+    let path = tasks_tests::sqlite::temp_database_path();
+    let url = format!("sqlite://{}", path.display());
+    let by_url = async |command: &str| {
+        let cli = parse(&["--database-url", &url, command]);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let exit = cli.execute(&mut out, &mut err).await;
+        ran(exit, out, err)
+    };
+    for _ in 0..2 {
+        let ran = by_url("verify-replay").await;
+        assert_eq!(ran.exit, Exit::Store, "no schema, none applied");
+    }
+    assert_eq!(by_url("migrate").await.exit, Exit::Success);
+    let ran = by_url("verify-replay").await;
+    assert_eq!(ran.exit, Exit::Success);
+    assert!(
+        ran.out.contains("0 runs of namespace default"),
+        "{}",
+        ran.out
+    );
+}
+
 every_store! {
+    verify_replay_exits_1_on_a_mismatch,
     queues_list_shows_the_limits,
     schedules_are_checked_created_listed_paused_resumed_and_deleted,
     events_send_validates_the_payload_and_wakes_the_run,

@@ -2,7 +2,9 @@
 //! `ctx.uuid()`, `ctx.rng()`), against each store (Postgres and SQLite): every replay sees
 //! the first execution's values (after a failed attempt, after a durable sleep), a fork
 //! keeps those recorded before its step and draws the rest anew, and inside a step body the
-//! calls draw fresh values that are not recorded.
+//! calls draw fresh values that are not recorded. A worker process SIGKILLed after drawing
+//! values and before finishing leaves them recorded: the worker that takes the run over
+//! replays the same values (on the SQL stores, which two processes share).
 
 use crate::support;
 
@@ -208,4 +210,99 @@ async fn replays_return_the_values_of_the_first_execution(backend: Backend) {
     worker.shutdown().await;
 }
 
-every_store!(replays_return_the_values_of_the_first_execution);
+/// `test_worker`'s `test-recorded` draws a UUID, a random number, the time and a seeded
+/// number, hands them to a step that records them as an effect (`drawn <values>`), then runs
+/// a slow step. Its worker process is SIGKILLed inside the slow step: the run taken over by
+/// a second process returns the values the first one drew (read back from the effect its
+/// step body wrote), every value is recorded once, and the step that saw them did not run
+/// again.
+async fn a_worker_killed_after_drawing_values_leaves_them_to_its_successor(backend: Backend) {
+    use crate::e2e_recovery::{effect_counts, effects_pool, spawn_worker};
+    use tasks::store::CreateRun;
+
+    let store = backend.store().await;
+    let effects = effects_pool().await;
+    let run = store
+        .create_run(CreateRun {
+            input: Some(serde_json::json!({
+                "effects_database_url": tasks_tests::database_url(),
+                "slow_millis": 120_000,
+            })),
+            ..CreateRun::new("test-recorded")
+        })
+        .await
+        .unwrap();
+    let mut first = spawn_worker(&store.url(), store.namespace(), 1_000);
+    // The slow step began: the values and the step that saw them are durable (each write
+    // of a run goes after the records held before it).
+    let drawn = eventually!(Duration::from_secs(30), {
+        let counts = effect_counts(&effects, run.id).await;
+        let drawn = counts
+            .keys()
+            .find_map(|label| label.strip_prefix("drawn ").map(str::to_owned));
+        drawn.filter(|_| counts.contains_key("slow"))
+    });
+    first.0.kill().expect("SIGKILL the first worker");
+    first.0.wait().unwrap();
+    let stranded = store.get_run(run.id).await.unwrap().unwrap();
+    assert_eq!(
+        stranded.status,
+        RunStatus::Running,
+        "killed before finishing"
+    );
+    let recorded_at_kill: Vec<String> = store
+        .step_history(run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|step| step.status == StepStatus::Completed)
+        .map(|step| step.step_name)
+        .collect();
+    for name in [
+        "ctx.uuid",
+        "ctx.random",
+        "ctx.now",
+        "ctx.rng",
+        "record_effect",
+    ] {
+        assert!(
+            recorded_at_kill.iter().any(|recorded| recorded == name),
+            "{name} recorded before the kill: {recorded_at_kill:?}"
+        );
+    }
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let finished = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(run.id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
+    assert_ne!(finished.worker_id, stranded.worker_id, "taken over");
+    assert_eq!(
+        finished.output,
+        Some(serde_json::json!(drawn)),
+        "the successor replayed the values the killed worker drew"
+    );
+    let counts = effect_counts(&effects, run.id).await;
+    assert_eq!(counts[&format!("drawn {drawn}")], 1, "{counts:?}");
+    assert_eq!(counts.len(), 2, "no other values were drawn: {counts:?}");
+    assert_eq!(
+        counts["slow"], 2,
+        "the step in flight at the kill ran again"
+    );
+    let steps = store.step_history(run.id).await.unwrap();
+    for name in ["ctx.uuid", "ctx.random", "ctx.now", "ctx.rng"] {
+        let records = steps.iter().filter(|step| step.step_name == name).count();
+        assert_eq!(records, 1, "{name} recorded once");
+    }
+}
+
+every_store!(
+    replays_return_the_values_of_the_first_execution;
+    sql: a_worker_killed_after_drawing_values_leaves_them_to_its_successor
+);

@@ -41,6 +41,7 @@ mod e2e_state;
 mod e2e_status;
 mod e2e_step_args;
 mod e2e_traces;
+mod e2e_verify;
 mod examples;
 mod http_api;
 mod limits;

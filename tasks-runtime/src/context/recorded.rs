@@ -213,7 +213,9 @@ impl WorkflowContext {
             Ok((kind.encode)(&value)),
             std::time::Duration::ZERO,
         );
-        session.hold(params);
+        if let Err(halt) = session.hold(params) {
+            return self.halt(halt).await;
+        }
         Ok(value)
     }
 }

@@ -135,7 +135,7 @@ where
         );
         // A worker that may have lost the run (stopped or starved past its lease or its
         // heartbeat's staleness) confirms it holds the run before the body has any effect.
-        if let Err(halt) = ctx.inner.session.confirm_held().await {
+        if let Err(halt) = ctx.inner.session.confirm_held(&step_name).await {
             return ctx.halt(halt).await;
         }
         let started = std::time::Instant::now();
@@ -182,7 +182,9 @@ where
                 let session = &ctx.inner.session;
                 let params =
                     session.finished_attempt(&step_name, config, args, Ok(output), elapsed);
-                session.hold(params);
+                if let Err(halt) = session.hold(params) {
+                    return ctx.halt(halt).await;
+                }
                 return Ok(value);
             }
             Ok(Ok(Err(error))) => (error.failure_record().with_kind("step"), Some(error)),

@@ -1,6 +1,7 @@
 //! Call identity: what a call is (its kind, and a step's path and signature), what its
-//! attempts recorded, and the check that refuses to replay a history the code no longer
-//! matches ([`NonDeterminism`]).
+//! attempts recorded, the check that refuses to replay a history the code no longer
+//! matches ([`NonDeterminism`]), and the recorded calls a replay has not made
+//! ([`Replay::unreached`]).
 
 use std::fmt;
 
@@ -143,6 +144,20 @@ impl Replay {
             || differs(&recorded.signature, &called.signature))
         .then_some(recorded)
     }
+
+    /// The call of the workflow's own scope (not a branch's) at the lowest position that the
+    /// history recorded and this execution has not resolved, if any. Once the workflow
+    /// returned, such a call is one its code no longer makes (a step removed). Patch markers
+    /// take no position and are not counted; branches are not either, since a branch still
+    /// running when its workflow returns is aborted wherever it got to.
+    pub(crate) fn unreached(&self) -> Option<CallIdentity> {
+        self.positions
+            .iter()
+            .filter(|((scope, _), name)| scope.is_empty() && !self.consumed.contains(*name))
+            .min_by_key(|((_, position), _)| *position)
+            .and_then(|(_, name)| self.last(name))
+            .map(recorded_call)
+    }
 }
 
 #[cfg(test)]
@@ -152,7 +167,7 @@ mod tests {
     use super::*;
     use crate::model::StepStatus;
     use crate::replay::tests::{FUNCTION, attempt, call, recorded};
-    use crate::replay::{ResolveError, Resolved};
+    use crate::replay::{ResolveError, Resolved, patch_marker};
 
     fn nondeterminism(result: Result<Resolved, ResolveError>) -> NonDeterminism {
         match result {
@@ -293,5 +308,37 @@ mod tests {
             .resolve("ship", None, call("shop::ship", "() -> Result<u32, E>"))
             .unwrap();
         assert_eq!(replay.completed(&ship.name).unwrap().output, Some(json!(2)));
+    }
+
+    #[test]
+    fn the_first_recorded_call_not_made_is_unreached() {
+        let history = vec![
+            recorded("charge", 0, "shop::charge", "() -> ()"),
+            recorded("ship", 1, "shop::ship", "() -> ()"),
+            recorded("notify", 2, "shop::notify", "() -> ()"),
+        ];
+        let mut replay = Replay::new(history, None, 100);
+        replay
+            .resolve("charge", None, call("shop::charge", "() -> ()"))
+            .unwrap();
+        let unreached = replay.unreached().unwrap();
+        assert_eq!(
+            (unreached.name.as_str(), unreached.position),
+            ("ship", Some(1))
+        );
+        replay
+            .resolve("ship", None, call("shop::ship", "() -> ()"))
+            .unwrap();
+        replay
+            .resolve("notify", None, call("shop::notify", "() -> ()"))
+            .unwrap();
+        assert_eq!(replay.unreached(), None);
+        assert_eq!(replay.resolved(), 3);
+
+        // A patch marker takes no position: never unreached.
+        let mut marker = attempt(&patch_marker("audit"), StepStatus::Completed, Value::Null);
+        marker.kind = StepKind::Patch;
+        let replay = Replay::new(vec![marker], None, 100);
+        assert_eq!(replay.unreached(), None);
     }
 }

@@ -23,6 +23,10 @@ pub(crate) enum Halt {
     Fail(ErrorRecord),
     /// The store kept failing (past the session's retries); leave the run to other workers.
     Store(StoreError),
+    /// A replay verification reached the call named here, which the run's history does
+    /// not hold: executing it would write (see [`RunSession::verifying`](super::RunSession::verifying)).
+    /// Never set while a worker executes a run.
+    Unrecorded(String),
     /// The store already parked the run (an event wait with no event yet): it sleeps until
     /// `until` (the wait's timeout, or `limits::LATEST`), as of `parked_at` by the store's
     /// clock. Nothing is left to write.

@@ -31,6 +31,7 @@
 //! | `fork ID --from-step NAME` | a new run of a finished run that replays the steps before `NAME` and runs the rest |
 //! | `purge --older-than 30d [--status failed,canceled] [--batch-size N]` | deletes finished runs older than that, with their steps and events, and prints how many |
 //! | `doctor` | checks connectivity, schema, notifications, clock skew and workers |
+//! | `verify-replay [--finished-sample N] [--json]` | replays the histories of the namespace's unfinished runs (and of N finished ones) against this binary's workflows, executing and writing nothing; exit code 1 on a mismatch (see [`crate::verify`]) |
 //! | `events send TOPIC (--run ID \| --workflow W --key K) [--payload JSON\|@file] [--dedup-key K]` | sends an event, payload validated first |
 //! | `events signal-with-start TOPIC --workflow W --key K [--input JSON\|@file] [--version V] [--while-active] [--payload JSON\|@file] [--dedup-key K]` | sends an event to the run of the key, starting it with the input if there is none, in one transaction; input and payload validated first |
 //! | `queues list [--json]` | the namespace's configured queues, with their concurrency and rate limits |
@@ -42,14 +43,14 @@
 //!
 //! Every command takes `--database-url` (default: `DATABASE_URL`, else
 //! [`DEFAULT_DATABASE_URL`](crate::DEFAULT_DATABASE_URL)) and `--namespace`. Connecting
-//! applies pending migrations, like [`connect`](crate::connect).
+//! applies pending migrations, like [`connect`](crate::connect) (but for `verify-replay`).
 //!
 //! # Exit codes
 //!
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success (for `runs watch`: the run completed) |
-//! | 1 | the run failed or was canceled (`runs watch`), a `doctor` check failed, or the run's state refuses the operation (e.g. resuming a completed run) |
+//! | 1 | the run failed or was canceled (`runs watch`), a `doctor` check failed, a run does not replay (`verify-replay`), or the run's state refuses the operation (e.g. resuming a completed run) |
 //! | 2 | usage error or invalid input (nothing was stored) |
 //! | 3 | the run or workflow does not exist |
 //! | 4 | the store failed or could not be reached, or holds a row this version cannot decode (the error names the run, and for a step row the attempt, its step and the column; `runs show` still prints the run) |
@@ -70,6 +71,7 @@ mod queues;
 mod runs;
 #[cfg(feature = "schedules")]
 mod schedules;
+mod verify;
 mod watch;
 
 use std::io::Write;
@@ -86,6 +88,7 @@ pub use events::{EventsCommand, SendArgs, SignalWithStartArgs};
 pub use queues::QueuesCommand;
 #[cfg(feature = "schedules")]
 pub use schedules::{CreateScheduleArgs, ScheduleName, SchedulesCommand};
+pub use verify::VerifyReplayArgs;
 
 use crate::{Client, ConnectError, Cursor, Registry, RunStatus, StoreError};
 
@@ -212,6 +215,9 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Check connectivity, schema, notifications, clock skew and workers.
     Doctor,
+    /// Replay the histories of the namespace's runs against this binary's workflows,
+    /// executing and writing nothing; exit code 1 when one does not replay.
+    VerifyReplay(VerifyReplayArgs),
     /// Send events to runs.
     #[command(subcommand)]
     Events(EventsCommand),
@@ -431,7 +437,12 @@ impl TasksArgs {
         if let Command::Doctor = self.command {
             return doctor::doctor_url(&self.url(), self.namespace.as_deref(), out, err).await;
         }
-        let store = match crate::connect(&self.url()).await {
+        // A verification writes nothing, not even a new binary's migrations.
+        let connected = match self.command {
+            Command::VerifyReplay(_) => crate::connect_unmigrated(&self.url()).await,
+            _ => crate::connect(&self.url()).await,
+        };
+        let store = match connected {
             Ok(store) => store,
             Err(error) => return connect_failed(&error, err),
         };
@@ -495,6 +506,7 @@ impl TasksArgs {
             }
             Command::Purge(args) => commands::purge(&client, args, out, err).await,
             Command::Doctor => doctor::doctor(&client, None, out).await,
+            Command::VerifyReplay(args) => verify::verify_replay(&client, args, out, err).await,
             Command::Events(EventsCommand::Send(args)) => {
                 events::send(&client, args, out, err).await
             }

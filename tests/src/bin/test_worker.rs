@@ -33,6 +33,17 @@ async fn record_effect(
     millis: u64,
 ) -> Result<i32, Box<dyn std::error::Error + Send + Sync>> {
     // Boxed: a step's final error is replayed, and `sqlx::Error` cannot be rebuilt.
+    let count = insert_effect(effects_database_url, run_id, &label).await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(count)
+}
+
+/// Counts one more effect `label` of `run_id`; returns the new count.
+async fn insert_effect(
+    effects_database_url: &str,
+    run_id: Uuid,
+    label: &str,
+) -> Result<i32, Box<dyn std::error::Error + Send + Sync>> {
     let mut conn = PgConnection::connect(effects_database_url).await?;
     let (count,): (i32,) = sqlx::query_as(
         "INSERT INTO tasks_test.effects (run_id, step, count) VALUES ($1, $2, 1)
@@ -40,12 +51,59 @@ async fn record_effect(
          RETURNING count",
     )
     .bind(run_id)
-    .bind(&label)
+    .bind(label)
     .fetch_one(&mut conn)
     .await?;
     conn.close().await?;
-    tokio::time::sleep(Duration::from_millis(millis)).await;
     Ok(count)
+}
+
+/// Records the effect `slow`; the first time only, then takes `millis` (where the kill
+/// test of recorded values kills its worker).
+#[step(retry(max_attempts = 1))]
+async fn slow_the_first_time(
+    effects_database_url: &str,
+    run_id: Uuid,
+    millis: u64,
+) -> Result<i32, Box<dyn std::error::Error + Send + Sync>> {
+    let count = insert_effect(effects_database_url, run_id, "slow").await?;
+    if count == 1 {
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+    }
+    Ok(count)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct RecordedInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+    /// How long the slow step takes the first time.
+    slow_millis: u64,
+}
+
+/// Draws recorded values (a UUID, a random number, the time, a seeded generator's first
+/// number), hands them to a step that records them as the effect `drawn <values>`, then
+/// runs a slow step (the kill test of recorded values): returns the values as the
+/// execution that finished saw them.
+#[workflow(name = "test-recorded")]
+async fn recorded(ctx: WorkflowContext, input: RecordedInput) -> Result<String, WorkflowError> {
+    use tasks::rand::RngCore as _;
+    let url = &input.effects_database_url;
+    let id = ctx.uuid().await?;
+    let random = ctx.random_u64().await?;
+    let now = ctx.now().await?;
+    let seeded = ctx.rng().await?.next_u64();
+    let drawn = format!(
+        "{id} {random} {} {seeded}",
+        now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    );
+    record_effect(url, ctx.run_id(), format!("drawn {drawn}"), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    slow_the_first_time(url, ctx.run_id(), input.slow_millis)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    Ok(drawn)
 }
 
 #[workflow(name = "test-effects")]
