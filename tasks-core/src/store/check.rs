@@ -429,3 +429,10 @@ mod tests {
         ));
     }
 }
+
+// Selects.
+
+/// [`SelectStore::wait_for_any`](super::SelectStore::wait_for_any): [`WaitForAny::check`].
+pub fn wait_for_any(params: &crate::select::WaitForAny) -> StoreResult<()> {
+    params.check()
+}
