@@ -318,12 +318,21 @@ impl RunSession {
 
     /// Completes a running attempt (a durable sleep that ended).
     pub(crate) async fn finish_attempt(&self, attempt_id: Uuid) -> Result<StepAttempt, Halt> {
+        self.finish_attempt_with(attempt_id, Value::Null).await
+    }
+
+    /// Completes a running attempt with `output` (a select that decided its winner).
+    pub(crate) async fn finish_attempt_with(
+        &self,
+        attempt_id: Uuid,
+        output: Value,
+    ) -> Result<StepAttempt, Halt> {
         let update = retrying(self.retry_for, || {
             self.store.contract().complete_step_attempt(
                 self.run_id,
                 attempt_id,
                 &self.holder,
-                Value::Null,
+                output.clone(),
             )
         })
         .await;
@@ -437,6 +446,29 @@ impl RunSession {
         };
         let store = self.store.contract().children().map_err(Halt::after)?;
         retrying(self.retry_for, || store.wait_for_children(params.clone()))
+            .await
+            .map_err(Halt::after)
+    }
+
+    /// The look of a select, parking the run when nothing is ready and `park` (see
+    /// [`SelectStore::wait_for_any`](crate::SelectStore::wait_for_any)).
+    pub(crate) async fn wait_for_any(
+        &self,
+        topics: Vec<String>,
+        child_steps: Vec<String>,
+        until: DateTime<Utc>,
+        park: bool,
+    ) -> Result<tasks_core::select::AnyWait, Halt> {
+        let params = tasks_core::select::WaitForAny {
+            run_id: self.run_id,
+            holder: self.holder.clone(),
+            topics,
+            child_steps,
+            until,
+            park,
+        };
+        let store = self.store.contract().select().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.wait_for_any(params.clone()))
             .await
             .map_err(Halt::after)
     }
