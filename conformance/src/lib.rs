@@ -507,6 +507,7 @@ mod tests {
             ("signal", include_str!("signal.rs")),
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
+            ("select", include_str!("select.rs")),
             ("flow", include_str!("flow.rs")),
             ("queues", include_str!("queues.rs")),
             ("status", include_str!("status.rs")),
