@@ -62,11 +62,16 @@ async fn expense(ctx: WorkflowContext, input: Expense) -> Result<String, Workflo
         .select("decision")
         .event(Decision::Approved)
         .event(Decision::Rejected)
-        .timer(Duration::from_secs(input.deadline_secs), || Decision::Expired)
+        .timer(Duration::from_secs(input.deadline_secs), || {
+            Decision::Expired
+        })
         .await?;
     Ok(match decision {
         Decision::Approved(Approved { by }) => {
-            format!("paid {} cents to {} (approved by {by})", input.cents, input.employee)
+            format!(
+                "paid {} cents to {} (approved by {by})",
+                input.cents, input.employee
+            )
         }
         Decision::Rejected(Rejected { by, reason }) => format!("rejected by {by}: {reason}"),
         Decision::Expired => "rejected: nobody decided in time".to_owned(),

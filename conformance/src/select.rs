@@ -56,7 +56,7 @@ fn ready(outcome: AnyWait) -> Readiness {
 #[track_caller]
 fn parked(outcome: AnyWait) -> WorkflowRun {
     match outcome {
-        AnyWait::Parked(run) => run,
+        AnyWait::Parked(run) => *run,
         AnyWait::Ready(readiness) => panic!("expected the run to park: {readiness:?}"),
     }
 }
@@ -135,7 +135,10 @@ pub async fn select_on_several_topics_is_woken_by_any(setup: impl Setup) {
             .is_none(),
         "a parked select is not claimable"
     );
-    assert!(send(&store, run.id, "b").await, "a send on its second topic");
+    assert!(
+        send(&store, run.id, "b").await,
+        "a send on its second topic"
+    );
     let woken = store.get_run(run.id).await.unwrap().unwrap();
     assert_near_now(woken.available_at, "available_at after the send");
     let again = reclaim(&store, run.id).await;

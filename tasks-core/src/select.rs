@@ -118,7 +118,7 @@ pub enum AnyWait {
     Ready(Readiness),
     /// Nothing is ready: the run is parked (sleeping until [`WaitForAny::until`], no
     /// worker) and the worker must let it go.
-    Parked(WorkflowRun),
+    Parked(Box<WorkflowRun>),
 }
 
 /// Whether a select that found `readiness` parks: when nothing is ready and it was asked
@@ -175,7 +175,9 @@ mod tests {
     fn the_empty_topic_is_refused() {
         assert!(wait(&[""], &[]).check().is_err());
         assert!(wait(&["a"], &["child/x"]).check().is_ok());
-        let many: Vec<String> = (0..=limits::MAX_SELECT_ARMS).map(|i| i.to_string()).collect();
+        let many: Vec<String> = (0..=limits::MAX_SELECT_ARMS)
+            .map(|i| i.to_string())
+            .collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(matches!(
             wait(&refs, &[]).check(),

@@ -218,7 +218,10 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
     /// children): `Ok(self)` in a store that implements [`SelectStore`]; the default is
     /// [`StoreError::Unsupported`] naming [`Capability::Select`].
     fn select(&self) -> StoreResult<&dyn SelectStore> {
-        Err(StoreError::unsupported(Capability::Select, self.namespace()))
+        Err(StoreError::unsupported(
+            Capability::Select,
+            self.namespace(),
+        ))
     }
 }
 

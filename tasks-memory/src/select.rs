@@ -76,7 +76,7 @@ impl SelectStore for MemoryStore {
             row.run.updated_at = now;
             let run = row.run.clone();
             tx.notes.extend(WAIT_ANY.announcements(&run));
-            Ok(AnyWait::Parked(run))
+            Ok(AnyWait::Parked(Box::new(run)))
         })
     }
 }

@@ -86,7 +86,8 @@ impl PgStore {
                 });
             };
             let step_status: String = row.try_get("status").map_err(db(OPERATION))?;
-            let child_status: Option<String> = row.try_get("child_status").map_err(db(OPERATION))?;
+            let child_status: Option<String> =
+                row.try_get("child_status").map_err(db(OPERATION))?;
             let ended = step_status == "completed"
                 || match child_status {
                     Some(status) => FINISHED.contains(&status_of(&status, OPERATION)?),
@@ -151,7 +152,7 @@ impl SelectStore for PgStore {
             let run = decode_run(&row, OPERATION)?;
             tx.commit().await.map_err(db(OPERATION))?;
             self.announce_now(&WAIT_ANY, &run).await;
-            return Ok(AnyWait::Parked(run));
+            return Ok(AnyWait::Parked(Box::new(run)));
         }
         sqlx::query(
             "UPDATE tasks.workflow_runs SET wait_topic = NULL, awaiting_children = 0

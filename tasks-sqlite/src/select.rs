@@ -137,7 +137,7 @@ impl SelectStore for SqliteStore {
             for notification in WAIT_ANY.announcements(&run) {
                 self.notify(notification);
             }
-            return Ok(AnyWait::Parked(run));
+            return Ok(AnyWait::Parked(Box::new(run)));
         }
         sqlx::query(
             "UPDATE tasks_workflow_runs SET wait_topic = NULL, awaiting_children = 0

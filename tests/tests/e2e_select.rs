@@ -129,10 +129,7 @@ async fn decision(run: &tasks::RunHandle<String>, name: &str) -> (StepStatus, se
         .find(|step| step.step_name == name)
         .unwrap_or_else(|| panic!("no attempt {name} in {steps:?}"));
     assert_eq!(select.kind, StepKind::Sleep);
-    (
-        select.status,
-        select.output.clone().unwrap_or_default(),
-    )
+    (select.status, select.output.clone().unwrap_or_default())
 }
 
 async fn an_event_wins_and_the_other_topic_is_left_alone(backend: Backend) {
@@ -306,7 +303,10 @@ async fn a_branch_wins_or_is_canceled(backend: Backend) {
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, "branch gave 100");
     let (_, recorded) = decision(&run, "select/race").await;
-    assert_eq!(recorded, json!({ "winner": 1, "arms": ["not_consumed", "won"] }));
+    assert_eq!(
+        recorded,
+        json!({ "winner": 1, "arms": ["not_consumed", "won"] })
+    );
 
     // An approval sent before the select wins; the branch, ten seconds long, is canceled
     // and its step never completes.
@@ -315,7 +315,10 @@ async fn a_branch_wins_or_is_canceled(backend: Backend) {
     let output = run.result_within(Duration::from_secs(20)).await.unwrap();
     assert_eq!(output, "approved by eve");
     let (_, recorded) = decision(&run, "select/race").await;
-    assert_eq!(recorded, json!({ "winner": 0, "arms": ["won", "canceled"] }));
+    assert_eq!(
+        recorded,
+        json!({ "winner": 0, "arms": ["won", "canceled"] })
+    );
     let steps = run.steps().await.unwrap();
     assert!(
         !steps

@@ -37,6 +37,7 @@ use crate::events::{SendEvent, SignalWithStart, WaitForEvent};
 use crate::holder::Holder;
 use crate::limits::{self, Field};
 use crate::queue::{ClaimFilter, QueueOptions};
+use crate::select::WaitForAny;
 use crate::retention::PurgeRuns;
 use crate::schedule::{FireSchedule, NewSchedule};
 use crate::state::SetState;
@@ -279,6 +280,13 @@ pub fn take_retention_turn(namespace: &str, worker_id: &str, every: Duration) ->
     Ok(limits::check_duration(Field::RetentionInterval, every)?)
 }
 
+// Selects.
+
+/// [`SelectStore::wait_for_any`](super::SelectStore::wait_for_any): [`WaitForAny::check`].
+pub fn wait_for_any(params: &WaitForAny) -> StoreResult<()> {
+    params.check()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,11 +436,4 @@ mod tests {
             Err(StoreError::InvalidArgument(_))
         ));
     }
-}
-
-// Selects.
-
-/// [`SelectStore::wait_for_any`](super::SelectStore::wait_for_any): [`WaitForAny::check`].
-pub fn wait_for_any(params: &crate::select::WaitForAny) -> StoreResult<()> {
-    params.check()
 }

@@ -192,9 +192,7 @@ impl<'c, T: Send + 'static> Select<'c, T> {
         let joined = handle.duplicate();
         self.arms.push(Arm::Child {
             step_name: handle.step_name().to_owned(),
-            finish: Box::new(move |ctx| {
-                Box::pin(async move { map(ctx.join(&joined).await) })
-            }),
+            finish: Box::new(move |ctx| Box::pin(async move { map(ctx.join(&joined).await) })),
         });
         self
     }
@@ -241,8 +239,7 @@ impl<'c, T: Send + 'static> Select<'c, T> {
                     }
                     _ => {
                         let config = json!({ "select": described, "call": call });
-                        ctx.start_attempt(&step_name, StepKind::Sleep, config)
-                            .await
+                        ctx.start_attempt(&step_name, StepKind::Sleep, config).await
                     }
                 };
                 decide(ctx, &started, arms).await
@@ -316,7 +313,9 @@ async fn recorded_winner(ctx: &WorkflowContext, done: &StepAttempt, arms: &[Valu
                 "the select {} recorded a winner the workflow's code no longer declares \
                  (recorded arms {}, now {}); the code changed under a run in flight",
                 done.step_name,
-                recorded.map(|r| Value::Array(r.clone())).unwrap_or_default(),
+                recorded
+                    .map(|r| Value::Array(r.clone()))
+                    .unwrap_or_default(),
                 Value::Array(arms.to_vec()),
             ))
             .with_kind(NonDeterminism::KIND)
