@@ -37,9 +37,9 @@ use crate::events::{SendEvent, SignalWithStart, WaitForEvent};
 use crate::holder::Holder;
 use crate::limits::{self, Field};
 use crate::queue::{ClaimFilter, QueueOptions};
-use crate::select::WaitForAny;
 use crate::retention::PurgeRuns;
 use crate::schedule::{FireSchedule, NewSchedule};
+use crate::select::WaitForAny;
 use crate::state::SetState;
 
 use super::pages::{ListRuns, ListStepAttempts};
