@@ -414,12 +414,21 @@ async fn decide<T: Send + 'static>(
     }
     // Earlier steps are durable before the run parks or decides.
     ctx.flush().await;
+    // A select of branches alone has nothing to look for in the store.
+    let durable = !topics.is_empty() || !children.is_empty() || until < limits::LATEST;
     let winner = loop {
-        let looked = ctx
-            .inner
-            .session
-            .wait_for_any(topics.clone(), children.clone(), until, !has_branches)
-            .await;
+        let looked = if durable {
+            ctx.inner
+                .session
+                .wait_for_any(topics.clone(), children.clone(), until, !has_branches)
+                .await
+        } else {
+            Ok(AnyWait::Ready(Readiness {
+                topics: Vec::new(),
+                children: Vec::new(),
+                now: ctx.database_now(),
+            }))
+        };
         let readiness = match looked {
             Ok(AnyWait::Ready(readiness)) => readiness,
             Ok(AnyWait::Parked(run)) => {
@@ -481,5 +490,89 @@ async fn finish<T: Send + 'static>(
         Arm::Timer { finish, .. } => Ok(finish()),
         Arm::Child { finish, .. } => Ok(finish(ctx.clone()).await),
         Arm::Branch { future, .. } => Ok(future.await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arms() -> Vec<Arm<&'static str>> {
+        vec![
+            Arm::Event {
+                topic: "a".into(),
+                finish: Box::new(|_| Box::pin(async { Ok("a") })),
+            },
+            Arm::Timer {
+                duration: Duration::from_secs(1),
+                finish: Box::new(|| "timer"),
+            },
+            Arm::Child {
+                step_name: "child/c".into(),
+                finish: Box::new(|_| Box::pin(async { "c" })),
+            },
+            Arm::Branch {
+                name: "b".into(),
+                future: Box::pin(async { "b" }),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_first_ready_arm_in_declaration_order_wins() {
+        let arms = arms();
+        let now = Utc::now();
+        let due = vec![None, Some(now), None, None];
+        let later = vec![None, Some(now + chrono::TimeDelta::seconds(1)), None, None];
+        let ready = |topics: &[&str], children: &[&str]| Readiness {
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+            children: children.iter().map(|c| (*c).to_owned()).collect(),
+            now,
+        };
+        let none: Vec<Option<&str>> = vec![None; 4];
+        let branch_done = vec![None, None, None, Some("b")];
+        assert_eq!(first_ready(&arms, &later, &ready(&[], &[]), &none), None);
+        assert_eq!(
+            first_ready(&arms, &due, &ready(&["a"], &["child/c"]), &none),
+            Some(0),
+            "an event declared first beats a due timer and an ended child"
+        );
+        assert_eq!(
+            first_ready(&arms, &due, &ready(&[], &["child/c"]), &none),
+            Some(1)
+        );
+        assert_eq!(
+            first_ready(&arms, &later, &ready(&["z"], &["child/c"]), &none),
+            Some(2)
+        );
+        assert_eq!(
+            first_ready(&arms, &later, &ready(&[], &[]), &branch_done),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn the_decision_records_every_losers_state() {
+        assert_eq!(
+            decision(2, &arms()),
+            json!({ "winner": 2, "arms": ["not_consumed", "canceled", "won", "canceled"] })
+        );
+    }
+
+    #[test]
+    fn a_select_without_arms_or_name_is_refused() {
+        assert!(check_arms::<()>("s", &[]).is_err());
+        assert!(check_arms("", &arms()).is_err());
+        assert!(check_arms("s", &arms()).is_ok());
+        let bad_topic = vec![Arm::Event {
+            topic: String::new(),
+            finish: Box::new(|_| Box::pin(async { Ok(()) })),
+        }];
+        assert!(check_arms("s", &bad_topic).is_err());
+        let too_long = vec![Arm::Timer {
+            duration: limits::MAX_DURATION + Duration::from_secs(1),
+            finish: Box::new(|| ()),
+        }];
+        assert!(check_arms("s", &too_long).is_err());
     }
 }
