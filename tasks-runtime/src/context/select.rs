@@ -171,7 +171,8 @@ impl<'c, T: Send + 'static> Select<'c, T> {
     }
 
     /// An arm that wins once `duration` has passed since the run first reached the select
-    /// (by the store's clock, so a replay keeps the deadline). A duration longer than
+    /// (by the store's clock; the duration is recorded then, so a replay keeps the
+    /// deadline even if the code changes it, as for a sleep). A duration longer than
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is a non-retryable error when the
     /// select is awaited.
     pub fn timer(mut self, duration: Duration, map: impl FnOnce() -> T + Send + 'static) -> Self {
@@ -325,16 +326,29 @@ async fn recorded_winner(ctx: &WorkflowContext, done: &StepAttempt, arms: &[Valu
     }
 }
 
-/// The deadline of every timer arm (`None` for the other arms), from the select's start;
-/// the error that fails the run when one is past the last instant a store holds.
+/// The deadline of every timer arm (`None` for the other arms), from the select's start and
+/// with the duration its attempt recorded (so a replay keeps the first execution's
+/// deadline, as a sleep does); the error that fails the run when one is past the last
+/// instant a store holds.
 fn deadlines<T>(
     started: &StepAttempt,
     arms: &[Arm<T>],
 ) -> Result<Vec<Option<DateTime<Utc>>>, ErrorRecord> {
+    let recorded = |index: usize| {
+        started
+            .config
+            .get("select")?
+            .get(index)?
+            .get("timerMs")?
+            .as_u64()
+            .map(Duration::from_millis)
+    };
     arms.iter()
-        .map(|arm| match arm {
+        .enumerate()
+        .map(|(index, arm)| match arm {
             Arm::Timer { duration, .. } => {
-                limits::add_duration(Field::Sleep, started.created_at, *duration)
+                let duration = recorded(index).unwrap_or(*duration);
+                limits::add_duration(Field::Sleep, started.created_at, duration)
                     .map(Some)
                     .map_err(|error| {
                         ErrorRecord::from_error(&error)
