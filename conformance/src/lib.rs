@@ -73,6 +73,7 @@ pub mod retry;
 pub mod rules;
 pub mod runs;
 pub mod schedules;
+pub mod select;
 pub mod signal;
 pub mod state;
 pub mod status;
@@ -378,6 +379,14 @@ macro_rules! conformance_suite {
         } multi_thread {
             a_cancel_racing_finishing_children_never_fails,
         } }
+        $crate::__conformance_module! { $setup, select {
+            select_answers_the_topics_with_events,
+            select_on_several_topics_is_woken_by_any,
+            select_on_one_topic_and_its_wait_is_cleared,
+            select_parks_until_its_deadline,
+            select_is_woken_by_a_child_that_ends,
+            select_is_fenced_and_checked,
+        } multi_thread {} }
         $crate::__conformance_module! { $setup, traces {
             trace_context_is_stored_and_claimed_with_the_run,
             children_and_forks_keep_their_trace_context,
@@ -498,6 +507,7 @@ mod tests {
             ("signal", include_str!("signal.rs")),
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
+            ("select", include_str!("select.rs")),
             ("flow", include_str!("flow.rs")),
             ("queues", include_str!("queues.rs")),
             ("status", include_str!("status.rs")),

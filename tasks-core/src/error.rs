@@ -85,6 +85,9 @@ pub enum Operation {
     StartChild,
     /// [`ChildStore::wait_for_children`](crate::ChildStore::wait_for_children).
     WaitForChildren,
+    // Selects.
+    /// [`SelectStore::wait_for_any`](crate::SelectStore::wait_for_any).
+    WaitForAny,
     // Published state.
     /// [`StateStore::set_state`](crate::StateStore::set_state).
     SetState,
@@ -163,6 +166,7 @@ impl Operation {
             Operation::RetentionTurn => "taking the retention turn",
             Operation::StartChild => "starting a child workflow run",
             Operation::WaitForChildren => "waiting for child workflow runs",
+            Operation::WaitForAny => "waiting for the first of several things",
             Operation::SetState => "publishing state of a workflow run",
             Operation::GetState => "reading the published state of a workflow run",
             Operation::CreateSchedule => "creating a schedule",
@@ -200,6 +204,7 @@ impl Operation {
             Operation::WaitForEvent => "wait for an event in",
             Operation::StartChild => "start a child of",
             Operation::WaitForChildren => "wait for the children of",
+            Operation::WaitForAny => "select in",
             Operation::SetState => "publish state of",
             _ => "change",
         }
@@ -449,6 +454,9 @@ pub enum Capability {
     Retention,
     /// The figures of an operator's overview ([`OverviewStore`](crate::OverviewStore)).
     Overview,
+    /// Waiting for the first of several events, timers and children
+    /// ([`SelectStore`](crate::SelectStore)).
+    Select,
 }
 
 impl Capability {
@@ -463,6 +471,7 @@ impl Capability {
             Capability::Queues => "named queues",
             Capability::Retention => "purging finished runs",
             Capability::Overview => "the overview's figures",
+            Capability::Select => "waiting for the first of several things",
         }
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!  records      model (runs, step attempts, statuses)   holder (who holds a run, by which
-//!               claim)   events   children   state
+//!               claim)   events   children   select   state
 //!               queue   schedule   retention   idempotency   flow (concurrency keys)
 //!       │
 //!  limits       limits (every size and range a store holds; checked before any write)
@@ -61,6 +61,7 @@ pub mod retention;
 pub mod retry;
 mod row;
 pub mod schedule;
+pub mod select;
 pub mod state;
 pub mod store;
 pub mod trace;
@@ -88,11 +89,12 @@ pub use retry::RetryPolicy;
 #[cfg(feature = "schedules")]
 pub use schedule::{Cadence, ScheduleError};
 pub use schedule::{CatchUp, NewSchedule, Schedule};
+pub use select::{AnyWait, Readiness, WaitForAny};
 pub use state::{PublishedState, SetState, StateSet};
 pub use store::{
     ChildStore, ClaimedRun, CreateRun, CreateStepAttempt, CreatedRun, Cursor, DEFAULT_NAMESPACE,
     EventStore, FailRun, LeaseStore, LifecycleStore, ListRuns, ListStepAttempts, Notification,
     NotificationStream, Order, OverviewStore, Page, QueueStore, RecordStepAttempt, RetentionStore,
-    RunStore, ScheduleStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
+    RunStore, ScheduleStore, SelectStore, SharedStore, StateStore, StepStore, StepUpdate, Store,
 };
 pub use trace::{TraceContext, TraceContextError};

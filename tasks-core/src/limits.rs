@@ -54,6 +54,9 @@ pub const MAX_NAMESPACE_BYTES: usize = 255;
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
 /// Longest event topic, in bytes (an event wait's step name is `event/` and the topic).
 pub const MAX_TOPIC_BYTES: usize = 200;
+/// Most arms of one select (`WorkflowContext::select`), and most topics and most children
+/// one select waits for in the store.
+pub const MAX_SELECT_ARMS: usize = 64;
 /// Longest worker id, in bytes.
 pub const MAX_WORKER_ID_BYTES: usize = 255;
 /// Longest concurrency key, in bytes.

@@ -72,6 +72,7 @@ pub use crate::children::ChildStore;
 pub use crate::events::EventStore;
 pub use crate::retention::RetentionStore;
 pub use crate::schedule::ScheduleStore;
+pub use crate::select::SelectStore;
 pub use crate::state::StateStore;
 
 /// The durable store behind workers and clients: the contract every backend implements.
@@ -103,10 +104,10 @@ pub use crate::state::StateStore;
 /// capabilities. Every store implements it with three traits it requires: [`RunStore`]
 /// (runs as records), [`LeaseStore`] (claims, leases and the end of a run) and
 /// [`StepStore`] (step attempts). The primitives are capabilities, one trait each, that a
-/// store implements when it can and returns from its accessor (all eight at once with
+/// store implements when it can and returns from its accessor (all nine at once with
 /// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
 /// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`],
-/// [`RetentionStore`] and [`OverviewStore`]. The engine asks for the capability it uses
+/// [`RetentionStore`], [`OverviewStore`] and [`SelectStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
 /// [`StoreError::Unsupported`] naming it; nothing panics.
 #[async_trait]
@@ -212,11 +213,21 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
             self.namespace(),
         ))
     }
+
+    /// This store's selects (waiting for the first of several events, timers and
+    /// children): `Ok(self)` in a store that implements [`SelectStore`]; the default is
+    /// [`StoreError::Unsupported`] naming [`Capability::Select`].
+    fn select(&self) -> StoreResult<&dyn SelectStore> {
+        Err(StoreError::unsupported(
+            Capability::Select,
+            self.namespace(),
+        ))
+    }
 }
 
 /// The accessors of every capability of [`Store`], each answering `Ok(self)`: written inside
-/// the `impl Store` of a store that implements all eight capability traits, instead of
-/// eight one-line methods. A store that lacks some writes the accessors of those it has by
+/// the `impl Store` of a store that implements all nine capability traits, instead of
+/// nine one-line methods. A store that lacks some writes the accessors of those it has by
 /// hand and keeps the defaults ([`StoreError::Unsupported`]) for the others.
 ///
 /// ```rust,ignore
@@ -254,6 +265,9 @@ macro_rules! every_capability {
             ::core::result::Result::Ok(self)
         }
         fn overview(&self) -> $crate::StoreResult<&dyn $crate::OverviewStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn select(&self) -> $crate::StoreResult<&dyn $crate::SelectStore> {
             ::core::result::Result::Ok(self)
         }
     };

@@ -113,12 +113,13 @@ pub use claim::{
 };
 pub use landing::{
     BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
-    PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RESUMED, RETRIED, SLEEPING,
-    either_set_sql,
+    PARKED_IN_SELECT, PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RESUMED,
+    RETRIED, SLEEPING, either_set_sql,
 };
 pub use primitives::{
-    CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_CHILDREN, WAIT_EVENT,
-    WAKE_ON_EVENT, WAKE_PARENT, parent_countdown, schedule_fence, wake_parent_set,
+    CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_ANY, WAIT_CHILDREN,
+    WAIT_EVENT, WAKE_ON_EVENT, WAKE_PARENT, parent_countdown, schedule_fence, waits_on_topic,
+    waits_on_topic_sql, wake_parent_set,
 };
 pub use runs::{
     CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
@@ -442,6 +443,7 @@ mod tests {
         for (transition, status) in [
             (&SLEEP, Sleeping),
             (&WAIT_EVENT, Sleeping),
+            (&WAIT_ANY, Sleeping),
             (&PAUSE, Paused),
             (&RESUME, Pending),
             (&RETRY, Pending),
@@ -499,6 +501,7 @@ mod tests {
             &PAUSE,
             &WAIT_CHILDREN,
             &WAIT_EVENT,
+            &WAIT_ANY,
             &RETRY,
         ] {
             assert!(!transition.wakes_parent(), "{:?}", transition.operation);

@@ -15,7 +15,9 @@ use tasks_core::events::{
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::{EventStore, Notification, check};
-use tasks_core::transition::{PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{
+    PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT, waits_on_topic,
+};
 use uuid::Uuid;
 
 /// The oldest unconsumed event of a run's topic.
@@ -95,7 +97,7 @@ fn deliver(
     let now = tx.now;
     let woken = tx.space.runs.get_mut(&run_id).and_then(|row| {
         let parked_here = WAKE_ON_EVENT.admits(&row.run, None)
-            && row.wait_topic.as_deref() == Some(event.topic.as_str());
+            && waits_on_topic(row.wait_topic.as_deref(), &event.topic);
         parked_here.then(|| {
             row.run.available_at = Some(now);
             row.run.updated_at = now;

@@ -83,6 +83,7 @@ mod queues;
 mod retention;
 mod runs;
 mod schedules;
+mod select;
 mod state;
 mod steps;
 mod tables;

@@ -27,7 +27,9 @@ use tasks_core::events::{
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::{EventStore, Notification, check};
-use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{
+    Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT, waits_on_topic_sql,
+};
 use uuid::Uuid;
 
 /// Columns of `events`, in the order of [`EventRow`].
@@ -191,9 +193,10 @@ impl PgStore {
         } else {
             let wake = format!(
                 "UPDATE tasks.workflow_runs SET available_at = clock_timestamp(), updated_at = now()
-                  WHERE namespace = $1 AND id = $2 AND {fence} AND wait_topic = $3
+                  WHERE namespace = $1 AND id = $2 AND {fence} AND {waits}
               RETURNING {RUN_COLUMNS}",
                 fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
+                waits = waits_on_topic_sql("$3"),
             );
             sqlx::query(&wake)
                 .bind(&*self.namespace)

@@ -18,6 +18,7 @@ mod retention;
 mod rows;
 mod runs;
 mod schedules;
+mod select;
 mod stale;
 mod start_in;
 mod state;

@@ -10,7 +10,7 @@
 //! This module holds the context itself, its durable sleep and patches, and what the
 //! calls share (name resolution, halts, the writes of attempts); the step runner
 //! ([`run_step`]) is in `steps`, and the other durable primitives in `branches`,
-//! `children`, `events` and `state`; the recorded values (`ctx.now()`, `ctx.uuid()`, ...)
+//! `children`, `events`, `select` and `state`; the recorded values (`ctx.now()`, `ctx.uuid()`, ...)
 //! in `recorded`.
 
 use std::future::Future;
@@ -32,6 +32,7 @@ pub(crate) mod branches;
 pub(crate) mod children;
 pub(crate) mod events;
 mod recorded;
+pub(crate) mod select;
 pub(crate) mod state;
 mod steps;
 

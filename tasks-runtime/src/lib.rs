@@ -32,7 +32,7 @@ pub use tasks_postgres as postgres;
 // under the paths they have always had here.
 pub use tasks_core::{
     children, clock, error, events, failure, flow, holder, idempotency, limits, model, queue,
-    retention, retry, schedule, state, store, trace,
+    retention, retry, schedule, select, state, store, trace,
 };
 use tasks_core::{migration, transition};
 
@@ -48,6 +48,7 @@ pub use context::WorkflowContext;
 pub use context::branches::Branch;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
+pub use context::select::Select;
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
     WorkflowOutput,

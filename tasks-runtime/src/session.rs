@@ -380,13 +380,25 @@ impl RunSession {
         step_name: &str,
         attempt_id: Uuid,
     ) -> Result<StepAttempt, Halt> {
+        self.finish_attempt_with(step_name, attempt_id, Value::Null)
+            .await
+    }
+
+    /// Completes a running attempt named `step_name` with `output` (a select that decided
+    /// its winner).
+    pub(crate) async fn finish_attempt_with(
+        &self,
+        step_name: &str,
+        attempt_id: Uuid,
+        output: Value,
+    ) -> Result<StepAttempt, Halt> {
         self.writable(step_name)?;
         let update = retrying(self.retry_for, || {
             self.store.contract().complete_step_attempt(
                 self.run_id,
                 attempt_id,
                 &self.holder,
-                Value::Null,
+                output.clone(),
             )
         })
         .await;
@@ -504,6 +516,32 @@ impl RunSession {
         };
         let store = self.store.contract().children().map_err(Halt::after)?;
         retrying(self.retry_for, || store.wait_for_children(params.clone()))
+            .await
+            .map_err(Halt::after)
+    }
+
+    /// The look of a select, parking the run when nothing is ready and `park` (see
+    /// [`SelectStore::wait_for_any`](crate::SelectStore::wait_for_any)).
+    pub(crate) async fn wait_for_any(
+        &self,
+        step_name: &str,
+        topics: Vec<String>,
+        child_steps: Vec<String>,
+        until: DateTime<Utc>,
+        park: bool,
+    ) -> Result<tasks_core::select::AnyWait, Halt> {
+        // It may park the run: a write.
+        self.writable(step_name)?;
+        let params = tasks_core::select::WaitForAny {
+            run_id: self.run_id,
+            holder: self.holder.clone(),
+            topics,
+            child_steps,
+            until,
+            park,
+        };
+        let store = self.store.contract().select().map_err(Halt::after)?;
+        retrying(self.retry_for, || store.wait_for_any(params.clone()))
             .await
             .map_err(Halt::after)
     }

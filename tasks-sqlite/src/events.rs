@@ -22,7 +22,9 @@ use tasks_core::events::{
 };
 use tasks_core::model::{StepAttempt, StepKind, StepStatus, WorkflowRun};
 use tasks_core::store::{EventStore, Notification, check};
-use tasks_core::transition::{Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT};
+use tasks_core::transition::{
+    Column, PARKED_ON_EVENT, SEND_EVENT, WAIT_EVENT, WAKE_ON_EVENT, waits_on_topic_sql,
+};
 use uuid::Uuid;
 
 /// Columns of `tasks_events`, in the order of [`EventRow`].
@@ -237,9 +239,10 @@ impl SqliteStore {
         } else {
             let wake = format!(
                 "UPDATE tasks_workflow_runs SET available_at = ?3, updated_at = ?3
-                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND wait_topic = ?4
+                  WHERE namespace = ?1 AND id = ?2 AND {fence} AND {waits}
               RETURNING {RUN_COLUMNS}",
                 fence = WAKE_ON_EVENT.fence("", "NULL", "NULL"),
+                waits = waits_on_topic_sql("?4"),
             );
             sqlx::query_as::<_, RunRow>(&wake)
                 .bind(&*self.namespace)

@@ -35,6 +35,7 @@ mod retention;
 mod rows;
 mod runs;
 mod schedules;
+mod select;
 mod state;
 mod steps;
 

@@ -75,7 +75,7 @@ pub use tasks_runtime::{
 // Workflow code: the context, its primitives, and the errors steps and workflows return.
 pub use tasks_runtime::{
     Branch, ChildHandle, ChildOptions, ErrorRecord, Event, EventOutcome, RecordError, ReplayError,
-    RetryAfter, RetryPolicy, StepFailure, WorkflowContext, WorkflowError,
+    RetryAfter, RetryPolicy, Select, StepFailure, WorkflowContext, WorkflowError,
 };
 // Replay verification before a deploy.
 pub use tasks_runtime::verify;

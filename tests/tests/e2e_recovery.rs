@@ -233,6 +233,81 @@ async fn a_run_waiting_for_an_event_survives_a_killed_worker(backend: Backend) {
     );
 }
 
+/// A worker process is SIGKILLed while two runs are parked in a select (an approval or a
+/// timer): an approval is sent to one while no worker is alive, and a new worker process
+/// finishes both, one won by the approval, the other by its timer, which ran out on the
+/// new worker. The steps before the select ran once, and each select recorded its winner.
+async fn a_run_parked_in_a_select_survives_a_killed_worker(backend: Backend) {
+    let store = backend.store().await;
+    let effects = effects_pool().await;
+    let start = |timer_millis: u64| CreateRun {
+        input: Some(json!({
+            "effects_database_url": tasks_tests::database_url(),
+            "timer_millis": timer_millis,
+        })),
+        ..CreateRun::new("test-select")
+    };
+    let approved = store.create_run(start(3_600_000)).await.unwrap();
+    let expired = store.create_run(start(6_000)).await.unwrap();
+
+    let mut first = spawn_worker(&store.url(), store.namespace(), 1_000);
+    eventually!(Duration::from_secs(30), {
+        let mut parked = true;
+        for id in [approved.id, expired.id] {
+            let run = store.get_run(id).await.unwrap().unwrap();
+            parked &= run.status == RunStatus::Sleeping && run.worker_id.is_none();
+        }
+        parked.then_some(())
+    });
+    first.0.kill().expect("SIGKILL the first worker");
+    first.0.wait().unwrap();
+    let parked = store.get_run(expired.id).await.unwrap().unwrap();
+    assert_eq!(
+        parked.status,
+        RunStatus::Sleeping,
+        "the timer has not run out on the killed worker"
+    );
+
+    let client = client(&store);
+    let sent = client
+        .send_event(approved.id, &TestApproval { by: "ops".into() })
+        .await
+        .unwrap();
+    assert!(sent.woke, "the send finds the run parked in its select");
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    for (run, winner) in [(approved.id, "approved by ops"), (expired.id, "expired")] {
+        let finished = eventually!(Duration::from_secs(60), {
+            let run = store.get_run(run).await.unwrap().unwrap();
+            run.status.is_terminal().then_some(run)
+        });
+        assert_eq!(
+            finished.status,
+            RunStatus::Completed,
+            "{:?}",
+            finished.error
+        );
+        assert_eq!(finished.output, Some(json!(winner)));
+        let counts = effect_counts(&effects, run).await;
+        assert_eq!(counts.get("before"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("after"), Some(&1), "{counts:?}");
+        let steps = store.step_history(run).await.unwrap();
+        let select = steps
+            .iter()
+            .find(|s| s.step_name == "select/decision")
+            .expect("the select's attempt");
+        let won = if winner == "expired" { 1 } else { 0 };
+        assert_eq!(select.output.as_ref().unwrap()["winner"], json!(won));
+        let kinds: Vec<&str> = steps.iter().map(|s| s.step_name.as_str()).collect();
+        let mut expected = vec!["record_effect", "select/decision"];
+        if won == 0 {
+            expected.push("event/test-approval");
+        }
+        expected.push("record_effect:1");
+        assert_eq!(kinds, expected);
+    }
+}
+
 /// A worker process is SIGKILLed while the child of its parent run is running: a new
 /// worker process finishes the child, whose completion wakes the parent, which gets the
 /// child's result. The child is started once, and the parent's step before it ran once.
@@ -1433,6 +1508,7 @@ every_store! {
     a_poison_row_is_failed_and_the_others_complete,
     a_poison_step_row_fails_its_run_for_good_and_the_others_complete,
     a_run_waiting_for_an_event_survives_a_killed_worker,
+    a_run_parked_in_a_select_survives_a_killed_worker,
 }
 
 // ---- A worker frozen past its heartbeat's staleness ----

@@ -114,6 +114,7 @@ examples! {
     schedule => "runs started this time, one per slot",
     traces => "replay steps=2",
     approval => "result: paid 4200 cents to grace (approved by ann)",
+    select => "a day later (virtual clock): rejected: nobody decided in time",
     cli ["tasks", "workflows", "list"] => "greet  1",
     dashboard ["--once"] => "GET /tasks/: HTTP/1.1 200 OK",
     http_api ["--once"] => "POST /v1/namespaces/default/workflows/send-invoice/runs: HTTP/1.1 201 Created",

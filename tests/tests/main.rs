@@ -34,6 +34,7 @@ mod e2e_retention;
 mod e2e_retry;
 mod e2e_retry_after;
 mod e2e_saga;
+mod e2e_select;
 mod e2e_signal;
 mod e2e_spawn;
 mod e2e_start_in;

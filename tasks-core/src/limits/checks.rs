@@ -78,7 +78,18 @@ pub fn check_state_key(key: &str) -> Result<(), LimitError> {
 }
 
 /// Checks an event topic ([`MAX_TOPIC_BYTES`], no NUL).
+///
+/// An empty topic is refused: a run parked in a select over several topics waits on the
+/// empty topic ([`select::ANY_TOPIC`](crate::select::ANY_TOPIC)), which a send on any
+/// topic matches.
 pub fn check_topic(topic: &str) -> Result<(), LimitError> {
+    if topic.is_empty() {
+        return Err(LimitError::InvalidName {
+            field: Field::Topic,
+            value: String::new(),
+            reason: "a topic is not empty".into(),
+        });
+    }
     check_text(Field::Topic, topic, MAX_TOPIC_BYTES)
 }
 

@@ -39,6 +39,7 @@ use crate::limits::{self, Field};
 use crate::queue::{ClaimFilter, QueueOptions};
 use crate::retention::PurgeRuns;
 use crate::schedule::{FireSchedule, NewSchedule};
+use crate::select::WaitForAny;
 use crate::state::SetState;
 
 use super::pages::{ListRuns, ListStepAttempts};
@@ -277,6 +278,13 @@ pub fn take_retention_turn(namespace: &str, worker_id: &str, every: Duration) ->
     limits::check_namespace(namespace)?;
     limits::check_worker_id(worker_id)?;
     Ok(limits::check_duration(Field::RetentionInterval, every)?)
+}
+
+// Selects.
+
+/// [`SelectStore::wait_for_any`](super::SelectStore::wait_for_any): [`WaitForAny::check`].
+pub fn wait_for_any(params: &WaitForAny) -> StoreResult<()> {
+    params.check()
 }
 
 #[cfg(test)]

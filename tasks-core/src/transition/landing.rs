@@ -146,6 +146,13 @@ pub const PARKED_ON_CHILDREN: Landing = Landing {
     ..SLEEPING
 };
 
+/// A select that parks ([`WAIT_ANY`](super::WAIT_ANY)): sleeping until its earliest timer,
+/// on its topics and its children (see [`crate::select`]).
+pub const PARKED_IN_SELECT: Landing = Landing {
+    sets: &[AvailableAt, WaitTopic, AwaitingChildren],
+    ..SLEEPING
+};
+
 /// A completion ([`COMPLETE`](super::COMPLETE)): the output stored, any earlier error
 /// cleared. The worker id stays, naming who completed it.
 pub const COMPLETED: Landing = Landing {
@@ -374,8 +381,8 @@ mod tests {
     use crate::transition::{
         Announce, CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE,
         EXPIRE, EXTEND_LEASE, FAIL, FORK, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
-        SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_CHILDREN, WAIT_EVENT, WAITABLE,
-        WAKE_ON_EVENT, WAKE_PARENT,
+        SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_ANY, WAIT_CHILDREN, WAIT_EVENT,
+        WAITABLE, WAKE_ON_EVENT, WAKE_PARENT,
     };
 
     fn run(status: RunStatus) -> WorkflowRun {
@@ -407,6 +414,7 @@ mod tests {
         &START_CHILD,
         &WAIT_CHILDREN,
         &WAKE_PARENT,
+        &WAIT_ANY,
     ];
 
     #[test]
@@ -434,6 +442,7 @@ mod tests {
             &SLEEPING,
             &PARKED_ON_EVENT,
             &PARKED_ON_CHILDREN,
+            &PARKED_IN_SELECT,
             &COMPLETED,
             &FAILED_FOR_GOOD,
             &BACKED_OFF,
@@ -532,6 +541,7 @@ mod tests {
             &SLEEPING,
             &PARKED_ON_EVENT,
             &PARKED_ON_CHILDREN,
+            &PARKED_IN_SELECT,
             &COMPLETED,
             &FAILED_FOR_GOOD,
             &BACKED_OFF,

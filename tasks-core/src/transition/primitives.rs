@@ -4,7 +4,7 @@
 #[cfg(doc)]
 use crate::store::notify::Notification;
 
-use super::landing::{PARKED_ON_CHILDREN, PARKED_ON_EVENT};
+use super::landing::{PARKED_IN_SELECT, PARKED_ON_CHILDREN, PARKED_ON_EVENT};
 use super::runs::CANCEL;
 use super::{Announce, Transition, status_in};
 use crate::error::Operation;
@@ -40,6 +40,22 @@ pub const WAKE_ON_EVENT: Transition = Transition {
     announce: Announce::Available,
     announce_status: false,
 };
+
+/// [`WAKE_ON_EVENT`]'s condition on the run's `wait_topic`, in SQL, with `topic` the
+/// placeholder bound to the event's topic: the run waits on that topic, or it is parked in
+/// a select over several topics ([`ANY_TOPIC`](crate::select::ANY_TOPIC)).
+pub fn waits_on_topic_sql(topic: &str) -> String {
+    format!(
+        "wait_topic IN ({topic}, '{any}')",
+        any = crate::select::ANY_TOPIC
+    )
+}
+
+/// [`waits_on_topic_sql`] in code: whether a run whose `wait_topic` is `wait_topic` is
+/// woken by an event on `topic`.
+pub fn waits_on_topic(wait_topic: Option<&str>, topic: &str) -> bool {
+    wait_topic.is_some_and(|waits| waits == topic || waits == crate::select::ANY_TOPIC)
+}
 
 /// An event wait of a running run by its worker: consumes an event, times out, or parks the
 /// run (`status` sleeping until the timeout, `worker_id` cleared, `wait_topic` set). Every
@@ -81,6 +97,19 @@ pub const WAIT_CHILDREN: Transition = Transition {
     lands: &[PARKED_ON_CHILDREN],
     announce_status: true,
     ..Transition::leased(Operation::WaitForChildren)
+};
+
+// ---- Selects ----
+
+/// The look of a select of a running run by its worker
+/// ([`SelectStore::wait_for_any`](crate::SelectStore::wait_for_any)): leaves the run running
+/// when something is ready (clearing `wait_topic` and `awaiting_children`), or parks it
+/// (sleeping until the earliest timer, no worker, on its topics and children). Only the
+/// parking write announces (the run sleeping), like an event wait's.
+pub const WAIT_ANY: Transition = Transition {
+    lands: &[PARKED_IN_SELECT],
+    announce_status: true,
+    ..Transition::leased(Operation::WaitForAny)
 };
 
 /// The half of a child's completion, failure for good or cancel that wakes its parent, in
@@ -151,6 +180,15 @@ mod tests {
 
     fn run(status: RunStatus, worker: Option<&str>) -> WorkflowRun {
         WorkflowRun::for_tests(status, worker.map(str::to_owned))
+    }
+
+    #[test]
+    fn a_send_wakes_a_wait_on_its_topic_or_on_any() {
+        assert!(waits_on_topic(Some("a"), "a"));
+        assert!(waits_on_topic(Some(""), "a"));
+        assert!(!waits_on_topic(Some("b"), "a"));
+        assert!(!waits_on_topic(None, "a"));
+        assert_eq!(waits_on_topic_sql("$3"), "wait_topic IN ($3, '')");
     }
 
     #[test]

@@ -72,6 +72,15 @@ impl<O> ChildHandle<O> {
     pub fn step_name(&self) -> &str {
         &self.step_name
     }
+
+    /// A copy of the handle, whatever `O` is (the derived `Clone` asks `O: Clone`).
+    pub(crate) fn duplicate(&self) -> Self {
+        ChildHandle {
+            run_id: self.run_id,
+            step_name: self.step_name.clone(),
+            output: PhantomData,
+        }
+    }
 }
 
 /// Why a child did not give its parent an output. The parent may handle it; the same error

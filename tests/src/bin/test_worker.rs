@@ -152,6 +152,35 @@ async fn approval(ctx: WorkflowContext, input: ApprovalInput) -> Result<String, 
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct SelectInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+    /// The select's timer.
+    timer_millis: u64,
+}
+
+/// Records an effect, waits for an approval or the timer, whichever comes first, records
+/// another effect, returns the winner.
+#[workflow(name = "test-select", events(TestApproval))]
+async fn select(ctx: WorkflowContext, input: SelectInput) -> Result<String, WorkflowError> {
+    let url = &input.effects_database_url;
+    record_effect(url, ctx.run_id(), "before".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    let winner = ctx
+        .select("decision")
+        .event(|approval: TestApproval| format!("approved by {}", approval.by))
+        .timer(Duration::from_millis(input.timer_millis), || {
+            "expired".to_owned()
+        })
+        .await?;
+    record_effect(url, ctx.run_id(), "after".into(), 0)
+        .await
+        .map_err(WorkflowError::from_boxed)?;
+    Ok(winner)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct ChildInput {
     /// The Postgres database holding `tasks_test.effects`.
     effects_database_url: String,
