@@ -75,6 +75,11 @@ pub enum Operation {
     RetryRun,
     /// [`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run).
     ForkRun,
+    // Continue-as-new.
+    /// [`ContinueStore::continue_run`](crate::ContinueStore::continue_run).
+    ContinueRun,
+    /// [`ContinueStore::lineage_head`](crate::ContinueStore::lineage_head).
+    LineageHead,
     // Retention.
     /// [`RetentionStore::purge_runs`](crate::RetentionStore::purge_runs).
     PurgeRuns,
@@ -159,6 +164,8 @@ impl Operation {
             Operation::ListEvents => "listing the events of a workflow run",
             Operation::RetryRun => "retrying a workflow run",
             Operation::ForkRun => "forking a workflow run",
+            Operation::ContinueRun => "continuing a workflow run as a new run",
+            Operation::LineageHead => "finding the current run of a lineage",
             Operation::PurgeRuns => "purging finished workflow runs",
             Operation::RetentionTurn => "taking the retention turn",
             Operation::StartChild => "starting a child workflow run",
@@ -189,6 +196,7 @@ impl Operation {
             Operation::ForkRun => "fork",
             Operation::SleepRun => "sleep",
             Operation::CompleteRun => "complete",
+            Operation::ContinueRun => "continue as new",
             Operation::FailRun => "fail",
             Operation::ReleaseRun => "release",
             Operation::ExtendLease => "extend the lease of",
@@ -449,6 +457,8 @@ pub enum Capability {
     Retention,
     /// The figures of an operator's overview ([`OverviewStore`](crate::OverviewStore)).
     Overview,
+    /// Continue-as-new ([`ContinueStore`](crate::ContinueStore)).
+    Continuation,
 }
 
 impl Capability {
@@ -463,6 +473,7 @@ impl Capability {
             Capability::Queues => "named queues",
             Capability::Retention => "purging finished runs",
             Capability::Overview => "the overview's figures",
+            Capability::Continuation => "continue-as-new",
         }
     }
 }

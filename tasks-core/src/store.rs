@@ -69,6 +69,7 @@ pub use steps::{CreateStepAttempt, RecordStepAttempt, StepStore, StepUpdate};
 // The capabilities live beside the records they keep; named here too, so that the whole
 // contract is one module away.
 pub use crate::children::ChildStore;
+pub use crate::continuation::ContinueStore;
 pub use crate::events::EventStore;
 pub use crate::retention::RetentionStore;
 pub use crate::schedule::ScheduleStore;
@@ -103,10 +104,10 @@ pub use crate::state::StateStore;
 /// capabilities. Every store implements it with three traits it requires: [`RunStore`]
 /// (runs as records), [`LeaseStore`] (claims, leases and the end of a run) and
 /// [`StepStore`] (step attempts). The primitives are capabilities, one trait each, that a
-/// store implements when it can and returns from its accessor (all eight at once with
+/// store implements when it can and returns from its accessor (all nine at once with
 /// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
 /// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`],
-/// [`RetentionStore`] and [`OverviewStore`]. The engine asks for the capability it uses
+/// [`RetentionStore`], [`OverviewStore`] and [`ContinueStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
 /// [`StoreError::Unsupported`] naming it; nothing panics.
 #[async_trait]
@@ -203,6 +204,16 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
         ))
     }
 
+    /// This store's continue-as-new: `Ok(self)` in a store that implements
+    /// [`ContinueStore`]; the default is [`StoreError::Unsupported`] naming
+    /// [`Capability::Continuation`].
+    fn continuation(&self) -> StoreResult<&dyn ContinueStore> {
+        Err(StoreError::unsupported(
+            Capability::Continuation,
+            self.namespace(),
+        ))
+    }
+
     /// This store's retention (purging finished runs): `Ok(self)` in a store that implements
     /// [`RetentionStore`]; the default is [`StoreError::Unsupported`] naming
     /// [`Capability::Retention`].
@@ -215,8 +226,8 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
 }
 
 /// The accessors of every capability of [`Store`], each answering `Ok(self)`: written inside
-/// the `impl Store` of a store that implements all eight capability traits, instead of
-/// eight one-line methods. A store that lacks some writes the accessors of those it has by
+/// the `impl Store` of a store that implements all nine capability traits, instead of
+/// nine one-line methods. A store that lacks some writes the accessors of those it has by
 /// hand and keeps the defaults ([`StoreError::Unsupported`]) for the others.
 ///
 /// ```rust,ignore
@@ -254,6 +265,9 @@ macro_rules! every_capability {
             ::core::result::Result::Ok(self)
         }
         fn overview(&self) -> $crate::StoreResult<&dyn $crate::OverviewStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn continuation(&self) -> $crate::StoreResult<&dyn $crate::ContinueStore> {
             ::core::result::Result::Ok(self)
         }
     };

@@ -5,9 +5,11 @@
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
 use crate::MemoryStore;
+use crate::continuation::head;
 use crate::runs::{Inserted, NewRun};
 use crate::tables::{Space, Tx};
 use async_trait::async_trait;
+use tasks_core::continuation::forwards;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -127,6 +129,11 @@ impl EventStore for MemoryStore {
                     .space
                     .run_by_key(workflow_name, idempotency_key)
                     .map(|row| row.run.clone()),
+            };
+            // A run that continued as new hands the event to its lineage's current run.
+            let target = match target.as_ref().and_then(forwards) {
+                Some(lineage) => head(tx.space, lineage).or(target),
+                None => target,
             };
             let run = match target {
                 Some(run) if SEND_EVENT.admits(&run, None) => run,
