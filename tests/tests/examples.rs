@@ -100,6 +100,7 @@ examples! {
     parallel_steps => "(three 300 ms steps, run concurrently)",
     branches => "africa/fetch_temperature:1 -> 15.0",
     durable_sleep => "result: sent to grace after",
+    continue_as_new => "result: stopped (done for today) after",
     retry => "result: s3://bucket/report.pdf#1028",
     rate_limited => "next run: synced account-7",
     retry_and_fork => "result: 60",
