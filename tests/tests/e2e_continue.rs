@@ -174,7 +174,33 @@ async fn a_loop_continues_until_it_is_done(backend: Backend) {
         last.id,
         "the lineage's current run is its last"
     );
+    // `tasks runs show` names both links of a run in the middle of the lineage.
+    let shown = runs_show(&store, chain[1].id).await;
+    assert!(
+        shown.contains(&format!("continued from  {}", chain[0].id)),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("continued as    {}", chain[2].id)), "{shown}");
+    assert!(shown.contains(&format!("lineage         {}", run.id())), "{shown}");
     worker.shutdown().await;
+}
+
+/// What `tasks runs show <id>` prints on the test store's client.
+async fn runs_show(store: &support::TestStore, id: Uuid) -> String {
+    use tasks::cli::clap::Parser as _;
+    let id = id.to_string();
+    let cli = tasks::cli::Cli::try_parse_from(["tasks", "runs", "show", &id]).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli
+        .tasks
+        .execute_with(&client(store), &mut out, &mut err)
+        .await;
+    assert!(
+        matches!(exit, tasks::cli::Exit::Success),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    String::from_utf8(out).unwrap()
 }
 
 async fn events_sent_to_the_lineage_are_not_lost(backend: Backend) {
