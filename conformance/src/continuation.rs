@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tasks_core::continuation::{ContinueRun, ContinuedRun};
 #[cfg(doc)]
 use tasks_core::ContinueStore;
+use tasks_core::continuation::{ContinueRun, ContinuedRun};
 use tasks_core::transition::CONTINUED;
 use tasks_core::{
     Concurrency, CreateRun, EventTarget, ListRuns, ParentCancel, RunStatus, SendEvent, StartChild,
@@ -101,8 +101,14 @@ pub async fn continue_run_hands_over_to_a_successor(setup: impl Setup) {
     assert_eq!(finished.status, RunStatus::Completed);
     assert_eq!(finished.output, None);
     assert_eq!(finished.continued_as_run_id, Some(successor.id));
-    assert_eq!(finished.idempotency_key, None, "the key moved to the successor");
-    assert_eq!(store.get_run(first.id).await.unwrap(), Some(finished.clone()));
+    assert_eq!(
+        finished.idempotency_key, None,
+        "the key moved to the successor"
+    );
+    assert_eq!(
+        store.get_run(first.id).await.unwrap(),
+        Some(finished.clone())
+    );
 
     assert_ne!(successor.id, first.id);
     assert_eq!(successor.status, RunStatus::Pending);
@@ -114,14 +120,20 @@ pub async fn continue_run_hands_over_to_a_successor(setup: impl Setup) {
     assert_eq!(successor.queue, "continue/queue");
     assert_eq!(successor.idempotency_key.as_deref(), Some("lineage-key"));
     assert_eq!(successor.attempts, 0);
-    assert_eq!(successor.deadline_at, None, "a deadline is the finished run's");
+    assert_eq!(
+        successor.deadline_at, None,
+        "a deadline is the finished run's"
+    );
     assert_eq!(successor.parent_run_id, None);
     assert_eq!(successor.lineage_root_id, Some(first.id));
     assert_eq!(successor.lineage_id(), first.id);
     assert_eq!(successor.continued_from_run_id, Some(first.id));
     assert_eq!(successor.continued_as_run_id, None);
     assert_near_now(successor.available_at, "available_at");
-    assert_eq!(store.get_run(successor.id).await.unwrap(), Some(successor.clone()));
+    assert_eq!(
+        store.get_run(successor.id).await.unwrap(),
+        Some(successor.clone())
+    );
     assert!(store.step_history(successor.id).await.unwrap().is_empty());
     // The successor keeps the key's concurrency limit.
     let keyed = store
@@ -135,14 +147,21 @@ pub async fn continue_run_hands_over_to_a_successor(setup: impl Setup) {
     assert!(keyed.iter().any(|run| run.id == successor.id), "{keyed:?}");
 
     let lineage = store.continuation().unwrap();
-    assert_eq!(lineage.lineage_head(first.id).await.unwrap(), Some(successor.clone()));
+    assert_eq!(
+        lineage.lineage_head(first.id).await.unwrap(),
+        Some(successor.clone())
+    );
     // A second hand-over: the lineage is still the first run's.
     let second = claim(&store, successor.id).await;
     let third = continued(&store, continuing(&second, json!({ "round": 3 }))).await;
     assert_eq!(third.successor.lineage_root_id, Some(first.id));
     assert_eq!(third.successor.continued_from_run_id, Some(successor.id));
     assert_eq!(
-        lineage.lineage_head(first.id).await.unwrap().map(|run| run.id),
+        lineage
+            .lineage_head(first.id)
+            .await
+            .unwrap()
+            .map(|run| run.id),
         Some(third.successor.id)
     );
     assert_eq!(count_runs(&store).await, 3);
@@ -265,9 +284,18 @@ pub async fn unconsumed_events_move_to_the_successor(setup: impl Setup) {
     let store = setup.store().await;
     let claimed = create_claimed(&store).await;
     let events = store.events().unwrap();
-    events.send_event(send(claimed.id, "topic", 1)).await.unwrap();
-    events.send_event(send(claimed.id, "topic", 2)).await.unwrap();
-    events.send_event(send(claimed.id, "other", 3)).await.unwrap();
+    events
+        .send_event(send(claimed.id, "topic", 1))
+        .await
+        .unwrap();
+    events
+        .send_event(send(claimed.id, "topic", 2))
+        .await
+        .unwrap();
+    events
+        .send_event(send(claimed.id, "other", 3))
+        .await
+        .unwrap();
     // The run consumes the first event of `topic`.
     let wait = events
         .wait_for_event(WaitForEvent {
@@ -287,11 +315,18 @@ pub async fn unconsumed_events_move_to_the_successor(setup: impl Setup) {
     assert_eq!(kept[0].payload, json!({ "n": 1 }));
     assert!(kept[0].consumed_at.is_some());
     let moved = events.list_events(done.successor.id).await.unwrap();
-    let mut payloads: Vec<_> = moved.iter().map(|event| event.payload["n"].clone()).collect();
+    let mut payloads: Vec<_> = moved
+        .iter()
+        .map(|event| event.payload["n"].clone())
+        .collect();
     payloads.sort_by_key(|n| n.as_u64());
     assert_eq!(payloads, vec![json!(2), json!(3)]);
     assert!(moved.iter().all(|event| event.consumed_at.is_none()));
-    assert!(moved.iter().all(|event| event.workflow_run_id == done.successor.id));
+    assert!(
+        moved
+            .iter()
+            .all(|event| event.workflow_run_id == done.successor.id)
+    );
 }
 
 /// An event sent to a run that continued, by id or by the key its lineage holds, reaches
@@ -307,12 +342,16 @@ pub async fn sends_to_a_continued_run_reach_the_lineage_head(setup: impl Setup) 
         .await
         .unwrap();
     let claimed = claim(&store, first.id).await;
-    let second = continued(&store, continuing(&claimed, json!(2))).await.successor;
+    let second = continued(&store, continuing(&claimed, json!(2)))
+        .await
+        .successor;
     let events = store.events().unwrap();
     let sent = events.send_event(send(first.id, "t", 1)).await.unwrap();
     assert_eq!(sent.event.workflow_run_id, second.id);
     let second = claim(&store, second.id).await;
-    let third = continued(&store, continuing(&second, json!(3))).await.successor;
+    let third = continued(&store, continuing(&second, json!(3)))
+        .await
+        .successor;
     for target in [
         EventTarget::Run(first.id),
         EventTarget::Run(second.id),
@@ -322,7 +361,10 @@ pub async fn sends_to_a_continued_run_reach_the_lineage_head(setup: impl Setup) 
             idempotency_key: "k".into(),
         },
     ] {
-        let sent = events.send_event(send(target.clone(), "t", 2)).await.unwrap();
+        let sent = events
+            .send_event(send(target.clone(), "t", 2))
+            .await
+            .unwrap();
         assert_eq!(sent.event.workflow_run_id, third.id, "sent to {target:?}");
     }
     assert_eq!(events.list_events(third.id).await.unwrap().len(), 5);

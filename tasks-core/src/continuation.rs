@@ -138,9 +138,17 @@ mod tests {
     #[test]
     fn a_run_that_continued_forwards_to_its_lineage() {
         let mut first = WorkflowRun::for_tests(RunStatus::Completed, None);
-        assert_eq!(forwards(&first), None, "a plain completion keeps its events");
+        assert_eq!(
+            forwards(&first),
+            None,
+            "a plain completion keeps its events"
+        );
         first.continued_as_run_id = Some(Uuid::now_v7());
-        assert_eq!(forwards(&first), Some(first.id), "the first run is the lineage");
+        assert_eq!(
+            forwards(&first),
+            Some(first.id),
+            "the first run is the lineage"
+        );
         let mut second = WorkflowRun::for_tests(RunStatus::Completed, None);
         second.lineage_root_id = Some(first.id);
         second.continued_as_run_id = Some(Uuid::now_v7());

@@ -154,7 +154,10 @@ impl PgStore {
     async fn send_event_once(&self, params: &SendEvent) -> StoreResult<SentEvent> {
         const OPERATION: Operation = Operation::SendEvent;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
-        let run = match self.lock_recipient(&mut tx, &params.target, OPERATION).await? {
+        let run = match self
+            .lock_recipient(&mut tx, &params.target, OPERATION)
+            .await?
+        {
             Some(run) if SEND_EVENT.admits(&run, None) => run,
             Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
             None => return Err(not_found(&params.target)),

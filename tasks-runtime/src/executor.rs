@@ -280,13 +280,12 @@ impl Executor {
                 return Outcome::Sleeping(wait);
             }
             Finished::Halted(Halt::Fail(record)) => fail(session, record, true).await,
-            Finished::Halted(Halt::Continue(input)) => session
-                .continue_as_new(input)
-                .await
-                .map(|continued| {
+            Finished::Halted(Halt::Continue(input)) => {
+                session.continue_as_new(input).await.map(|continued| {
                     tracing::info!(successor.id = %continued.successor.id, "run continued as new");
                     Outcome::Continued
-                }),
+                })
+            }
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");
                 return Outcome::Interrupted;

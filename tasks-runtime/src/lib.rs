@@ -29,8 +29,8 @@ pub use tasks_postgres as postgres;
 // The records, limits, failures, retry policy and the store contract are `tasks-core`'s,
 // under the paths they have always had here.
 pub use tasks_core::{
-    children, clock, continuation, error, events, failure, flow, holder, idempotency, limits, model, queue,
-    retention, retry, schedule, state, store, trace,
+    children, clock, continuation, error, events, failure, flow, holder, idempotency, limits,
+    model, queue, retention, retry, schedule, state, store, trace,
 };
 use tasks_core::{migration, transition};
 
@@ -42,11 +42,11 @@ pub use client::{
     Signalled, StartBuilder, StartOptions, Started, WAIT_SAFETY_REREAD, WaitError,
 };
 pub use clock::{Clock, ClockError};
-pub use continuation::{ContinueRun, ContinueStore, ContinuedRun};
 pub use context::WorkflowContext;
 pub use context::branches::Branch;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
+pub use continuation::{ContinueRun, ContinueStore, ContinuedRun};
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
     WorkflowOutput,

@@ -10,12 +10,12 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::continuation::HEAD_SQL;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
-use crate::continuation::HEAD_SQL;
 use tasks_core::continuation::forwards;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::events::{

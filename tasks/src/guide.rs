@@ -26,7 +26,7 @@
 //!
 //! - [`start`]: starting runs (typed, by name with JSON, with options) and sending events.
 //! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
-//!   events, state, children, flow control, schedules, retention.
+//!   events, state, children, continue-as-new, flow control, schedules, retention.
 //! - [`versioning`]: changing a workflow's code under runs in flight.
 //! - [`errors`]: which call returns which error, and how the errors nest.
 //! - [`limits`]: the values every store refuses, and the error it gives.

@@ -119,7 +119,10 @@ async fn lineage(store: &support::TestStore, first: Uuid) -> Vec<WorkflowRun> {
         .map(|run| (run.id, run))
         .collect();
     let mut chain = vec![runs[&first].clone()];
-    assert_eq!(chain[0].lineage_root_id, None, "the first run is the lineage");
+    assert_eq!(
+        chain[0].lineage_root_id, None,
+        "the first run is the lineage"
+    );
     assert_eq!(chain[0].lineage_id(), first);
     while let Some(next) = chain.last().unwrap().continued_as_run_id {
         let previous = chain.last().unwrap();
@@ -131,14 +134,25 @@ async fn lineage(store: &support::TestStore, first: Uuid) -> Vec<WorkflowRun> {
         assert_eq!(successor.workflow_name, previous.workflow_name);
         chain.push(successor);
     }
-    let members = runs.values().filter(|run| run.lineage_id() == first).count();
-    assert_eq!(members, chain.len(), "every run of the lineage is on its chain");
+    let members = runs
+        .values()
+        .filter(|run| run.lineage_id() == first)
+        .count();
+    assert_eq!(
+        members,
+        chain.len(),
+        "every run of the lineage is on its chain"
+    );
     for run in &chain {
         let successors = runs
             .values()
             .filter(|other| other.continued_from_run_id == Some(run.id))
             .count();
-        assert!(successors <= 1, "run {} has {successors} successors", run.id);
+        assert!(
+            successors <= 1,
+            "run {} has {successors} successors",
+            run.id
+        );
     }
     chain
 }
@@ -153,7 +167,11 @@ async fn a_loop_continues_until_it_is_done(backend: Backend) {
     };
     let run = countdown::start(&client(&store), input).await.unwrap();
     let sum = run.result_within(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(sum, (1..=10).sum::<u64>(), "the first run's handle awaits the lineage");
+    assert_eq!(
+        sum,
+        (1..=10).sum::<u64>(),
+        "the first run's handle awaits the lineage"
+    );
     let chain = lineage(&store, run.id()).await;
     assert_eq!(chain.len(), 4, "3 + 3 + 3 + 1 ticks");
     let last = chain.last().unwrap();
@@ -162,7 +180,11 @@ async fn a_loop_continues_until_it_is_done(backend: Backend) {
     for (i, run) in chain.iter().enumerate() {
         let steps = store.step_history(run.id).await.unwrap();
         let expected = if i < 3 { 3 } else { 1 };
-        assert_eq!(steps.len(), expected, "each run starts with an empty history");
+        assert_eq!(
+            steps.len(),
+            expected,
+            "each run starts with an empty history"
+        );
     }
     assert_eq!(
         chain[1].input,
@@ -180,8 +202,14 @@ async fn a_loop_continues_until_it_is_done(backend: Backend) {
         shown.contains(&format!("continued from  {}", chain[0].id)),
         "{shown}"
     );
-    assert!(shown.contains(&format!("continued as    {}", chain[2].id)), "{shown}");
-    assert!(shown.contains(&format!("lineage         {}", run.id())), "{shown}");
+    assert!(
+        shown.contains(&format!("continued as    {}", chain[2].id)),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("lineage         {}", run.id())),
+        "{shown}"
+    );
     worker.shutdown().await;
 }
 
@@ -237,7 +265,12 @@ async fn events_sent_to_the_lineage_are_not_lost(backend: Backend) {
     let mut events = 0;
     for run in &chain {
         let received = store.events().unwrap().list_events(run.id).await.unwrap();
-        assert_eq!(received.len(), 1, "run {} took one coin: {received:?}", run.id);
+        assert_eq!(
+            received.len(),
+            1,
+            "run {} took one coin: {received:?}",
+            run.id
+        );
         assert!(received[0].consumed_at.is_some());
         events += received.len();
     }
@@ -281,7 +314,10 @@ async fn the_idempotency_key_follows_the_lineage(backend: Backend) {
         "a start with the key finds the lineage's current run, not a new lineage"
     );
     let continued = store.get_run(first.id()).await.unwrap().unwrap();
-    assert_eq!(continued.idempotency_key, None, "the key moved to the successor");
+    assert_eq!(
+        continued.idempotency_key, None,
+        "the key moved to the successor"
+    );
     let successor = store.get_run(second).await.unwrap().unwrap();
     assert_eq!(successor.idempotency_key.as_deref(), Some("inbox-7"));
     // A send by key reaches the current run too.
@@ -378,7 +414,11 @@ async fn worker_kills_during_hand_overs_leave_one_successor_each(backend: Backen
     let chain = lineage(&store, first.id).await;
     assert_eq!(chain.len(), TOTAL as usize, "one run per iteration");
     let counts = effect_counts(&effects, first.id).await;
-    assert_eq!(counts.len(), TOTAL as usize, "every iteration ran: {counts:?}");
+    assert_eq!(
+        counts.len(),
+        TOTAL as usize,
+        "every iteration ran: {counts:?}"
+    );
     let twice = counts.values().filter(|&&count| count > 1).count();
     assert!(
         counts.values().all(|&count| count <= 2) && twice <= 4,

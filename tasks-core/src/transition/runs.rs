@@ -12,8 +12,8 @@ use uuid::Uuid;
 use crate::error::StoreError;
 
 use super::landing::{
-    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CONTINUED, EXPIRED, FAILED_FOR_GOOD, PAUSED, QUARANTINED,
-    RELEASED, RESUMED, RETRIED, SLEEPING,
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CONTINUED, EXPIRED, FAILED_FOR_GOOD, PAUSED,
+    QUARANTINED, RELEASED, RESUMED, RETRIED, SLEEPING,
 };
 use super::{Announce, Transition, WAITABLE, status_in};
 use crate::error::Operation;

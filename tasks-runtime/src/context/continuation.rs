@@ -54,8 +54,7 @@ impl WorkflowContext {
     ) -> Result<W::Output, WorkflowError> {
         let definition = W::definition();
         let run = &self.inner.run;
-        if definition.name != run.workflow_name || definition.version != run.version.as_deref()
-        {
+        if definition.name != run.workflow_name || definition.version != run.version.as_deref() {
             return Err(WorkflowError::msg(format!(
                 "workflow run {} of {} cannot continue as new as workflow {}: a run continues \
                  as its own workflow",
@@ -85,8 +84,7 @@ impl WorkflowContext {
                 "does not decode into the workflow's input type: {error}"
             ))
         })?;
-        limits::check_json(Field::Input, &input)
-            .map_err(|error| input_error(error.to_string()))?;
+        limits::check_json(Field::Input, &input).map_err(|error| input_error(error.to_string()))?;
         self.check_interrupted().await;
         // Earlier steps are durable before the run finishes.
         self.flush().await;
