@@ -426,6 +426,106 @@ async fn worker_kills_during_hand_overs_leave_one_successor_each(backend: Backen
     );
 }
 
+/// Postgres: the worker process is SIGKILLed *inside* the hand-over's transaction. A lock
+/// the test holds on the event the hand-over moves stops the transaction after it finished
+/// the run and inserted the successor, uncommitted; the kill then leaves the run running,
+/// with no successor, once the orphaned transaction is rolled back. A new worker runs the
+/// run again and its lineage finishes with one successor per run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_kill_inside_the_hand_over_transaction_leaves_no_successor() {
+    let store = Backend::Postgres.store().await;
+    let support::Pool::Postgres(pool) = store.pool() else {
+        unreachable!("a Postgres store")
+    };
+    let effects = effects_pool().await;
+    let first = store
+        .create_run(CreateRun {
+            input: Some(json!({
+                "effects_database_url": tasks_tests::database_url(),
+                "done": 0,
+                "total": 3,
+                "per_run": 1,
+            })),
+            ..CreateRun::new("test-continue")
+        })
+        .await
+        .unwrap();
+    // An event the hand-over moves to the successor, locked by the test.
+    store
+        .events()
+        .unwrap()
+        .send_event(tasks::store::SendEvent {
+            target: first.id.into(),
+            topic: "pending-mail".into(),
+            payload: json!({ "n": 1 }),
+            dedup_key: None,
+        })
+        .await
+        .unwrap();
+    let mut locker = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM tasks.events WHERE workflow_run_id = $1 FOR UPDATE")
+        .bind(first.id)
+        .fetch_all(&mut *locker)
+        .await
+        .unwrap();
+
+    let mut process = spawn_worker(&store.url(), store.namespace(), 1_000);
+    // The hand-over waits on the test's lock: the run is finished and the successor
+    // inserted in its transaction, which cannot commit.
+    eventually!(Duration::from_secs(30), {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE tasks.events SET workflow_run_id%'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (waiting > 0).then_some(())
+    });
+    process.0.kill().expect("SIGKILL the worker inside the hand-over");
+    process.0.wait().unwrap();
+    locker.rollback().await.unwrap();
+    // The orphaned transaction gets the lock, finds its client gone and rolls back.
+    eventually!(Duration::from_secs(30), {
+        let (open,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE query LIKE 'UPDATE tasks.events SET workflow_run_id%' AND state <> 'idle'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (open == 0).then_some(())
+    });
+    let stranded = store.get_run(first.id).await.unwrap().unwrap();
+    assert_eq!(stranded.status, RunStatus::Running, "the finish rolled back");
+    assert_eq!(stranded.continued_as_run_id, None);
+    assert_eq!(all_runs(&store).await.len(), 1, "the successor rolled back");
+    let mail = store.events().unwrap().list_events(first.id).await.unwrap();
+    assert_eq!(mail.len(), 1, "the event stayed with the run");
+
+    let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
+    let last = eventually!(Duration::from_secs(60), {
+        let head = store
+            .continuation()
+            .unwrap()
+            .lineage_head(first.id)
+            .await
+            .unwrap()
+            .unwrap();
+        head.status.is_terminal().then_some(head)
+    });
+    assert_eq!(last.status, RunStatus::Completed, "{:?}", last.error);
+    assert_eq!(last.output, Some(json!(3)));
+    let chain = lineage(&store, first.id).await;
+    assert_eq!(chain.len(), 3);
+    assert_eq!(chain[0].attempts, 2, "the first run was claimed again after the kill");
+    let moved = store.events().unwrap().list_events(last.id).await.unwrap();
+    assert_eq!(moved.len(), 1, "the event moved along the lineage: {moved:?}");
+    let counts = effect_counts(&effects, first.id).await;
+    assert_eq!(counts.get("iteration-000"), Some(&1), "its step was recorded: {counts:?}");
+    assert_eq!(counts.len(), 3, "{counts:?}");
+}
+
 every_store!(
     a_loop_continues_until_it_is_done,
     events_sent_to_the_lineage_are_not_lost,
