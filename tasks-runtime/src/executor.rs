@@ -280,12 +280,26 @@ impl Executor {
                 return Outcome::Sleeping(wait);
             }
             Finished::Halted(Halt::Fail(record)) => fail(session, record, true).await,
-            Finished::Halted(Halt::Continue(input)) => {
-                session.continue_as_new(input).await.map(|continued| {
+            Finished::Halted(Halt::Continue(input)) => match session.continue_as_new(input).await {
+                Ok(continued) => {
                     tracing::info!(successor.id = %continued.successor.id, "run continued as new");
-                    Outcome::Continued
-                })
-            }
+                    Ok(Outcome::Continued)
+                }
+                // Another execution would make the same call and be refused the same way.
+                Err(
+                    refused @ (StoreError::Unsupported { .. } | StoreError::InvalidArgument(_)),
+                ) => {
+                    let kind = match refused {
+                        StoreError::Unsupported { .. } => "unsupported",
+                        _ => "continue_as_new",
+                    };
+                    let record = ErrorRecord::from_error(&refused)
+                        .with_kind(kind)
+                        .non_retryable();
+                    fail(session, record, true).await
+                }
+                Err(error) => Err(error),
+            },
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");
                 return Outcome::Interrupted;

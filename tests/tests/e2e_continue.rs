@@ -3,7 +3,7 @@
 //! hand-overs; the idempotency key following the lineage; a refused continue; and worker
 //! processes SIGKILLed over and over while a lineage hands over (the SQL stores).
 
-use crate::e2e_recovery::{effect_counts, effects_pool, spawn_worker};
+use crate::e2e_recovery::{Flaky, effect_counts, effects_pool, spawn_worker};
 use crate::support;
 
 use std::collections::HashMap;
@@ -361,6 +361,44 @@ async fn continuing_as_another_workflow_fails_the_run(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// A store without the continue-as-new capability (a wrapper that does not pass it on)
+/// answers `Unsupported`, which fails the run for good with kind `unsupported`, once.
+async fn a_store_without_the_capability_fails_the_run(backend: Backend) {
+    let store = backend.store().await;
+    let without = tasks::SharedStore::new(Flaky::over(store.shared()));
+    assert!(without.contract().continuation().is_err());
+    let worker = tasks::Worker::builder(without.clone())
+        .lease(Duration::from_secs(20))
+        .build()
+        .unwrap()
+        .spawn();
+    let run = countdown::start(
+        &tasks::Client::new(without).unwrap(),
+        Countdown {
+            left: 2,
+            per_run: 1,
+            sum: 0,
+        },
+    )
+    .await
+    .unwrap();
+    match run.result_within(Duration::from_secs(20)).await {
+        Err(RunError::Failed { error, .. }) => {
+            assert_eq!(error.kind.as_deref(), Some("unsupported"), "{error:?}");
+            assert!(
+                error.message.contains("continue-as-new"),
+                "{}",
+                error.message
+            );
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let failed = store.get_run(run.id()).await.unwrap().unwrap();
+    assert_eq!(failed.attempts, 1, "the refusal is not retried");
+    assert_eq!(all_runs(&store).await.len(), 1, "no successor was created");
+    worker.shutdown().await;
+}
+
 /// Worker processes are SIGKILLed one after the other while a lineage continues as new
 /// after every iteration, so that kills land during hand-overs: after them, every run of
 /// the lineage has at most one successor, the chain is whole, and the lineage finishes
@@ -482,7 +520,10 @@ async fn postgres_a_kill_inside_the_hand_over_transaction_leaves_no_successor() 
         .unwrap();
         (waiting > 0).then_some(())
     });
-    process.0.kill().expect("SIGKILL the worker inside the hand-over");
+    process
+        .0
+        .kill()
+        .expect("SIGKILL the worker inside the hand-over");
     process.0.wait().unwrap();
     locker.rollback().await.unwrap();
     // The orphaned transaction gets the lock, finds its client gone and rolls back.
@@ -497,7 +538,11 @@ async fn postgres_a_kill_inside_the_hand_over_transaction_leaves_no_successor() 
         (open == 0).then_some(())
     });
     let stranded = store.get_run(first.id).await.unwrap().unwrap();
-    assert_eq!(stranded.status, RunStatus::Running, "the finish rolled back");
+    assert_eq!(
+        stranded.status,
+        RunStatus::Running,
+        "the finish rolled back"
+    );
     assert_eq!(stranded.continued_as_run_id, None);
     assert_eq!(all_runs(&store).await.len(), 1, "the successor rolled back");
     let mail = store.events().unwrap().list_events(first.id).await.unwrap();
@@ -518,11 +563,22 @@ async fn postgres_a_kill_inside_the_hand_over_transaction_leaves_no_successor() 
     assert_eq!(last.output, Some(json!(3)));
     let chain = lineage(&store, first.id).await;
     assert_eq!(chain.len(), 3);
-    assert_eq!(chain[0].attempts, 2, "the first run was claimed again after the kill");
+    assert_eq!(
+        chain[0].attempts, 2,
+        "the first run was claimed again after the kill"
+    );
     let moved = store.events().unwrap().list_events(last.id).await.unwrap();
-    assert_eq!(moved.len(), 1, "the event moved along the lineage: {moved:?}");
+    assert_eq!(
+        moved.len(),
+        1,
+        "the event moved along the lineage: {moved:?}"
+    );
     let counts = effect_counts(&effects, first.id).await;
-    assert_eq!(counts.get("iteration-000"), Some(&1), "its step was recorded: {counts:?}");
+    assert_eq!(
+        counts.get("iteration-000"),
+        Some(&1),
+        "its step was recorded: {counts:?}"
+    );
     assert_eq!(counts.len(), 3, "{counts:?}");
 }
 
@@ -530,6 +586,7 @@ every_store!(
     a_loop_continues_until_it_is_done,
     events_sent_to_the_lineage_are_not_lost,
     the_idempotency_key_follows_the_lineage,
-    continuing_as_another_workflow_fails_the_run;
+    continuing_as_another_workflow_fails_the_run,
+    a_store_without_the_capability_fails_the_run;
     sql: worker_kills_during_hand_overs_leave_one_successor_each,
 );
