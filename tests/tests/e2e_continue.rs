@@ -399,6 +399,44 @@ async fn a_store_without_the_capability_fails_the_run(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// Hand-overs that commit but whose acknowledgement is lost: the worker retries, finds the
+/// run continued by its own claim, and takes the hand-over as done. One successor each.
+async fn a_lost_acknowledgement_of_a_hand_over_creates_one_successor(backend: Backend) {
+    let store = backend.store().await;
+    let flaky = Flaky::continuing(store.shared(), 3);
+    let lost = flaky.lost_continue_acks.clone();
+    let shared = tasks::SharedStore::new(flaky);
+    let worker = tasks::Worker::builder(shared.clone())
+        .lease(Duration::from_secs(20))
+        .build()
+        .unwrap()
+        .spawn();
+    let run = countdown::start(
+        &tasks::Client::new(shared).unwrap(),
+        Countdown {
+            left: 5,
+            per_run: 1,
+            sum: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let sum = run.result_within(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(sum, 15);
+    assert_eq!(
+        lost.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "three acknowledgements were lost"
+    );
+    let chain = lineage(&store, run.id()).await;
+    assert_eq!(chain.len(), 5, "one run per tick, no duplicate successor");
+    assert!(
+        chain.iter().all(|run| run.attempts == 1),
+        "no run was executed again"
+    );
+    worker.shutdown().await;
+}
+
 /// Worker processes are SIGKILLed one after the other while a lineage continues as new
 /// after every iteration, so that kills land during hand-overs: after them, every run of
 /// the lineage has at most one successor, the chain is whole, and the lineage finishes
@@ -587,6 +625,7 @@ every_store!(
     events_sent_to_the_lineage_are_not_lost,
     the_idempotency_key_follows_the_lineage,
     continuing_as_another_workflow_fails_the_run,
-    a_store_without_the_capability_fails_the_run;
+    a_store_without_the_capability_fails_the_run,
+    a_lost_acknowledgement_of_a_hand_over_creates_one_successor;
     sql: worker_kills_during_hand_overs_leave_one_successor_each,
 );
