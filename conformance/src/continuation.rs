@@ -383,6 +383,36 @@ pub async fn sends_to_a_continued_run_reach_the_lineage_head(setup: impl Setup) 
     );
 }
 
+/// A send to the id of a lineage's first run reaches the lineage's current run after the
+/// first run was purged; a send to an id that names no run and no lineage is
+/// `RunNotFound`.
+pub async fn sends_to_a_purged_first_run_reach_the_lineage_head(setup: impl Setup) {
+    let store = setup.store().await;
+    let claimed = create_claimed(&store).await;
+    let successor = continued(&store, continuing(&claimed, json!(2)))
+        .await
+        .successor;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let purged = store
+        .retention()
+        .unwrap()
+        .purge_runs(&tasks_core::PurgeRuns::older_than(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(
+        purged, 1,
+        "the finished first run is purged, its successor lives"
+    );
+    assert_eq!(store.get_run(claimed.id).await.unwrap(), None);
+    let events = store.events().unwrap();
+    let sent = events.send_event(send(claimed.id, "t", 1)).await.unwrap();
+    assert_eq!(sent.event.workflow_run_id, successor.id);
+    assert_err!(
+        events.send_event(send(Uuid::now_v7(), "t", 1)).await,
+        StoreError::RunNotFound { .. }
+    );
+}
+
 /// The head of a lineage nobody started is `None`; the head of a run that never continued
 /// is itself.
 pub async fn lineage_head_of_a_plain_run(setup: impl Setup) {

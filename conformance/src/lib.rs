@@ -372,6 +372,7 @@ macro_rules! conformance_suite {
             continue_run_refuses_children_and_bad_input,
             unconsumed_events_move_to_the_successor,
             sends_to_a_continued_run_reach_the_lineage_head,
+            sends_to_a_purged_first_run_reach_the_lineage_head,
             lineage_head_of_a_plain_run,
         } multi_thread {
             sends_racing_a_hand_over_are_not_lost,

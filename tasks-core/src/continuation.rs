@@ -18,8 +18,10 @@
 //!   finishing worker's claim ([`CONTINUE`]): a stale worker creates nothing.
 //! - A child run cannot continue as new ([`refusal`]): its parent waits for its output.
 //! - An event sent to a run that continued reaches the lineage's current run
-//!   ([`forwards`]); events the finished run had not consumed move to the successor in the
-//!   hand-over's transaction. No event sent to the lineage is lost.
+//!   ([`forwards`], [`recipient_lineage`]), and so does an event sent to the id of a run of
+//!   a lineage that was purged while the lineage lives; events the finished run had not
+//!   consumed move to the successor in the hand-over's transaction. No event sent to the
+//!   lineage is lost.
 //!
 //! [`CONTINUED`]: crate::transition::CONTINUED
 //! [`CONTINUE`]: crate::transition::CONTINUE
@@ -29,6 +31,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
+use crate::events::EventTarget;
 use crate::holder::Holder;
 use crate::limits::{self, Field, LimitError};
 use crate::model::WorkflowRun;
@@ -94,6 +97,19 @@ pub fn forwards(run: &WorkflowRun) -> Option<Uuid> {
     run.continued_as_run_id.map(|_| run.lineage_id())
 }
 
+/// The lineage whose current run takes an event sent to `target`, given the run `target`
+/// names as it is (`named`; `None`: no such run): the lineage of a run that continued as
+/// new ([`forwards`]); and, for a run id that names no run, the lineage that id may start
+/// (its first runs purged while the lineage lives). `None`: `named` takes (or refuses) the
+/// event itself, or the target is unknown.
+pub fn recipient_lineage(named: Option<&WorkflowRun>, target: &EventTarget) -> Option<Uuid> {
+    match (named, target) {
+        (Some(run), _) => forwards(run),
+        (None, EventTarget::Run(id)) => Some(*id),
+        (None, EventTarget::Key { .. }) => None,
+    }
+}
+
 /// How many times a send re-reads the current run of a lineage that moved on between its
 /// read and its lock (the current run continued meanwhile). Each hand-over is one
 /// transaction, so a send that keeps losing the race is a lineage continuing many times a
@@ -153,6 +169,26 @@ mod tests {
         second.lineage_root_id = Some(first.id);
         second.continued_as_run_id = Some(Uuid::now_v7());
         assert_eq!(forwards(&second), Some(first.id));
+        assert_eq!(
+            recipient_lineage(Some(&second), &EventTarget::Run(second.id)),
+            Some(first.id)
+        );
+        let plain = WorkflowRun::for_tests(RunStatus::Running, None);
+        assert_eq!(
+            recipient_lineage(Some(&plain), &EventTarget::Run(plain.id)),
+            None
+        );
+        let gone = Uuid::now_v7();
+        assert_eq!(
+            recipient_lineage(None, &EventTarget::Run(gone)),
+            Some(gone),
+            "a purged first run's id still names its lineage"
+        );
+        let key = EventTarget::Key {
+            workflow_name: "w".into(),
+            idempotency_key: "k".into(),
+        };
+        assert_eq!(recipient_lineage(None, &key), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::continuation::head;
 use crate::runs::{Inserted, NewRun};
 use crate::tables::{Space, Tx};
 use async_trait::async_trait;
-use tasks_core::continuation::forwards;
+use tasks_core::continuation::recipient_lineage;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -131,7 +131,7 @@ impl EventStore for MemoryStore {
                     .map(|row| row.run.clone()),
             };
             // A run that continued as new hands the event to its lineage's current run.
-            let target = match target.as_ref().and_then(forwards) {
+            let target = match recipient_lineage(target.as_ref(), &params.target) {
                 Some(lineage) => head(tx.space, lineage).or(target),
                 None => target,
             };

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::Row as _;
-use tasks_core::continuation::{MAX_FORWARDS, forwards};
+use tasks_core::continuation::{MAX_FORWARDS, recipient_lineage};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -69,23 +69,19 @@ impl From<EventRow> for RunEvent {
 impl PgStore {
     /// Locks the run an event sent to `target` goes to in `conn`'s transaction and reads it;
     /// `None` when `target` does not exist in this namespace. A run that continued as new
-    /// is followed to the current run of its lineage ([`forwards`]), which is locked and
-    /// read instead.
+    /// is followed to the current run of its lineage ([`recipient_lineage`]), which is
+    /// locked and read instead.
     async fn lock_recipient(
         &self,
         conn: &mut Conn,
         target: &EventTarget,
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
-        let Some(mut run) = self.lock_run(conn, target, operation).await? else {
-            return Ok(None);
+        let mut run = self.lock_run(conn, target, operation).await?;
+        let Some(lineage) = recipient_lineage(run.as_ref(), target) else {
+            return Ok(run);
         };
-        let mut tries = 0;
-        while let Some(lineage) = forwards(&run) {
-            tries += 1;
-            if tries > MAX_FORWARDS {
-                return Err(SEND_EVENT.miss(run.id, None, Some(&run)));
-            }
+        for _ in 0..MAX_FORWARDS {
             // A head that continued between this statement's snapshot and its lock is
             // skipped; the next statement sees its successor.
             let sql = format!(
@@ -100,11 +96,17 @@ impl PgStore {
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(db(operation))?;
-            if let Some(head) = head {
-                run = decode_run(&head, operation)?;
+            match head {
+                Some(head) => return decode_run(&head, operation).map(Some),
+                // No lineage behind an unknown id.
+                None if run.is_none() => return Ok(None),
+                None => {}
             }
         }
-        Ok(Some(run))
+        match run.take() {
+            Some(run) => Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+            None => Ok(None),
+        }
     }
 
     /// Locks the run `target` names in `conn`'s transaction and reads it; `None` when it

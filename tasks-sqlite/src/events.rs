@@ -16,7 +16,7 @@ use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
-use tasks_core::continuation::forwards;
+use tasks_core::continuation::recipient_lineage;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -68,7 +68,7 @@ impl EventRow {
 impl SqliteStore {
     /// Reads the run an event sent to `target` goes to, under the write lock; `None` when
     /// `target` does not exist in this namespace. A run that continued as new is followed
-    /// to the current run of its lineage ([`forwards`]).
+    /// to the current run of its lineage ([`recipient_lineage`]).
     async fn target_run(
         &self,
         conn: &mut SqliteConnection,
@@ -76,7 +76,7 @@ impl SqliteStore {
         operation: Operation,
     ) -> StoreResult<Option<WorkflowRun>> {
         let named = self.named_run(&mut *conn, target, operation).await?;
-        let Some(lineage) = named.as_ref().and_then(forwards) else {
+        let Some(lineage) = recipient_lineage(named.as_ref(), target) else {
             return Ok(named);
         };
         // Under the write lock the lineage cannot move on meanwhile.
