@@ -54,6 +54,7 @@ macro_rules! assert_err {
 pub mod admission;
 pub mod children;
 pub mod claims;
+pub mod continuation;
 pub mod events;
 pub mod fence;
 pub mod flow;
@@ -118,7 +119,7 @@ where
 /// on a fresh namespace.
 ///
 /// Tests are grouped in modules named after the case files (`runs`, `listing`, `admission`, `rules`, `primitive_rules`, `claims`,
-/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `signal`, `state`, `status`, `children`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
+/// `outcomes`, `lifecycle`, `steps`, `step_outcomes`, `fence`, `record`, `retry`, `retention`, `limits`, `liveness`, `overview`, `events`, `signal`, `state`, `status`, `children`, `continuation`, `flow`, `queues`, `idempotency`, `schedules`, `isolation`); cases that exercise
 /// concurrency run on a multi-threaded runtime.
 ///
 /// ```ignore
@@ -366,6 +367,17 @@ macro_rules! conformance_suite {
         } multi_thread {
             concurrent_publications_get_distinct_versions,
         } }
+        $crate::__conformance_module! { $setup, continuation {
+            continue_run_hands_over_to_a_successor,
+            continue_run_is_fenced,
+            continue_run_refuses_children_and_bad_input,
+            unconsumed_events_move_to_the_successor,
+            sends_to_a_continued_run_reach_the_lineage_head,
+            sends_to_a_purged_first_run_reach_the_lineage_head,
+            lineage_head_of_a_plain_run,
+        } multi_thread {
+            sends_racing_a_hand_over_are_not_lost,
+        } }
         $crate::__conformance_module! { $setup, children {
             child_start_is_memoized,
             child_start_is_fenced,
@@ -508,6 +520,7 @@ mod tests {
             ("state", include_str!("state.rs")),
             ("children", include_str!("children.rs")),
             ("select", include_str!("select.rs")),
+            ("continuation", include_str!("continuation.rs")),
             ("flow", include_str!("flow.rs")),
             ("queues", include_str!("queues.rs")),
             ("status", include_str!("status.rs")),

@@ -74,6 +74,9 @@ pub async fn create_run_with_all_fields(setup: impl Setup) {
         cancel_with_parent: true,
         trace_context: params.trace_context.clone(),
         queue: "all-fields/queue".to_owned(),
+        lineage_root_id: None,
+        continued_from_run_id: None,
+        continued_as_run_id: None,
     };
     assert_eq!(created, expected);
     assert_ne!(created.id, Uuid::nil());

@@ -134,6 +134,12 @@ pub const POSTGRES: &[Migration] = &[
         sql: include_str!("../postgres/0020_idempotency_search.sql"),
         earlier_checksums: &[],
     },
+    Migration {
+        version: 21,
+        name: "continue as new",
+        sql: include_str!("../postgres/0021_continue_as_new.sql"),
+        earlier_checksums: &[],
+    },
 ];
 
 /// The SQLite store's migrations, in order.
@@ -238,6 +244,12 @@ pub const SQLITE: &[Migration] = &[
         version: 17,
         name: "idempotency search",
         sql: include_str!("../sqlite/0017_idempotency_search.sql"),
+        earlier_checksums: &[],
+    },
+    Migration {
+        version: 18,
+        name: "continue as new",
+        sql: include_str!("../sqlite/0018_continue_as_new.sql"),
         earlier_checksums: &[],
     },
 ];

@@ -75,6 +75,11 @@ pub enum Operation {
     RetryRun,
     /// [`LifecycleStore::fork_run`](crate::LifecycleStore::fork_run).
     ForkRun,
+    // Continue-as-new.
+    /// [`ContinueStore::continue_run`](crate::ContinueStore::continue_run).
+    ContinueRun,
+    /// [`ContinueStore::lineage_head`](crate::ContinueStore::lineage_head).
+    LineageHead,
     // Retention.
     /// [`RetentionStore::purge_runs`](crate::RetentionStore::purge_runs).
     PurgeRuns,
@@ -162,6 +167,8 @@ impl Operation {
             Operation::ListEvents => "listing the events of a workflow run",
             Operation::RetryRun => "retrying a workflow run",
             Operation::ForkRun => "forking a workflow run",
+            Operation::ContinueRun => "continuing a workflow run as a new run",
+            Operation::LineageHead => "finding the current run of a lineage",
             Operation::PurgeRuns => "purging finished workflow runs",
             Operation::RetentionTurn => "taking the retention turn",
             Operation::StartChild => "starting a child workflow run",
@@ -193,6 +200,7 @@ impl Operation {
             Operation::ForkRun => "fork",
             Operation::SleepRun => "sleep",
             Operation::CompleteRun => "complete",
+            Operation::ContinueRun => "continue as new",
             Operation::FailRun => "fail",
             Operation::ReleaseRun => "release",
             Operation::ExtendLease => "extend the lease of",
@@ -457,6 +465,8 @@ pub enum Capability {
     /// Waiting for the first of several events, timers and children
     /// ([`SelectStore`](crate::SelectStore)).
     Select,
+    /// Continue-as-new ([`ContinueStore`](crate::ContinueStore)).
+    Continuation,
 }
 
 impl Capability {
@@ -472,6 +482,7 @@ impl Capability {
             Capability::Retention => "purging finished runs",
             Capability::Overview => "the overview's figures",
             Capability::Select => "waiting for the first of several things",
+            Capability::Continuation => "continue-as-new",
         }
     }
 }

@@ -351,6 +351,7 @@ pub fn wait_until(attempt: &StepAttempt) -> DateTime<Utc> {
 
 /// The outcome of [`EventStore::wait_for_event`].
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // One per event wait, like `ChildWait`; boxing would buy nothing.
 pub enum EventWait {
     /// The wait is over: its attempt is completed, with the consumed event
     /// (`{"event": RunEvent}`) or the timeout (`{"timedOut": true}`) as output.

@@ -10,6 +10,7 @@
 //!  records      model (runs, step attempts, statuses)   holder (who holds a run, by which
 //!               claim)   events   children   select   state
 //!               queue   schedule   retention   idempotency   flow (concurrency keys)
+//!               continuation (continue-as-new: a run's successor, its lineage)
 //!       │
 //!  limits       limits (every size and range a store holds; checked before any write)
 //!  failures     failure (ErrorRecord, WorkflowError, RetryAfter)   retry (RetryPolicy)
@@ -46,6 +47,7 @@
 
 pub mod children;
 pub mod clock;
+pub mod continuation;
 pub mod error;
 pub mod events;
 pub mod failure;
@@ -71,6 +73,7 @@ pub use children::{
     ChildOutcome, ChildWait, ParentCancel, StartChild, StartedChild, WaitForChildren,
 };
 pub use clock::{Clock, ClockError};
+pub use continuation::{ContinueRun, ContinueStore, ContinuedRun};
 pub use error::{BoxError, Capability, Operation, StoreError, StoreResult};
 pub use events::{
     Event, EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,

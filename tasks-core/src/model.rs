@@ -278,6 +278,26 @@ pub struct WorkflowRun {
     /// The queue the run belongs to (see [`crate::queue`]).
     #[serde(default = "default_queue")]
     pub queue: String,
+    /// The first run of the lineage this run continues ([`crate::continuation`]); `None`
+    /// for a run that continues no other (the first of its lineage, whose own id is the
+    /// lineage's): see [`WorkflowRun::lineage_id`].
+    #[serde(default)]
+    pub lineage_root_id: Option<Uuid>,
+    /// The run that continued as this one (`ctx.continue_as_new`), if any.
+    #[serde(default)]
+    pub continued_from_run_id: Option<Uuid>,
+    /// The run this one continued as: set when the run finished by continuing as new, in
+    /// the same write that created that run. Such a run is `completed` without an output.
+    #[serde(default)]
+    pub continued_as_run_id: Option<Uuid>,
+}
+
+impl WorkflowRun {
+    /// The id of the lineage the run belongs to: the id of its first run, shared by every
+    /// run that continued from it ([`crate::continuation`]).
+    pub fn lineage_id(&self) -> Uuid {
+        self.lineage_root_id.unwrap_or(self.id)
+    }
 }
 
 fn default_queue() -> String {
@@ -368,6 +388,9 @@ impl WorkflowRun {
             cancel_with_parent: true,
             trace_context: None,
             queue: default_queue(),
+            lineage_root_id: None,
+            continued_from_run_id: None,
+            continued_as_run_id: None,
         }
     }
 }

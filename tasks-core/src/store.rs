@@ -69,6 +69,7 @@ pub use steps::{CreateStepAttempt, RecordStepAttempt, StepStore, StepUpdate};
 // The capabilities live beside the records they keep; named here too, so that the whole
 // contract is one module away.
 pub use crate::children::ChildStore;
+pub use crate::continuation::ContinueStore;
 pub use crate::events::EventStore;
 pub use crate::retention::RetentionStore;
 pub use crate::schedule::ScheduleStore;
@@ -107,7 +108,7 @@ pub use crate::state::StateStore;
 /// store implements when it can and returns from its accessor (all nine at once with
 /// [`every_capability!`](crate::every_capability)): [`LifecycleStore`],
 /// [`EventStore`], [`ChildStore`], [`StateStore`], [`ScheduleStore`], [`QueueStore`],
-/// [`RetentionStore`], [`OverviewStore`] and [`SelectStore`]. The engine asks for the capability it uses
+/// [`RetentionStore`], [`OverviewStore`], [`SelectStore`] and [`ContinueStore`]. The engine asks for the capability it uses
 /// (`store.events()?.send_event(...)`), and a store without it answers
 /// [`StoreError::Unsupported`] naming it; nothing panics.
 #[async_trait]
@@ -204,6 +205,16 @@ pub trait Store: RunStore + LeaseStore + Send + Sync + 'static {
         ))
     }
 
+    /// This store's continue-as-new: `Ok(self)` in a store that implements
+    /// [`ContinueStore`]; the default is [`StoreError::Unsupported`] naming
+    /// [`Capability::Continuation`].
+    fn continuation(&self) -> StoreResult<&dyn ContinueStore> {
+        Err(StoreError::unsupported(
+            Capability::Continuation,
+            self.namespace(),
+        ))
+    }
+
     /// This store's retention (purging finished runs): `Ok(self)` in a store that implements
     /// [`RetentionStore`]; the default is [`StoreError::Unsupported`] naming
     /// [`Capability::Retention`].
@@ -268,6 +279,9 @@ macro_rules! every_capability {
             ::core::result::Result::Ok(self)
         }
         fn select(&self) -> $crate::StoreResult<&dyn $crate::SelectStore> {
+            ::core::result::Result::Ok(self)
+        }
+        fn continuation(&self) -> $crate::StoreResult<&dyn $crate::ContinueStore> {
             ::core::result::Result::Ok(self)
         }
     };

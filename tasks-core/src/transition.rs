@@ -112,9 +112,9 @@ pub use claim::{
     rate_starts_left_sql, rate_window_set_sql, slots_held,
 };
 pub use landing::{
-    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD, Landing,
-    PARKED_IN_SELECT, PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED, RESUMED,
-    RETRIED, SLEEPING, either_set_sql,
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CONTINUED, CREATED, Column, EXPIRED, FAILED_FOR_GOOD,
+    Landing, PARKED_IN_SELECT, PARKED_ON_CHILDREN, PARKED_ON_EVENT, PAUSED, QUARANTINED, RELEASED,
+    RESUMED, RETRIED, SLEEPING, either_set_sql,
 };
 pub use primitives::{
     CASCADE_FROM, FINISHED, SEND_EVENT, SET_STATE, START_CHILD, WAIT_ANY, WAIT_CHILDREN,
@@ -122,7 +122,7 @@ pub use primitives::{
     waits_on_topic_sql, wake_parent_set,
 };
 pub use runs::{
-    CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, EXPIRE,
+    CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE, CONTINUE, EXPIRE,
     EXTEND_LEASE, FAIL, FORK, JSON_COLUMNS, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
     SLEEP, deadline_error, forgettable_worker, forgettable_workers, fork_boundary,
     purgeable_family, purgeable_with_parent, quarantine_error, retry_after, stale_workers,

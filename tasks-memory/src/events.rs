@@ -5,9 +5,11 @@
 //! serializes a send and a wait of one run, so a wake-up is never lost.
 
 use crate::MemoryStore;
+use crate::continuation::head;
 use crate::runs::{Inserted, NewRun};
 use crate::tables::{Space, Tx};
 use async_trait::async_trait;
+use tasks_core::continuation::recipient_lineage;
 use tasks_core::error::StoreResult;
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -129,6 +131,11 @@ impl EventStore for MemoryStore {
                     .space
                     .run_by_key(workflow_name, idempotency_key)
                     .map(|row| row.run.clone()),
+            };
+            // A run that continued as new hands the event to its lineage's current run.
+            let target = match recipient_lineage(target.as_ref(), &params.target) {
+                Some(lineage) => head(tx.space, lineage).or(target),
+                None => target,
             };
             let run = match target {
                 Some(run) if SEND_EVENT.admits(&run, None) => run,

@@ -75,6 +75,7 @@
 
 mod children;
 mod claim;
+mod continuation;
 mod events;
 mod leases;
 mod lifecycle;

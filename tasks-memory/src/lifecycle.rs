@@ -91,6 +91,9 @@ impl LifecycleStore for MemoryStore {
                 forked_from_step: Some(from_step.to_owned()),
                 parent_run_id: None,
                 cancel_with_parent: true,
+                lineage_root_id: None,
+                continued_from_run_id: None,
+                continued_as_run_id: None,
                 ..source
             };
             tx.space.runs.insert(forked.id, Row::new(forked.clone()));

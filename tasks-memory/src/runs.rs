@@ -67,6 +67,9 @@ impl NewRun {
             cancel_with_parent: true,
             trace_context: params.trace_context.clone(),
             queue: params.stored_queue().to_owned(),
+            lineage_root_id: None,
+            continued_from_run_id: None,
+            continued_as_run_id: None,
         };
         Ok(NewRun {
             row: Row {

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::Row as _;
+use tasks_core::continuation::{MAX_FORWARDS, recipient_lineage};
 use tasks_core::error::{Operation, StoreResult};
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -68,6 +69,48 @@ impl From<EventRow> for RunEvent {
 }
 
 impl PgStore {
+    /// Locks the run an event sent to `target` goes to in `conn`'s transaction and reads it;
+    /// `None` when `target` does not exist in this namespace. A run that continued as new
+    /// is followed to the current run of its lineage ([`recipient_lineage`]), which is
+    /// locked and read instead.
+    async fn lock_recipient(
+        &self,
+        conn: &mut Conn,
+        target: &EventTarget,
+        operation: Operation,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        let mut run = self.lock_run(conn, target, operation).await?;
+        let Some(lineage) = recipient_lineage(run.as_ref(), target) else {
+            return Ok(run);
+        };
+        for _ in 0..MAX_FORWARDS {
+            // A head that continued between this statement's snapshot and its lock is
+            // skipped; the next statement sees its successor.
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM tasks.workflow_runs
+                  WHERE namespace = $1 AND (id = $2 OR lineage_root_id = $2)
+                    AND continued_as_run_id IS NULL
+                  ORDER BY created_at DESC, id DESC LIMIT 1 FOR UPDATE"
+            );
+            let head = sqlx::query(&sql)
+                .bind(&*self.namespace)
+                .bind(lineage)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db(operation))?;
+            match head {
+                Some(head) => return decode_run(&head, operation).map(Some),
+                // No lineage behind an unknown id.
+                None if run.is_none() => return Ok(None),
+                None => {}
+            }
+        }
+        match run.take() {
+            Some(run) => Err(SEND_EVENT.miss(run.id, None, Some(&run))),
+            None => Ok(None),
+        }
+    }
+
     /// Locks the run `target` names in `conn`'s transaction and reads it; `None` when it
     /// does not exist in this namespace.
     pub(super) async fn lock_run(
@@ -115,7 +158,10 @@ impl PgStore {
     async fn send_event_once(&self, params: &SendEvent) -> StoreResult<SentEvent> {
         const OPERATION: Operation = Operation::SendEvent;
         let mut tx = self.pool.begin().await.map_err(db(OPERATION))?;
-        let run = match self.lock_run(&mut tx, &params.target, OPERATION).await? {
+        let run = match self
+            .lock_recipient(&mut tx, &params.target, OPERATION)
+            .await?
+        {
             Some(run) if SEND_EVENT.admits(&run, None) => run,
             Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
             None => return Err(not_found(&params.target)),
@@ -233,7 +279,7 @@ impl PgStore {
             if let Some(row) = insert_run(&mut *tx, &self.namespace, &params.start).await? {
                 break (row.into_run(OPERATION)?, true);
             }
-            match self.lock_run(&mut tx, &target, OPERATION).await? {
+            match self.lock_recipient(&mut tx, &target, OPERATION).await? {
                 Some(run) if SEND_EVENT.admits(&run, None) => break (run, false),
                 Some(run) => return Err(SEND_EVENT.miss(run.id, None, Some(&run))),
                 None if tries < 3 => continue,

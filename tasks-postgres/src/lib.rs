@@ -3,6 +3,7 @@
 mod background;
 mod children;
 mod claim;
+mod continuation;
 mod db;
 mod events;
 mod leases;

@@ -16,7 +16,7 @@ pub(crate) const RUN_COLUMNS: &str = "namespace, id, workflow_name, version, sta
     parent_step_attempt_namespace, parent_step_attempt_id, worker_id, claim_epoch, \
     available_at, deadline_at, started_at, finished_at, created_at, updated_at, retried_at, \
     forked_from_run_id, forked_from_step, parent_run_id, cancel_with_parent, traceparent, \
-    tracestate, queue";
+    tracestate, queue, lineage_root_id, continued_from_run_id, continued_as_run_id";
 
 /// Columns of `step_attempts`, in the order of [`StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "namespace, id, workflow_run_id, step_name, kind, status, \
@@ -56,6 +56,9 @@ pub(crate) struct RunRow {
     traceparent: Option<String>,
     tracestate: Option<String>,
     queue: String,
+    lineage_root_id: Option<Uuid>,
+    continued_from_run_id: Option<Uuid>,
+    continued_as_run_id: Option<Uuid>,
 }
 );
 
@@ -140,6 +143,9 @@ impl RunRow {
             cancel_with_parent: self.cancel_with_parent,
             trace_context: tasks_core::trace::from_columns(self.traceparent, self.tracestate),
             queue: self.queue,
+            lineage_root_id: self.lineage_root_id,
+            continued_from_run_id: self.continued_from_run_id,
+            continued_as_run_id: self.continued_as_run_id,
         })
     }
 }

@@ -30,6 +30,7 @@ use crate::session::{Halt, RunSession, lock};
 
 pub(crate) mod branches;
 pub(crate) mod children;
+mod continuation;
 pub(crate) mod events;
 mod recorded;
 pub(crate) mod select;
@@ -131,6 +132,18 @@ impl WorkflowContext {
     /// The run's id.
     pub fn run_id(&self) -> Uuid {
         self.inner.run.id
+    }
+
+    /// The id of the run's lineage: the id of the first run of the runs that continued as
+    /// new one after the other (see [`WorkflowContext::continue_as_new`]); the run's own id
+    /// when it continues no other.
+    pub fn lineage_id(&self) -> Uuid {
+        self.inner.run.lineage_id()
+    }
+
+    /// The run this one continued from ([`WorkflowContext::continue_as_new`]), if any.
+    pub fn continued_from(&self) -> Option<Uuid> {
+        self.inner.run.continued_from_run_id
     }
 
     /// The workflow's name.
@@ -257,7 +270,10 @@ impl WorkflowContext {
             }
             ResolveError::Limit(StepLimitExceeded { limit }) => {
                 let record = ErrorRecord::new(format!(
-                    "workflow run exceeded its limit of {limit} steps (is a loop calling steps forever?)"
+                    "workflow run exceeded its limit of {limit} steps (is a loop calling steps \
+                     forever?); a workflow that loops for long should continue as new every so \
+                     many iterations (`ctx.continue_as_new`), which starts a successor with an \
+                     empty history"
                 ))
                 .with_kind("step_limit")
                 .non_retryable();

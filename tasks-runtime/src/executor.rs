@@ -39,6 +39,8 @@ pub(crate) struct Executor {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Completed,
+    /// Finished by continuing as new: its successor is pending.
+    Continued,
     Failed,
     Retrying,
     /// Parked; claimable again after this long.
@@ -55,6 +57,7 @@ impl Outcome {
     pub(crate) fn label(&self) -> &'static str {
         match self {
             Outcome::Completed => "completed",
+            Outcome::Continued => "continued",
             Outcome::Failed => "failed",
             Outcome::Retrying => "retrying",
             Outcome::Sleeping(_) => "sleeping",
@@ -210,7 +213,7 @@ impl Executor {
             finished,
             Finished::Returned(Err(_))
                 | Finished::DeadlineExceeded
-                | Finished::Halted(Halt::Sleep(_) | Halt::Fail(_))
+                | Finished::Halted(Halt::Sleep(_) | Halt::Fail(_) | Halt::Continue(_))
         );
         if writes_other && let Err(halt) = session.write_held().await {
             tracing::debug!(
@@ -277,6 +280,26 @@ impl Executor {
                 return Outcome::Sleeping(wait);
             }
             Finished::Halted(Halt::Fail(record)) => fail(session, record, true).await,
+            Finished::Halted(Halt::Continue(input)) => match session.continue_as_new(input).await {
+                Ok(continued) => {
+                    tracing::info!(successor.id = %continued.successor.id, "run continued as new");
+                    Ok(Outcome::Continued)
+                }
+                // Another execution would make the same call and be refused the same way.
+                Err(
+                    refused @ (StoreError::Unsupported { .. } | StoreError::InvalidArgument(_)),
+                ) => {
+                    let kind = match refused {
+                        StoreError::Unsupported { .. } => "unsupported",
+                        _ => "continue_as_new",
+                    };
+                    let record = ErrorRecord::from_error(&refused)
+                        .with_kind(kind)
+                        .non_retryable();
+                    fail(session, record, true).await
+                }
+                Err(error) => Err(error),
+            },
             Finished::Halted(Halt::Interrupted(status)) => {
                 tracing::info!(%status, "run interrupted at a step boundary");
                 return Outcome::Interrupted;

@@ -31,8 +31,8 @@ pub use tasks_postgres as postgres;
 // The records, limits, failures, retry policy and the store contract are `tasks-core`'s,
 // under the paths they have always had here.
 pub use tasks_core::{
-    children, clock, error, events, failure, flow, holder, idempotency, limits, model, queue,
-    retention, retry, schedule, select, state, store, trace,
+    children, clock, continuation, error, events, failure, flow, holder, idempotency, limits,
+    model, queue, retention, retry, schedule, select, state, store, trace,
 };
 use tasks_core::{migration, transition};
 
@@ -49,6 +49,7 @@ pub use context::branches::Branch;
 pub use context::children::{ChildError, ChildHandle, ChildOptions};
 pub use context::events::EventOutcome;
 pub use context::select::Select;
+pub use continuation::{ContinueRun, ContinueStore, ContinuedRun};
 pub use definition::{
     SourceLocation, StepDefinition, StepRegistration, Workflow, WorkflowDefinition, WorkflowInput,
     WorkflowOutput,

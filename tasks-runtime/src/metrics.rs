@@ -14,7 +14,7 @@
 //! |---|---|---|---|
 //! | [`RUNS_STARTED`] | counter | `workflow` | starts by this process's clients (a start that its idempotency key resolved to the existing run counts too) |
 //! | [`RUNS_FINISHED`] | counter | `workflow`, `status` | runs this process's workers completed or failed for good, and cancels by its clients (a repeated cancel counts again) |
-//! | [`EXECUTIONS`] | counter | `workflow`, `outcome` | executions of claimed runs, by how they ended: `completed`, `failed`, `retrying`, `sleeping`, `waiting`, `interrupted`, `lease_lost`, `abandoned` |
+//! | [`EXECUTIONS`] | counter | `workflow`, `outcome` | executions of claimed runs, by how they ended: `completed`, `continued` (as new), `failed`, `retrying`, `sleeping`, `waiting`, `interrupted`, `lease_lost`, `abandoned` |
 //! | [`STEP_ATTEMPTS`] | counter | `workflow`, `step`, `outcome` | executed step attempts (not replays): `completed`, `failed`, `timeout`, `panic` |
 //! | [`STEP_DURATION`] | histogram (seconds) | `workflow`, `step` | how long each executed step attempt took |
 //! | [`CLAIM_DURATION`] | histogram (seconds) | | how long a worker's claim statement took |

@@ -583,6 +583,56 @@ impl RunSession {
         }
     }
 
+    /// Finishes the run by continuing it as new with `input` (see
+    /// [`ContinueStore::continue_run`](crate::ContinueStore::continue_run)); the records
+    /// still held were written before.
+    ///
+    /// A retry refused because the run continued already is the answer to a first try
+    /// that committed and whose acknowledgement was lost: its successor is read back.
+    pub(crate) async fn continue_as_new(
+        &self,
+        input: Value,
+    ) -> StoreResult<crate::continuation::ContinuedRun> {
+        self.run_writable()?;
+        let store = self.store.contract().continuation()?;
+        let params = crate::continuation::ContinueRun {
+            run_id: self.run_id,
+            holder: self.holder.clone(),
+            input,
+        };
+        let mut tries = 0_u32;
+        let outcome = retrying(self.retry_for, || {
+            tries += 1;
+            store.continue_run(params.clone())
+        })
+        .await;
+        match outcome {
+            Err(StoreError::LeaseLost { .. } | StoreError::WrongState { .. }) if tries > 1 => {
+                // Only this claim can have continued the run while it stayed under it.
+                let finished = match self.store.contract().get_run(self.run_id).await {
+                    Ok(Some(run))
+                        if run.worker_id.as_deref() == Some(self.holder.worker_id.as_str())
+                            && run.claim_epoch == self.holder.claim_epoch =>
+                    {
+                        run
+                    }
+                    _ => return outcome,
+                };
+                let Some(successor_id) = finished.continued_as_run_id else {
+                    return outcome;
+                };
+                match self.store.contract().get_run(successor_id).await {
+                    Ok(Some(successor)) => Ok(crate::continuation::ContinuedRun {
+                        finished,
+                        successor,
+                    }),
+                    _ => outcome,
+                }
+            }
+            outcome => outcome,
+        }
+    }
+
     /// Records a failed attempt of the run: retried by its policy unless `force`.
     pub(crate) async fn fail(&self, record: &ErrorRecord, force: bool) -> StoreResult<WorkflowRun> {
         self.run_writable()?;

@@ -273,6 +273,16 @@ fn judge(ctx: &WorkflowContext, ended: Ended, timeout: Duration) -> Verdict {
             }
             None => failed(MismatchKind::Failed, record.message),
         },
+        Ended::Halted(Halt::Continue(_)) => match ctx.unreached_call() {
+            Some(call) => Verdict::Mismatch(Mismatch {
+                kind: MismatchKind::Missing,
+                branch: call.branch.clone(),
+                position: call.position,
+                expected: call.to_string(),
+                found: "the workflow continued as new without making it".into(),
+            }),
+            None => Verdict::Consistent(Stop::Continued),
+        },
         Ended::Halted(other) => failed(MismatchKind::Failed, format!("{other:?}")),
         Ended::Returned(Ok(returned)) => match ctx.unreached_call() {
             Some(call) => Verdict::Mismatch(Mismatch {

@@ -10,11 +10,13 @@
 //! [`EventStore::wait_for_event`]: tasks_core::EventStore::wait_for_event
 //! [`EventStore::list_events`]: tasks_core::EventStore::list_events
 
+use crate::continuation::HEAD_SQL;
 use crate::rows::{RUN_COLUMNS, RunRow, STEP_COLUMNS, StepRow};
 use crate::{SqliteStore, Write, fetch_run, rows};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
+use tasks_core::continuation::recipient_lineage;
 use tasks_core::error::{Operation, StoreResult, db};
 use tasks_core::events::{
     EventTarget, EventWait, RunEvent, SendEvent, SentEvent, SignalWithStart, SignalledRun,
@@ -66,9 +68,34 @@ impl EventRow {
 }
 
 impl SqliteStore {
-    /// Reads the run `target` names under the write lock; `None` when it does not exist in
-    /// this namespace.
+    /// Reads the run an event sent to `target` goes to, under the write lock; `None` when
+    /// `target` does not exist in this namespace. A run that continued as new is followed
+    /// to the current run of its lineage ([`recipient_lineage`]).
     async fn target_run(
+        &self,
+        conn: &mut SqliteConnection,
+        target: &EventTarget,
+        operation: Operation,
+    ) -> StoreResult<Option<WorkflowRun>> {
+        let named = self.named_run(&mut *conn, target, operation).await?;
+        let Some(lineage) = recipient_lineage(named.as_ref(), target) else {
+            return Ok(named);
+        };
+        // Under the write lock the lineage cannot move on meanwhile.
+        let sql = format!("SELECT {RUN_COLUMNS} {HEAD_SQL}");
+        let head = sqlx::query_as::<_, RunRow>(&sql)
+            .bind(&*self.namespace)
+            .bind(rows::id(lineage))
+            .fetch_optional(conn)
+            .await
+            .map_err(db(operation))?
+            .map(|row| row.into_run(operation))
+            .transpose()?;
+        Ok(head.or(named))
+    }
+
+    /// Reads the run `target` names under the write lock, as it is.
+    async fn named_run(
         &self,
         conn: &mut SqliteConnection,
         target: &EventTarget,

@@ -24,6 +24,7 @@
 //!   find runs by polling.
 
 mod children;
+mod continuation;
 mod events;
 mod leases;
 mod lifecycle;

@@ -26,7 +26,7 @@
 //!
 //! - [`start`]: starting runs (typed, by name with JSON, with options) and sending events.
 //! - [`semantics`]: what the engine promises: step names, replay, retries, recovery,
-//!   events, state, children, selects, flow control, schedules, retention.
+//!   events, state, children, selects, continue-as-new, flow control, schedules, retention.
 //! - [`versioning`]: changing a workflow's code under runs in flight, and replay
 //!   verification, the deploy gate that checks a new binary against their histories.
 //! - [`errors`]: which call returns which error, and how the errors nest.

@@ -150,14 +150,14 @@ pub use tasks_runtime::testing;
 pub mod store {
     pub use tasks_runtime::store::*;
     pub use tasks_runtime::{
-        BoxError, Capability, ChildOutcome, ChildWait, ClaimFilter, Concurrency,
-        DerivedConcurrency, EventWait, Holder, Migration, Operation, ParentCancel, SendEvent,
-        SetState, SignalWithStart, SignalledRun, StartChild, StartedChild, StateSet, StoreResult,
-        WaitForChildren, WaitForEvent,
+        BoxError, Capability, ChildOutcome, ChildWait, ClaimFilter, Concurrency, ContinueRun,
+        ContinuedRun, DerivedConcurrency, EventWait, Holder, Migration, Operation, ParentCancel,
+        SendEvent, SetState, SignalWithStart, SignalledRun, StartChild, StartedChild, StateSet,
+        StoreResult, WaitForChildren, WaitForEvent,
     };
     pub use tasks_runtime::{
-        children, clock, error, events, failure, flow, holder, idempotency, model, queue,
-        retention, retry, schedule, state, trace,
+        children, clock, continuation, error, events, failure, flow, holder, idempotency, model,
+        queue, retention, retry, schedule, state, trace,
     };
 }
 

@@ -456,6 +456,11 @@ async fn a_runaway_loop_hits_the_step_limit(backend: Backend) {
         Err(RunError::Failed { error, .. }) => {
             assert_eq!(error.kind.as_deref(), Some("step_limit"));
             assert!(error.message.contains("25 steps"), "{}", error.message);
+            assert!(
+                error.message.contains("ctx.continue_as_new"),
+                "the limit names its remedy: {}",
+                error.message
+            );
         }
         other => panic!("expected the step limit, got {other:?}"),
     }

@@ -559,6 +559,11 @@ pub(crate) struct Flaky {
     /// Refuse every step record with a limit error, as a store would refuse a value past
     /// the limits that no check before it caught.
     refuse_steps: bool,
+    /// Pass continue-as-new through (`false`: the store lacks the capability).
+    continues: bool,
+    /// How many of the first hand-overs commit and then answer with a database error, as
+    /// when the acknowledgement of the commit is lost.
+    pub(crate) lost_continue_acks: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Flaky {
@@ -571,6 +576,18 @@ impl Flaky {
             slow_extends: Default::default(),
             lease_lost: Default::default(),
             refuse_steps: false,
+            continues: false,
+            lost_continue_acks: Default::default(),
+        }
+    }
+
+    /// A store that passes everything through to `inner`, continue-as-new included, and
+    /// loses the acknowledgement of the first `lost_acks` hand-overs after their commit.
+    pub(crate) fn continuing(inner: tasks::SharedStore, lost_acks: u32) -> Flaky {
+        Flaky {
+            continues: true,
+            lost_continue_acks: std::sync::Arc::new(std::sync::atomic::AtomicU32::new(lost_acks)),
+            ..Flaky::over(inner)
         }
     }
 
@@ -624,6 +641,8 @@ impl tasks::store::Store for Flaky {
             slow_extends: self.slow_extends.clone(),
             lease_lost: self.lease_lost.clone(),
             refuse_steps: self.refuse_steps,
+            continues: self.continues,
+            lost_continue_acks: self.lost_continue_acks.clone(),
         }))
     }
 
@@ -650,6 +669,54 @@ impl tasks::store::Store for Flaky {
     }
     fn retention(&self) -> tasks::store::StoreResult<&dyn tasks::store::RetentionStore> {
         Ok(self)
+    }
+    fn continuation(&self) -> tasks::store::StoreResult<&dyn tasks::store::ContinueStore> {
+        if self.continues {
+            Ok(self)
+        } else {
+            Err(tasks::StoreError::unsupported(
+                tasks::store::Capability::Continuation,
+                self.namespace(),
+            ))
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl tasks::store::ContinueStore for Flaky {
+    async fn continue_run(
+        &self,
+        params: tasks::store::ContinueRun,
+    ) -> tasks::store::StoreResult<tasks::store::ContinuedRun> {
+        let continued = self
+            .inner
+            .contract()
+            .continuation()?
+            .continue_run(params)
+            .await?;
+        let lost = self.lost_continue_acks.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |left| left.checked_sub(1),
+        );
+        match lost {
+            Ok(_) => Err(tasks::StoreError::database(
+                tasks::store::Operation::ContinueRun,
+                "injected: the commit's acknowledgement was lost",
+            )),
+            Err(_) => Ok(continued),
+        }
+    }
+
+    async fn lineage_head(
+        &self,
+        lineage_id: uuid::Uuid,
+    ) -> tasks::store::StoreResult<Option<tasks::WorkflowRun>> {
+        self.inner
+            .contract()
+            .continuation()?
+            .lineage_head(lineage_id)
+            .await
     }
 }
 #[async_trait::async_trait]

@@ -102,6 +102,7 @@ examples! {
     durable_sleep => "result: sent to grace after",
     recorded_values => "same values in every execution: true",
     verify_replay => "gate: rename blocked, thanks passes",
+    continue_as_new => "result: stopped (done for today) after",
     retry => "result: s3://bucket/report.pdf#1028",
     rate_limited => "next run: synced account-7",
     retry_and_fork => "result: 60",

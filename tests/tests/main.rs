@@ -20,6 +20,7 @@ mod conformance_sqlite;
 mod corrupt_steps;
 mod dashboard;
 mod e2e_children;
+mod e2e_continue;
 mod e2e_derived_keys;
 mod e2e_events;
 mod e2e_execution;

@@ -199,6 +199,14 @@ pub fn wait_for_children(params: &WaitForChildren) -> StoreResult<()> {
     params.check()
 }
 
+// Continue-as-new.
+
+/// [`ContinueStore::continue_run`](super::ContinueStore::continue_run):
+/// [`ContinueRun::check`](crate::continuation::ContinueRun::check).
+pub fn continue_run(params: &crate::continuation::ContinueRun) -> StoreResult<()> {
+    Ok(params.check()?)
+}
+
 // Published state.
 
 /// [`StateStore::set_state`](super::StateStore::set_state): [`SetState::check`].

@@ -41,6 +41,10 @@ pub enum Column {
     /// How many children a parked parent still waits for (a row column, not a field of
     /// [`WorkflowRun`]).
     AwaitingChildren,
+    /// The run's idempotency key.
+    IdempotencyKey,
+    /// The run it continued as ([`crate::continuation`]).
+    ContinuedAs,
 }
 
 impl Column {
@@ -58,6 +62,8 @@ impl Column {
             Column::RetriedAt => "retried_at",
             Column::WaitTopic => "wait_topic",
             Column::AwaitingChildren => "awaiting_children",
+            Column::IdempotencyKey => "idempotency_key",
+            Column::ContinuedAs => "continued_as_run_id",
         }
     }
 
@@ -82,6 +88,8 @@ impl Column {
             Column::StartedAt => run.started_at = None,
             Column::FinishedAt => run.finished_at = None,
             Column::RetriedAt => run.retried_at = None,
+            Column::IdempotencyKey => run.idempotency_key = None,
+            Column::ContinuedAs => run.continued_as_run_id = None,
             Column::WaitTopic | Column::AwaitingChildren => {}
         }
     }
@@ -99,8 +107,8 @@ impl Column {
 }
 
 use Column::{
-    Attempts, AvailableAt, AwaitingChildren, ClaimEpoch, Error, FinishedAt, Output, RetriedAt,
-    StartedAt, WaitTopic, WorkerId,
+    Attempts, AvailableAt, AwaitingChildren, ClaimEpoch, ContinuedAs, Error, FinishedAt,
+    IdempotencyKey, Output, RetriedAt, StartedAt, WaitTopic, WorkerId,
 };
 
 /// Where a transition leaves a run: its status, the columns it clears (`NULL`, or zero for
@@ -160,6 +168,16 @@ pub const COMPLETED: Landing = Landing {
     clears: &[Error, AvailableAt],
     stamps: &[FinishedAt],
     sets: &[Output],
+};
+
+/// A run that continued as a new run ([`CONTINUE`](super::CONTINUE)): completed without an
+/// output, naming its successor, its idempotency key handed to the successor. The worker id
+/// stays, naming who continued it.
+pub const CONTINUED: Landing = Landing {
+    status: Completed,
+    clears: &[Error, AvailableAt, Output, IdempotencyKey],
+    stamps: &[FinishedAt],
+    sets: &[ContinuedAs],
 };
 
 /// A failed attempt that is not retried ([`FAIL`](super::FAIL), [`retry_after`] `None` or
@@ -283,6 +301,8 @@ impl Landing {
             Column::StartedAt => Some(run.started_at.is_some()),
             Column::FinishedAt => Some(run.finished_at.is_some()),
             Column::RetriedAt => Some(run.retried_at.is_some()),
+            Column::IdempotencyKey => Some(run.idempotency_key.is_some()),
+            Column::ContinuedAs => Some(run.continued_as_run_id.is_some()),
             Column::WaitTopic | Column::AwaitingChildren => None,
         };
         let cleared = self
@@ -380,9 +400,9 @@ mod tests {
     use super::*;
     use crate::transition::{
         Announce, CANCEL, CLAIM_DUE, CLAIM_EXPIRED, CLAIM_ORPHANED, CLAIM_PENDING, COMPLETE,
-        EXPIRE, EXTEND_LEASE, FAIL, FORK, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME, RETRY,
-        SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_ANY, WAIT_CHILDREN, WAIT_EVENT,
-        WAITABLE, WAKE_ON_EVENT, WAKE_PARENT,
+        CONTINUE, EXPIRE, EXTEND_LEASE, FAIL, FORK, PAUSE, PURGE, QUARANTINE, RELEASE, RESUME,
+        RETRY, SEND_EVENT, SET_STATE, SLEEP, START_CHILD, Transition, WAIT_ANY, WAIT_CHILDREN,
+        WAIT_EVENT, WAITABLE, WAKE_ON_EVENT, WAKE_PARENT,
     };
 
     fn run(status: RunStatus) -> WorkflowRun {
@@ -393,6 +413,7 @@ mod tests {
         &EXTEND_LEASE,
         &SLEEP,
         &COMPLETE,
+        &CONTINUE,
         &FAIL,
         &RELEASE,
         &CANCEL,

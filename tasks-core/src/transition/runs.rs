@@ -12,8 +12,8 @@ use uuid::Uuid;
 use crate::error::StoreError;
 
 use super::landing::{
-    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, EXPIRED, FAILED_FOR_GOOD, PAUSED, QUARANTINED,
-    RELEASED, RESUMED, RETRIED, SLEEPING,
+    BACKED_OFF, CANCELED, CLAIMED, COMPLETED, CONTINUED, EXPIRED, FAILED_FOR_GOOD, PAUSED,
+    QUARANTINED, RELEASED, RESUMED, RETRIED, SLEEPING,
 };
 use super::{Announce, Transition, WAITABLE, status_in};
 use crate::error::Operation;
@@ -37,6 +37,15 @@ pub const COMPLETE: Transition = Transition {
     lands: &[COMPLETED],
     announce: Announce::Finished,
     ..Transition::leased(Operation::CompleteRun)
+};
+
+/// Finishes a running run by continuing it as a new run ([`crate::continuation`]): the
+/// successor is created in the same transaction. Refused for a child run (its parent waits
+/// for its output), see [`crate::continuation::refusal`].
+pub const CONTINUE: Transition = Transition {
+    lands: &[CONTINUED],
+    announce: Announce::Finished,
+    ..Transition::leased(Operation::ContinueRun)
 };
 
 /// Fails an attempt of a running run: pending again after [`retry_after`], or failed for good.

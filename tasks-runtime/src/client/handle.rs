@@ -113,6 +113,11 @@ impl<T: DeserializeOwned> RunHandle<T> {
 
     /// Waits for the run to finish and returns its output. It wakes on the store's
     /// completion notification, not by polling.
+    ///
+    /// A run that continued as new (`ctx.continue_as_new`) did not finish for good: the
+    /// wait follows it to its successor, and the successor's, until a run of the lineage
+    /// completes, fails or is canceled; that run's outcome is the result. So the handle of
+    /// a lineage's first run (whose id is the lineage's) awaits the whole lineage.
     pub async fn result(&self) -> Result<T, RunError> {
         let mut notifications = match self.store.contract().subscribe().await {
             Ok(stream) => Some(stream),
@@ -121,17 +126,21 @@ impl<T: DeserializeOwned> RunHandle<T> {
                 None
             }
         };
+        let mut current = self.run_id;
         loop {
-            if let Some(result) = self.finished().await? {
+            let run = self.run_of(current).await?;
+            if let Some(successor) = run.continued_as_run_id {
+                current = successor;
+                continue;
+            }
+            if let Some(result) = outcome(run) {
                 return result;
             }
             let wake = async {
                 match notifications.as_mut() {
                     Some(stream) => loop {
                         match stream.next().await {
-                            Some(Notification::RunFinished { run_id, .. })
-                                if run_id == self.run_id =>
-                            {
+                            Some(Notification::RunFinished { run_id, .. }) if run_id == current => {
                                 return;
                             }
                             Some(Notification::Missed { .. }) => return,
@@ -146,7 +155,7 @@ impl<T: DeserializeOwned> RunHandle<T> {
         }
     }
 
-    /// Like [`RunHandle::result`], giving up after `timeout`.
+    /// Waits like [`RunHandle::result`], for at most `timeout`.
     pub async fn result_within(&self, timeout: Duration) -> Result<T, RunError> {
         match tokio::time::timeout(timeout, self.result()).await {
             Ok(result) => result,
@@ -157,30 +166,34 @@ impl<T: DeserializeOwned> RunHandle<T> {
         }
     }
 
-    async fn finished(&self) -> Result<Option<Result<T, RunError>>, RunError> {
+    /// The current run of this run's lineage ([`crate::continuation`]): this run, unless it
+    /// continued as new; then the run of its lineage that did not (yet) continue.
+    ///
+    /// Errors: [`RunError::NotFound`] when the run, or every run of its lineage, is gone;
+    /// a store without continue-as-new answers [`StoreError::Unsupported`] for a run that
+    /// continued (which it cannot have written).
+    pub async fn lineage_head(&self) -> Result<WorkflowRun, RunError> {
         let run = self.run().await?;
-        Ok(match run.status {
-            RunStatus::Completed => Some(
-                serde_json::from_value(run.output.unwrap_or(Value::Null)).map_err(|source| {
-                    RunError::Output {
-                        run_id: self.run_id,
-                        source,
-                    }
-                }),
-            ),
-            RunStatus::Failed => Some(Err(RunError::Failed {
-                run_id: self.run_id,
-                error: run
-                    .error
-                    .as_ref()
-                    .map(ErrorRecord::from_json)
-                    .unwrap_or_else(|| ErrorRecord::new("unknown error")),
-            })),
-            RunStatus::Canceled => Some(Err(RunError::Canceled {
-                run_id: self.run_id,
-            })),
-            _ => None,
-        })
+        if run.continued_as_run_id.is_none() {
+            return Ok(run);
+        }
+        self.store
+            .contract()
+            .continuation()?
+            .lineage_head(run.lineage_id())
+            .await?
+            .ok_or(RunError::NotFound {
+                run_id: run.lineage_id(),
+            })
+    }
+
+    /// The run `run_id` (this one, or a successor of it) as stored now.
+    async fn run_of(&self, run_id: Uuid) -> Result<WorkflowRun, RunError> {
+        self.store
+            .contract()
+            .get_run(run_id)
+            .await?
+            .ok_or(RunError::NotFound { run_id })
     }
 
     /// Cancels the run.
@@ -216,5 +229,26 @@ impl<T: DeserializeOwned> RunHandle<T> {
     /// Every step attempt of the run so far, oldest first.
     pub async fn steps(&self) -> Result<Vec<StepAttempt>, StoreError> {
         self.store.contract().step_history(self.run_id).await
+    }
+}
+
+/// The result of `run` when it finished for good (`None`: it did not).
+fn outcome<T: DeserializeOwned>(run: WorkflowRun) -> Option<Result<T, RunError>> {
+    let run_id = run.id;
+    match run.status {
+        RunStatus::Completed => Some(
+            serde_json::from_value(run.output.unwrap_or(Value::Null))
+                .map_err(|source| RunError::Output { run_id, source }),
+        ),
+        RunStatus::Failed => Some(Err(RunError::Failed {
+            run_id,
+            error: run
+                .error
+                .as_ref()
+                .map(ErrorRecord::from_json)
+                .unwrap_or_else(|| ErrorRecord::new("unknown error")),
+        })),
+        RunStatus::Canceled => Some(Err(RunError::Canceled { run_id })),
+        _ => None,
     }
 }

@@ -21,6 +21,9 @@ pub(crate) enum Halt {
     LeaseLost,
     /// The run cannot continue: fail it for good.
     Fail(ErrorRecord),
+    /// The workflow continues as new (`ctx.continue_as_new`) with this input: finish the run
+    /// and create its successor.
+    Continue(serde_json::Value),
     /// The store kept failing (past the session's retries); leave the run to other workers.
     Store(StoreError),
     /// A replay verification reached the call named here, which the run's history does

@@ -93,6 +93,9 @@ pub enum Stop {
         /// Why the replay failed.
         error: String,
     },
+    /// The workflow continued as new (`ctx.continue_as_new`), after every call its history
+    /// recorded: where a run that continued ended.
+    Continued,
     /// The workflow function returned, after every call its history recorded.
     Returned {
         /// Whether it returned an output (`false`: an error, such as a step's final error
@@ -208,6 +211,7 @@ impl fmt::Display for Stop {
             Stop::Unrecorded { call } => write!(f, "consistent so far (next call `{call}`)"),
             Stop::Sleeping => f.write_str("consistent so far (in a durable sleep)"),
             Stop::Failed { error } => write!(f, "consistent (fails as the run did: {error})"),
+            Stop::Continued => f.write_str("consistent (the workflow continued as new)"),
             Stop::Returned { ok: true } => f.write_str("consistent (the workflow returned)"),
             Stop::Returned { ok: false } => {
                 f.write_str("consistent (the workflow returned an error)")

@@ -146,6 +146,13 @@ pub(super) async fn show(
     if let Some(parent) = run.parent_run_id {
         fields.push(("parent", parent.to_string()));
     }
+    if let Some(previous) = run.continued_from_run_id {
+        fields.push(("continued from", previous.to_string()));
+        fields.push(("lineage", run.lineage_id().to_string()));
+    }
+    if let Some(successor) = run.continued_as_run_id {
+        fields.push(("continued as", successor.to_string()));
+    }
     fields.push((
         "input",
         run.input

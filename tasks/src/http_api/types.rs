@@ -90,6 +90,13 @@ pub struct Run {
     pub forked_from_run_id: Option<Uuid>,
     /// The step it was forked from.
     pub forked_from_step: Option<String>,
+    /// The first run of its lineage (runs that continued as new one after the other); its
+    /// own id when it continued no other.
+    pub lineage_id: Uuid,
+    /// The run that continued as this one.
+    pub continued_from_run_id: Option<Uuid>,
+    /// The run this one continued as: it finished by continuing as new.
+    pub continued_as_run_id: Option<Uuid>,
     /// When it becomes claimable (or, running, when its lease ends).
     pub available_at: Option<DateTime<Utc>>,
     /// When it fails if not finished.
@@ -104,6 +111,7 @@ pub struct Run {
 
 impl From<WorkflowRun> for Run {
     fn from(run: WorkflowRun) -> Self {
+        let lineage_id = run.lineage_id();
         Run {
             id: run.id,
             namespace: run.namespace,
@@ -120,6 +128,9 @@ impl From<WorkflowRun> for Run {
             parent_run_id: run.parent_run_id,
             forked_from_run_id: run.forked_from_run_id,
             forked_from_step: run.forked_from_step,
+            lineage_id,
+            continued_from_run_id: run.continued_from_run_id,
+            continued_as_run_id: run.continued_as_run_id,
             available_at: run.available_at,
             deadline_at: run.deadline_at,
             created_at: run.created_at,

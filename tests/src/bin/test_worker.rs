@@ -241,6 +241,41 @@ async fn nap(ctx: WorkflowContext, input: NapInput) -> Result<u64, WorkflowError
     Ok(input.nap_millis)
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct ContinueInput {
+    /// The Postgres database holding `tasks_test.effects`.
+    effects_database_url: String,
+    /// Iterations done by the lineage's earlier runs.
+    done: u32,
+    /// Iterations in all.
+    total: u32,
+    /// Iterations per run, before it continues as new.
+    per_run: u32,
+}
+
+/// Runs `per_run` iterations (each a step recording an effect under the lineage's id and
+/// the iteration's number), then continues as new, until `total` iterations are done
+/// (the continue-as-new kill test); returns the number of runs of the lineage.
+#[workflow(name = "test-continue")]
+async fn keep_going(ctx: WorkflowContext, input: ContinueInput) -> Result<u32, WorkflowError> {
+    let url = input.effects_database_url.clone();
+    let mut done = input.done;
+    for _ in 0..input.per_run {
+        if done == input.total {
+            break;
+        }
+        record_effect(&url, ctx.lineage_id(), format!("iteration-{done:03}"), 0)
+            .await
+            .map_err(WorkflowError::from_boxed)?;
+        done += 1;
+    }
+    if done == input.total {
+        return Ok(done.div_ceil(input.per_run.max(1)));
+    }
+    ctx.continue_as_new::<keep_going>(ContinueInput { done, ..input })
+        .await
+}
+
 /// Started by the schedule of the three-process schedules test: returns the slot it was
 /// started for, as the run sees it.
 #[workflow(name = "test-tick")]

@@ -111,6 +111,12 @@ pub(in crate::dashboard) fn run(
                 @if let Some(parent) = run.parent_run_id {
                     dt { "Parent" } dd { a.mono href=(base.link(&format!("run?id={parent}"))) { (parent) } }
                 }
+                @if let Some(previous) = run.continued_from_run_id {
+                    dt { "Continued from" } dd #continued-from { a.mono href=(base.link(&format!("run?id={previous}"))) { (previous) } }
+                }
+                @if let Some(successor) = run.continued_as_run_id {
+                    dt { "Continued as" } dd #continued-as { a.mono href=(base.link(&format!("run?id={successor}"))) { (successor) } }
+                }
                 @if let Some(origin) = run.forked_from_run_id {
                     dt { "Forked from" }
                     dd #forked-from {
