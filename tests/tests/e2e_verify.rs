@@ -156,6 +156,19 @@ async fn short(ctx: WorkflowContext) -> Result<(), WorkflowError> {
     Ok(())
 }
 
+/// `verify_charge` (#0), then, at `0`, continues as new with `1`, which returns. Code
+/// [`REMOVED`]: `verify_charge` is gone.
+#[workflow(name = "verify-looper")]
+async fn looper(ctx: WorkflowContext, round: u32) -> Result<u32, WorkflowError> {
+    if code_of(ctx.run_id()) != REMOVED {
+        verify_charge().await?;
+    }
+    if round == 0 {
+        return ctx.continue_as_new::<looper>(round + 1).await;
+    }
+    Ok(round)
+}
+
 /// `verify_charge` (#0), then a panic: the run fails for good at its first attempt.
 #[workflow(name = "verify-panicker", retry(max_attempts = 1))]
 async fn panicker(_ctx: WorkflowContext) -> Result<(), WorkflowError> {
@@ -408,6 +421,48 @@ async fn finished_runs_are_sampled_and_runs_without_code_are_reported(backend: B
     assert_eq!(report.mismatches().count(), 3);
 }
 
+/// A run that continued as new replays to its hand-over, consistently, without writing
+/// anything (no second successor); its successor replays to its return; a call removed
+/// before the hand-over is reported missing.
+async fn a_run_that_continued_as_new_is_verified_to_its_hand_over(backend: Backend) {
+    let store = backend.store().await;
+    let client = client(&store);
+    let worker = worker(&store).build().unwrap().spawn();
+    let first = client.start::<looper>(0).await.unwrap();
+    assert_eq!(first.result_within(WITHIN).await.unwrap(), 1);
+    worker.shutdown().await;
+    let successor = store
+        .get_run(first.id())
+        .await
+        .unwrap()
+        .unwrap()
+        .continued_as_run_id
+        .expect("the first run continued");
+
+    let sampled = VerifyOptions::default().finished_sample(10);
+    let before = snapshot(&store).await;
+    let report = client.verify_replay(&sampled).await.unwrap();
+    assert_eq!(snapshot(&store).await, before, "verification wrote nothing");
+    assert_eq!(
+        report.run(first.id()).unwrap().verdict,
+        Verdict::Consistent(Stop::Continued),
+        "{report}"
+    );
+    assert_eq!(
+        report.run(successor).unwrap().verdict,
+        Verdict::Consistent(Stop::Returned { ok: true }),
+        "{report}"
+    );
+
+    deploy(first.id(), REMOVED);
+    let report = client.verify_replay(&sampled).await.unwrap();
+    let missing = mismatch(&report, first.id());
+    assert_eq!(missing.kind, MismatchKind::Missing, "{missing}");
+    assert_eq!(missing.position, Some(0));
+    assert!(missing.found.contains("continued as new"), "{missing}");
+    assert_eq!(snapshot(&store).await, before, "verification wrote nothing");
+}
+
 async fn a_replay_that_does_not_stop_is_reported_after_its_timeout(backend: Backend) {
     let store = backend.store().await;
     let client = client(&store);
@@ -424,6 +479,7 @@ async fn a_replay_that_does_not_stop_is_reported_after_its_timeout(backend: Back
 
 every_store!(
     a_replay_that_does_not_stop_is_reported_after_its_timeout,
+    a_run_that_continued_as_new_is_verified_to_its_hand_over,
     changed_code_is_reported_at_the_position_that_differs,
     compatible_code_passes_with_runs_parked_in_waits_and_sleeps,
     finished_runs_are_sampled_and_runs_without_code_are_reported,
