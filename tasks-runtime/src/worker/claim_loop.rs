@@ -390,9 +390,8 @@ async fn next_wakeup(notifications: &mut Option<NotificationStream>) -> Option<(
                 }
             }
             while let Some(next) = stream.next().now_or_never() {
-                if next.is_none() {
-                    return None;
-                }
+                // The stream ended: re-subscribe.
+                next?;
             }
             Some(())
         }
