@@ -100,7 +100,7 @@ pub async fn connect(url: &str) -> Result<SharedStore, ConnectError> {
 /// only reads and must not change the database, such as a
 /// [replay verification](crate::verify) run by a new binary before it is deployed (whose
 /// migrations are not yet meant for the database). A schema behind this version's fails
-/// the first statement that needs what is missing, with a [`StoreError`](crate::StoreError).
+/// the first statement that needs what is missing, with a [`StoreError`].
 pub async fn connect_unmigrated(url: &str) -> Result<SharedStore, ConnectError> {
     match backend_of(url)? {
         Backend::Sqlite => open_sqlite_with(url, false).await,

@@ -521,7 +521,7 @@ impl RunSession {
     }
 
     /// The look of a select, parking the run when nothing is ready and `park` (see
-    /// [`SelectStore::wait_for_any`](crate::SelectStore::wait_for_any)).
+    /// [`SelectStore::wait_for_any`](crate::select::SelectStore::wait_for_any)).
     pub(crate) async fn wait_for_any(
         &self,
         step_name: &str,

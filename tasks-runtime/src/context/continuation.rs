@@ -47,7 +47,7 @@ impl WorkflowContext {
     /// is not this run's workflow (name and version), this run is a child (its parent
     /// waits for its output), or `input` cannot be stored (it does not serialize, holds a
     /// NaN or infinite float, does not decode into `W::Input` again, or is past the
-    /// [`limits`](crate::limits)).
+    /// [`limits`]).
     pub async fn continue_as_new<W: Workflow>(
         &self,
         input: W::Input,

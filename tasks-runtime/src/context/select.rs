@@ -13,7 +13,7 @@
 //! never waits again; a crash between the two writes replays the same winner, whose effect
 //! is then made.
 //!
-//! [`SelectStore::wait_for_any`]: crate::SelectStore::wait_for_any
+//! [`SelectStore::wait_for_any`]: crate::select::SelectStore::wait_for_any
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
