@@ -217,7 +217,7 @@ async fn replays_return_the_values_of_the_first_execution(backend: Backend) {
 /// step body wrote), every value is recorded once, and the step that saw them did not run
 /// again.
 async fn a_worker_killed_after_drawing_values_leaves_them_to_its_successor(backend: Backend) {
-    use crate::e2e_recovery::{effect_counts, effects_pool, spawn_worker};
+    use crate::e2e_recovery::{completed_run, effect_counts, effects_pool, spawn_worker};
     use tasks::store::CreateRun;
 
     let store = backend.store().await;
@@ -272,16 +272,7 @@ async fn a_worker_killed_after_drawing_values_leaves_them_to_its_successor(backe
     }
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
-    let finished = eventually!(Duration::from_secs(60), {
-        let run = store.get_run(run.id).await.unwrap().unwrap();
-        run.status.is_terminal().then_some(run)
-    });
-    assert_eq!(
-        finished.status,
-        RunStatus::Completed,
-        "{:?}",
-        finished.error
-    );
+    let finished = completed_run(&store, run.id).await;
     assert_ne!(finished.worker_id, stranded.worker_id, "taken over");
     assert_eq!(
         finished.output,

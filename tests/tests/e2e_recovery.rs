@@ -67,6 +67,25 @@ pub(crate) async fn effect_counts(effects: &PgPool, run_id: uuid::Uuid) -> HashM
         .collect()
 }
 
+/// Run `run_id` once it is finished (within 60 s), which must be completed: what a test
+/// asks of the worker that took over from a killed one.
+pub(crate) async fn completed_run(
+    store: &support::TestStore,
+    run_id: uuid::Uuid,
+) -> tasks::WorkflowRun {
+    let finished = eventually!(Duration::from_secs(60), {
+        let run = store.get_run(run_id).await.unwrap().unwrap();
+        run.status.is_terminal().then_some(run)
+    });
+    assert_eq!(
+        finished.status,
+        RunStatus::Completed,
+        "{:?}",
+        finished.error
+    );
+    finished
+}
+
 async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again(backend: Backend) {
     let store = backend.store().await;
     let effects = effects_pool().await;
@@ -116,16 +135,7 @@ async fn a_killed_worker_is_replaced_and_no_completed_step_runs_again(backend: B
 
     // Second worker: another process; it claims the run once the lease expires.
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
-    let finished = eventually!(Duration::from_secs(60), {
-        let run = store.get_run(run.id).await.unwrap().unwrap();
-        run.status.is_terminal().then_some(run)
-    });
-    assert_eq!(
-        finished.status,
-        RunStatus::Completed,
-        "{:?}",
-        finished.error
-    );
+    let finished = completed_run(&store, run.id).await;
     assert_eq!(finished.output, Some(json!(STEPS)));
     assert_eq!(finished.attempts, 2, "claimed once by each worker");
     assert_ne!(
@@ -204,16 +214,7 @@ async fn a_run_waiting_for_an_event_survives_a_killed_worker(backend: Backend) {
     assert!(sent.woke, "the send finds the run waiting on its topic");
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
-    let finished = eventually!(Duration::from_secs(60), {
-        let run = store.get_run(run.id).await.unwrap().unwrap();
-        run.status.is_terminal().then_some(run)
-    });
-    assert_eq!(
-        finished.status,
-        RunStatus::Completed,
-        "{:?}",
-        finished.error
-    );
+    let finished = completed_run(&store, run.id).await;
     assert_eq!(finished.output, Some(json!("ops")));
     let counts = effect_counts(&effects, run.id).await;
     assert_eq!(counts.get("before"), Some(&1), "{counts:?}");
@@ -277,16 +278,7 @@ async fn a_run_parked_in_a_select_survives_a_killed_worker(backend: Backend) {
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
     for (run, winner) in [(approved.id, "approved by ops"), (expired.id, "expired")] {
-        let finished = eventually!(Duration::from_secs(60), {
-            let run = store.get_run(run).await.unwrap().unwrap();
-            run.status.is_terminal().then_some(run)
-        });
-        assert_eq!(
-            finished.status,
-            RunStatus::Completed,
-            "{:?}",
-            finished.error
-        );
+        let finished = completed_run(&store, run).await;
         assert_eq!(finished.output, Some(json!(winner)));
         let counts = effect_counts(&effects, run).await;
         assert_eq!(counts.get("before"), Some(&1), "{counts:?}");
@@ -362,16 +354,7 @@ async fn a_killed_worker_does_not_start_a_child_twice(backend: Backend) {
     first.0.wait().unwrap();
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
-    let finished = eventually!(Duration::from_secs(60), {
-        let run = store.get_run(parent.id).await.unwrap().unwrap();
-        run.status.is_terminal().then_some(run)
-    });
-    assert_eq!(
-        finished.status,
-        RunStatus::Completed,
-        "{:?}",
-        finished.error
-    );
+    let finished = completed_run(&store, parent.id).await;
     assert_eq!(finished.output, Some(json!(child.id.to_string())));
     let all = children().await;
     assert_eq!(all.len(), 1, "the child was started once: {all:?}");
@@ -1432,16 +1415,7 @@ async fn a_killed_run_is_canceled_retried_and_forked_without_rerunning_completed
     assert_eq!(retried.status, RunStatus::Pending);
 
     let _second = spawn_worker(&store.url(), store.namespace(), 1_000);
-    let finished = eventually!(Duration::from_secs(60), {
-        let run = store.get_run(run.id).await.unwrap().unwrap();
-        run.status.is_terminal().then_some(run)
-    });
-    assert_eq!(
-        finished.status,
-        RunStatus::Completed,
-        "{:?}",
-        finished.error
-    );
+    let finished = completed_run(&store, run.id).await;
     assert_eq!(finished.output, Some(json!(STEPS)));
     assert_eq!(
         finished.attempts, 1,
